@@ -1,0 +1,5 @@
+import sys
+
+from simpleworkflow.cli import main
+
+sys.exit(main())

@@ -1,0 +1,21 @@
+"""Stores of runs, chosen by the URL's scheme."""
+
+from __future__ import annotations
+
+from simpleworkflow import config
+from simpleworkflow.backends.base import Backend
+
+
+def open_backend(url: str | None = None, *, schema: str = "workflow") -> Backend:
+    """Open the store at ``url`` (resolved as :func:`simpleworkflow.config.database_url`)."""
+    resolved = config.database_url(url)
+    if config.scheme(resolved) == "postgres":
+        from simpleworkflow.backends.postgres import PostgresBackend
+
+        return PostgresBackend(resolved, schema=schema)
+    from simpleworkflow.backends.sqlite import SQLiteBackend
+
+    return SQLiteBackend(config.sqlite_path(resolved))
+
+
+__all__ = ["Backend", "open_backend"]

@@ -1,0 +1,190 @@
+"""The Postgres store: psycopg 3 with its connection pools, sync and async."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any, TypeVar
+
+from simpleworkflow import errors
+from simpleworkflow.backends import base, queries
+
+try:
+    import psycopg
+    import psycopg_pool
+    from psycopg.rows import dict_row
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise errors.ConfigurationError(
+        "the Postgres backend needs psycopg: pip install 'simpleworkflow[postgres]'"
+    ) from exc
+
+T = TypeVar("T")
+_PACKAGE = __name__
+
+
+class PostgresBackend(base.Backend):
+    """Runs live in schema ``schema`` (default ``workflow``) of the database at ``url``."""
+
+    name = "postgres"
+
+    def __init__(self, url: str, *, schema: str = "workflow", max_connections: int = 10) -> None:
+        self.url = url
+        self.schema = schema
+        self._quoted = queries.quote_schema(schema)
+        self.q = queries.load(_PACKAGE, "queries.sql", self._quoted)
+        self._migrations = queries.migration_files(_PACKAGE)
+        self.latest_version = self._migrations[-1][0]
+        self._max_connections = max_connections
+        self._pool: psycopg_pool.ConnectionPool[Any] | None = None
+        self._apool: psycopg_pool.AsyncConnectionPool[Any] | None = None
+        self._lock = threading.Lock()
+        self._alock: asyncio.Lock | None = None
+
+    # -- execution -------------------------------------------------------------------
+
+    def _sync_pool(self) -> psycopg_pool.ConnectionPool[Any]:
+        with self._lock:
+            if self._pool is None:
+                pool = psycopg_pool.ConnectionPool(
+                    self.url,
+                    min_size=1,
+                    max_size=self._max_connections,
+                    kwargs={"row_factory": dict_row},
+                    open=False,
+                    name="simpleworkflow",
+                )
+                with _translated("connecting to Postgres"):
+                    pool.open(wait=True, timeout=10)
+                self._pool = pool
+            return self._pool
+
+    async def _async_pool(self) -> psycopg_pool.AsyncConnectionPool[Any]:
+        if self._alock is None:
+            self._alock = asyncio.Lock()
+        async with self._alock:
+            if self._apool is None:
+                pool = psycopg_pool.AsyncConnectionPool(
+                    self.url,
+                    min_size=1,
+                    max_size=self._max_connections,
+                    kwargs={"row_factory": dict_row},
+                    open=False,
+                    name="simpleworkflow-async",
+                )
+                with _translated("connecting to Postgres"):
+                    await pool.open(wait=True, timeout=10)
+                self._apool = pool
+            return self._apool
+
+    def execute(self, op: base.Op[T], *, readonly: bool = False) -> T:
+        with _translated("talking to Postgres"), self._sync_pool().connection() as conn:
+
+            def run(statement: base.Statement) -> base.Rows:
+                cursor = conn.execute(statement.sql, statement.params)
+                return cursor.fetchall() if cursor.description else []
+
+            return base.drive(op, run)
+
+    async def execute_async(self, op: base.Op[T], *, readonly: bool = False) -> T:
+        pool = await self._async_pool()
+        with _translated("talking to Postgres"):
+            async with pool.connection() as conn:
+                try:
+                    statement = next(op)
+                    while True:
+                        cursor = await conn.execute(statement.sql, statement.params)
+                        rows = await cursor.fetchall() if cursor.description else []
+                        statement = op.send(rows)
+                except StopIteration as stop:
+                    return stop.value  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    async def aclose(self) -> None:
+        if self._apool is not None:
+            await self._apool.close()
+            self._apool = None
+        self.close()
+
+    # -- schema ----------------------------------------------------------------------
+
+    def _migration_script(self, filename: str) -> str:
+        return queries.read(_PACKAGE, filename, self._quoted)
+
+    def migrate(self) -> list[int]:
+        applied_now: list[int] = []
+        with _translated("migrating Postgres"), psycopg.connect(self.url) as conn:
+            # One transaction under an advisory lock: a second `migrate` waits, then finds
+            # everything applied and does nothing.
+            conn.execute(self.q["migration_lock"], {"key": f"simpleworkflow.migrate.{self.schema}"})
+            conn.execute(f"create schema if not exists {self._quoted}".encode())
+            conn.execute(self.q["schema_version_table"].encode())
+            done = {row[0] for row in conn.execute(self.q["applied_versions"].encode())}
+            for version, filename in self._migrations:
+                if version in done:
+                    continue
+                conn.execute(self._migration_script(filename).encode())
+                conn.execute(self.q["record_version"], {"version": version, "name": filename})
+                applied_now.append(version)
+        return applied_now
+
+    def migration_sql(self) -> str:
+        parts = [
+            "begin;",
+            f"create schema if not exists {self._quoted};",
+            self.q["schema_version_table"] + ";",
+        ]
+        for version, filename in self._migrations:
+            parts.append(f"-- {filename}")
+            parts.append(self._migration_script(filename).strip())
+            parts.append(
+                f"insert into {self._quoted}.workflow_schema_version (version, name) "
+                f"values ({version}, '{filename}') on conflict do nothing;"
+            )
+        parts.append("commit;")
+        return "\n\n".join(parts) + "\n"
+
+    def reference_schema_sql(self) -> str:
+        return queries.read(_PACKAGE, "schema.sql", self._quoted)
+
+    def schema_version(self) -> base.Op[int | None]:
+        rows = yield base.Statement(
+            self.q["schema_exists"], {"table": f"{self._quoted}.workflow_schema_version"}
+        )
+        if not rows[0]["present"]:
+            return None
+        rows = yield base.Statement(self.q["applied_versions"])
+        return max((row["version"] for row in rows), default=None)
+
+    # -- conversions -----------------------------------------------------------------
+
+    def decode_time(self, value: Any) -> datetime:
+        assert isinstance(value, datetime)
+        return value
+
+    def decode_json(self, value: Any) -> Any:
+        # psycopg parses jsonb already; text that reached us from json columns stays text.
+        return value
+
+    def encode_params(self, params: dict[str, Any]) -> dict[str, Any]:
+        return params
+
+
+@contextlib.contextmanager
+def _translated(doing: str) -> Iterator[None]:
+    """Turn driver errors about the connection into :class:`StoreUnavailable`."""
+    try:
+        yield
+    except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+        raise errors.StoreUnavailable(
+            f"lost or could not open the database connection while {doing}: {exc}. "
+            "The operation did not complete (if the connection broke while committing it "
+            "may still have been applied); check that Postgres is up, then retry; starts "
+            "with an idempotency key are safe to retry"
+        ) from exc

@@ -1,0 +1,67 @@
+-- The schema after every migration, in one file. A test checks that migrating an empty
+-- database from 0001 gives exactly this.
+create schema if not exists {schema_name};
+
+create table {schema}workflow_run (
+    id              uuid primary key default gen_random_uuid(),
+    type            text not null,
+    payload         jsonb not null default '{}'::jsonb,
+    status          text not null default 'pending'
+                    constraint workflow_run_status_check
+                    check (status in ('pending', 'leased', 'succeeded', 'failed', 'cancelled')),
+    priority        integer not null default 100,
+    run_at          timestamptz not null default now(),
+    idempotency_key text,
+    attempt         integer not null default 0,
+    max_attempts    integer not null default 3
+                    constraint workflow_run_max_attempts_check check (max_attempts >= 1),
+    leased_by       text,
+    lease_until     timestamptz,
+    last_error      text,
+    result          jsonb,
+    created_at      timestamptz not null default now(),
+    updated_at      timestamptz not null default now(),
+    deleted_at      timestamptz
+);
+
+-- Claims read only claimable rows, ordered by priority then by when they became due:
+-- the partial index holds no finished run, and a run whose run_at lies in the future
+-- sorts after every due run of its priority, so a claim never steps over them.
+create index idx_workflow_run_claim
+    on {schema}workflow_run (priority, run_at)
+    where status = 'pending' and deleted_at is null;
+
+create index idx_workflow_run_type_prefix
+    on {schema}workflow_run (type text_pattern_ops);
+
+-- Unique, and not partial, so that `on conflict (idempotency_key)` infers it as written.
+create unique index idx_workflow_run_idempotency
+    on {schema}workflow_run (idempotency_key);
+
+create index idx_workflow_run_deleted_at
+    on {schema}workflow_run (deleted_at)
+    where deleted_at is not null;
+
+-- Listings page newest first.
+create index idx_workflow_run_created
+    on {schema}workflow_run (created_at desc, id desc);
+
+create table {schema}workflow_event (
+    id          bigint generated always as identity primary key,
+    workflow_id uuid not null references {schema}workflow_run (id) on delete cascade,
+    event_type  text not null,
+    data        jsonb not null default '{}'::jsonb,
+    created_at  timestamptz not null default now()
+);
+
+create index idx_workflow_event_workflow on {schema}workflow_event (workflow_id, id);
+
+create table {schema}workflow_registry (
+    workflow_name text primary key,
+    intent_type   text not null default 'workflow',
+    runtime       text not null,
+    is_enabled    boolean not null default true,
+    description   text,
+    created_at    timestamptz not null default now(),
+    updated_at    timestamptz not null default now()
+);

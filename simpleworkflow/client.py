@@ -1,0 +1,416 @@
+"""Producers: start runs, look them up, list, cancel, wait for and soft-delete them.
+
+``Client`` and ``AsyncClient`` are two faces of one implementation: the arguments are
+checked and turned into a backend op by :class:`_Requests`, and each face only decides
+how that op is executed (blocking, or awaited).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import builtins
+import json
+import time
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from typing import Any, TypeVar
+
+from simpleworkflow import durations, errors, names, payloads
+from simpleworkflow.backends import Backend, open_backend
+from simpleworkflow.backends.base import NewRun, Op, RunQuery
+from simpleworkflow.models import Event, Run, RunPage, RunStatus
+
+T = TypeVar("T")
+
+_INT4 = 2**31 - 1
+MAX_KEY_LENGTH = 512
+MAX_PAGE = 1000
+
+
+class _Requests:
+    """What both clients share: configuration, argument checks, and the ops they run."""
+
+    def __init__(
+        self,
+        database_url: str | None = None,
+        *,
+        schema: str = "workflow",
+        max_payload_bytes: int = payloads.DEFAULT_MAX_BYTES,
+        auto_migrate: bool | None = None,
+        backend: Backend | None = None,
+    ) -> None:
+        self.backend = backend or open_backend(database_url, schema=schema)
+        self.max_payload_bytes = max_payload_bytes
+        # The embedded store creates its schema on first use; Postgres schemas are
+        # managed on purpose, with `simpleworkflow migrate`.
+        self._auto_migrate = self.backend.name == "sqlite" if auto_migrate is None else auto_migrate
+        self._schema_ok = False
+
+    def _schema_verdict(self, version: int | None) -> bool:
+        """True when the schema must be migrated first; raise when it may not be."""
+        latest = self.backend.latest_version
+        if version is not None and version >= latest:
+            self._schema_ok = True
+            return False
+        if self._auto_migrate:
+            return True
+        if version is None:
+            raise errors.SchemaError(
+                f"the {self.backend.name} database has no simpleworkflow schema yet; "
+                "create it with `simpleworkflow migrate` (or `simpleworkflow migrate --sql` "
+                "to see the SQL)"
+            )
+        raise errors.SchemaError(
+            f"the {self.backend.name} database schema is at version {version}, older than "
+            f"version {latest} which this simpleworkflow needs; upgrade it with "
+            "`simpleworkflow migrate`"
+        )
+
+    def _start_op(
+        self,
+        type: str,
+        payload: Any,
+        *,
+        idempotency_key: str | None,
+        priority: int,
+        run_at: datetime | None,
+        delay: durations.Duration | None,
+        max_attempts: int | None,
+    ) -> Op[tuple[Run, bool]]:
+        if run_at is not None and delay is not None:
+            raise errors.InvalidArgument("give either run_at or delay, not both")
+        if run_at is not None and (not isinstance(run_at, datetime) or run_at.tzinfo is None):
+            raise errors.InvalidArgument(
+                "run_at must be a timezone-aware datetime, e.g. datetime.now(timezone.utc)"
+            )
+        new = NewRun(
+            type=names.validate_type(type),
+            payload=payloads.encode(payload, max_bytes=self.max_payload_bytes),
+            idempotency_key=_check_key(idempotency_key),
+            priority=_check_int("priority", priority, -_INT4, _INT4),
+            run_at=run_at,
+            delay_seconds=0.0 if delay is None else durations.to_seconds(delay, what="delay"),
+            max_attempts=(
+                None
+                if max_attempts is None
+                else _check_int("max_attempts", max_attempts, 1, 10_000)
+            ),
+        )
+        return self.backend.create_run(new)
+
+    def _list_query(
+        self,
+        type_prefix: str | None,
+        status: str | Iterable[str] | None,
+        created_after: datetime | None,
+        created_before: datetime | None,
+        include_deleted: bool,
+        limit: int,
+        cursor: str | None,
+    ) -> RunQuery:
+        statuses: tuple[str, ...] | None = None
+        if status is not None:
+            raw = [status] if isinstance(status, str) else builtins.list(status)
+            statuses = tuple(_check_status(s) for s in raw)
+        after_created_at, after_id = _decode_cursor(cursor) if cursor else (None, None)
+        return RunQuery(
+            type_like=None if type_prefix is None else names.like_pattern(type_prefix),
+            statuses=statuses,
+            created_after=_check_time("created_after", created_after),
+            created_before=_check_time("created_before", created_before),
+            include_deleted=bool(include_deleted),
+            limit=_check_int("limit", limit, 1, MAX_PAGE) + 1,  # one extra tells if more exist
+            after_created_at=after_created_at,
+            after_id=after_id,
+        )
+
+    @staticmethod
+    def _page(runs: builtins.list[Run], query: RunQuery) -> RunPage:
+        if len(runs) < query.limit:
+            return RunPage(runs=runs, next_cursor=None)
+        runs = runs[: query.limit - 1]
+        return RunPage(runs=runs, next_cursor=_encode_cursor(runs[-1]))
+
+    @staticmethod
+    def _found(run_id: str, value: T | None) -> T:
+        if value is None:
+            raise errors.RunNotFound(run_id)
+        return value
+
+
+class Client(_Requests):
+    """A blocking producer client. Thread-safe; close it (or use ``with``) when done."""
+
+    def _run(self, op: Op[T], *, readonly: bool = False) -> T:
+        if not self._schema_ok and self._schema_verdict(
+            self.backend.execute(self.backend.schema_version(), readonly=True)
+        ):
+            self.migrate()
+        return self.backend.execute(op, readonly=readonly)
+
+    def migrate(self) -> builtins.list[int]:
+        """Create or upgrade the schema; return the migration versions applied now."""
+        applied = self.backend.migrate()
+        self._schema_ok = True
+        return applied
+
+    def start(
+        self,
+        type: str,
+        payload: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        priority: int = 100,
+        run_at: datetime | None = None,
+        delay: durations.Duration | None = None,
+        max_attempts: int | None = None,
+    ) -> Run:
+        """Record the intent to run ``type`` with ``payload``; return the stored run.
+
+        A repeated ``idempotency_key`` returns the run that already holds it and
+        writes nothing.
+        """
+        op = self._start_op(
+            type,
+            {} if payload is None else payload,
+            idempotency_key=idempotency_key,
+            priority=priority,
+            run_at=run_at,
+            delay=delay,
+            max_attempts=max_attempts,
+        )
+        return self._run(op)[0]
+
+    def get(self, run_id: str) -> Run:
+        """The run with this id; :class:`RunNotFound` if there is none."""
+        run_id = names.normalize_run_id(run_id)
+        return self._found(run_id, self._run(self.backend.get_run(run_id), readonly=True))
+
+    def list(
+        self,
+        *,
+        type_prefix: str | None = None,
+        status: str | Iterable[str] | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        include_deleted: bool = False,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> RunPage:
+        """One page of runs, newest first; pass ``page.next_cursor`` for the next one."""
+        query = self._list_query(
+            type_prefix, status, created_after, created_before, include_deleted, limit, cursor
+        )
+        return self._page(self._run(self.backend.list_runs(query), readonly=True), query)
+
+    def cancel(self, run_id: str, *, reason: str | None = None) -> bool:
+        """Cancel a pending or leased run; ``False`` if it had already finished."""
+        run_id = names.normalize_run_id(run_id)
+        return self._found(run_id, self._run(self.backend.cancel_run(run_id, reason)))
+
+    def delete(self, run_id: str) -> bool:
+        """Soft-delete a run: hidden from claims and listings; ``False`` if already deleted."""
+        run_id = names.normalize_run_id(run_id)
+        return self._found(run_id, self._run(self.backend.delete_run(run_id)))
+
+    def events(self, run_id: str) -> builtins.list[Event]:
+        """The audit trail of a run, oldest first."""
+        run = self.get(run_id)
+        return self._run(self.backend.list_events(run.id), readonly=True)
+
+    def wait(self, run_id: str, timeout: durations.Duration | None = None) -> Run:
+        """Block until the run is succeeded, failed or cancelled, and return it."""
+        deadline = _deadline(timeout)
+        for pause in _pauses(deadline):
+            run = self.get(run_id)
+            if run.is_terminal:
+                return run
+            if pause is None:
+                break
+            time.sleep(pause)
+        raise _timed_out(run_id, timeout)
+
+    def close(self) -> None:
+        self.backend.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncClient(_Requests):
+    """The asyncio producer client. Use one per event loop; ``aclose`` it when done."""
+
+    async def _run(self, op: Op[T], *, readonly: bool = False) -> T:
+        if not self._schema_ok and self._schema_verdict(
+            await self.backend.execute_async(self.backend.schema_version(), readonly=True)
+        ):
+            await self.migrate()
+        return await self.backend.execute_async(op, readonly=readonly)
+
+    async def migrate(self) -> builtins.list[int]:
+        """Create or upgrade the schema; return the migration versions applied now."""
+        applied = await asyncio.to_thread(self.backend.migrate)
+        self._schema_ok = True
+        return applied
+
+    async def start(
+        self,
+        type: str,
+        payload: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        priority: int = 100,
+        run_at: datetime | None = None,
+        delay: durations.Duration | None = None,
+        max_attempts: int | None = None,
+    ) -> Run:
+        """Record the intent to run ``type`` with ``payload``; see :meth:`Client.start`."""
+        op = self._start_op(
+            type,
+            {} if payload is None else payload,
+            idempotency_key=idempotency_key,
+            priority=priority,
+            run_at=run_at,
+            delay=delay,
+            max_attempts=max_attempts,
+        )
+        return (await self._run(op))[0]
+
+    async def get(self, run_id: str) -> Run:
+        """The run with this id; :class:`RunNotFound` if there is none."""
+        run_id = names.normalize_run_id(run_id)
+        return self._found(run_id, await self._run(self.backend.get_run(run_id), readonly=True))
+
+    async def list(
+        self,
+        *,
+        type_prefix: str | None = None,
+        status: str | Iterable[str] | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        include_deleted: bool = False,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> RunPage:
+        """One page of runs, newest first; see :meth:`Client.list`."""
+        query = self._list_query(
+            type_prefix, status, created_after, created_before, include_deleted, limit, cursor
+        )
+        return self._page(await self._run(self.backend.list_runs(query), readonly=True), query)
+
+    async def cancel(self, run_id: str, *, reason: str | None = None) -> bool:
+        """Cancel a pending or leased run; ``False`` if it had already finished."""
+        run_id = names.normalize_run_id(run_id)
+        return self._found(run_id, await self._run(self.backend.cancel_run(run_id, reason)))
+
+    async def delete(self, run_id: str) -> bool:
+        """Soft-delete a run; ``False`` if it was already deleted."""
+        run_id = names.normalize_run_id(run_id)
+        return self._found(run_id, await self._run(self.backend.delete_run(run_id)))
+
+    async def events(self, run_id: str) -> builtins.list[Event]:
+        """The audit trail of a run, oldest first."""
+        run = await self.get(run_id)
+        return await self._run(self.backend.list_events(run.id), readonly=True)
+
+    async def wait(self, run_id: str, timeout: durations.Duration | None = None) -> Run:
+        """Wait until the run is succeeded, failed or cancelled, and return it."""
+        deadline = _deadline(timeout)
+        for pause in _pauses(deadline):
+            run = await self.get(run_id)
+            if run.is_terminal:
+                return run
+            if pause is None:
+                break
+            await asyncio.sleep(pause)
+        raise _timed_out(run_id, timeout)
+
+    async def aclose(self) -> None:
+        await self.backend.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+# -- pure helpers ---------------------------------------------------------------------
+
+
+def _check_int(what: str, value: object, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise errors.InvalidArgument(
+            f"{what} must be an integer from {low} to {high}, not {value!r}"
+        )
+    return value
+
+
+def _check_key(key: object) -> str | None:
+    if key is None:
+        return None
+    if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH or "\x00" in key:
+        raise errors.InvalidArgument(
+            f"idempotency_key must be a non-empty string of at most {MAX_KEY_LENGTH} "
+            f"characters without NUL, not {key!r:.80}"
+        )
+    return key
+
+
+def _check_status(status: object) -> str:
+    try:
+        return RunStatus(str(status)).value
+    except ValueError:
+        known = ", ".join(s.value for s in RunStatus)
+        raise errors.InvalidArgument(f"unknown status {status!r}; use one of {known}") from None
+
+
+def _check_time(what: str, value: datetime | None) -> datetime | None:
+    if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
+        raise errors.InvalidArgument(f"{what} must be a timezone-aware datetime")
+    return value
+
+
+def _encode_cursor(run: Run) -> str:
+    raw = json.dumps([run.created_at.isoformat(), run.id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        created_at, run_id = json.loads(raw)
+        return datetime.fromisoformat(created_at), names.normalize_run_id(run_id)
+    except (ValueError, TypeError, binascii.Error, errors.RunNotFound):
+        raise errors.InvalidArgument(
+            f"invalid cursor {cursor!r:.60}: pass the next_cursor of a previous page unchanged"
+        ) from None
+
+
+def _deadline(timeout: durations.Duration | None) -> float | None:
+    if timeout is None:
+        return None
+    return time.monotonic() + durations.to_seconds(timeout, what="timeout")
+
+
+def _pauses(deadline: float | None) -> Iterator[float | None]:
+    """Pauses between polls: quick at first, then at most a second; ``None`` at the deadline."""
+    pause = 0.01
+    while True:
+        if deadline is None:
+            yield pause
+        else:
+            left = deadline - time.monotonic()
+            yield None if left <= 0 else min(pause, left)
+        pause = min(pause * 1.5, 1.0)
+
+
+def _timed_out(run_id: str, timeout: durations.Duration | None) -> errors.WaitTimeout:
+    return errors.WaitTimeout(
+        f"run {run_id} did not finish within {timeout}; it goes on, and wait() can be called again"
+    )

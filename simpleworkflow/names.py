@@ -1,0 +1,64 @@
+"""Validation of workflow type names, type prefixes and run ids."""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+from simpleworkflow import errors
+
+MAX_TYPE_LENGTH = 200
+
+_SEGMENT = r"[a-z][a-z0-9_]*"
+_TYPE_RE = re.compile(rf"^{_SEGMENT}(?:\.{_SEGMENT})+\.v[0-9]+$")
+_PREFIX_RE = re.compile(rf"^(?:{_SEGMENT}\.)*(?:{_SEGMENT})?%?$")
+
+
+def validate_type(name: object) -> str:
+    """Return ``name`` if it is a valid versioned type, else raise :class:`InvalidTypeName`.
+
+    Valid names are dotted lowercase segments ending in a version, with at least two
+    segments before it: ``content.thumbnail.v1``, ``billing.invoice.send.v2``.
+    """
+    if not isinstance(name, str):
+        raise errors.InvalidTypeName(f"workflow type must be a string, got {type(name).__name__}")
+    if len(name) > MAX_TYPE_LENGTH:
+        raise errors.InvalidTypeName(
+            f"workflow type is {len(name)} characters long; the limit is {MAX_TYPE_LENGTH}"
+        )
+    if not _TYPE_RE.match(name):
+        raise errors.InvalidTypeName(
+            f"invalid workflow type {name!r}: use dotted lowercase segments ending in a "
+            "version, like 'content.thumbnail.v1' or 'billing.invoice.send.v2' "
+            "(letters, digits and '_' only; each segment starts with a letter)"
+        )
+    return name
+
+
+def like_pattern(prefix: str) -> str:
+    """Turn a type prefix (``'billing.%'``, ``'billing.'`` or ``'billing'``) into a LIKE pattern.
+
+    ``_`` is a LIKE wildcard but a legal character in type names, so it is escaped
+    (with ``\\``, the default LIKE escape in Postgres and the one the SQLite queries name).
+    """
+    if not isinstance(prefix, str) or not _PREFIX_RE.match(prefix):
+        raise errors.InvalidArgument(
+            f"invalid type prefix {prefix!r}: use a dotted lowercase prefix such as "
+            "'billing.%' (or '%' for every type)"
+        )
+    stem = prefix[:-1] if prefix.endswith("%") else prefix
+    if stem and not stem.endswith(".") and not prefix.endswith("%"):
+        stem += "."
+    return stem.replace("_", "\\_") + "%"
+
+
+def normalize_run_id(run_id: object) -> str:
+    """Return the canonical string form of a run id, or raise :class:`RunNotFound`."""
+    if isinstance(run_id, uuid.UUID):
+        return str(run_id)
+    if isinstance(run_id, str):
+        try:
+            return str(uuid.UUID(run_id))
+        except ValueError:
+            pass
+    raise errors.RunNotFound(str(run_id), "not a run id: run ids are UUIDs")

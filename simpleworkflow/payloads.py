@@ -1,0 +1,110 @@
+"""Turning payloads and results into JSON that every backend stores the same way.
+
+Postgres ``jsonb`` refuses NUL characters and NaN; SQLite would keep them. To keep the
+two stores identical we refuse them everywhere, with a message that names where they are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from simpleworkflow import errors
+
+DEFAULT_MAX_BYTES = 1024 * 1024
+
+
+def _converter(what: str) -> Callable[[Any], Any]:
+    """A ``json.dumps`` hook: dataclasses and pydantic models become plain JSON."""
+
+    def convert(value: Any) -> Any:
+        return _convert(value, what)
+
+    return convert
+
+
+def _convert(value: Any, what: str) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    model_dump = getattr(value, "model_dump", None)
+    if callable(model_dump) and not isinstance(value, type):
+        return model_dump(mode="json")
+    hint = ""
+    if isinstance(value, bytes | bytearray | memoryview):
+        hint = "; encode bytes as text first (base64, or .decode() for text)"
+    elif isinstance(value, set | frozenset):
+        hint = "; use a list instead of a set"
+    raise errors.InvalidPayload(
+        f"{what} contains a {type(value).__name__}, which is not JSON{hint}"
+    )
+
+
+def encode(value: Any, *, what: str = "payload", max_bytes: int = DEFAULT_MAX_BYTES) -> str:
+    """Return ``value`` as compact JSON text, or raise a clear :class:`InvalidPayload`."""
+    try:
+        text = json.dumps(value, default=_converter(what), allow_nan=False, separators=(",", ":"))
+    except ValueError as exc:
+        if isinstance(exc, errors.InvalidPayload):
+            raise
+        if "ircular" in str(exc):
+            raise errors.InvalidPayload(f"{what} contains a reference cycle") from None
+        where = _find(value, what, lambda v: isinstance(v, float) and not math.isfinite(v))
+        raise errors.InvalidPayload(
+            f"{where} is NaN or infinite, which JSON cannot hold; use null or a string"
+        ) from None
+    except TypeError as exc:
+        raise errors.InvalidPayload(f"{what} is not JSON: {exc}") from None
+    except RecursionError:
+        raise errors.InvalidPayload(f"{what} is nested too deeply (or contains a cycle)") from None
+    if "\\u0000" in text:
+        where = _find(value, what, lambda v: isinstance(v, str) and "\x00" in v)
+        if where:
+            raise errors.InvalidPayload(
+                f"{where} contains a NUL character (\\u0000), which Postgres cannot store; "
+                "remove it, or encode binary data as base64"
+            )
+    size = len(text.encode())
+    if size > max_bytes:
+        raise errors.PayloadTooLarge(
+            f"{what} is {size} bytes of JSON; the limit is {max_bytes} bytes. Store large "
+            "data elsewhere and pass a reference, or raise max_payload_bytes"
+        )
+    return text
+
+
+def decode(text: str | None) -> Any:
+    """Parse JSON text read back from a store (``None`` stays ``None``)."""
+    return None if text is None else json.loads(text)
+
+
+def _find(value: Any, path: str, bad: Callable[[Any], bool]) -> str:
+    """Return the path of the first element for which ``bad`` holds, or ``""``."""
+    if bad(value):
+        return path
+    for child_path, child in _children(value, path, bad):
+        found = child_path if child is _KEY else _find(child, child_path, bad)
+        if found:
+            return found
+    return ""
+
+
+_KEY = object()
+
+
+def _children(value: Any, path: str, bad: Callable[[Any], bool]) -> Iterator[tuple[str, Any]]:
+    """The elements of a container with their paths; a bad dict key is reported as itself."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    elif callable(getattr(value, "model_dump", None)) and not isinstance(value, type):
+        value = value.model_dump(mode="json")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if bad(key):
+                yield f"{path} key {key!r}", _KEY
+            yield f"{path}[{key!r}]", item
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            yield f"{path}[{index}]", item

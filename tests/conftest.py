@@ -1,0 +1,114 @@
+"""Fixtures shared by every test: a real Postgres and a real SQLite, one suite for both.
+
+Postgres comes from ``SIMPLEWORKFLOW_TEST_POSTGRES_URL`` when set, else a private server
+started for the session from the ``pgserver`` wheel. Every test gets its own schema (or
+SQLite file), so tests never see each other's runs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from simpleworkflow import Client
+from simpleworkflow.backends import Backend, open_backend
+
+_schema_numbers = itertools.count()
+
+
+def _start_pgserver(data_dir: str) -> Any:
+    import pgserver
+
+    return pgserver.get_server(data_dir, cleanup_mode="stop")
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """The URL of a Postgres server that lives as long as the test session."""
+    url = os.environ.get("SIMPLEWORKFLOW_TEST_POSTGRES_URL")
+    if url:
+        yield url
+        return
+    with tempfile.TemporaryDirectory(prefix="simpleworkflow-pg-") as data_dir:
+        server = _start_pgserver(data_dir)
+        # Room for multi-process tests, and no fsync: a test server need not survive a
+        # power cut. Both settings take effect on restart.
+        with psycopg.connect(server.get_uri(), autocommit=True) as conn:
+            conn.execute("alter system set max_connections = 300")
+            conn.execute("alter system set fsync = off")
+            conn.execute("alter system set synchronous_commit = off")
+        server.cleanup()
+        server = _start_pgserver(data_dir)
+        try:
+            yield server.get_uri()
+        finally:
+            server.cleanup()
+
+
+@dataclass
+class Store:
+    """One freshly migrated store: a SQLite file, or a Postgres schema of its own."""
+
+    kind: str
+    url: str
+    schema: str = "workflow"
+
+    def backend(self) -> Backend:
+        return open_backend(self.url, schema=self.schema)
+
+    def client(self, **options: Any) -> Client:
+        return Client(self.url, schema=self.schema, **options)
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment for a subprocess that should use this store."""
+        return {
+            **os.environ,
+            "SIMPLEWORKFLOW_DATABASE_URL": self.url,
+            "SIMPLEWORKFLOW_SCHEMA": self.schema,
+        }
+
+
+def make_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Store:
+    if kind == "sqlite":
+        return Store("sqlite", f"sqlite:///{tmp_path / 'runs.db'}")
+    url = request.getfixturevalue("postgres_url")
+    store = Store("postgres", url, schema=f"t{os.getpid()}_{next(_schema_numbers)}")
+
+    def drop_schema() -> None:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f'drop schema if exists "{store.schema}" cascade'.encode())
+
+    request.addfinalizer(drop_schema)
+    return store
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def empty_store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    """A store with no schema yet."""
+    return make_store(request.param, tmp_path, request)
+
+
+@pytest.fixture
+def store(empty_store: Store) -> Store:
+    """A migrated store, parametrised over every backend."""
+    backend = empty_store.backend()
+    try:
+        backend.migrate()
+    finally:
+        backend.close()
+    return empty_store
+
+
+@pytest.fixture
+def client(store: Store) -> Iterator[Client]:
+    with store.client() as client:
+        yield client
