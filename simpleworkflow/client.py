@@ -36,7 +36,7 @@ class _Requests:
         self,
         database_url: str | None = None,
         *,
-        schema: str = "workflow",
+        schema: str | None = None,
         max_payload_bytes: int = payloads.DEFAULT_MAX_BYTES,
         auto_migrate: bool | None = None,
         backend: Backend | None = None,

@@ -7,12 +7,19 @@ import os
 from simpleworkflow import errors
 
 ENV_VAR = "SIMPLEWORKFLOW_DATABASE_URL"
+SCHEMA_ENV_VAR = "SIMPLEWORKFLOW_SCHEMA"
 DEFAULT_URL = "sqlite:///simpleworkflow.db"
+DEFAULT_SCHEMA = "workflow"
 
 
 def database_url(url: str | None = None) -> str:
     """Resolve the database URL the way every entry point does."""
     return url or os.environ.get(ENV_VAR) or DEFAULT_URL
+
+
+def schema_name(schema: str | None = None) -> str:
+    """The Postgres schema: the argument, else ``SIMPLEWORKFLOW_SCHEMA``, else ``workflow``."""
+    return schema or os.environ.get(SCHEMA_ENV_VAR) or DEFAULT_SCHEMA
 
 
 def sqlite_path(url: str) -> str:

@@ -6,13 +6,13 @@ from simpleworkflow import config
 from simpleworkflow.backends.base import Backend
 
 
-def open_backend(url: str | None = None, *, schema: str = "workflow") -> Backend:
-    """Open the store at ``url`` (resolved as :func:`simpleworkflow.config.database_url`)."""
+def open_backend(url: str | None = None, *, schema: str | None = None) -> Backend:
+    """Open the store at ``url``; URL and schema resolve as :mod:`simpleworkflow.config` says."""
     resolved = config.database_url(url)
     if config.scheme(resolved) == "postgres":
         from simpleworkflow.backends.postgres import PostgresBackend
 
-        return PostgresBackend(resolved, schema=schema)
+        return PostgresBackend(resolved, schema=config.schema_name(schema))
     from simpleworkflow.backends.sqlite import SQLiteBackend
 
     return SQLiteBackend(config.sqlite_path(resolved))
