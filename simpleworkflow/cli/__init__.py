@@ -2,12 +2,14 @@
 
 Each sub-command lives in its own module with a ``register(subparsers)`` function that
 adds its parser and sets ``handler`` (a function of the parsed arguments returning an
-exit code). Errors of the project's tree become one line on stderr and exit code 2.
+exit code). Errors of the project's tree become one line on stderr and exit code 2, so
+that a script sees a clear message and never a traceback for input it got wrong.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from types import ModuleType
@@ -16,6 +18,7 @@ from simpleworkflow import config, errors
 
 
 def _command_modules() -> list[ModuleType]:
+    """The sub-command modules, in the order ``--help`` lists them."""
     from simpleworkflow.cli import migrate, runs, start
 
     return [migrate, start, runs]
@@ -35,8 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--schema",
-        default="workflow",
-        help="Postgres schema holding the tables (default: workflow)",
+        default=None,
+        help=f"Postgres schema holding the tables (default: ${config.SCHEMA_ENV_VAR}, "
+        f"else {config.DEFAULT_SCHEMA})",
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in _command_modules():
@@ -54,6 +58,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`simpleworkflow runs list | head`): not an error of ours.
+        # Point stdout at /dev/null so the interpreter's final flush does not complain.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return code
 
 

@@ -1,11 +1,103 @@
-"""The `simpleworkflow start` command (placeholder, being written)."""
+"""``simpleworkflow start``: record the intent to run a workflow type with a JSON payload."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from pathlib import Path
 from typing import Any
+
+from simpleworkflow import errors
+from simpleworkflow.cli import _common, _output
 
 
 def register(subparsers: Any) -> None:
-    parser: argparse.ArgumentParser = subparsers.add_parser("start", help="(not written yet)")
-    parser.set_defaults(handler=lambda args: 1)
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "start",
+        help="start a run of a workflow type",
+        description="Write a pending run. It runs once a worker for its type is up.",
+    )
+    parser.add_argument("type", metavar="TYPE", help="versioned type, e.g. content.thumbnail.v1")
+    parser.add_argument(
+        "--payload",
+        "-p",
+        default="{}",
+        metavar="JSON",
+        help="the payload as JSON text, @file.json to read a file, or - for stdin (default: {})",
+    )
+    parser.add_argument(
+        "--idempotency-key",
+        "-k",
+        default=None,
+        metavar="KEY",
+        help="a repeated key returns the run that holds it and writes nothing",
+    )
+    parser.add_argument(
+        "--priority", type=int, default=100, help="lower runs earlier (default: 100)"
+    )
+    parser.add_argument(
+        "--delay",
+        default=None,
+        metavar="DURATION",
+        help="run no earlier than this from now: 30s, 5m",
+    )
+    parser.add_argument(
+        "--max-attempts",
+        type=int,
+        default=None,
+        metavar="N",
+        help="attempts before failed (default: 3)",
+    )
+    _common.add_json_flag(parser)
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    payload = parse_payload(read_payload_text(args.payload))
+    with _common.client_for(args) as client:
+        started = client.start(
+            args.type,
+            payload,
+            idempotency_key=args.idempotency_key,
+            priority=args.priority,
+            delay=args.delay,
+            max_attempts=args.max_attempts,
+        )
+    if args.json:
+        _output.emit_json(started.to_dict())
+    else:
+        print(f"run {started.id} ({started.status.value})")
+    return 0
+
+
+def read_payload_text(source: str) -> str:
+    """The payload text: given inline, from ``@file``, or from stdin for ``-``."""
+    if source == "-":
+        return sys.stdin.read()
+    if source.startswith("@"):
+        path = Path(source[1:])
+        try:
+            return path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise errors.InvalidPayload(f"cannot read payload file {str(path)!r}: {exc}") from None
+    return source
+
+
+def parse_payload(text: str) -> Any:
+    """Parse the payload JSON, refusing NaN and Infinity (which JSON proper has not)."""
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        raise errors.InvalidPayload(
+            f"payload is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}; "
+            """write it as JSON text, e.g. '{"content_id": "c_1"}'"""
+        ) from None
+    except RecursionError:
+        raise errors.InvalidPayload("payload is nested too deeply") from None
+
+
+def _refuse_constant(name: str) -> Any:
+    raise errors.InvalidPayload(
+        f"payload contains {name}, which JSON cannot hold; use null or a string"
+    )

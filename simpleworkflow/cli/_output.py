@@ -1,0 +1,90 @@
+"""How the commands print: aligned tables and key/value blocks for people, JSON for scripts.
+
+Times are shown in UTC to the second, so that output from machines in different time
+zones lines up and can be pasted into a bug report as is.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from simpleworkflow.models import Event, Run
+
+RUN_COLUMNS = ("ID", "TYPE", "STATUS", "ATTEMPT", "PRIORITY", "RUN_AT (UTC)", "CREATED (UTC)")
+EVENT_COLUMNS = ("EVENT", "TIME (UTC)", "TYPE", "DATA")
+
+
+def emit_json(document: Any) -> None:
+    """Write one JSON document to stdout."""
+    json.dump(document, sys.stdout, indent=2, ensure_ascii=False)
+    sys.stdout.write("\n")
+
+
+def when(value: datetime | None) -> str:
+    """A time as ``2025-01-31 09:30:00`` in UTC; ``-`` when there is none."""
+    if value is None:
+        return "-"
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def compact_json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Columns padded to their widest cell; the last column is left ragged."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
+    lines = []
+    for row in [header, *rows]:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        lines.append("  ".join([*cells, row[-1]]).rstrip())
+    return "\n".join(lines)
+
+
+def run_row(run: Run) -> list[str]:
+    status = run.status.value + (" (deleted)" if run.deleted_at else "")
+    return [
+        run.id,
+        run.type,
+        status,
+        f"{run.attempt}/{run.max_attempts}",
+        str(run.priority),
+        when(run.run_at),
+        when(run.created_at),
+    ]
+
+
+def runs_table(runs: Sequence[Run]) -> str:
+    return table(RUN_COLUMNS, [run_row(run) for run in runs])
+
+
+def run_fields(run: Run) -> str:
+    """Every column of a run, one per line, JSON values compact."""
+    pairs = [
+        ("id", run.id),
+        ("type", run.type),
+        ("status", run.status.value),
+        ("attempt", f"{run.attempt} of {run.max_attempts}"),
+        ("priority", str(run.priority)),
+        ("run_at", when(run.run_at)),
+        ("idempotency_key", run.idempotency_key or "-"),
+        ("leased_by", run.leased_by or "-"),
+        ("lease_until", when(run.lease_until)),
+        ("last_error", run.last_error or "-"),
+        ("payload", compact_json(run.payload)),
+        ("result", "-" if run.result is None else compact_json(run.result)),
+        ("created_at", when(run.created_at)),
+        ("updated_at", when(run.updated_at)),
+        ("deleted_at", when(run.deleted_at)),
+    ]
+    width = max(len(key) for key, _ in pairs)
+    return "\n".join(f"{key.ljust(width)}  {value}" for key, value in pairs)
+
+
+def events_table(events: Sequence[Event]) -> str:
+    rows = [[str(e.id), when(e.created_at), e.event_type, compact_json(e.data)] for e in events]
+    return table(EVENT_COLUMNS, rows)
