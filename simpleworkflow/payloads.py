@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -52,6 +53,8 @@ def encode(value: Any, *, what: str = "payload", max_bytes: int = DEFAULT_MAX_BY
         if "ircular" in str(exc):
             raise errors.InvalidPayload(f"{what} contains a reference cycle") from None
         where = _find(value, what, lambda v: isinstance(v, float) and not math.isfinite(v))
+        if not where:  # e.g. an int too long to print
+            raise errors.InvalidPayload(f"{what} is not JSON: {exc}") from None
         raise errors.InvalidPayload(
             f"{where} is NaN or infinite, which JSON cannot hold; use null or a string"
         ) from None
@@ -59,13 +62,7 @@ def encode(value: Any, *, what: str = "payload", max_bytes: int = DEFAULT_MAX_BY
         raise errors.InvalidPayload(f"{what} is not JSON: {exc}") from None
     except RecursionError:
         raise errors.InvalidPayload(f"{what} is nested too deeply (or contains a cycle)") from None
-    if "\\u0000" in text:
-        where = _find(value, what, lambda v: isinstance(v, str) and "\x00" in v)
-        if where:
-            raise errors.InvalidPayload(
-                f"{where} contains a NUL character (\\u0000), which Postgres cannot store; "
-                "remove it, or encode binary data as base64"
-            )
+    _check_text(value, text, what)
     size = len(text.encode())
     if size > max_bytes:
         raise errors.PayloadTooLarge(
@@ -73,6 +70,34 @@ def encode(value: Any, *, what: str = "payload", max_bytes: int = DEFAULT_MAX_BY
             "data elsewhere and pass a reference, or raise max_payload_bytes"
         )
     return text
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _check_text(value: Any, text: str, what: str) -> None:
+    """Refuse strings Postgres cannot store: NUL characters and unpaired surrogates.
+
+    The JSON text is searched first (cheap); only when an escape that might come from a bad
+    string appears is the value walked, to be sure and to name where it is.
+    """
+    if "\\u0000" in text:
+        where = _find(value, what, lambda v: isinstance(v, str) and "\x00" in v)
+        if where:
+            raise errors.InvalidPayload(
+                f"{where} contains a NUL character (\\u0000), which Postgres cannot store; "
+                "remove it, or encode binary data as base64"
+            )
+    # ensure_ascii writes characters beyond the BMP as surrogate pairs too, so the walk
+    # also runs for emoji, and finds nothing there.
+    if "\\ud" in text:
+        where = _find(value, what, lambda v: isinstance(v, str) and bool(_SURROGATE.search(v)))
+        if where:
+            raise errors.InvalidPayload(
+                f"{where} contains a lone surrogate code point (U+D800 to U+DFFF), which is "
+                "not valid Unicode text; decode the text without 'surrogateescape' or "
+                "'surrogatepass', or encode binary data as base64"
+            )
 
 
 def decode(text: str | None) -> Any:
