@@ -27,6 +27,9 @@ T = TypeVar("T")
 _INT4 = 2**31 - 1
 MAX_KEY_LENGTH = 512
 MAX_PAGE = 1000
+# Far enough for any schedule, near enough that now + delay stays a valid timestamp in
+# every store (SQLite's date functions stop at year 9999).
+MAX_DELAY_SECONDS = 100 * 366 * 86400
 
 
 class _Requests:
@@ -91,7 +94,7 @@ class _Requests:
             idempotency_key=_check_key(idempotency_key),
             priority=_check_int("priority", priority, -_INT4, _INT4),
             run_at=run_at,
-            delay_seconds=0.0 if delay is None else durations.to_seconds(delay, what="delay"),
+            delay_seconds=_check_delay(delay),
             max_attempts=(
                 None
                 if max_attempts is None
@@ -349,6 +352,15 @@ def _check_int(what: str, value: object, low: int, high: int) -> int:
             f"{what} must be an integer from {low} to {high}, not {value!r}"
         )
     return value
+
+
+def _check_delay(delay: durations.Duration | None) -> float:
+    seconds = 0.0 if delay is None else durations.to_seconds(delay, what="delay")
+    if seconds > MAX_DELAY_SECONDS:
+        raise errors.InvalidArgument(
+            f"delay must be at most 100 years ({MAX_DELAY_SECONDS} seconds), not {seconds}"
+        )
+    return seconds
 
 
 def _check_key(key: object) -> str | None:
