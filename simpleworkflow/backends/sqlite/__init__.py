@@ -21,7 +21,6 @@ from simpleworkflow.backends import base, queries
 
 T = TypeVar("T")
 _PACKAGE = __name__
-_TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
 
 
 class SQLiteBackend(base.Backend):
@@ -151,7 +150,9 @@ class SQLiteBackend(base.Backend):
 
 def _encode(value: Any) -> Any:
     if isinstance(value, datetime):
-        return value.astimezone(UTC).strftime(_TIME_FORMAT)[:-3]
+        # isoformat, not strftime: strftime writes year 1 as "1", which sorts wrongly
+        # and cannot be read back.
+        return value.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "milliseconds")
     if isinstance(value, list | tuple):
         return json.dumps(list(value))
     return value
