@@ -38,6 +38,8 @@ def validate_type(name: object) -> str:
 def like_pattern(prefix: str) -> str:
     """Turn a type prefix (``'billing.%'``, ``'billing.'`` or ``'billing'``) into a LIKE pattern.
 
+    A complete type name (``'billing.invoice.v1'``) selects exactly that type.
+
     ``_`` is a LIKE wildcard but a legal character in type names, so it is escaped
     (with ``\\``, the default LIKE escape in Postgres and the one the SQLite queries name).
     """
@@ -46,6 +48,8 @@ def like_pattern(prefix: str) -> str:
             f"invalid type prefix {prefix!r}: use a dotted lowercase prefix such as "
             "'billing.%' (or '%' for every type)"
         )
+    if _TYPE_RE.match(prefix):  # a whole type name stands for itself, not for a segment
+        return prefix.replace("_", "\\_")
     stem = prefix[:-1] if prefix.endswith("%") else prefix
     if stem and not stem.endswith(".") and not prefix.endswith("%"):
         stem += "."
