@@ -288,11 +288,29 @@ def test_the_environment_chooses_store_and_schema(
         assert client.get(run_id).type == THUMBNAIL
 
 
-def test_passwords_stay_out_of_messages() -> None:
-    args = cli.build_parser().parse_args(
-        ["-d", "postgresql://app:s3cret@db.internal:5432/prod", "--schema", "jobs", "migrate"]
-    )
-    assert migrate.describe_target(args) == "postgresql://app:***@db.internal:5432/prod schema jobs"
+def test_store_options_may_follow_the_command(
+    store: Store, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    where = ["-d", store.url, "--schema", store.schema]
+    assert cli.main(["start", THUMBNAIL, "--json", *where]) == 0
+    run_id = json.loads(capsys.readouterr().out)["id"]
+    # Given on both sides of the command, the later value wins.
+    elsewhere = f"sqlite:///{tmp_path / 'elsewhere.db'}"
+    assert cli.main(["-d", elsewhere, "runs", "list", "--json", *where]) == 0
+    assert [r["id"] for r in json.loads(capsys.readouterr().out)["runs"]] == [run_id]
+
+
+@pytest.mark.parametrize(
+    "url,shown",
+    [
+        ("postgresql://app:s3cret@db:5432/prod", "postgresql://app:***@db:5432/prod schema jobs"),
+        ("postgresql://app@db/prod", "postgresql://app@db/prod schema jobs"),
+        ("postgresql://app:@db/prod", "postgresql://app:@db/prod schema jobs"),
+    ],
+)
+def test_passwords_stay_out_of_messages(url: str, shown: str) -> None:
+    args = cli.build_parser().parse_args(["-d", url, "--schema", "jobs", "migrate"])
+    assert migrate.describe_target(args) == shown
 
 
 def _console(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

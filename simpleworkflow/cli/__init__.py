@@ -14,7 +14,8 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-from simpleworkflow import config, errors
+from simpleworkflow import errors
+from simpleworkflow.cli import _common
 
 
 def _command_modules() -> list[ModuleType]:
@@ -29,19 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="simpleworkflow",
         description="A durable workflow system on Postgres or SQLite.",
     )
-    parser.add_argument(
-        "--database-url",
-        "-d",
-        default=None,
-        help=f"postgresql://... or sqlite:///file.db (default: ${config.ENV_VAR}, "
-        f"else {config.DEFAULT_URL})",
-    )
-    parser.add_argument(
-        "--schema",
-        default=None,
-        help=f"Postgres schema holding the tables (default: ${config.SCHEMA_ENV_VAR}, "
-        f"else {config.DEFAULT_SCHEMA})",
-    )
+    _common.add_store_options(parser, top_level=True)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in _command_modules():
         module.register(subparsers)

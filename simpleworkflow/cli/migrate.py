@@ -26,7 +26,7 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="print the SQL of every migration instead of running it (touches no database)",
     )
-    _common.add_json_flag(parser)
+    _common.add_common_options(parser)
     parser.set_defaults(handler=run)
 
 
@@ -71,7 +71,7 @@ def describe_target(args: argparse.Namespace) -> str:
 
 def _redacted(url: str) -> str:
     parts = urllib.parse.urlsplit(url)
-    if parts.password is None:
+    if not parts.password:
         return url
     netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc))

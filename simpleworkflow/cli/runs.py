@@ -35,14 +35,14 @@ def _add_list(commands: Any) -> None:
     parser.add_argument(
         "--all", "-a", dest="include_deleted", action="store_true", help="include deleted runs"
     )
-    _common.add_json_flag(parser)
+    _common.add_common_options(parser)
     parser.set_defaults(handler=list_runs)
 
 
 def _add_show(commands: Any) -> None:
     parser = commands.add_parser("show", help="one run and its audit trail")
     parser.add_argument("run_id", metavar="ID")
-    _common.add_json_flag(parser)
+    _common.add_common_options(parser)
     parser.set_defaults(handler=show)
 
 
@@ -50,7 +50,7 @@ def _add_cancel(commands: Any) -> None:
     parser = commands.add_parser("cancel", help="cancel a pending or leased run")
     parser.add_argument("run_id", metavar="ID")
     parser.add_argument("--reason", "-r", help="recorded in the cancelled event")
-    _common.add_json_flag(parser)
+    _common.add_common_options(parser)
     parser.set_defaults(handler=cancel)
 
 
@@ -59,7 +59,7 @@ def _add_delete(commands: Any) -> None:
         "delete", help="soft-delete a run: hidden from claims and listings"
     )
     parser.add_argument("run_id", metavar="ID")
-    _common.add_json_flag(parser)
+    _common.add_common_options(parser)
     parser.set_defaults(handler=delete)
 
 
@@ -74,7 +74,7 @@ def _add_wait(commands: Any) -> None:
     parser.add_argument(
         "--timeout", metavar="DURATION", help="give up after this long: 30s, 5m (default: never)"
     )
-    _common.add_json_flag(parser)
+    _common.add_common_options(parser)
     parser.set_defaults(handler=wait)
 
 

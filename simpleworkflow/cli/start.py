@@ -49,7 +49,7 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help="attempts before failed (default: 3)",
     )
-    _common.add_json_flag(parser)
+    _common.add_common_options(parser)
     parser.set_defaults(handler=run)
 
 
