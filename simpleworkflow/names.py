@@ -26,7 +26,7 @@ def validate_type(name: object) -> str:
         raise errors.InvalidTypeName(
             f"workflow type is {len(name)} characters long; the limit is {MAX_TYPE_LENGTH}"
         )
-    if not _TYPE_RE.match(name):
+    if not _TYPE_RE.fullmatch(name):
         raise errors.InvalidTypeName(
             f"invalid workflow type {name!r}: use dotted lowercase segments ending in a "
             "version, like 'content.thumbnail.v1' or 'billing.invoice.send.v2' "
@@ -43,12 +43,12 @@ def like_pattern(prefix: str) -> str:
     ``_`` is a LIKE wildcard but a legal character in type names, so it is escaped
     (with ``\\``, the default LIKE escape in Postgres and the one the SQLite queries name).
     """
-    if not isinstance(prefix, str) or not _PREFIX_RE.match(prefix):
+    if not isinstance(prefix, str) or not _PREFIX_RE.fullmatch(prefix):
         raise errors.InvalidArgument(
             f"invalid type prefix {prefix!r}: use a dotted lowercase prefix such as "
             "'billing.%' (or '%' for every type)"
         )
-    if _TYPE_RE.match(prefix):  # a whole type name stands for itself, not for a segment
+    if _TYPE_RE.fullmatch(prefix):  # a whole type name stands for itself, not for a segment
         return prefix.replace("_", "\\_")
     stem = prefix[:-1] if prefix.endswith("%") else prefix
     if stem and not stem.endswith(".") and not prefix.endswith("%"):
