@@ -9,19 +9,22 @@ from __future__ import annotations
 
 import itertools
 import os
+import sqlite3
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
 
-from simpleworkflow import Client
+from simpleworkflow import AsyncClient, Client, config
 from simpleworkflow.backends import Backend, open_backend
 
 _schema_numbers = itertools.count()
+_database_numbers = itertools.count()
 
 
 def _start_pgserver(data_dir: str) -> Any:
@@ -66,6 +69,32 @@ class Store:
 
     def client(self, **options: Any) -> Client:
         return Client(self.url, schema=self.schema, **options)
+
+    def async_client(self, **options: Any) -> AsyncClient:
+        return AsyncClient(self.url, schema=self.schema, **options)
+
+    def sql(self, statement: str, *params: Any) -> list[tuple[Any, ...]]:
+        """Run one statement on the store directly (autocommit) and return its rows.
+
+        Tables are named without a schema and parameters are ``?``: the same text works
+        on both stores, which lets a test arrange a state the client cannot reach (a
+        leased run) or look under the client (count the rows it wrote).
+        """
+        if self.kind == "sqlite":
+            conn = sqlite3.connect(config.sqlite_path(self.url))
+            try:
+                with conn:  # commits
+                    return [tuple(row) for row in conn.execute(statement, params).fetchall()]
+            finally:
+                conn.close()
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(f'set search_path to "{self.schema}"'.encode())
+            cursor = conn.execute(statement.replace("?", "%s").encode(), params)
+            return list(cursor.fetchall()) if cursor.description else []
+
+    def count(self, table: str = "workflow_run") -> int:
+        """How many rows ``table`` holds."""
+        return int(self.sql(f"select count(*) from {table}")[0][0])
 
     @property
     def env(self) -> dict[str, str]:
@@ -112,3 +141,27 @@ def store(empty_store: Store) -> Store:
 def client(store: Store) -> Iterator[Client]:
     with store.client() as client:
         yield client
+
+
+def with_database(url: str, dbname: str) -> str:
+    """``url`` pointing at database ``dbname`` of the same server."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{dbname}"))
+
+
+@pytest.fixture(scope="session")
+def make_database(postgres_url: str) -> Iterator[Callable[[], str]]:
+    """A factory of empty Postgres databases (dropped at the end of the session)."""
+    made: list[str] = []
+
+    def make() -> str:
+        name = f"swtest_{os.getpid()}_{next(_database_numbers)}"
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute(f'create database "{name}"'.encode())
+        made.append(name)
+        return with_database(postgres_url, name)
+
+    yield make
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        for name in made:
+            conn.execute(f'drop database if exists "{name}" with (force)'.encode())

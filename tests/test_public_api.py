@@ -1,0 +1,58 @@
+"""The public surface is pinned: adding or removing a name must be a deliberate change here."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import inspect
+
+import simpleworkflow
+from simpleworkflow import errors
+
+PUBLIC_NAMES = [
+    "AsyncClient",
+    "Client",
+    "Event",
+    "InvalidInput",
+    "Run",
+    "RunNotFound",
+    "RunPage",
+    "RunStatus",
+    "SimpleWorkflowError",
+    "WaitTimeout",
+]
+
+
+def test_all_is_pinned() -> None:
+    assert simpleworkflow.__all__ == PUBLIC_NAMES
+
+
+def test_all_is_sorted_and_importable() -> None:
+    assert simpleworkflow.__all__ == sorted(simpleworkflow.__all__)
+    for name in simpleworkflow.__all__:
+        assert getattr(simpleworkflow, name) is not None, name
+
+
+def test_star_import_gives_exactly_all() -> None:
+    scope: dict[str, object] = {}
+    exec("from simpleworkflow import *", scope)
+    assert sorted(name for name in scope if name != "__builtins__") == PUBLIC_NAMES
+
+
+def test_every_error_derives_from_one_base() -> None:
+    """``except SimpleWorkflowError`` catches every error we raise. (Control-flow signals
+    derive from ``BaseException`` on purpose, so that ``except Exception`` cannot eat them.)"""
+    classes = [
+        value
+        for value in vars(errors).values()
+        if inspect.isclass(value) and issubclass(value, Exception)
+    ]
+    assert len(classes) >= 10
+    for cls in classes:
+        assert issubclass(cls, errors.SimpleWorkflowError), cls
+    assert issubclass(errors.InvalidInput, ValueError)
+    assert issubclass(errors.RunNotFound, LookupError)
+    assert issubclass(errors.WaitTimeout, TimeoutError)
+
+
+def test_version_matches_the_distribution() -> None:
+    assert simpleworkflow.__version__ == importlib.metadata.version("simpleworkflow")

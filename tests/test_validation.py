@@ -1,0 +1,269 @@
+"""The pure checks behind the API: type names, prefixes, run ids, payloads, durations."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import pydantic
+import pytest
+
+from simpleworkflow import durations, errors, names, payloads
+
+# -- type names -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "content.thumbnail.v1",
+        "billing.invoice.send.v2",
+        "notify.email.v10",
+        "a.b.v0",
+        "my_domain.sub_area.do_it.v3",
+        "x9.y8.z7.v1",
+        "a." * 97 + "v1",  # 196 characters + 2: right at the limit
+    ],
+)
+def test_valid_type_names(name: str) -> None:
+    assert names.validate_type(name) == name
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "",
+        "content",
+        "content.thumbnail",
+        "a.v1",  # <domain>.<subdomain> are both required
+        "Content.thumbnail.v1",
+        "content.Thumbnail.v1",
+        "content.thumbnail.V1",
+        "content.thumbnail.v",
+        "content.thumbnail.v1.5",
+        "content.thumbnail.1",
+        "content..thumbnail.v1",
+        ".content.thumbnail.v1",
+        "content.thumbnail.v1.",
+        "1content.thumbnail.v1",
+        "_content.thumbnail.v1",
+        "content-x.thumbnail.v1",
+        "content.thumb nail.v1",
+        "content.thumbnail.v1\n",
+        "contenté.thumbnail.v1",
+        "billing.%.v1",
+    ],
+)
+def test_invalid_type_names(name: str) -> None:
+    with pytest.raises(errors.InvalidTypeName) as caught:
+        names.validate_type(name)
+    assert "content.thumbnail.v1" in str(caught.value)  # the message shows a good name
+
+
+@pytest.mark.parametrize("name", [None, 1, b"content.thumbnail.v1", ["a.b.v1"]])
+def test_type_names_must_be_strings(name: Any) -> None:
+    with pytest.raises(errors.InvalidTypeName, match="must be a string"):
+        names.validate_type(name)
+
+
+def test_type_name_length_limit() -> None:
+    name = "a" * (names.MAX_TYPE_LENGTH - 5) + ".b.v1"
+    assert names.validate_type(name) == name
+    with pytest.raises(errors.InvalidTypeName, match="limit"):
+        names.validate_type("a" + name)
+
+
+# -- prefixes ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("prefix", "pattern"),
+    [
+        ("billing.%", "billing.%"),
+        ("billing.", "billing.%"),
+        ("billing", "billing.%"),
+        ("billing.payment", "billing.payment.%"),
+        ("billing.invoice.v1", "billing.invoice.v1"),
+        ("bill%", "bill%"),
+        ("%", "%"),
+        ("", "%"),
+        ("bill_ing.%", "bill\\_ing.%"),
+        ("a_b.c_d.v1", "a\\_b.c\\_d.v1"),
+    ],
+)
+def test_like_patterns(prefix: str, pattern: str) -> None:
+    assert names.like_pattern(prefix) == pattern
+
+
+@pytest.mark.parametrize("prefix", ["Billing.%", "billing.%.v1", "%billing", "a b", "a..", None])
+def test_bad_prefixes(prefix: Any) -> None:
+    with pytest.raises(errors.InvalidArgument, match="prefix"):
+        names.like_pattern(prefix)
+
+
+# -- run ids ----------------------------------------------------------------------------
+
+
+def test_run_ids_are_normalised() -> None:
+    raw = uuid.uuid4()
+    canonical = str(raw)
+    for spelling in [canonical, canonical.upper(), raw.hex, f"{{{canonical}}}", raw]:
+        assert names.normalize_run_id(spelling) == canonical
+
+
+@pytest.mark.parametrize("run_id", ["", "nope", "1234", "g" * 32, 5, None, b"x"])
+def test_malformed_run_ids_are_not_found(run_id: Any) -> None:
+    with pytest.raises(errors.RunNotFound, match="not a run id"):
+        names.normalize_run_id(run_id)
+
+
+# -- payloads ---------------------------------------------------------------------------
+
+
+def test_payloads_are_compact_json() -> None:
+    assert payloads.encode({"a": [1, 2], "b": None}) == '{"a":[1,2],"b":null}'
+    assert payloads.encode("é") == '"\\u00e9"'
+    assert payloads.encode((1, 2)) == "[1,2]"
+
+
+def test_decode_reverses_encode() -> None:
+    value = {"text": "Zoë 😀", "n": [1, 2.5, None, True]}
+    assert payloads.decode(payloads.encode(value)) == value
+    assert payloads.decode(None) is None
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+    y: int
+
+
+@dataclasses.dataclass
+class Shape:
+    name: str
+    points: list[Point]
+
+
+class Model(pydantic.BaseModel):
+    when: timedelta
+    shape: dict[str, int]
+
+
+def test_dataclasses_and_models_become_plain_json() -> None:
+    shape = Shape("line", [Point(0, 0), Point(1, 2)])
+    assert json.loads(payloads.encode(shape)) == {
+        "name": "line",
+        "points": [{"x": 0, "y": 0}, {"x": 1, "y": 2}],
+    }
+    model = Model(when=timedelta(minutes=1), shape={"a": 1})
+    assert json.loads(payloads.encode({"m": model})) == {"m": {"when": "PT1M", "shape": {"a": 1}}}
+
+
+def test_classes_themselves_are_not_payloads() -> None:
+    with pytest.raises(errors.InvalidPayload):
+        payloads.encode({"cls": Point})
+    with pytest.raises(errors.InvalidPayload):
+        payloads.encode(Model)
+
+
+@pytest.mark.parametrize(
+    ("value", "where"),
+    [
+        (float("nan"), "payload is NaN"),
+        ({"a": {"b": [0, float("inf")]}}, "payload['a']['b'][1] is NaN"),
+        ([Point(0, 0), {"p": float("nan")}], "payload[1]['p'] is NaN"),
+        ({"s": "a\x00b"}, "payload['s'] contains a NUL"),
+        ({"k\x00": 1}, "payload key 'k\\x00' contains a NUL"),
+        ([["x", ["\x00"]]], "payload[0][1][0] contains a NUL"),
+        ({"s": "\udc80"}, "payload['s'] contains a lone surrogate"),
+    ],
+)
+def test_bad_values_are_named_by_their_path(value: Any, where: str) -> None:
+    with pytest.raises(errors.InvalidPayload) as caught:
+        payloads.encode(value)
+    assert where in str(caught.value)
+
+
+def test_the_path_names_what_is_being_encoded() -> None:
+    with pytest.raises(errors.InvalidPayload, match=r"result\['x'\]"):
+        payloads.encode({"x": float("nan")}, what="result")
+
+
+@pytest.mark.parametrize(
+    ("value", "hint"),
+    [
+        (b"raw", "base64"),
+        (bytearray(b"raw"), "base64"),
+        ({1, 2}, "list instead of a set"),
+        (frozenset(), "list instead of a set"),
+        (object(), "object"),
+        (1 + 2j, "complex"),
+        ({(1, 2): "tuple key"}, "not JSON"),
+    ],
+)
+def test_non_json_values_are_refused_with_a_hint(value: Any, hint: str) -> None:
+    with pytest.raises(errors.InvalidPayload, match=hint):
+        payloads.encode({"v": value})
+
+
+def test_cycles_are_refused() -> None:
+    loop: list[Any] = []
+    loop.append(loop)
+    with pytest.raises(errors.InvalidPayload, match="cycle"):
+        payloads.encode(loop)
+
+
+def test_text_that_only_looks_like_an_escape_is_fine() -> None:
+    value = {"a": "\\u0000", "b": "\\ud800", "emoji": "😀"}
+    assert payloads.decode(payloads.encode(value)) == value
+
+
+def test_size_limit_counts_bytes_of_json() -> None:
+    assert payloads.encode("x" * 8, max_bytes=10) == '"xxxxxxxx"'
+    with pytest.raises(errors.PayloadTooLarge, match="11 bytes"):
+        payloads.encode("x" * 9, max_bytes=10)
+    # "é" is written as the six ASCII characters \u00e9
+    with pytest.raises(errors.PayloadTooLarge):
+        payloads.encode("é" * 2, max_bytes=10)
+    assert issubclass(errors.PayloadTooLarge, errors.InvalidPayload)
+    assert payloads.DEFAULT_MAX_BYTES == 1024 * 1024
+
+
+# -- durations --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        (0, 0.0),
+        (90, 90.0),
+        (1.5, 1.5),
+        (timedelta(minutes=2), 120.0),
+        ("45", 45.0),
+        ("2.5", 2.5),
+        ("30s", 30.0),
+        ("5m", 300.0),
+        ("1h30m", 5400.0),
+        ("2d", 172800.0),
+        ("1w", 604800.0),
+        ("250ms", 0.25),
+        ("1m30s500ms", 90.5),
+        ("1.5h", 5400.0),
+        (" 5M ", 300.0),
+    ],
+)
+def test_durations(value: Any, seconds: float) -> None:
+    assert durations.to_seconds(value) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [-1, -0.5, timedelta(seconds=-1), float("nan"), float("inf"), True, None, [5], "", "5x",
+     "m5", "5 m", "1h 30m", "-5s", "5s5", "five"],
+)  # fmt: skip
+def test_bad_durations(value: Any) -> None:
+    with pytest.raises(errors.InvalidArgument, match="timeout"):
+        durations.to_seconds(value, what="timeout")
