@@ -46,30 +46,14 @@ class _Requests:
     ) -> None:
         self.backend = backend or open_backend(database_url, schema=schema)
         self.max_payload_bytes = max_payload_bytes
-        # The embedded store creates its schema on first use; Postgres schemas are
-        # managed on purpose, with `simpleworkflow migrate`.
-        self._auto_migrate = self.backend.name == "sqlite" if auto_migrate is None else auto_migrate
+        self._auto_migrate = auto_migrates(self.backend, auto_migrate)
         self._schema_ok = False
 
     def _schema_verdict(self, version: int | None) -> bool:
         """True when the schema must be migrated first; raise when it may not be."""
-        latest = self.backend.latest_version
-        if version is not None and version >= latest:
-            self._schema_ok = True
-            return False
-        if self._auto_migrate:
-            return True
-        if version is None:
-            raise errors.SchemaError(
-                f"the {self.backend.name} database has no simpleworkflow schema yet; "
-                "create it with `simpleworkflow migrate` (or `simpleworkflow migrate --sql` "
-                "to see the SQL)"
-            )
-        raise errors.SchemaError(
-            f"the {self.backend.name} database schema is at version {version}, older than "
-            f"version {latest} which this simpleworkflow needs; upgrade it with "
-            "`simpleworkflow migrate`"
-        )
+        needed = needs_migration(self.backend, version, auto_migrate=self._auto_migrate)
+        self._schema_ok = not needed
+        return needed
 
     def _start_op(
         self,
@@ -136,6 +120,12 @@ class _Requests:
         runs = runs[: query.limit - 1]
         return RunPage(runs=runs, next_cursor=_encode_cursor(runs[-1]))
 
+    def _cancelled(self, run_id: str, took_effect: bool | None) -> bool:
+        if self._found(run_id, took_effect):
+            self.backend.notify_local("cancel", run_id)
+            return True
+        return False
+
     @staticmethod
     def _found(run_id: str, value: T | None) -> T:
         if value is None:
@@ -184,7 +174,10 @@ class Client(_Requests):
             delay=delay,
             max_attempts=max_attempts,
         )
-        return self._run(op)[0]
+        run, created = self._run(op)
+        if created:
+            self.backend.notify_local("wake", run.type)
+        return run
 
     def get(self, run_id: str) -> Run:
         """The run with this id; :class:`RunNotFound` if there is none."""
@@ -211,7 +204,7 @@ class Client(_Requests):
     def cancel(self, run_id: str, *, reason: str | None = None) -> bool:
         """Cancel a pending or leased run; ``False`` if it had already finished."""
         run_id = names.normalize_run_id(run_id)
-        return self._found(run_id, self._run(self.backend.cancel_run(run_id, reason)))
+        return self._cancelled(run_id, self._run(self.backend.cancel_run(run_id, reason)))
 
     def delete(self, run_id: str) -> bool:
         """Soft-delete a run: hidden from claims and listings; ``False`` if already deleted."""
@@ -282,7 +275,10 @@ class AsyncClient(_Requests):
             delay=delay,
             max_attempts=max_attempts,
         )
-        return (await self._run(op))[0]
+        run, created = await self._run(op)
+        if created:
+            self.backend.notify_local("wake", run.type)
+        return run
 
     async def get(self, run_id: str) -> Run:
         """The run with this id; :class:`RunNotFound` if there is none."""
@@ -309,7 +305,7 @@ class AsyncClient(_Requests):
     async def cancel(self, run_id: str, *, reason: str | None = None) -> bool:
         """Cancel a pending or leased run; ``False`` if it had already finished."""
         run_id = names.normalize_run_id(run_id)
-        return self._found(run_id, await self._run(self.backend.cancel_run(run_id, reason)))
+        return self._cancelled(run_id, await self._run(self.backend.cancel_run(run_id, reason)))
 
     async def delete(self, run_id: str) -> bool:
         """Soft-delete a run; ``False`` if it was already deleted."""
@@ -344,6 +340,32 @@ class AsyncClient(_Requests):
 
 
 # -- pure helpers ---------------------------------------------------------------------
+
+
+def auto_migrates(backend: Backend, auto_migrate: bool | None) -> bool:
+    """The embedded store creates its schema on first use; Postgres schemas are managed
+    on purpose, with ``simpleworkflow migrate``."""
+    return backend.name == "sqlite" if auto_migrate is None else auto_migrate
+
+
+def needs_migration(backend: Backend, version: int | None, *, auto_migrate: bool) -> bool:
+    """True when the schema must be migrated before use; raise when that is not allowed."""
+    latest = backend.latest_version
+    if version is not None and version >= latest:
+        return False
+    if auto_migrate:
+        return True
+    if version is None:
+        raise errors.SchemaError(
+            f"the {backend.name} database has no simpleworkflow schema yet; "
+            "create it with `simpleworkflow migrate` (or `simpleworkflow migrate --sql` "
+            "to see the SQL)"
+        )
+    raise errors.SchemaError(
+        f"the {backend.name} database schema is at version {version}, older than "
+        f"version {latest} which this simpleworkflow needs; upgrade it with "
+        "`simpleworkflow migrate`"
+    )
 
 
 def _check_int(what: str, value: object, low: int, high: int) -> int:

@@ -13,7 +13,15 @@ and each message says what was wrong and what to do about it::
     ├── RunNotFound (LookupError)   no run with that id
     ├── WaitTimeout (TimeoutError)  wait() ran out of time; the run goes on
     ├── SchemaError                 the database schema is missing or older than the code
-    └── StoreUnavailable            the database could not be reached or went away
+    ├── StoreUnavailable            the database could not be reached or went away
+    ├── PermanentError              raised by a handler: fail the run now, never retry
+    └── HandlerTimeout              a handler ran past its timeout (retried like any error)
+
+    BaseException
+    └── Cancelled                   raised in a handler by ctx.raise_if_cancelled()
+
+``Cancelled`` derives from ``BaseException`` so that an ``except Exception:`` in a
+handler cannot swallow the request to stop.
 """
 
 from __future__ import annotations
@@ -69,3 +77,15 @@ class SchemaError(SimpleWorkflowError):
 
 class StoreUnavailable(SimpleWorkflowError):
     """The database could not be reached, or the connection broke mid-operation."""
+
+
+class PermanentError(SimpleWorkflowError):
+    """Raise (or subclass) in a handler for a failure that no retry can fix."""
+
+
+class HandlerTimeout(SimpleWorkflowError, TimeoutError):
+    """A handler ran longer than the timeout of its workflow definition."""
+
+
+class Cancelled(BaseException):
+    """The attempt must stop: the run was cancelled, its lease was lost, or the worker stops."""

@@ -35,6 +35,19 @@ def validate_type(name: object) -> str:
     return name
 
 
+def prefix_stem(prefix: str) -> str:
+    """The literal start of the types a prefix selects: ``'billing.%'`` gives ``'billing.'``."""
+    if not isinstance(prefix, str) or not _PREFIX_RE.fullmatch(prefix):
+        raise errors.InvalidArgument(
+            f"invalid type prefix {prefix!r}: use a dotted lowercase prefix such as "
+            "'billing.%' (or '%' for every type)"
+        )
+    stem = prefix[:-1] if prefix.endswith("%") else prefix
+    if stem and not stem.endswith(".") and not prefix.endswith("%"):
+        stem += "."
+    return stem
+
+
 def like_pattern(prefix: str) -> str:
     """Turn a type prefix (``'billing.%'``, ``'billing.'`` or ``'billing'``) into a LIKE pattern.
 
@@ -43,17 +56,18 @@ def like_pattern(prefix: str) -> str:
     ``_`` is a LIKE wildcard but a legal character in type names, so it is escaped
     (with ``\\``, the default LIKE escape in Postgres and the one the SQLite queries name).
     """
-    if not isinstance(prefix, str) or not _PREFIX_RE.fullmatch(prefix):
-        raise errors.InvalidArgument(
-            f"invalid type prefix {prefix!r}: use a dotted lowercase prefix such as "
-            "'billing.%' (or '%' for every type)"
-        )
+    stem = prefix_stem(prefix)
     if _TYPE_RE.fullmatch(prefix):  # a whole type name stands for itself, not for a segment
         return prefix.replace("_", "\\_")
-    stem = prefix[:-1] if prefix.endswith("%") else prefix
-    if stem and not stem.endswith(".") and not prefix.endswith("%"):
-        stem += "."
     return stem.replace("_", "\\_") + "%"
+
+
+def prefix_matches(prefix: str, type_name: str) -> bool:
+    """Whether ``type_name`` is selected by ``prefix``, as the LIKE pattern would decide."""
+    stem = prefix_stem(prefix)
+    if _TYPE_RE.fullmatch(prefix):
+        return type_name == prefix
+    return type_name.startswith(stem)
 
 
 def normalize_run_id(run_id: object) -> str:

@@ -10,6 +10,7 @@ and the ``AsyncClient`` share one implementation of every operation.
 from __future__ import annotations
 
 import abc
+import asyncio
 import json
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
@@ -61,6 +62,73 @@ class RunQuery:
     after_id: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A run a worker claimed, with the token that fences every write it makes for it."""
+
+    run: Run
+    token: str
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """What a worker asks for: up to ``limit`` due runs of ``types`` it may run."""
+
+    worker_id: str
+    types: tuple[str, ...]
+    limit: int
+    lease_seconds: float
+    runtime: str = "python"
+
+
+@dataclass(frozen=True, slots=True)
+class Success:
+    run_id: str
+    token: str
+    result: str  # JSON text
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A failed attempt: retried after ``delay`` seconds, or the end of the run if ``final``."""
+
+    run_id: str
+    token: str | None
+    final: bool
+    delay: float
+    error: str  # stored in last_error
+    data: dict[str, Any]  # event data
+
+
+@dataclass(frozen=True, slots=True)
+class Outcomes:
+    """Everything a worker has to record, written together in one transaction."""
+
+    succeeded: list[Success] = field(default_factory=list)
+    failed: list[Failure] = field(default_factory=list)
+    released: list[tuple[str, str]] = field(default_factory=list)  # (run id, token)
+
+    def __bool__(self) -> bool:
+        return bool(self.succeeded or self.failed or self.released)
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryEntry:
+    """One row of ``workflow_registry``: which runtime may run a type, and whether it may."""
+
+    workflow_name: str
+    intent_type: str
+    runtime: str
+    is_enabled: bool
+    description: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+#: What a worker learns about a lease it holds.
+HELD, CANCELLED, LOST = "held", "cancelled", "lost"
+
+
 class Backend(abc.ABC):
     """A store of runs. Subclasses provide SQL, row decoding and the two drivers."""
 
@@ -70,6 +138,8 @@ class Backend(abc.ABC):
     latest_version: int
     #: Named SQL statements, with the schema already filled in.
     q: dict[str, str]
+    #: Whether :meth:`listen` hears about every write in every process.
+    has_notifications: bool = False
 
     # -- execution -------------------------------------------------------------------
 
@@ -88,6 +158,19 @@ class Backend(abc.ABC):
     async def aclose(self) -> None:
         """Release connections held for asynchronous use."""
         self.close()
+
+    # -- wake-ups --------------------------------------------------------------------
+
+    async def listen(self, on_message: Callable[[str, str], None]) -> None:
+        """Call ``on_message(kind, value)`` for wake-ups until cancelled.
+
+        ``kind`` is ``"wake"`` (value: a type with a newly due run) or ``"cancel"``
+        (value: a cancelled run id). Stores without notifications never call it.
+        """
+        await asyncio.Event().wait()
+
+    def notify_local(self, kind: str, value: str) -> None:  # noqa: B027 - optional hook
+        """Wake this process's listeners after a commit (for stores without triggers)."""
 
     # -- schema ----------------------------------------------------------------------
 
@@ -119,8 +202,9 @@ class Backend(abc.ABC):
         """Adapt Python values to what the driver expects (identity by default)."""
         return params
 
-    def stmt(self, name: str, **params: Any) -> Statement:
-        return Statement(self.q[name], self.encode_params(params))
+    def stmt(self, query: str, /, **params: Any) -> Statement:
+        """The named query with its parameters adapted for the driver."""
+        return Statement(self.q[query], self.encode_params(params))
 
     def run_from_row(self, row: Mapping[str, Any]) -> Run:
         opt_time = self._opt_time
@@ -233,6 +317,139 @@ class Backend(abc.ABC):
     def list_events(self, run_id: str) -> Op[list[Event]]:
         rows = yield self.stmt("list_events", id=run_id)
         return [self.event_from_row(row) for row in rows]
+
+    # -- registry --------------------------------------------------------------------
+
+    def registry_from_row(self, row: Mapping[str, Any]) -> RegistryEntry:
+        return RegistryEntry(
+            workflow_name=row["workflow_name"],
+            intent_type=row["intent_type"],
+            runtime=row["runtime"],
+            is_enabled=bool(row["is_enabled"]),
+            description=row["description"],
+            created_at=self.decode_time(row["created_at"]),
+            updated_at=self.decode_time(row["updated_at"]),
+        )
+
+    def register_types(self, types: list[str], runtime: str) -> Op[None]:
+        """Record ``runtime`` for each type that has no registry entry yet."""
+        yield self.stmt("register_types", types=types, runtime=runtime)
+
+    def list_registry(self) -> Op[list[RegistryEntry]]:
+        rows = yield self.stmt("list_registry")
+        return [self.registry_from_row(row) for row in rows]
+
+    def set_registry(self, name: str, runtime: str, description: str | None) -> Op[RegistryEntry]:
+        rows = yield self.stmt("set_registry", name=name, runtime=runtime, description=description)
+        return self.registry_from_row(rows[0])
+
+    def enable_registry(self, name: str, enabled: bool) -> Op[RegistryEntry | None]:
+        rows = yield self.stmt("enable_registry", name=name, enabled=enabled)
+        return self.registry_from_row(rows[0]) if rows else None
+
+    # -- worker ----------------------------------------------------------------------
+
+    def claim(self, claim: Claim) -> Op[list[Lease]]:
+        """Lease up to ``claim.limit`` due runs, highest priority and longest due first."""
+        rows = yield self.stmt(
+            "claim",
+            worker_id=claim.worker_id,
+            types=list(claim.types),
+            runtime=claim.runtime,
+            limit=claim.limit,
+            lease=float(claim.lease_seconds),
+        )
+        if rows and "claim_events" in self.q:
+            yield self.stmt("claim_events", ids=[str(row["id"]) for row in rows])
+        return [Lease(self.run_from_row(row), str(row["lease_token"])) for row in rows]
+
+    def heartbeat(
+        self, worker_id: str, leases: list[tuple[str, str]], lease_seconds: float, events: bool
+    ) -> Op[dict[str, str]]:
+        """Extend held leases; map each run id to HELD, CANCELLED or LOST."""
+        rows = yield self.stmt(
+            "heartbeat",
+            items=_lease_items(leases),
+            lease=float(lease_seconds),
+            worker_id=worker_id,
+            with_events=events,
+        )
+        extended = [str(row["id"]) for row in rows]
+        if extended and events and "heartbeat_events" in self.q:
+            yield self.stmt(
+                "heartbeat_events", ids=extended, lease=float(lease_seconds), worker_id=worker_id
+            )
+        states = dict.fromkeys(extended, HELD)
+        others = [lease for lease in leases if lease[0] not in states]
+        if others:
+            states.update((yield from self.lease_states(others)))
+        return states
+
+    def lease_states(self, leases: list[tuple[str, str]]) -> Op[dict[str, str]]:
+        """Whether each lease is still held, or was cancelled or lost, without changing it."""
+        rows = yield self.stmt("lease_states", items=_lease_items(leases))
+        states = {}
+        for row in rows:
+            if row["status"] == "cancelled":
+                state = CANCELLED
+            elif row["status"] == "leased" and row["held"]:
+                state = HELD
+            else:
+                state = LOST
+            states[str(row["id"])] = state
+        return states
+
+    def finish(self, outcomes: Outcomes, worker_id: str, reason: str = "shutdown") -> Op[set[str]]:
+        """Record outcomes of leased runs; return the ids whose lease was still held."""
+        accepted: set[str] = set()
+        if outcomes.succeeded:
+            items: list[dict[str, Any]] = [
+                {"id": s.run_id, "token": s.token, "result": s.result} for s in outcomes.succeeded
+            ]
+            accepted |= yield from self._fenced_update("succeed_runs", "succeed_events", items)
+        if outcomes.failed:
+            failed: list[dict[str, Any]] = [
+                {
+                    "id": f.run_id,
+                    "token": f.token,
+                    "final": f.final,
+                    "delay": round(f.delay, 3),
+                    "error": f.error,
+                    "data": f.data,
+                }
+                for f in outcomes.failed
+            ]
+            accepted |= yield from self._fenced_update("fail_runs", "fail_events", failed)
+        if outcomes.released:
+            released = [{"id": run_id, "token": token} for run_id, token in outcomes.released]
+            accepted |= yield from self._fenced_update(
+                "release_runs", "release_events", released, worker_id=worker_id, reason=reason
+            )
+        return accepted
+
+    def _fenced_update(
+        self, name: str, events: str, items: list[dict[str, Any]], **extra: Any
+    ) -> Op[set[str]]:
+        rows = yield self.stmt(name, items=json.dumps(items), **extra)
+        done = [str(row["id"]) for row in rows]
+        if done and events in self.q:
+            yield self.stmt(events, ids=done, items=json.dumps(items), **extra)
+        return set(done)
+
+    def reap_expired(
+        self, types: list[str], limit: int, decide: Callable[[Mapping[str, Any]], Failure]
+    ) -> Op[int]:
+        """Turn expired leases of ``types`` into failed attempts, as ``decide`` says."""
+        rows = yield self.stmt("expired_leases", types=types, limit=limit)
+        if not rows:
+            return 0
+        failures = [decide(row) for row in rows]
+        accepted = yield from self.finish(Outcomes(failed=failures), worker_id="")
+        return len(accepted)
+
+
+def _lease_items(leases: list[tuple[str, str]]) -> str:
+    return json.dumps([{"id": run_id, "token": token} for run_id, token in leases])
 
 
 def drive(op: Op[T], run: Callable[[Statement], Rows]) -> T:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -22,6 +23,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
     ) from exc
 
 T = TypeVar("T")
+_log = logging.getLogger("simpleworkflow.postgres")
 _PACKAGE = __name__
 
 
@@ -29,6 +31,7 @@ class PostgresBackend(base.Backend):
     """Runs live in schema ``schema`` (default ``workflow``) of the database at ``url``."""
 
     name = "postgres"
+    has_notifications = True
 
     def __init__(self, url: str, *, schema: str = "workflow", max_connections: int = 10) -> None:
         self.url = url
@@ -100,6 +103,35 @@ class PostgresBackend(base.Backend):
                         statement = op.send(rows)
                 except StopIteration as stop:
                     return stop.value  # type: ignore[no-any-return]
+
+    async def listen(self, on_message: Callable[[str, str], None]) -> None:
+        """Deliver this schema's notifications; reconnect with backoff when the link drops.
+
+        After every (re)connection a ``wake`` without a type is delivered, since
+        notifications sent while disconnected are lost and the listener must look itself.
+        """
+        pause = 0.5
+        while True:
+            try:
+                conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+            except psycopg.OperationalError as exc:
+                _log.warning("cannot listen for wake-ups (%s); retrying in %.1fs", exc, pause)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 10.0)
+                continue
+            try:
+                await conn.execute("listen simpleworkflow")
+                pause = 0.5
+                on_message("wake", "")
+                async for note in conn.notifies():
+                    kind, _, rest = note.payload.partition(" ")
+                    schema, _, value = rest.partition(" ")
+                    if schema == self.schema:
+                        on_message(kind, value)
+            except psycopg.OperationalError as exc:
+                _log.warning("wake-up connection lost (%s); reconnecting", exc)
+            finally:
+                await conn.close()
 
     def close(self) -> None:
         if self._pool is not None:

@@ -13,10 +13,11 @@ import json
 import os
 import sqlite3
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from simpleworkflow import errors
+from simpleworkflow import errors, wakeups
 from simpleworkflow.backends import base, queries
 
 T = TypeVar("T")
@@ -37,6 +38,7 @@ class SQLiteBackend(base.Backend):
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.RLock()
         self._pid = os.getpid()
+        self._key = os.path.realpath(path) if path != ":memory:" else f"memory:{id(self)}"
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None or self._pid != os.getpid():
@@ -82,6 +84,21 @@ class SQLiteBackend(base.Backend):
 
     async def execute_async(self, op: base.Op[T], *, readonly: bool = False) -> T:
         return await asyncio.to_thread(self.execute, op, readonly=readonly)
+
+    async def listen(self, on_message: Callable[[str, str], None]) -> None:
+        loop = asyncio.get_running_loop()
+
+        def deliver(kind: str, value: str) -> None:  # called from the producer's thread
+            loop.call_soon_threadsafe(on_message, kind, value)
+
+        wakeups.subscribe(self._key, deliver)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            wakeups.unsubscribe(self._key, deliver)
+
+    def notify_local(self, kind: str, value: str) -> None:
+        wakeups.publish(self._key, kind, value)
 
     def close(self) -> None:
         with self._lock:

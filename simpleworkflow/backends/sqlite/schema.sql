@@ -22,7 +22,8 @@ create table workflow_run (
     result          text check (result is null or json_valid(result)),
     created_at      text not null default (strftime('%Y-%m-%d %H:%M:%f', 'now')),
     updated_at      text not null default (strftime('%Y-%m-%d %H:%M:%f', 'now')),
-    deleted_at      text
+    deleted_at      text,
+    lease_token     text
 );
 
 create index idx_workflow_run_claim
@@ -59,3 +60,7 @@ create table workflow_registry (
     created_at    text not null default (strftime('%Y-%m-%d %H:%M:%f', 'now')),
     updated_at    text not null default (strftime('%Y-%m-%d %H:%M:%f', 'now'))
 );
+
+create index idx_workflow_run_lease_expiry
+    on workflow_run (lease_until)
+    where status = 'leased';

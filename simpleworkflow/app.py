@@ -1,0 +1,126 @@
+"""The application: which handler runs each workflow type, and with what policy."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from simpleworkflow import durations, errors, names
+from simpleworkflow.retry import DEFAULT_RUN_POLICY, RetryPolicy
+
+if TYPE_CHECKING:
+    from simpleworkflow.client import AsyncClient, Client
+    from simpleworkflow.worker import IntentPoller
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class Definition:
+    """A registered handler and how to run it."""
+
+    type: str
+    fn: Callable[..., Any]
+    retry: RetryPolicy
+    timeout: float | None
+    is_async: bool
+    takes_context: bool
+
+
+class App:
+    """Handlers by workflow type, plus the database they work against.
+
+    ``database_url`` and ``schema`` default as everywhere (argument, environment, local
+    SQLite file); a worker or client made from the app uses them.
+    """
+
+    def __init__(
+        self,
+        database_url: str | None = None,
+        *,
+        schema: str | None = None,
+        retry: RetryPolicy = DEFAULT_RUN_POLICY,
+    ) -> None:
+        self.database_url = database_url
+        self.schema = schema
+        self.retry = retry
+        self._definitions: dict[str, Definition] = {}
+
+    def workflow(
+        self,
+        type: str,
+        *,
+        retry: RetryPolicy | None = None,
+        timeout: durations.Duration | None = None,
+    ) -> Callable[[F], F]:
+        """Register the decorated function as the handler of ``type``."""
+
+        def decorate(fn: F) -> F:
+            self.register(type, fn, retry=retry, timeout=timeout)
+            return fn
+
+        return decorate
+
+    def register(
+        self,
+        type: str,
+        fn: Callable[..., Any],
+        *,
+        retry: RetryPolicy | None = None,
+        timeout: durations.Duration | None = None,
+    ) -> Definition:
+        """Register ``fn`` (``def`` or ``async def``, taking ``payload`` and maybe ``ctx``)."""
+        names.validate_type(type)
+        if type in self._definitions:
+            raise errors.InvalidArgument(f"a handler for {type!r} is already registered")
+        definition = Definition(
+            type=type,
+            fn=fn,
+            retry=retry or self.retry,
+            timeout=None if timeout is None else durations.to_seconds(timeout, what="timeout"),
+            is_async=asyncio.iscoroutinefunction(fn),
+            takes_context=_positional_count(fn) >= 2,
+        )
+        self._definitions[type] = definition
+        return definition
+
+    @property
+    def definitions(self) -> Mapping[str, Definition]:
+        return self._definitions
+
+    def types_matching(self, prefixes: Iterable[str]) -> list[str]:
+        """The registered types that any of the ``'billing.%'``-style prefixes selects."""
+        chosen = list(prefixes)
+        return sorted(
+            t for t in self._definitions if any(names.prefix_matches(p, t) for p in chosen)
+        )
+
+    def client(self) -> Client:
+        from simpleworkflow.client import Client
+
+        return Client(self.database_url, schema=self.schema)
+
+    def async_client(self) -> AsyncClient:
+        from simpleworkflow.client import AsyncClient
+
+        return AsyncClient(self.database_url, schema=self.schema)
+
+    def poller(self, **options: Any) -> IntentPoller:
+        """An :class:`~simpleworkflow.worker.IntentPoller` for this app's handlers."""
+        from simpleworkflow.worker import IntentPoller
+
+        return IntentPoller(app=self, **options)
+
+
+def _positional_count(fn: Callable[..., Any]) -> int:
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return 2
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters):
+        return 2
+    return sum(1 for p in parameters if p.kind in kinds)

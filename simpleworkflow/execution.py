@@ -1,0 +1,101 @@
+"""One attempt of one run: call the handler, and turn what happened into an outcome."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import functools
+import traceback
+from typing import Any
+
+from simpleworkflow import errors, payloads
+from simpleworkflow.app import Definition
+from simpleworkflow.backends.base import Failure, Lease, Success
+from simpleworkflow.context import Context
+
+MAX_ERROR_CHARS = 16_000
+
+
+async def attempt(
+    definition: Definition,
+    lease: Lease,
+    ctx: Context,
+    executor: concurrent.futures.Executor,
+    max_result_bytes: int = payloads.DEFAULT_MAX_BYTES,
+) -> Success | Failure | None:
+    """Run the handler once. ``None`` means there is nothing to record: it was asked to stop."""
+    try:
+        value = await _call(definition, lease.run.payload, ctx, executor)
+    except asyncio.CancelledError:
+        if ctx.is_cancelled():
+            return None
+        raise
+    except errors.Cancelled:
+        return None
+    except Exception as exc:
+        return failure(definition, lease, exc, ctx.worker_id)
+    try:
+        result = payloads.encode(value, what="result", max_bytes=max_result_bytes)
+    except errors.InvalidPayload as exc:
+        # Retrying would produce the same value: fail now, with the reason.
+        return failure(definition, lease, exc, ctx.worker_id, retryable=False)
+    return Success(lease.run.id, lease.token, result)
+
+
+async def _call(
+    definition: Definition, payload: Any, ctx: Context, executor: concurrent.futures.Executor
+) -> Any:
+    args = (payload, ctx) if definition.takes_context else (payload,)
+    if definition.is_async:
+        task = asyncio.ensure_future(definition.fn(*args))
+        ctx._on_stop.append(task.cancel)
+        pending: asyncio.Future[Any] = task
+    else:
+        call = functools.partial(contextvars.copy_context().run, definition.fn, *args)
+        pending = asyncio.get_running_loop().run_in_executor(executor, call)
+    if definition.timeout is None:
+        return await pending
+    try:
+        return await asyncio.wait_for(pending, definition.timeout)
+    except TimeoutError:
+        raise errors.HandlerTimeout(
+            f"handler for {definition.type} ran longer than its {definition.timeout:g}s timeout"
+        ) from None
+
+
+def failure(
+    definition: Definition,
+    lease: Lease,
+    exc: BaseException,
+    worker_id: str,
+    *,
+    retryable: bool = True,
+) -> Failure:
+    """The outcome of a failed attempt: a retry after backoff, or the end of the run."""
+    run = lease.run
+    failures = run.attempt + 1
+    retryable = retryable and definition.retry.retries(exc)
+    final = not retryable or failures >= run.max_attempts
+    text = "".join(traceback.format_exception(exc))
+    error: dict[str, Any] = {"type": _qualname(exc), "message": str(exc)[:2000]}
+    if final:
+        error["traceback"] = text[-MAX_ERROR_CHARS:]
+    data: dict[str, Any] = {"worker_id": worker_id, "error": error}
+    if not retryable:
+        data["retryable"] = False
+    return Failure(
+        run_id=run.id,
+        token=lease.token,
+        final=final,
+        delay=0.0 if final else definition.retry.delay(failures),
+        error=text[-MAX_ERROR_CHARS:],
+        data=data,
+    )
+
+
+def _qualname(exc: BaseException) -> str:
+    cls = type(exc)
+    return (
+        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    )

@@ -1,0 +1,81 @@
+"""Group commit: outcomes of many runs written in one transaction.
+
+Handlers that finish while a write is in flight queue up; the next write takes them all.
+Each caller learns whether its outcome counted (its lease was still held).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from simpleworkflow import errors
+from simpleworkflow.backends.base import Backend, Failure, Outcomes, Success
+
+_log = logging.getLogger("simpleworkflow.worker")
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Give a leased run back untouched (no attempt counted), e.g. at shutdown."""
+
+    run_id: str
+    token: str
+
+
+Item = Success | Failure | Release
+
+
+class Outbox:
+    def __init__(self, backend: Backend, worker_id: str) -> None:
+        self._backend = backend
+        self._worker_id = worker_id
+        self._queue: list[tuple[Item, asyncio.Future[bool]]] = []
+        self._ready = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    async def record(self, item: Item) -> bool:
+        """Queue ``item`` and wait until it is committed; False if the lease was lost."""
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._queue.append((item, future))
+        self._idle.clear()
+        self._ready.set()
+        return await future
+
+    async def drained(self) -> None:
+        """Return once everything queued so far has been written."""
+        await self._idle.wait()
+
+    async def run(self) -> None:
+        """The writer task: flush whatever is queued, one transaction per batch."""
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            batch, self._queue = self._queue, []
+            if batch:
+                accepted = await self._write([item for item, _ in batch])
+                for item, future in batch:
+                    if not future.done():
+                        future.set_result(item.run_id in accepted)
+            if not self._queue:
+                self._idle.set()
+
+    async def _write(self, items: list[Item]) -> set[str]:
+        outcomes = Outcomes(
+            succeeded=[i for i in items if isinstance(i, Success)],
+            failed=[i for i in items if isinstance(i, Failure)],
+            released=[(i.run_id, i.token) for i in items if isinstance(i, Release)],
+        )
+        pause = 0.2
+        while True:
+            try:
+                op = self._backend.finish(outcomes, self._worker_id)
+                return await self._backend.execute_async(op)
+            except errors.StoreUnavailable as exc:
+                # Outcomes are fenced by lease token, so writing them late is safe: a
+                # lease lost meanwhile just makes the write a no-op.
+                _log.warning("cannot record %d outcomes yet (%s); retrying", len(items), exc)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 5.0)

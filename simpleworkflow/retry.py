@@ -1,0 +1,64 @@
+"""Retry policies: how long to wait before the next attempt, and which errors never retry."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from simpleworkflow import durations, errors
+
+Backoff = Literal["fixed", "linear", "exponential", "quadratic"]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Delay after the n-th failed attempt, before jitter and ``cap``:
+
+    ``fixed``: base; ``linear``: base * n; ``exponential``: base * factor ** (n - 1);
+    ``quadratic``: base * n ** 2. Jitter adds up to ``jitter`` times the delay at random,
+    so that runs failing together do not retry together.
+
+    The default for runs is quadratic with a one-minute base and 10 % jitter: about 1, 4,
+    9 ... minutes. How many attempts a run gets is its ``max_attempts`` column.
+    """
+
+    backoff: Backoff = "quadratic"
+    base: durations.Duration = 60.0
+    factor: float = 2.0
+    cap: durations.Duration = 6 * 3600.0
+    jitter: float = 0.1
+    non_retryable: tuple[type[BaseException], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if self.backoff not in ("fixed", "linear", "exponential", "quadratic"):
+            raise errors.InvalidArgument(
+                f"unknown backoff {self.backoff!r}; use fixed, linear, exponential or quadratic"
+            )
+        durations.to_seconds(self.base, what="retry base")
+        durations.to_seconds(self.cap, what="retry cap")
+        if not 0 <= self.jitter <= 1 or self.factor < 1:
+            raise errors.InvalidArgument("jitter must be within 0..1 and factor at least 1")
+
+    def delay(self, failures: int, rand: Callable[[], float] = random.random) -> float:
+        """Seconds to wait after ``failures`` failed attempts (1 after the first failure)."""
+        base = durations.to_seconds(self.base)
+        n = max(failures, 1)
+        if self.backoff == "fixed":
+            delay = base
+        elif self.backoff == "linear":
+            delay = base * n
+        elif self.backoff == "exponential":
+            delay = base * self.factor ** min(n - 1, 64)
+        else:
+            delay = base * n * n
+        delay = min(delay, durations.to_seconds(self.cap))
+        return delay + delay * self.jitter * rand()
+
+    def retries(self, exc: BaseException) -> bool:
+        """False for errors that no retry can fix."""
+        return not isinstance(exc, (errors.PermanentError, *self.non_retryable))
+
+
+DEFAULT_RUN_POLICY = RetryPolicy()

@@ -1,0 +1,362 @@
+"""IntentPoller: claims due runs by type prefix, runs their handlers, records outcomes.
+
+One event loop does all the bookkeeping: a claim loop that leases as many runs as there
+are free slots in one statement, a heartbeat task that extends every held lease in one
+statement, a reaper that turns expired leases (crashed workers) into failed attempts,
+a listener for wake-ups and cancellations, and the outbox that group-commits outcomes.
+Sync handlers run in a thread pool, async ones on the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import random
+import signal
+import socket
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from simpleworkflow import durations, errors, execution, names
+from simpleworkflow.app import App, Definition
+from simpleworkflow.backends import Backend, open_backend
+from simpleworkflow.backends.base import CANCELLED, HELD, LOST, Claim, Failure, Lease
+from simpleworkflow.client import auto_migrates, needs_migration
+from simpleworkflow.context import Context
+from simpleworkflow.outbox import Outbox, Release
+
+_log = logging.getLogger("simpleworkflow.worker")
+RUNTIME = "python"
+
+
+@dataclass
+class _Active:
+    lease: Lease
+    ctx: Context
+    task: asyncio.Task[None]
+
+
+class IntentPoller:
+    """A worker for the handlers of ``app`` whose types match ``type_prefixes``.
+
+    ``IntentPoller(type_prefixes=["billing.%"], lease_duration=30, worker_id="w1")``
+    works as it stands; register handlers on ``poller.app`` (or pass ``app=``), then
+    call :meth:`run` (blocking, handles SIGTERM/SIGINT) or await :meth:`run_async`.
+    """
+
+    def __init__(
+        self,
+        app: App | None = None,
+        *,
+        type_prefixes: Iterable[str] = ("%",),
+        lease_duration: durations.Duration = 30.0,
+        worker_id: str | None = None,
+        concurrency: int = 10,
+        database_url: str | None = None,
+        schema: str | None = None,
+        poll_interval: durations.Duration = 1.0,
+        shutdown_grace: durations.Duration = 30.0,
+        heartbeat_events: bool = True,
+        backend: Backend | None = None,
+    ) -> None:
+        self.app = app or App(database_url, schema=schema)
+        self.type_prefixes = [_checked_prefix(p) for p in type_prefixes]
+        self.lease_duration = durations.to_seconds(lease_duration, what="lease_duration")
+        if self.lease_duration < 1:
+            raise errors.InvalidArgument("lease_duration must be at least one second")
+        self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}"
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise errors.InvalidArgument("concurrency must be a positive integer")
+        self.concurrency = concurrency
+        self.poll_interval = durations.to_seconds(poll_interval, what="poll_interval")
+        self.shutdown_grace = durations.to_seconds(shutdown_grace, what="shutdown_grace")
+        self.heartbeat_events = heartbeat_events
+        self._backend = backend or open_backend(
+            database_url or self.app.database_url, schema=schema or self.app.schema
+        )
+        self._active: dict[str, _Active] = {}
+        self._types: list[str] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._signal: asyncio.Event | None = None
+        self._stopping = False
+        self._woken = True
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+
+    def workflow(self, type: str, **options: Any) -> Callable[[Any], Any]:
+        """Register a handler on this poller's app; see :meth:`App.workflow`."""
+        return self.app.workflow(type, **options)
+
+    @property
+    def types(self) -> list[str]:
+        """The types this worker claims: registered handlers selected by its prefixes."""
+        return self.app.types_matching(self.type_prefixes)
+
+    # -- running ---------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Work until SIGTERM or SIGINT, then shut down gracefully; a second signal exits now."""
+        asyncio.run(self._run_with_signals())
+        if self._executor is not None and any(
+            thread.is_alive() for thread in getattr(self._executor, "_threads", ())
+        ):
+            # A sync handler ignored the stop request; its lease is already released.
+            _log.warning("exiting with sync handlers still running; their runs were released")
+            logging.shutdown()
+            os._exit(0)
+
+    async def _run_with_signals(self) -> None:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self._on_signal, signum)
+        await self.run_async()
+
+    def _on_signal(self, signum: int) -> None:
+        if self._stopping:
+            _log.warning("second %s: exiting at once", signal.Signals(signum).name)
+            logging.shutdown()
+            os._exit(1)
+        _log.info("%s: finishing running handlers, then stopping", signal.Signals(signum).name)
+        self._request_stop()
+
+    def stop(self) -> None:
+        """Ask the worker to stop gracefully; safe from any thread."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._request_stop)
+
+    def _request_stop(self) -> None:
+        self._stopping = True
+        if self._signal is not None:
+            self._signal.set()
+
+    async def run_async(self) -> None:
+        """Work until :meth:`stop` is called (or the task is cancelled)."""
+        self._types = self.types
+        if not self._types:
+            raise errors.ConfigurationError(
+                f"no registered handler matches the prefixes {self.type_prefixes}; "
+                f"registered types: {sorted(self.app.definitions) or 'none'}"
+            )
+        self._loop = asyncio.get_running_loop()
+        self._signal = asyncio.Event()
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=self.concurrency, thread_name_prefix="simpleworkflow-handler"
+        )
+        backend = self._backend
+        await self._prepare_schema()
+        await backend.execute_async(backend.register_types(self._types, RUNTIME))
+        outbox = Outbox(backend, self.worker_id)
+        helpers = [
+            asyncio.create_task(outbox.run(), name="outbox"),
+            asyncio.create_task(self._heartbeats(), name="heartbeats"),
+            asyncio.create_task(self._reaper(), name="reaper"),
+            asyncio.create_task(backend.listen(self._on_message), name="listen"),
+        ]
+        if not backend.has_notifications:
+            helpers.append(asyncio.create_task(self._watch_leases(), name="lease-watch"))
+        _log.info(
+            "worker %s claiming %s on %s (concurrency %d)",
+            self.worker_id,
+            ", ".join(self._types),
+            backend.name,
+            self.concurrency,
+        )
+        try:
+            await self._claim_loop(outbox)
+        finally:
+            await self._drain(outbox)
+            for task in helpers:
+                task.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            await backend.aclose()
+            _log.info("worker %s stopped", self.worker_id)
+
+    async def _prepare_schema(self) -> None:
+        backend = self._backend
+        version = await backend.execute_async(backend.schema_version(), readonly=True)
+        if needs_migration(backend, version, auto_migrate=auto_migrates(backend, None)):
+            await asyncio.to_thread(backend.migrate)
+
+    # -- claiming --------------------------------------------------------------------
+
+    async def _claim_loop(self, outbox: Outbox) -> None:
+        assert self._signal is not None
+        claim_more = True  # the last claim filled every free slot: there may be more
+        pause = 0.2
+        while not self._stopping:
+            free = self.concurrency - len(self._active)
+            if free > 0 and (claim_more or self._woken):
+                self._woken = False
+                try:
+                    leases = await self._claim(free)
+                except errors.StoreUnavailable as exc:
+                    _log.warning("claim failed (%s); retrying in %.1fs", exc, pause)
+                    await asyncio.sleep(pause)
+                    pause, self._woken = min(pause * 2, 10.0), True
+                    continue
+                pause = 0.2
+                for lease in leases:
+                    self._start(lease, outbox)
+                claim_more = len(leases) == free
+                continue
+            self._signal.clear()
+            try:
+                await asyncio.wait_for(self._signal.wait(), self.poll_interval)
+            except TimeoutError:
+                self._woken = True
+
+    async def _claim(self, limit: int) -> list[Lease]:
+        claim = Claim(
+            worker_id=self.worker_id,
+            types=tuple(self._types),
+            limit=limit,
+            lease_seconds=self.lease_duration,
+            runtime=RUNTIME,
+        )
+        return await self._backend.execute_async(self._backend.claim(claim))
+
+    def _start(self, lease: Lease, outbox: Outbox) -> None:
+        ctx = Context(lease.run, self.worker_id)
+        task = asyncio.create_task(self._execute(lease, ctx, outbox), name=f"run-{lease.run.id}")
+        self._active[lease.run.id] = _Active(lease, ctx, task)
+
+    async def _execute(self, lease: Lease, ctx: Context, outbox: Outbox) -> None:
+        definition: Definition = self.app.definitions[lease.run.type]
+        assert self._executor is not None
+        try:
+            outcome = await execution.attempt(definition, lease, ctx, self._executor)
+            recorded = outcome is None or ctx.is_cancelled() or await outbox.record(outcome)
+            if not recorded:
+                _log.warning(
+                    "run %s: lease lost before its outcome was recorded; discarded", lease.run.id
+                )
+        except Exception:
+            _log.exception("run %s: worker error while running it", lease.run.id)
+        finally:
+            self._active.pop(lease.run.id, None)
+            if self._signal is not None:
+                self._signal.set()
+
+    # -- leases ----------------------------------------------------------------------
+
+    async def _heartbeats(self) -> None:
+        """Extend every held lease about three times per lease duration."""
+        while True:
+            await asyncio.sleep(self.lease_duration / 3)
+            leases = self._held()
+            if not leases:
+                continue
+            op = self._backend.heartbeat(
+                self.worker_id, leases, self.lease_duration, self.heartbeat_events
+            )
+            try:
+                states = await self._backend.execute_async(op)
+            except errors.StoreUnavailable as exc:
+                _log.warning("heartbeat failed (%s); retrying", exc)
+                continue
+            self._apply(states)
+
+    async def _watch_leases(self, interval: float = 0.5) -> None:
+        """For stores without notifications: notice cancellations within ``interval``."""
+        while True:
+            await asyncio.sleep(interval)
+            leases = self._held()
+            if not leases:
+                continue
+            try:
+                states = await self._backend.execute_async(
+                    self._backend.lease_states(leases), readonly=True
+                )
+            except errors.StoreUnavailable:
+                continue
+            self._apply(states)
+
+    def _held(self) -> list[tuple[str, str]]:
+        return [
+            (run_id, active.lease.token)
+            for run_id, active in self._active.items()
+            if not active.ctx.is_cancelled()
+        ]
+
+    def _apply(self, states: Mapping[str, str]) -> None:
+        for run_id, state in states.items():
+            active = self._active.get(run_id)
+            if active is None or state == HELD:
+                continue
+            if state == CANCELLED:
+                _log.info("run %s was cancelled; stopping its handler", run_id)
+                active.ctx._request_stop("cancelled")
+            elif state == LOST:
+                _log.warning("run %s: lease lost to another worker; abandoning it", run_id)
+                active.ctx._request_stop("lease lost")
+
+    def _on_message(self, kind: str, value: str) -> None:
+        if kind == "cancel":
+            self._apply({value: CANCELLED} if value in self._active else {})
+        elif kind == "wake" and (not value or value in self._types):
+            self._woken = True
+            if self._signal is not None:
+                self._signal.set()
+
+    async def _reaper(self) -> None:
+        """Turn leases that expired (their worker died or stalled) into failed attempts."""
+        interval = max(1.0, min(self.lease_duration / 2, 30.0))
+        while True:
+            try:
+                op = self._backend.reap_expired(self._types, 100, self._expired)
+                reaped = await self._backend.execute_async(op)
+            except errors.StoreUnavailable as exc:
+                _log.warning("reaping expired leases failed (%s)", exc)
+                reaped = 0
+            if reaped:
+                _log.info("recovered %d runs whose lease expired", reaped)
+                self._on_message("wake", "")
+                continue
+            await asyncio.sleep(interval * (0.8 + 0.4 * random.random()))
+
+    def _expired(self, row: Mapping[str, Any]) -> Failure:
+        definition = self.app.definitions[row["type"]]
+        failures = row["attempt"] + 1
+        final = failures >= row["max_attempts"]
+        message = (
+            f"lease expired: worker {row['leased_by']} stopped renewing it "
+            "(it crashed, was killed, or stalled)"
+        )
+        token = row["lease_token"]
+        return Failure(
+            run_id=str(row["id"]),
+            token=None if token is None else str(token),
+            final=final,
+            delay=0.0 if final else definition.retry.delay(failures),
+            error=message,
+            data={
+                "reason": "lease_expired",
+                "worker_id": row["leased_by"],
+                "error": {"type": "LeaseExpired", "message": message},
+            },
+        )
+
+    # -- shutdown --------------------------------------------------------------------
+
+    async def _drain(self, outbox: Outbox) -> None:
+        """Let running handlers finish within the grace period, then give the rest back."""
+        tasks = [active.task for active in self._active.values()]
+        if tasks:
+            _log.info("waiting up to %gs for %d handlers", self.shutdown_grace, len(tasks))
+            await asyncio.wait(tasks, timeout=self.shutdown_grace)
+        leftovers = list(self._active.values())
+        for active in leftovers:
+            active.ctx._request_stop("shutdown")
+        releases = [outbox.record(Release(a.lease.run.id, a.lease.token)) for a in leftovers]
+        if releases:
+            released = await asyncio.gather(*releases)
+            _log.info("released %d unfinished runs", sum(released))
+        await outbox.drained()
+
+
+def _checked_prefix(prefix: str) -> str:
+    names.prefix_stem(prefix)
+    return prefix
