@@ -25,12 +25,16 @@ def _add_list(commands: Any) -> None:
         "-s",
         action="append",
         choices=[s.value for s in models.RunStatus],
-        help="only runs in this status (repeat for several)",
+        metavar="STATUS",
+        help="only runs in this status: pending, leased, succeeded, failed or cancelled "
+        "(repeat for several)",
     )
     parser.add_argument(
         "--type", "-t", dest="type_prefix", metavar="PREFIX", help="type prefix, e.g. billing.%%"
     )
-    parser.add_argument("--limit", "-n", type=int, default=50, help="page size (default: 50)")
+    parser.add_argument(
+        "--limit", "-n", type=int, default=50, metavar="N", help="page size (default: 50)"
+    )
     parser.add_argument("--cursor", help="the next page, as printed after the previous one")
     parser.add_argument(
         "--all", "-a", dest="include_deleted", action="store_true", help="include deleted runs"

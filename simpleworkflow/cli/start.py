@@ -34,7 +34,7 @@ def register(subparsers: Any) -> None:
         help="a repeated key returns the run that holds it and writes nothing",
     )
     parser.add_argument(
-        "--priority", type=int, default=100, help="lower runs earlier (default: 100)"
+        "--priority", type=int, default=100, metavar="N", help="lower runs earlier (default: 100)"
     )
     parser.add_argument(
         "--delay",
