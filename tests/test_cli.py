@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shlex
 import sqlite3
 import subprocess
 import sys
@@ -353,3 +354,23 @@ def test_help_lists_every_command() -> None:
     help_text = cli.build_parser().format_help()
     for command in ("migrate", "start", "runs"):
         assert command in help_text
+
+
+def _documented_command_lines() -> list[str]:
+    """Every ``$ simpleworkflow ...`` line quoted in the README and docs, continuations joined."""
+    root = Path(__file__).resolve().parent.parent
+    lines: list[str] = []
+    for doc in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        text = doc.read_text().replace("\\\n", " ")
+        for line in text.splitlines():
+            if line.startswith("$ simpleworkflow ") or " | simpleworkflow " in line:
+                command = line[line.index("simpleworkflow ") :]
+                lines.append(command.split(";")[0].split(" | ")[0])
+    return lines
+
+
+@pytest.mark.parametrize("line", _documented_command_lines())
+def test_documented_commands_parse(line: str) -> None:
+    argv = shlex.split(line)[1:]
+    args = cli.build_parser().parse_args(argv)
+    assert callable(args.handler)
