@@ -13,6 +13,7 @@ import json
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -55,7 +56,7 @@ class SQLiteBackend(base.Backend):
                     "and is writable"
                 ) from exc
             conn.row_factory = sqlite3.Row
-            conn.execute("pragma journal_mode = wal")
+            _enable_wal(conn, self.path, self._busy_timeout)
             conn.execute("pragma synchronous = normal")
             conn.execute("pragma foreign_keys = on")
             conn.execute("pragma case_sensitive_like = on")
@@ -163,6 +164,26 @@ class SQLiteBackend(base.Backend):
 
     def encode_params(self, params: dict[str, Any]) -> dict[str, Any]:
         return {key: _encode(value) for key, value in params.items()}
+
+
+def _enable_wal(conn: sqlite3.Connection, path: str, timeout: float) -> None:
+    """Switch the file to WAL, waiting out other processes that hold it meanwhile.
+
+    The switch needs the file to itself and SQLite reports "locked" at once instead of
+    calling the busy handler, so two processes opening a new file together would fail.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            conn.execute("pragma journal_mode = wal")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                conn.close()
+                raise errors.StoreUnavailable(
+                    f"cannot open SQLite database {path!r}: {exc}; retry"
+                ) from exc
+            time.sleep(0.01)
 
 
 def _encode(value: Any) -> Any:
