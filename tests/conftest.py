@@ -82,6 +82,7 @@ class Store:
         """
         if self.kind == "sqlite":
             conn = sqlite3.connect(config.sqlite_path(self.url))
+            conn.execute("pragma foreign_keys = on")  # as the backend's connections do
             try:
                 with conn:  # commits
                     return [tuple(row) for row in conn.execute(statement, params).fetchall()]
