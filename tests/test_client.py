@@ -503,14 +503,14 @@ class Opaque:
     pass
 
 
-BAD_STARTS: list[tuple[str, dict[str, Any], type[errors.InvalidInput], str]] = [
+BAD_STARTS: list[tuple[str, dict[str, Any], type[errors.InvalidInput], str | None]] = [
     ("uppercase", {"type": "Content.Thumbnail.v1"}, errors.InvalidTypeName, "lowercase"),
     ("no-version", {"type": "content.thumbnail"}, errors.InvalidTypeName, "version"),
     ("one-segment", {"type": "a.v1"}, errors.InvalidTypeName, "'a.v1'"),
-    ("bad-version", {"type": "content.thumbnail.version1"}, errors.InvalidTypeName, ""),
-    ("empty-type", {"type": ""}, errors.InvalidTypeName, ""),
-    ("space", {"type": "content. thumbnail.v1"}, errors.InvalidTypeName, ""),
-    ("newline", {"type": "content.thumbnail.v1\n"}, errors.InvalidTypeName, ""),
+    ("bad-version", {"type": "content.thumbnail.version1"}, errors.InvalidTypeName, None),
+    ("empty-type", {"type": ""}, errors.InvalidTypeName, None),
+    ("space", {"type": "content. thumbnail.v1"}, errors.InvalidTypeName, None),
+    ("newline", {"type": "content.thumbnail.v1\n"}, errors.InvalidTypeName, None),
     ("int-type", {"type": 7}, errors.InvalidTypeName, "string"),
     ("none-type", {"type": None}, errors.InvalidTypeName, "string"),
     ("long-type", {"type": "a" * 200 + ".b.v1"}, errors.InvalidTypeName, "limit is 200"),
@@ -561,7 +561,7 @@ def test_bad_start_is_refused_and_stores_nothing(
     producer: Producer,
     arguments: dict[str, Any],
     error: type[errors.InvalidInput],
-    message: str,
+    message: str | None,
 ) -> None:
     call: dict[str, Any] = {"type": TYPE, "payload": {}, **arguments}
     with pytest.raises(error, match=message) as caught:
