@@ -1,0 +1,345 @@
+"""The worker in-process, on both stores: retries, failures, timeouts, cancellation, heartbeats.
+
+Each test runs one or two :class:`IntentPoller` s on threads of their own, against a real
+store, with handlers defined in the test that note what they did in a list (the ledger).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conftest import Store
+from worker_app import wait_until
+
+from simpleworkflow import Client, RunStatus, errors
+from simpleworkflow.app import App
+from simpleworkflow.backends import Backend
+from simpleworkflow.backends.base import LOST, Claim, Outcomes, Success
+from simpleworkflow.context import Context
+from simpleworkflow.retry import RetryPolicy
+from simpleworkflow.worker import IntentPoller
+
+QUICK_RETRY = RetryPolicy(backoff="fixed", base=0.2, jitter=0)
+
+
+class Ledger:
+    """What handlers did, as they tell it: ``(event, run id, attempt)`` tuples."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.lines: list[tuple[str, str, int]] = []
+
+    def note(self, event: str, ctx: Context) -> None:
+        with self._lock:
+            self.lines.append((event, ctx.run_id, ctx.attempt))
+
+    def events(self, run_id: str) -> list[str]:
+        with self._lock:
+            return [event for event, run, _ in self.lines if run == run_id]
+
+    def attempts(self, event: str, run_id: str) -> list[int]:
+        with self._lock:
+            return [n for e, run, n in self.lines if e == event and run == run_id]
+
+
+@pytest.fixture
+def ledger() -> Ledger:
+    return Ledger()
+
+
+@pytest.fixture
+def app(store: Store) -> App:
+    return App(store.url, schema=store.schema, retry=QUICK_RETRY)
+
+
+@contextlib.contextmanager
+def working(app: App, **options: Any) -> Iterator[IntentPoller]:
+    """Run a poller for ``app`` on a thread until the block ends, then stop it cleanly."""
+    options = {"type_prefixes": ["test.%"], "poll_interval": 0.2, **options}
+    poller = IntentPoller(app, **options)
+    failure: list[BaseException] = []
+
+    def main() -> None:
+        try:
+            asyncio.run(poller.run_async())
+        except BaseException as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=main, name=f"poller-{poller.worker_id}", daemon=True)
+    thread.start()
+    try:
+        yield poller
+    finally:
+        deadline = time.monotonic() + 15
+        while thread.is_alive() and time.monotonic() < deadline:
+            # A no-op until the poller's loop runs, so repeat it; the loop may close meanwhile.
+            with contextlib.suppress(RuntimeError):
+                poller.stop()
+            thread.join(0.1)
+        assert not thread.is_alive(), "the poller did not stop within 15 s"
+    if failure:
+        raise failure[0]
+
+
+def lifecycle(client: Client, run_id: str) -> list[str]:
+    return [e.event_type for e in client.events(run_id) if e.event_type != "heartbeat"]
+
+
+def wait_terminal(client: Client, run_id: str, timeout: float = 15) -> Any:
+    def describe() -> str:
+        run = client.get(run_id)
+        return f"run is {run.status} after events {lifecycle(client, run_id)}"
+
+    wait_until(lambda: client.get(run_id).is_terminal, timeout, describe)
+    return client.get(run_id)
+
+
+def held_for(seconds: float, ledger: Ledger, client: Client, run_id: str) -> Any:
+    """Check, for ``seconds``, that the run stays as it is now; return it."""
+    before = client.get(run_id)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        now = client.get(run_id)
+        assert (now.status, now.result, now.attempt) == (
+            before.status,
+            before.result,
+            before.attempt,
+        )
+        time.sleep(0.1)
+    return before
+
+
+# -- retries and failures ----------------------------------------------------------------
+
+
+def test_a_failing_handler_is_retried_until_it_succeeds(
+    app: App, client: Client, ledger: Ledger
+) -> None:
+    @app.workflow("test.flaky.v1")
+    def flaky(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        ledger.note("start", ctx)
+        if ctx.attempt < 3:
+            raise ValueError(f"flaky failure {ctx.attempt}")
+        return {"attempt": ctx.attempt}
+
+    run_id = client.start("test.flaky.v1", {"n": 1}).id
+    with working(app):
+        run = wait_terminal(client, run_id)
+
+    assert (run.status, run.attempt, run.result) == (RunStatus.SUCCEEDED, 2, {"attempt": 3})
+    assert ledger.attempts("start", run_id) == [1, 2, 3]
+    assert lifecycle(client, run_id) == [
+        "created",
+        *["leased", "started", "retried"] * 2,
+        "leased",
+        "started",
+        "succeeded",
+    ]
+    retried = [e for e in client.events(run_id) if e.event_type == "retried"]
+    assert [e.data["error"] for e in retried] == [
+        {"type": "ValueError", "message": "flaky failure 1"},
+        {"type": "ValueError", "message": "flaky failure 2"},
+    ]
+    assert [e.data["attempt"] for e in retried] == [1, 2]
+    assert all(e.data["retry_at"] for e in retried)
+    assert "flaky failure 2" in (run.last_error or "")  # the last failure stays on record
+
+
+def test_a_run_fails_once_its_attempts_are_used_up(
+    app: App, client: Client, ledger: Ledger
+) -> None:
+    @app.workflow("test.broken.v1")
+    def broken_handler(payload: Any, ctx: Context) -> None:
+        ledger.note("start", ctx)
+        raise ValueError("the widget is broken")
+
+    run_id = client.start("test.broken.v1", max_attempts=2).id
+    with working(app):
+        run = wait_terminal(client, run_id)
+        held_for(0.5, ledger, client, run_id)
+
+    assert (run.status, run.attempt) == (RunStatus.FAILED, 2)
+    assert ledger.attempts("start", run_id) == [1, 2]
+    assert lifecycle(client, run_id)[-4:] == ["retried", "leased", "started", "failed"]
+    error = run.last_error or ""
+    assert "Traceback (most recent call last)" in error
+    assert "broken_handler" in error  # the frame that raised
+    assert "ValueError: the widget is broken" in error
+    failed = client.events(run_id)[-1].data
+    assert failed["error"]["type"] == "ValueError"
+    assert "broken_handler" in failed["error"]["traceback"]
+
+
+class QuotaExceeded(Exception):
+    pass
+
+
+@pytest.mark.parametrize(
+    ("error", "type_name"),
+    [
+        (errors.PermanentError("card declined"), "simpleworkflow.errors.PermanentError"),
+        (QuotaExceeded("card declined"), f"{__name__}.QuotaExceeded"),
+    ],
+    ids=["PermanentError", "non_retryable"],
+)
+def test_a_non_retryable_error_fails_the_run_at_once(
+    app: App, client: Client, ledger: Ledger, error: Exception, type_name: str
+) -> None:
+    @app.workflow("test.charge.v1", retry=RetryPolicy(base=0.1, non_retryable=(QuotaExceeded,)))
+    def charge(payload: Any, ctx: Context) -> None:
+        ledger.note("start", ctx)
+        raise error
+
+    run_id = client.start("test.charge.v1", max_attempts=5).id
+    with working(app):
+        run = wait_terminal(client, run_id)
+        held_for(0.5, ledger, client, run_id)
+
+    assert (run.status, run.attempt) == (RunStatus.FAILED, 1)
+    assert ledger.attempts("start", run_id) == [1]
+    assert lifecycle(client, run_id) == ["created", "leased", "started", "failed"]
+    failed = client.events(run_id)[-1].data
+    assert failed["retryable"] is False
+    assert failed["error"]["type"] == type_name
+    assert "card declined" in (run.last_error or "")
+
+
+def test_a_result_that_is_not_json_fails_the_run_at_once(
+    app: App, client: Client, ledger: Ledger
+) -> None:
+    @app.workflow("test.tags.v1")
+    def tags(payload: Any, ctx: Context) -> dict[str, Any]:
+        ledger.note("start", ctx)
+        return {"tags": {"a", "b"}}
+
+    run_id = client.start("test.tags.v1").id
+    with working(app):
+        run = wait_terminal(client, run_id)
+
+    assert (run.status, run.attempt, run.result) == (RunStatus.FAILED, 1, None)
+    assert ledger.attempts("start", run_id) == [1]
+    assert "result contains a set, which is not JSON" in (run.last_error or "")
+    assert "use a list instead" in (run.last_error or "")
+
+
+# -- cancellation ------------------------------------------------------------------------
+
+
+def test_cancel_stops_running_handlers_and_the_run_stays_cancelled(
+    app: App, client: Client, ledger: Ledger
+) -> None:
+    @app.workflow("test.loop.v1")
+    def loop(payload: Any, ctx: Context) -> str:
+        ledger.note("start", ctx)
+        deadline = time.monotonic() + 30
+        while not ctx.is_cancelled() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        ledger.note("stopped", ctx)
+        return "finished anyway"  # returned after the cancel: must not be recorded
+
+    @app.workflow("test.wait.v1")
+    async def wait(payload: Any, ctx: Context) -> str:
+        ledger.note("start", ctx)
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            ledger.note("cancelled", ctx)
+            raise
+        return "slept"
+
+    sync_id = client.start("test.loop.v1").id
+    async_id = client.start("test.wait.v1").id
+    with working(app):
+        wait_until(
+            lambda: ledger.events(sync_id) and ledger.events(async_id),
+            10,
+            "the handlers never started",
+        )
+        assert client.cancel(sync_id, reason="no longer needed")
+        assert client.cancel(async_id)
+        wait_until(
+            lambda: (
+                ledger.events(sync_id) == ["start", "stopped"]
+                and ledger.events(async_id) == ["start", "cancelled"]
+            ),
+            5,
+            lambda: f"handlers did not stop: {ledger.lines}",
+        )
+        for run_id in (sync_id, async_id):
+            run = held_for(2.0, ledger, client, run_id)
+            assert run.status is RunStatus.CANCELLED
+            assert run.result is None
+            assert lifecycle(client, run_id) == ["created", "leased", "started", "cancelled"]
+    assert client.events(sync_id)[-1].data == {"reason": "no longer needed"}
+
+
+# -- leases ------------------------------------------------------------------------------
+
+
+def test_heartbeats_keep_long_handlers_from_being_taken_over(
+    app: App, client: Client, ledger: Ledger
+) -> None:
+    lease = 1.5
+
+    @app.workflow("test.long.v1")
+    def long_sync(payload: Any, ctx: Context) -> str:
+        ledger.note("start", ctx)
+        time.sleep(4 * lease)
+        return "sync done"
+
+    @app.workflow("test.long.async.v1")
+    async def long_async(payload: Any, ctx: Context) -> str:
+        ledger.note("start", ctx)
+        await asyncio.sleep(4 * lease)
+        return "async done"
+
+    sync_id = client.start("test.long.v1").id
+    async_id = client.start("test.long.async.v1").id
+    # Two workers: either would reap and retake a lease that was allowed to expire.
+    with (
+        working(app, lease_duration=lease, worker_id="w-one"),
+        working(app, lease_duration=lease, worker_id="w-two"),
+    ):
+        sync_run = wait_terminal(client, sync_id, timeout=20)
+        async_run = wait_terminal(client, async_id, timeout=20)
+
+    assert (sync_run.status, sync_run.result) == (RunStatus.SUCCEEDED, "sync done")
+    assert (async_run.status, async_run.result) == (RunStatus.SUCCEEDED, "async done")
+    for run in (sync_run, async_run):
+        assert run.attempt == 0
+        assert ledger.events(run.id) == ["start"]
+        assert lifecycle(client, run.id) == ["created", "leased", "started", "succeeded"]
+        heartbeats = [e for e in client.events(run.id) if e.event_type == "heartbeat"]
+        assert len(heartbeats) >= 4, f"only {len(heartbeats)} heartbeats in {4 * lease}s"
+        assert {e.data["worker_id"] for e in heartbeats} == {run.leased_by}
+
+
+def test_writes_with_a_stale_lease_token_are_rejected(store: Store, client: Client) -> None:
+    """The fence itself: once a run is reclaimed, the old token changes nothing."""
+    run_id = client.start("test.fenced.v1").id
+    backend: Backend = store.backend()
+    try:
+        claim = Claim(worker_id="w-old", types=("test.fenced.v1",), limit=1, lease_seconds=30)
+        (old,) = backend.execute(backend.claim(claim))
+        store.sql("update workflow_run set status = 'pending' where id = ?", run_id)
+        (new,) = backend.execute(backend.claim(dataclasses.replace(claim, worker_id="w-new")))
+        assert new.token != old.token
+
+        stale = Outcomes(succeeded=[Success(run_id, old.token, '"stale"')])
+        assert backend.execute(backend.finish(stale, "w-old")) == set()
+        states = backend.execute(backend.heartbeat("w-old", [(run_id, old.token)], 30, True))
+        assert states == {run_id: LOST}
+        fresh = Outcomes(succeeded=[Success(run_id, new.token, '"fresh"')])
+        assert backend.execute(backend.finish(fresh, "w-new")) == {run_id}
+    finally:
+        backend.close()
+    run = client.get(run_id)
+    assert (run.status, run.result, run.leased_by) == (RunStatus.SUCCEEDED, "fresh", "w-new")
+    assert [e.event_type for e in client.events(run_id)].count("heartbeat") == 0

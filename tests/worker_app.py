@@ -1,0 +1,166 @@
+"""A worker process for the multi-process tests, and the ledger its handlers keep.
+
+Started as ``python tests/worker_app.py --worker-id w1 --prefix 'alpha.%' --ledger FILE``
+with ``SIMPLEWORKFLOW_DATABASE_URL`` and ``SIMPLEWORKFLOW_SCHEMA`` in the environment.
+
+Every handler appends JSON lines to the ledger, a file opened with ``O_APPEND`` so that
+lines written by concurrent processes never interleave. The ledger lives outside the
+engine: tests compare what it says ran, and where, with what the engine recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from simpleworkflow.app import App
+from simpleworkflow.context import Context
+from simpleworkflow.retry import RetryPolicy
+from simpleworkflow.worker import IntentPoller
+
+# Quick retries, so that a crashed attempt is retried within the test's patience.
+app = App(retry=RetryPolicy(backoff="fixed", base=0.2, jitter=0))
+QUICK_TYPES = ("alpha.x.v1", "beta.y.v1", "gamma.z.v1", "content.thumbnail.v1")
+BLOCKING_TYPE = "slow.task.v1"
+
+
+class Ledger:
+    """Append-only JSON lines; one ``write`` is one ``os.write`` of one whole line."""
+
+    def __init__(self, path: str | os.PathLike[str], prefixes: list[str] | None = None) -> None:
+        self.path = Path(path)
+        self.prefixes = prefixes or []
+
+    def write(self, event: str, ctx: Context, **extra: Any) -> None:
+        line = {
+            "event": event,
+            "run": ctx.run_id,
+            "type": ctx.type,
+            "worker": ctx.worker_id,
+            "prefixes": self.prefixes,
+            "attempt": ctx.attempt,
+            "pid": os.getpid(),
+            **extra,
+        }
+        data = (json.dumps(line) + "\n").encode()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+
+    def read(self) -> list[dict[str, Any]]:
+        """Every complete line written so far."""
+        if not self.path.exists():
+            return []
+        text = self.path.read_text()
+        return [json.loads(line) for line in text.splitlines(keepends=True) if line.endswith("\n")]
+
+    def entries(self, event: str | None = None, **match: Any) -> list[dict[str, Any]]:
+        """The lines of ``event`` (any event if None) whose fields equal ``match``."""
+        return [
+            e
+            for e in self.read()
+            if (event is None or e["event"] == event)
+            and all(e.get(k) == v for k, v in match.items())
+        ]
+
+
+LEDGER = Ledger(os.environ.get("WORKER_APP_LEDGER", os.devnull))
+
+
+def quick(payload: Any, ctx: Context) -> dict[str, Any]:
+    LEDGER.write("done", ctx)
+    return {"worker": ctx.worker_id}
+
+
+for _type in QUICK_TYPES:
+    app.register(_type, quick)
+
+
+@app.workflow(BLOCKING_TYPE)
+def blocking(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
+    """Blocks when the payload says so for this attempt or worker; otherwise returns at once.
+
+    Payload: ``block_attempts`` / ``block_workers`` choose when to block; ``seconds`` bounds
+    the block; ``go_file`` ends it early once the file exists; ``cooperative`` makes it stop
+    (raising ``Cancelled``) when the worker asks it to. Uncooperative blocks note the request
+    in the ledger and go on, as careless handlers do.
+    """
+    LEDGER.write("start", ctx)
+    blocks = ctx.attempt in payload.get("block_attempts", ()) or ctx.worker_id in payload.get(
+        "block_workers", ()
+    )
+    if blocks:
+        deadline = time.monotonic() + payload.get("seconds", 60.0)
+        go_file = payload.get("go_file")
+        noticed = False
+        while time.monotonic() < deadline and not (go_file and os.path.exists(go_file)):
+            if ctx.is_cancelled() and not noticed:
+                noticed = True
+                LEDGER.write("noticed", ctx, reason=ctx.stop_reason)
+                if payload.get("cooperative"):
+                    LEDGER.write("stopped", ctx)
+                    ctx.raise_if_cancelled()
+            time.sleep(0.02)
+    LEDGER.write("end", ctx)
+    return {"worker": ctx.worker_id, "attempt": ctx.attempt}
+
+
+# -- helpers for the tests that drive these workers -------------------------------------
+
+
+def wait_until(
+    predicate: Callable[[], Any], timeout: float, message: Callable[[], str] | str
+) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail with ``message`` if never."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            text = message() if callable(message) else message
+            raise AssertionError(f"after {timeout:g}s: {text}")
+        time.sleep(0.05)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--worker-id", required=True)
+    parser.add_argument("--prefix", action="append", required=True, dest="prefixes")
+    parser.add_argument("--ledger", required=True)
+    parser.add_argument("--lease", type=float, default=5.0)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--poll", type=float, default=1.0)
+    parser.add_argument("--grace", type=float, default=30.0)
+    args = parser.parse_args(argv)
+
+    LEDGER.path = Path(args.ledger)
+    LEDGER.prefixes = args.prefixes
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.INFO,
+        format=f"%(asctime)s {args.worker_id} %(levelname)s %(message)s",
+    )
+    poller = IntentPoller(
+        app,
+        type_prefixes=args.prefixes,
+        lease_duration=args.lease,
+        worker_id=args.worker_id,
+        concurrency=args.concurrency,
+        poll_interval=args.poll,
+        shutdown_grace=args.grace,
+    )
+    poller.run()
+
+
+if __name__ == "__main__":
+    main()
