@@ -15,7 +15,8 @@ class Context:
     """Passed to a handler as its second argument (when it takes one).
 
     ``is_cancelled()`` turns true when this attempt should stop: the run was cancelled,
-    the worker lost its lease, or the worker is shutting down past its grace period.
+    the worker lost its lease, the handler ran past its timeout, or the worker is shutting
+    down past its grace period.
     Sync handlers check it (or call ``raise_if_cancelled()``) between units of work; an
     async handler is also interrupted with ``asyncio.CancelledError``.
     """
@@ -47,7 +48,7 @@ class Context:
 
     @property
     def stop_reason(self) -> str | None:
-        """``"cancelled"``, ``"lease lost"`` or ``"shutdown"`` once asked to stop."""
+        """``"cancelled"``, ``"lease lost"``, ``"timeout"`` or ``"shutdown"`` once asked to stop."""
         return self._stop_reason
 
     def is_cancelled(self) -> bool:

@@ -15,6 +15,7 @@ from simpleworkflow.backends.base import Failure, Lease, Success
 from simpleworkflow.context import Context
 
 MAX_ERROR_CHARS = 16_000
+TIMED_OUT = "timeout"  # the stop reason of an attempt that ran past its timeout
 
 
 async def attempt(
@@ -59,6 +60,9 @@ async def _call(
     try:
         return await asyncio.wait_for(pending, definition.timeout)
     except TimeoutError:
+        # A sync handler's thread cannot be interrupted: ask it to stop, or it would hold
+        # a slot of the pool for as long as it runs.
+        ctx._request_stop(TIMED_OUT)
         raise errors.HandlerTimeout(
             f"handler for {definition.type} ran longer than its {definition.timeout:g}s timeout"
         ) from None

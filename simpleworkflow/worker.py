@@ -228,7 +228,10 @@ class IntentPoller:
         assert self._executor is not None
         try:
             outcome = await execution.attempt(definition, lease, ctx, self._executor)
-            recorded = outcome is None or ctx.is_cancelled() or await outbox.record(outcome)
+            # Stopped from outside (cancelled, lease lost, shutdown): nothing to record.
+            # A timeout stops the handler too, but its failure is the outcome.
+            stopped = ctx.stop_reason not in (None, execution.TIMED_OUT)
+            recorded = outcome is None or stopped or await outbox.record(outcome)
             if not recorded:
                 _log.warning(
                     "run %s: lease lost before its outcome was recorded; discarded", lease.run.id

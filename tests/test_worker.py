@@ -229,6 +229,46 @@ def test_a_result_that_is_not_json_fails_the_run_at_once(
     assert "use a list instead" in (run.last_error or "")
 
 
+def test_a_handler_past_its_timeout_fails_and_is_told_to_stop(
+    app: App, client: Client, ledger: Ledger
+) -> None:
+    @app.workflow("test.slow.v1", timeout=0.3)
+    def slow(payload: Any, ctx: Context) -> None:
+        ledger.note("start", ctx)
+        deadline = time.monotonic() + 30
+        while not ctx.is_cancelled() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        ledger.note("stopped" if ctx.is_cancelled() else "ran on", ctx)
+
+    @app.workflow("test.slow.async.v1", timeout=0.3)
+    async def slow_async(payload: Any, ctx: Context) -> None:
+        ledger.note("start", ctx)
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            ledger.note("cancelled", ctx)
+            raise
+
+    sync_id = client.start("test.slow.v1", max_attempts=2).id
+    async_id = client.start("test.slow.async.v1", max_attempts=1).id
+    with working(app):
+        sync_run = wait_terminal(client, sync_id)
+        async_run = wait_terminal(client, async_id)
+        wait_until(
+            lambda: ledger.events(sync_id) == ["start", "stopped"] * 2,
+            5,
+            lambda: f"the timed-out sync handler was not asked to stop: {ledger.events(sync_id)}",
+        )
+
+    assert (sync_run.status, sync_run.attempt) == (RunStatus.FAILED, 2)
+    assert (async_run.status, async_run.attempt) == (RunStatus.FAILED, 1)
+    assert ledger.events(async_id) == ["start", "cancelled"]
+    for run in (sync_run, async_run):
+        assert "HandlerTimeout" in (run.last_error or "")
+        assert "longer than its 0.3s timeout" in (run.last_error or "")
+    assert lifecycle(client, sync_id)[-4:] == ["retried", "leased", "started", "failed"]
+
+
 # -- cancellation ------------------------------------------------------------------------
 
 
