@@ -30,6 +30,7 @@ from simpleworkflow.outbox import Outbox, Release
 
 _log = logging.getLogger("simpleworkflow.worker")
 RUNTIME = "python"
+STOP_WAIT = 1.0  # seconds a handler told to stop at shutdown has before its run is released
 
 
 @dataclass
@@ -37,6 +38,9 @@ class _Active:
     lease: Lease
     ctx: Context
     task: asyncio.Task[None]
+    # The handler returned and its outcome is being written: a lease check that reads
+    # the run after that write commits finds the lease gone, which is not a lost lease.
+    finishing: bool = False
 
 
 class IntentPoller:
@@ -281,13 +285,13 @@ class IntentPoller:
         return [
             (run_id, active.lease.token)
             for run_id, active in self._active.items()
-            if not active.ctx.is_cancelled()
+            if not (active.ctx.is_cancelled() or active.finishing)
         ]
 
     def _apply(self, states: Mapping[str, str]) -> None:
         for run_id, state in states.items():
             active = self._active.get(run_id)
-            if active is None or state == HELD:
+            if active is None or active.finishing or state == HELD:
                 continue
             if state == CANCELLED:
                 _log.info("run %s was cancelled; stopping its handler", run_id)
@@ -353,6 +357,10 @@ class IntentPoller:
         leftovers = list(self._active.values())
         for active in leftovers:
             active.ctx._request_stop("shutdown")
+        if leftovers:
+            # Handlers that honour the request get a moment to stop before their runs are
+            # given back; once ``run`` returns, the process exits under whatever still runs.
+            await asyncio.wait([a.task for a in leftovers], timeout=STOP_WAIT)
         releases = [outbox.record(Release(a.lease.run.id, a.lease.token)) for a in leftovers]
         if releases:
             released = await asyncio.gather(*releases)

@@ -356,6 +356,48 @@ def test_a_stalled_worker_is_fenced_off_after_its_lease_is_taken_over(
     assert paused.wait_exit(15) == 0
 
 
+# -- shutdown ----------------------------------------------------------------------------
+
+
+def test_sigterm_finishes_short_handlers_and_releases_long_ones(
+    client: Client, workers: Workers, ledger: Ledger
+) -> None:
+    leaving = workers.start("w-leaving", "slow.%", concurrency=3, grace=2.5)
+    short = blocking_run(client, block_workers=["w-leaving"], seconds=1.0)
+    stubborn = blocking_run(client, block_workers=["w-leaving"], seconds=60)
+    polite = blocking_run(client, block_workers=["w-leaving"], seconds=60, cooperative=True)
+    wait_until(
+        lambda: len(ledger.entries("start")) == 3,
+        15,
+        lambda: f"handlers started: {ledger.read()}\n{leaving.log()}",
+    )
+
+    started = time.monotonic()
+    leaving.signal(signal.SIGTERM)
+    assert leaving.wait_exit(20) == 0
+    assert time.monotonic() - started >= 2.0, "exited before the grace period was over"
+
+    done = client.get(short)
+    assert (done.status, done.result) == (
+        RunStatus.SUCCEEDED,
+        {"worker": "w-leaving", "attempt": 1},
+    )
+    for run_id in (stubborn, polite):
+        run = client.get(run_id)
+        assert (run.status, run.attempt, run.leased_by) == (RunStatus.PENDING, 0, None)
+        assert lifecycle(client, run_id) == ["created", "leased", "started", "released"]
+        released = client.events(run_id)[-1]
+        assert released.data == {"worker_id": "w-leaving", "reason": "shutdown"}
+    assert [e["reason"] for e in ledger.entries("noticed", run=polite)] == ["shutdown"]
+    assert ledger.entries("stopped", run=polite)
+
+    workers.start("w-next", "slow.%")
+    for run_id in (stubborn, polite):
+        wait_status(client, run_id, RunStatus.SUCCEEDED, timeout=15)
+        run = client.get(run_id)
+        assert (run.attempt, run.result) == (0, {"worker": "w-next", "attempt": 1})
+
+
 # -- wake-ups ----------------------------------------------------------------------------
 
 SEED_CREATE = """
