@@ -30,7 +30,7 @@ _database_numbers = itertools.count()
 def _start_pgserver(data_dir: str) -> Any:
     import pgserver
 
-    return pgserver.get_server(data_dir, cleanup_mode="stop")
+    return pgserver.get_server(data_dir, cleanup_mode="stop")  # type: ignore[attr-defined]
 
 
 @pytest.fixture(scope="session")
@@ -81,13 +81,13 @@ class Store:
         leased run) or look under the client (count the rows it wrote).
         """
         if self.kind == "sqlite":
-            conn = sqlite3.connect(config.sqlite_path(self.url))
-            conn.execute("pragma foreign_keys = on")  # as the backend's connections do
+            lite = sqlite3.connect(config.sqlite_path(self.url))
+            lite.execute("pragma foreign_keys = on")  # as the backend's connections do
             try:
-                with conn:  # commits
-                    return [tuple(row) for row in conn.execute(statement, params).fetchall()]
+                with lite:  # commits
+                    return [tuple(row) for row in lite.execute(statement, params).fetchall()]
             finally:
-                conn.close()
+                lite.close()
         with psycopg.connect(self.url, autocommit=True) as conn:
             conn.execute(f'set search_path to "{self.schema}"'.encode())
             cursor = conn.execute(statement.replace("?", "%s").encode(), params)

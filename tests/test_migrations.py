@@ -127,11 +127,11 @@ def sibling(store: Store, tmp_path: Path, request: pytest.FixtureRequest) -> Sto
 def execute_script(store: Store, script: str) -> None:
     """Run a whole SQL script the way a team's own migration tool would."""
     if store.kind == "sqlite":
-        conn = sqlite3.connect(config.sqlite_path(store.url), isolation_level=None)
+        lite = sqlite3.connect(config.sqlite_path(store.url), isolation_level=None)
         try:
-            conn.executescript(script)
+            lite.executescript(script)
         finally:
-            conn.close()
+            lite.close()
     else:
         with psycopg.connect(store.url, autocommit=True) as conn:
             conn.execute(script.encode())

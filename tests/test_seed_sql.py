@@ -101,8 +101,8 @@ def seed_database(make_database: Callable[[], str]) -> str:
 @pytest.fixture
 def connect(seed_database: str) -> Iterator[Connect]:
     """A fresh ``workflow`` schema, migrated; then a factory of plain connections to it."""
-    with psycopg.connect(seed_database, autocommit=True) as conn:
-        conn.execute("drop schema if exists workflow cascade")
+    with psycopg.connect(seed_database, autocommit=True) as admin:
+        admin.execute("drop schema if exists workflow cascade")
     backend = open_backend(seed_database, schema="workflow")
     try:
         backend.migrate()
