@@ -101,7 +101,7 @@ def wait_terminal(client: Client, run_id: str, timeout: float = 15) -> Any:
     return client.get(run_id)
 
 
-def held_for(seconds: float, ledger: Ledger, client: Client, run_id: str) -> Any:
+def held_for(seconds: float, client: Client, run_id: str) -> Any:
     """Check, for ``seconds``, that the run stays as it is now; return it."""
     before = client.get(run_id)
     deadline = time.monotonic() + seconds
@@ -163,7 +163,7 @@ def test_a_run_fails_once_its_attempts_are_used_up(
     run_id = client.start("test.broken.v1", max_attempts=2).id
     with working(app):
         run = wait_terminal(client, run_id)
-        held_for(0.5, ledger, client, run_id)
+        held_for(0.5, client, run_id)
 
     assert (run.status, run.attempt) == (RunStatus.FAILED, 2)
     assert ledger.attempts("start", run_id) == [1, 2]
@@ -200,7 +200,7 @@ def test_a_non_retryable_error_fails_the_run_at_once(
     run_id = client.start("test.charge.v1", max_attempts=5).id
     with working(app):
         run = wait_terminal(client, run_id)
-        held_for(0.5, ledger, client, run_id)
+        held_for(0.5, client, run_id)
 
     assert (run.status, run.attempt) == (RunStatus.FAILED, 1)
     assert ledger.attempts("start", run_id) == [1]
@@ -313,7 +313,7 @@ def test_cancel_stops_running_handlers_and_the_run_stays_cancelled(
             lambda: f"handlers did not stop: {ledger.lines}",
         )
         for run_id in (sync_id, async_id):
-            run = held_for(2.0, ledger, client, run_id)
+            run = held_for(2.0, client, run_id)
             assert run.status is RunStatus.CANCELLED
             assert run.result is None
             assert lifecycle(client, run_id) == ["created", "leased", "started", "cancelled"]
