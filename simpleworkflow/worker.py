@@ -232,6 +232,7 @@ class IntentPoller:
         assert self._executor is not None
         try:
             outcome = await execution.attempt(definition, lease, ctx, self._executor)
+            self._active[lease.run.id].finishing = True
             # Stopped from outside (cancelled, lease lost, shutdown): nothing to record.
             # A timeout stops the handler too, but its failure is the outcome.
             stopped = ctx.stop_reason not in (None, execution.TIMED_OUT)
