@@ -1,0 +1,212 @@
+"""``simpleworkflow worker MODULE:APP``: run the handlers of an app until SIGTERM.
+
+The command imports the user's module the way ``python -m`` would from the current
+directory, so that ``simpleworkflow worker myservice.workers:app`` works without
+installing ``myservice``. Everything it can check before the worker starts (the import,
+the attribute, the prefixes) is refused with one line and exit code 2, so that a
+deployment with a typo fails at once instead of idling with nothing to claim.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+from simpleworkflow import durations, errors
+from simpleworkflow.app import App
+from simpleworkflow.cli import _common
+from simpleworkflow.worker import IntentPoller
+
+DEFAULT_ATTRIBUTE = "app"
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def register(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "worker",
+        help="run the handlers of an app: claim, run and record runs until stopped",
+        description="Import MODULE (from the current directory too), take its attribute APP "
+        "(an App or an IntentPoller) and work until SIGTERM or Ctrl-C. The first signal "
+        "stops claiming and lets running handlers finish within --grace; a second one "
+        "exits at once.",
+    )
+    parser.add_argument(
+        "target",
+        metavar="MODULE:APP",
+        help=f"e.g. myservice.workers:app (APP defaults to {DEFAULT_ATTRIBUTE!r})",
+    )
+    _add_poller_options(parser)
+    parser.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        default="info",
+        metavar="LEVEL",
+        help="debug, info, warning or error (default: info)",
+    )
+    _common.add_store_options(parser)
+    parser.set_defaults(handler=run)
+
+
+def _add_poller_options(parser: argparse.ArgumentParser) -> None:
+    """Options left unset keep the value of the poller given as APP, else the default."""
+    parser.add_argument(
+        "--prefix",
+        dest="type_prefixes",
+        action="append",
+        metavar="PREFIX",
+        help="claim only types matching this prefix, e.g. 'billing.%%' "
+        "(repeat for several; default: every type with a handler)",
+    )
+    parser.add_argument(
+        "--concurrency", type=int, metavar="N", help="handlers run at once (default: 10)"
+    )
+    parser.add_argument(
+        "--lease",
+        dest="lease_duration",
+        metavar="DURATION",
+        help="lease length, renewed by heartbeats: 30s, 2m (default: 30s)",
+    )
+    parser.add_argument(
+        "--worker-id", metavar="ID", help="name in leases and events (default: host-pid)"
+    )
+    parser.add_argument(
+        "--poll-interval",
+        metavar="DURATION",
+        help="look for due runs at least this often when idle (default: 1s)",
+    )
+    parser.add_argument(
+        "--grace",
+        dest="shutdown_grace",
+        metavar="DURATION",
+        help="at shutdown, how long running handlers may take to finish (default: 30s)",
+    )
+    parser.add_argument(
+        "--no-heartbeat-events",
+        dest="heartbeat_events",
+        action="store_false",
+        default=None,
+        help="extend leases without writing a heartbeat event each time",
+    )
+
+
+POLLER_OPTIONS = (
+    "type_prefixes",
+    "concurrency",
+    "lease_duration",
+    "worker_id",
+    "poll_interval",
+    "shutdown_grace",
+    "heartbeat_events",
+)
+#: Duration options by the flag that sets them, so that an error names the flag.
+DURATION_FLAGS = {
+    "lease_duration": "--lease",
+    "poll_interval": "--poll-interval",
+    "shutdown_grace": "--grace",
+}
+
+
+def run(args: argparse.Namespace) -> int:
+    poller = build_poller(load_target(args.target), args)
+    configure_logging(args.log_level)
+    poller.run()
+    return 0
+
+
+def load_target(target: str) -> App | IntentPoller:
+    """The App or IntentPoller named by ``MODULE:APP``, or a one-line error saying why not."""
+    module_name, _, attribute = target.partition(":")
+    attribute = attribute or DEFAULT_ATTRIBUTE
+    if not module_name or not attribute.isidentifier():
+        raise errors.ConfigurationError(
+            f"cannot read {target!r}: write MODULE:APP, e.g. myservice.workers:app"
+        )
+    module = _import(module_name)
+    try:
+        value = getattr(module, attribute)
+    except AttributeError:
+        raise errors.ConfigurationError(
+            f"module {module_name!r} has no attribute {attribute!r}; "
+            f"name the App it defines, e.g. {module_name}:app"
+        ) from None
+    if not isinstance(value, App | IntentPoller):
+        raise errors.ConfigurationError(
+            f"{module_name}:{attribute} is not an App or an IntentPoller (its type is "
+            f"{type(value).__name__}); point at the object made with simpleworkflow.app.App()"
+        )
+    return value
+
+
+def _import(module_name: str) -> Any:
+    """Import a module of the project the command runs in, which need not be installed."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        return importlib.import_module(module_name)
+    except Exception as exc:
+        # Whatever the module raised (a typo, a missing dependency, a SyntaxError) is
+        # the user's to fix: say what and where, in one line.
+        raise errors.ConfigurationError(
+            f"cannot import module {module_name!r}: {type(exc).__name__}: {exc}"
+        ) from None
+
+
+def build_poller(target: App | IntentPoller, args: argparse.Namespace) -> IntentPoller:
+    """A poller for the target, with the command-line options over the target's own.
+
+    ``-d`` and ``--schema`` replace the app's database; without them the app's (or the
+    environment's) applies, as for any poller.
+    """
+    app = target.app if isinstance(target, IntentPoller) else target
+    options = _poller_settings(target) if isinstance(target, IntentPoller) else {}
+    options.update(_given_options(args))
+    poller = IntentPoller(
+        app,
+        database_url=getattr(args, "database_url", None),
+        schema=getattr(args, "schema", None),
+        **options,
+    )
+    if not poller.types:
+        raise errors.ConfigurationError(
+            f"no handler matches the prefixes {', '.join(poller.type_prefixes)}; "
+            f"the app has handlers for: {', '.join(sorted(app.definitions)) or 'nothing'}"
+        )
+    return poller
+
+
+def _given_options(args: argparse.Namespace) -> dict[str, Any]:
+    given = {name: getattr(args, name) for name in POLLER_OPTIONS}
+    given = {name: value for name, value in given.items() if value is not None}
+    for name, flag in DURATION_FLAGS.items():
+        if name in given:
+            given[name] = durations.to_seconds(given[name], what=flag)
+    return given
+
+
+def _poller_settings(poller: IntentPoller) -> dict[str, Any]:
+    return {name: getattr(poller, name) for name in POLLER_OPTIONS}
+
+
+class _UTCFormatter(logging.Formatter):
+    """``2025-01-31T09:30:00.123Z INFO simpleworkflow.worker: message``, one line per record.
+
+    UTC like every time the command line prints, so worker logs line up with
+    ``runs show`` output and with logs from other machines.
+    """
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+        return f"{stamp}.{int(record.msecs):03d}Z"
+
+
+def configure_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_UTCFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
