@@ -211,6 +211,34 @@ def test_a_non_retryable_error_fails_the_run_at_once(
     assert "card declined" in (run.last_error or "")
 
 
+@pytest.mark.parametrize(
+    ("message", "stored"),
+    [("bad \x00 byte", "bad \\x00 byte"), ("caf\udce9.txt", "caf\\udce9.txt")],
+    ids=["nul", "lone_surrogate"],
+)
+def test_an_error_message_no_store_accepts_is_stored_escaped(
+    app: App, client: Client, message: str, stored: str
+) -> None:
+    @app.workflow("test.binary.v1")
+    def binary(payload: Any) -> None:
+        raise ValueError(message)
+
+    @app.workflow("test.after.v1")
+    def after(payload: Any) -> str:
+        return "still working"
+
+    run_id = client.start("test.binary.v1", max_attempts=2).id
+    with working(app):
+        run = wait_terminal(client, run_id)
+        later = client.start("test.after.v1").id
+        assert wait_terminal(client, later).result == "still working"
+
+    assert (run.status, run.attempt) == (RunStatus.FAILED, 2)
+    assert f"ValueError: {stored}" in (run.last_error or "")
+    retried = next(e for e in client.events(run_id) if e.event_type == "retried")
+    assert retried.data["error"]["message"] == stored
+
+
 def test_a_result_that_is_not_json_fails_the_run_at_once(
     app: App, client: Client, ledger: Ledger
 ) -> None:
