@@ -37,7 +37,11 @@ class Outbox:
         self._idle.set()
 
     async def record(self, item: Item) -> bool:
-        """Queue ``item`` and wait until it is committed; False if the lease was lost."""
+        """Queue ``item`` and wait until it is committed; False if the lease was lost.
+
+        Raises what the store raised if it refused this outcome (not a lost connection:
+        those are retried until they pass).
+        """
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._queue.append((item, future))
         self._idle.clear()
@@ -55,12 +59,29 @@ class Outbox:
             self._ready.clear()
             batch, self._queue = self._queue, []
             if batch:
-                accepted = await self._write([item for item, _ in batch])
-                for item, future in batch:
-                    if not future.done():
-                        future.set_result(item.run_id in accepted)
+                await self._flush(batch)
             if not self._queue:
                 self._idle.set()
+
+    async def _flush(self, batch: list[tuple[Item, asyncio.Future[bool]]]) -> None:
+        try:
+            accepted = await self._write([item for item, _ in batch])
+        except Exception as exc:
+            # The store refused the batch for a reason retrying cannot cure. Write the
+            # outcomes one by one, so that one bad outcome fails alone; its caller gets the
+            # error, and its run, no longer heartbeated, is retried once its lease expires.
+            # Letting the error end this task would leave every later caller waiting.
+            if len(batch) > 1:
+                for entry in batch:
+                    await self._flush([entry])
+                return
+            _log.error("cannot record the outcome of run %s: %r", batch[0][0].run_id, exc)
+            if not batch[0][1].done():
+                batch[0][1].set_exception(exc)
+            return
+        for item, future in batch:
+            if not future.done():
+                future.set_result(item.run_id in accepted)
 
     async def _write(self, items: list[Item]) -> set[str]:
         outcomes = Outcomes(

@@ -364,8 +364,8 @@ class IntentPoller:
             await asyncio.wait([a.task for a in leftovers], timeout=STOP_WAIT)
         releases = [outbox.record(Release(a.lease.run.id, a.lease.token)) for a in leftovers]
         if releases:
-            released = await asyncio.gather(*releases)
-            _log.info("released %d unfinished runs", sum(released))
+            released = await asyncio.gather(*releases, return_exceptions=True)
+            _log.info("released %d unfinished runs", sum(r is True for r in released))
         await outbox.drained()
 
 

@@ -389,6 +389,37 @@ def test_heartbeats_keep_long_handlers_from_being_taken_over(
         assert {e.data["worker_id"] for e in heartbeats} == {run.leased_by}
 
 
+def test_an_outcome_the_store_refuses_fails_alone_and_the_run_is_retried(
+    store: Store, app: App, client: Client, ledger: Ledger
+) -> None:
+    @app.workflow("test.batch.v1")
+    def batch(payload: Any, ctx: Context) -> int:
+        ledger.note("start", ctx)
+        time.sleep(0.2)  # finish together, so that outcomes share a write
+        return ctx.attempt
+
+    runs = [client.start("test.batch.v1", {"n": n}).id for n in range(5)]
+    poison = runs[2]
+    backend = store.backend()
+    finish = backend.finish
+
+    def refusing(outcomes: Outcomes, worker_id: str, reason: str = "shutdown") -> Any:
+        if any(s.run_id == poison and s.result == "1" for s in outcomes.succeeded):
+            raise ValueError("the store refused this outcome")
+        return finish(outcomes, worker_id, reason)
+
+    backend.finish = refusing  # type: ignore[method-assign]
+    with working(app, backend=backend, concurrency=5, lease_duration=1):
+        finished = [wait_terminal(client, run_id) for run_id in runs]
+
+    assert [(r.status, r.result) for r in finished] == [(RunStatus.SUCCEEDED, 1)] * 2 + [
+        (RunStatus.SUCCEEDED, 2)
+    ] + [(RunStatus.SUCCEEDED, 1)] * 2
+    assert ledger.attempts("start", poison) == [1, 2]
+    retried = [e for e in client.events(poison) if e.event_type == "retried"]
+    assert [e.data["reason"] for e in retried] == ["lease_expired"]
+
+
 def test_writes_with_a_stale_lease_token_are_rejected(store: Store, client: Client) -> None:
     """The fence itself: once a run is reclaimed, the old token changes nothing."""
     run_id = client.start("test.fenced.v1").id
