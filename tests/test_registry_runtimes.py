@@ -100,12 +100,12 @@ class SqlRuntime:
                 if row is not None:
                     conn.execute(bind(LEASE), {"run_id": row["id"], "worker_id": GO_WORKER})
                 return row
-        with self._sqlite() as conn:
-            conn.execute("begin immediate")
-            found = conn.execute(SQLITE_CLAIM).fetchone()
+        with self._sqlite() as lite:
+            lite.execute("begin immediate")
+            found = lite.execute(SQLITE_CLAIM).fetchone()
             if found is not None:
-                conn.execute(SQLITE_LEASE, {"run_id": found["id"], "worker_id": GO_WORKER})
-            conn.execute("commit")
+                lite.execute(SQLITE_LEASE, {"run_id": found["id"], "worker_id": GO_WORKER})
+            lite.execute("commit")
             return None if found is None else dict(found)
 
     def succeed(self, run_id: str, result: Any) -> None:
@@ -127,11 +127,11 @@ class SqlRuntime:
                     if pg is not None:
                         conn.execute(pg.encode(), params)
             return
-        with self._sqlite() as conn:
-            conn.execute("begin immediate")
-            for _, lite, params in statements:
-                conn.execute(lite, params)
-            conn.execute("commit")
+        with self._sqlite() as lite:
+            lite.execute("begin immediate")
+            for _, sql, params in statements:
+                lite.execute(sql, params)
+            lite.execute("commit")
 
     def _pg(self) -> psycopg.Connection[dict[str, Any]]:
         return psycopg.connect(self.store.url, autocommit=True, row_factory=dict_row)
