@@ -28,6 +28,14 @@ class Definition:
     timeout: float | None
     is_async: bool
     takes_context: bool
+    #: Stamped on runs at their first claim; runs stamped with another version are left
+    #: alone unless it is listed in ``compatible``.
+    version: str = "1"
+    compatible: tuple[str, ...] = ()
+
+    @property
+    def known_versions(self) -> tuple[str, ...]:
+        return (self.version, *self.compatible)
 
 
 class App:
@@ -55,11 +63,20 @@ class App:
         *,
         retry: RetryPolicy | None = None,
         timeout: durations.Duration | None = None,
+        version: str = "1",
+        compatible: Iterable[str] = (),
     ) -> Callable[[F], F]:
-        """Register the decorated function as the handler of ``type``."""
+        """Register the decorated function as the handler of ``type``.
+
+        ``version`` names the code: a run records the version it started on, and a worker
+        only resumes runs of a version it lists (``version`` or ``compatible``), so a
+        deploy that changes the steps of a workflow never replays old runs wrongly.
+        """
 
         def decorate(fn: F) -> F:
-            self.register(type, fn, retry=retry, timeout=timeout)
+            self.register(
+                type, fn, retry=retry, timeout=timeout, version=version, compatible=compatible
+            )
             return fn
 
         return decorate
@@ -71,9 +88,14 @@ class App:
         *,
         retry: RetryPolicy | None = None,
         timeout: durations.Duration | None = None,
+        version: str = "1",
+        compatible: Iterable[str] = (),
     ) -> Definition:
         """Register ``fn`` (``def`` or ``async def``, taking ``payload`` and maybe ``ctx``)."""
         names.validate_type(type)
+        versions = (version, *compatible)
+        if not all(isinstance(v, str) and v and len(v) <= 64 for v in versions):
+            raise errors.InvalidArgument("versions must be non-empty strings of at most 64 chars")
         if type in self._definitions:
             raise errors.InvalidArgument(f"a handler for {type!r} is already registered")
         definition = Definition(
@@ -83,6 +105,8 @@ class App:
             timeout=None if timeout is None else durations.to_seconds(timeout, what="timeout"),
             is_async=asyncio.iscoroutinefunction(fn),
             takes_context=_positional_count(fn) >= 2,
+            version=version,
+            compatible=tuple(compatible),
         )
         self._definitions[type] = definition
         return definition

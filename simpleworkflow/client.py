@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from simpleworkflow import durations, errors, names, payloads
 from simpleworkflow.backends import Backend, open_backend
-from simpleworkflow.backends.base import NewRun, Op, RunQuery
+from simpleworkflow.backends.base import NewRun, Op, RunQuery, SignalSent
 from simpleworkflow.models import Event, Run, RunPage, RunStatus
 
 T = TypeVar("T")
@@ -65,6 +65,8 @@ class _Requests:
         run_at: datetime | None,
         delay: durations.Duration | None,
         max_attempts: int | None,
+        deadline: datetime | durations.Duration | None = None,
+        parent_id: str | None = None,
     ) -> Op[tuple[Run, bool]]:
         if run_at is not None and delay is not None:
             raise errors.InvalidArgument("give either run_at or delay, not both")
@@ -120,11 +122,27 @@ class _Requests:
         runs = runs[: query.limit - 1]
         return RunPage(runs=runs, next_cursor=_encode_cursor(runs[-1]))
 
-    def _cancelled(self, run_id: str, took_effect: bool | None) -> bool:
-        if self._found(run_id, took_effect):
-            self.backend.notify_local("cancel", run_id)
-            return True
-        return False
+    def _cancelled(self, run_id: str, cancelled: builtins.list[str] | None) -> bool:
+        for cancelled_id in self._found(run_id, cancelled):
+            self.backend.notify_local("cancel", cancelled_id)
+        return run_id in cancelled  # type: ignore[operator]
+
+    def _signal_op(self, run_id: str, event: str, payload: Any) -> Op[SignalSent | str | None]:
+        run_id = names.normalize_run_id(run_id)
+        text = payloads.encode({} if payload is None else payload, max_bytes=self.max_payload_bytes)
+        return self.backend.send_signal(run_id, names.validate_event(event), text)
+
+    def _signalled(self, run_id: str, event: str, outcome: SignalSent | str | None) -> SignalSent:
+        if outcome is None:
+            raise errors.RunNotFound(run_id)
+        if isinstance(outcome, str):
+            raise errors.RunFinished(
+                f"run {run_id} has already {outcome}; signal {event!r} was not stored "
+                "(signals are for runs that are pending or running)"
+            )
+        if outcome.woke:
+            self.backend.notify_local("wake", "")
+        return outcome
 
     @staticmethod
     def _found(run_id: str, value: T | None) -> T:
@@ -159,6 +177,7 @@ class Client(_Requests):
         run_at: datetime | None = None,
         delay: durations.Duration | None = None,
         max_attempts: int | None = None,
+        deadline: datetime | durations.Duration | None = None,
     ) -> Run:
         """Record the intent to run ``type`` with ``payload``; return the stored run.
 
@@ -173,6 +192,7 @@ class Client(_Requests):
             run_at=run_at,
             delay=delay,
             max_attempts=max_attempts,
+            deadline=deadline,
         )
         run, created = self._run(op)
         if created:
@@ -205,6 +225,12 @@ class Client(_Requests):
         """Cancel a pending or leased run; ``False`` if it had already finished."""
         run_id = names.normalize_run_id(run_id)
         return self._cancelled(run_id, self._run(self.backend.cancel_run(run_id, reason)))
+
+    def signal(self, run_id: str, event: str, payload: Any = None) -> SignalSent:
+        """Store signal ``event`` for a run; a ``wait_for_event`` in it consumes it, whether
+        the wait began before or after. :class:`RunFinished` if the run is over."""
+        sent = self._run(self._signal_op(run_id, event, payload))
+        return self._signalled(run_id, event, sent)
 
     def delete(self, run_id: str) -> bool:
         """Soft-delete a run: hidden from claims and listings; ``False`` if already deleted."""
@@ -264,6 +290,7 @@ class AsyncClient(_Requests):
         run_at: datetime | None = None,
         delay: durations.Duration | None = None,
         max_attempts: int | None = None,
+        deadline: datetime | durations.Duration | None = None,
     ) -> Run:
         """Record the intent to run ``type`` with ``payload``; see :meth:`Client.start`."""
         op = self._start_op(
@@ -274,6 +301,7 @@ class AsyncClient(_Requests):
             run_at=run_at,
             delay=delay,
             max_attempts=max_attempts,
+            deadline=deadline,
         )
         run, created = await self._run(op)
         if created:
@@ -306,6 +334,11 @@ class AsyncClient(_Requests):
         """Cancel a pending or leased run; ``False`` if it had already finished."""
         run_id = names.normalize_run_id(run_id)
         return self._cancelled(run_id, await self._run(self.backend.cancel_run(run_id, reason)))
+
+    async def signal(self, run_id: str, event: str, payload: Any = None) -> SignalSent:
+        """Store signal ``event`` for a run; see :meth:`Client.signal`."""
+        sent = await self._run(self._signal_op(run_id, event, payload))
+        return self._signalled(run_id, event, sent)
 
     async def delete(self, run_id: str) -> bool:
         """Soft-delete a run; ``False`` if it was already deleted."""

@@ -1,14 +1,32 @@
-"""What a handler sees of its run: ids, attempt number, and the request to stop."""
+"""What a handler sees of its run: identity, the request to stop, and durable calls.
+
+In an ``async def`` body every durable call is awaited (``await ctx.step(...)``); in a
+``def`` body, which runs in a worker thread, the same calls return their value directly.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import inspect
+import json
+import random as _random
 import threading
-from collections.abc import Callable
-from typing import Any
+import uuid as _uuid
+from collections.abc import Awaitable, Callable, Coroutine
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from simpleworkflow import errors
+from simpleworkflow import durations, errors, names, payloads
+from simpleworkflow.backends.records import JournalEntry, NewRun, StepRecord
+from simpleworkflow.durable import FOREVER, Durable
 from simpleworkflow.models import Run
+from simpleworkflow.retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from simpleworkflow.backends import Backend
+    from simpleworkflow.backends.records import Lease
+
+T = TypeVar("T")
 
 
 class Context:
@@ -18,16 +36,31 @@ class Context:
     the worker lost its lease, the handler ran past its timeout, or the worker is shutting
     down past its grace period.
     Sync handlers check it (or call ``raise_if_cancelled()``) between units of work; an
-    async handler is also interrupted with ``asyncio.CancelledError``.
+    async handler is also interrupted with ``asyncio.CancelledError``. Durable calls
+    (``step``, ``sleep``, ``wait_for_event`` ...) check it at every step boundary.
     """
 
-    def __init__(self, run: Run, worker_id: str) -> None:
+    def __init__(
+        self,
+        run: Run,
+        worker_id: str,
+        *,
+        lease: Lease | None = None,
+        backend: Backend | None = None,
+        async_body: bool = True,
+    ) -> None:
         self.run = run
         self.worker_id = worker_id
         self._stop = threading.Event()  # read from handler threads
         self._async_stop = asyncio.Event()  # awaited on the worker's loop
         self._stop_reason: str | None = None
         self._on_stop: list[Callable[[], Any]] = []
+        self._async_body = async_body
+        self._loop = asyncio.get_running_loop()
+        self._backend = backend
+        self._durable = Durable(lease, backend) if lease is not None and backend else None
+
+    # -- identity --------------------------------------------------------------------
 
     @property
     def run_id(self) -> str:
@@ -45,6 +78,13 @@ class Context:
     @property
     def max_attempts(self) -> int:
         return self.run.max_attempts
+
+    @property
+    def code_version(self) -> str | None:
+        """The code version the run started on: branch on it to keep old runs replayable."""
+        return self.run.code_version
+
+    # -- stopping --------------------------------------------------------------------
 
     @property
     def stop_reason(self) -> str | None:
@@ -72,3 +112,359 @@ class Context:
         self._async_stop.set()
         for callback in self._on_stop:
             callback()
+
+    # -- durable calls ---------------------------------------------------------------
+
+    def step(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        retry: RetryPolicy | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Run ``fn(*args, **kwargs)`` once for this run: its JSON result is journaled and
+        returned again on every replay. A repeated name is numbered (``name#2`` ...).
+
+        On an exception the step is retried as ``retry`` says (default: 3 attempts,
+        exponential backoff from 1 s to 60 s, 20 % jitter), with the run suspended in
+        between; after the last attempt :class:`~simpleworkflow.errors.StepFailed` is
+        raised in the body, and fails the run unless the body handles it.
+        """
+        durable = self._need_durable()
+        unique = durable.name(name)
+        if self._async_body:
+            return self._step_async(durable, unique, fn, args, kwargs, retry)
+        return self._step_sync(durable, unique, fn, args, kwargs, retry)
+
+    async def _step_async(
+        self,
+        durable: Durable,
+        name: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        retry: RetryPolicy | None,
+    ) -> Any:
+        entry = await durable.begin(name, "step", self.is_cancelled())
+        if entry is not None and entry.status == "completed":
+            return entry.output
+        started_at = durable.db_now()
+        durable.started()
+        try:
+            try:
+                if inspect.iscoroutinefunction(fn):
+                    value = await fn(*args, **kwargs)
+                else:
+                    value = await asyncio.to_thread(fn, *args, **kwargs)
+            except Exception as exc:
+                raise await durable.failed(name, entry, retry, exc) from None
+            attempts = (entry.attempts if entry is not None else 0) + 1
+            await durable.journal(name, "step", value, attempts=attempts, started_at=started_at)
+            return value
+        finally:
+            durable.ended()
+
+    def _step_sync(
+        self,
+        durable: Durable,
+        name: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        retry: RetryPolicy | None,
+    ) -> Any:
+        entry = self._bridge(durable.begin(name, "step", self.is_cancelled()))
+        if entry is not None and entry.status == "completed":
+            return entry.output
+        started_at = durable.db_now()
+        try:
+            value = fn(*args, **kwargs)
+            if inspect.isawaitable(value):
+                value = self._bridge(_awaited(value))
+        except Exception as exc:
+            raise self._bridge(durable.failed(name, entry, retry, exc)) from None
+        attempts = (entry.attempts if entry is not None else 0) + 1
+        self._bridge(durable.journal(name, "step", value, attempts=attempts, started_at=started_at))
+        return value
+
+    def sleep(self, name: str, duration: durations.Duration) -> Any:
+        """Sleep durably: the run gives its slot back and resumes on any worker afterwards.
+
+        The wake-up time is journaled, so a replay waits for the same moment."""
+        seconds = durations.to_seconds(duration, what="sleep duration")
+        return self._durable_call(self._sleep(name, None, seconds))
+
+    def sleep_until(self, name: str, when: datetime) -> Any:
+        """Sleep durably until ``when`` (a timezone-aware datetime)."""
+        if not isinstance(when, datetime) or when.tzinfo is None:
+            raise errors.InvalidArgument("sleep_until needs a timezone-aware datetime")
+        return self._durable_call(self._sleep(name, when, 0.0))
+
+    async def _sleep(self, name: str, when: datetime | None, seconds: float) -> None:
+        durable = self._need_durable()
+        unique = durable.name(name)
+        entry = await durable.begin(unique, "sleep", self.is_cancelled())
+        if entry is None:
+            until = when or durable.db_now() + _seconds(seconds)
+            await durable.journal(unique, "sleep", {"until": until.isoformat()}, events=[])
+        else:
+            until = datetime.fromisoformat(entry.output["until"])
+        if durable.db_now() >= until:
+            return
+        raise durable.suspend(
+            errors.Suspend(
+                unique,
+                "sleeping",
+                data={"until": until.isoformat()},
+                waiting_for={"kind": "sleep", "step": unique, "until": until.isoformat()},
+                run_at=until,
+            )
+        )
+
+    def wait_for_event(
+        self,
+        name: str,
+        *,
+        event: str,
+        match: Any = None,
+        timeout: durations.Duration | None = None,
+    ) -> Any:
+        """Wait durably for signal ``event`` whose payload contains ``match`` (JSON
+        containment, like ``jsonb @>``); return its payload, or ``None`` on timeout.
+
+        Signals are stored, so one sent before the wait began is consumed too (the
+        oldest matching one first)."""
+        names.validate_event(event)
+        match_text = None if match is None else payloads.encode(match, what="match")
+        seconds = None if timeout is None else durations.to_seconds(timeout, what="timeout")
+        return self._durable_call(self._wait(name, event, match, match_text, seconds))
+
+    async def _wait(
+        self, name: str, event: str, match: Any, match_text: str | None, timeout: float | None
+    ) -> Any:
+        durable = self._need_durable()
+        unique = durable.name(name)
+        entry = await durable.begin(unique, "wait", self.is_cancelled())
+        if entry is not None and entry.status == "completed":
+            return entry.output.get("signal")
+        if entry is None:
+            until = FOREVER if timeout is None else durable.db_now() + _seconds(timeout)
+            started = {"until": until.isoformat(), "event": event}
+            await durable.journal(unique, "wait", started, status="retrying", events=[])
+        else:
+            until = datetime.fromisoformat(entry.output["until"])
+        got = await self._consume(durable, unique, event, match_text)
+        if got is not None:
+            return got["signal"]
+        if durable.db_now() >= until:
+            await durable.journal(unique, "wait", {"timeout": True}, events=[])
+            return None
+        waiting: dict[str, Any] = {"kind": "signal", "step": unique, "event": event}
+        if match is not None:
+            waiting["match"] = match
+        if timeout is not None:
+            waiting["until"] = until.isoformat()
+        raise durable.suspend(
+            errors.Suspend(
+                unique, "waiting", data={"event": event}, waiting_for=waiting, run_at=until
+            )
+        )
+
+    async def _consume(
+        self, durable: Durable, name: str, event: str, match: str | None
+    ) -> dict[str, Any] | None:
+        backend = durable.backend
+        replay = await durable.load()
+        record = StepRecord(
+            run_id=self.run.id,
+            token=durable.lease.token,
+            name=name,
+            kind="wait",
+            position=replay.position(name),
+            output=None,
+            attempts=1,
+        )
+        got = await backend.execute_async(backend.consume_signal(record, event, match))
+        if got is None:
+            return None
+        held, payload = got
+        if not held:
+            raise errors.LeaseLost(name)
+        output = {"signal": payload}
+        replay.remember(_entry(name, "wait", record.position, output))
+        return output
+
+    def start_child(
+        self,
+        type: str,
+        payload: Any = None,
+        *,
+        name: str | None = None,
+        priority: int = 100,
+        max_attempts: int | None = None,
+    ) -> Any:
+        """Start a child run once (journaled), and return its id."""
+        names.validate_type(type)
+        text = payloads.encode({} if payload is None else payload)
+        return self._durable_call(
+            self._start_child(name or f"child:{type}", type, text, priority, max_attempts)
+        )
+
+    async def _start_child(
+        self, name: str, type: str, payload: str, priority: int, max_attempts: int | None
+    ) -> str:
+        durable = self._need_durable()
+        unique = durable.name(name)
+        entry = await durable.begin(unique, "child", self.is_cancelled())
+        if entry is not None:
+            return str(entry.output["child_id"])
+        backend = durable.backend
+        new = NewRun(
+            type=type,
+            payload=payload,
+            idempotency_key=f"child:{self.run.id}:{unique}",
+            priority=priority,
+            max_attempts=max_attempts,
+            parent_id=self.run.id,
+        )
+        child, _ = await backend.execute_async(backend.create_run(new))
+        backend.notify_local("wake", type)
+        data = {"step": unique, "child_id": child.id, "type": type}
+        await durable.journal(
+            unique,
+            "child",
+            {"child_id": child.id, "type": type},
+            events=[{"type": "child_started", "data": data}],
+        )
+        return child.id
+
+    def wait_child(self, child_id: str, *, name: str | None = None) -> Any:
+        """Wait durably for a child run; return its result, or raise
+        :class:`~simpleworkflow.errors.ChildFailed` if it failed or was cancelled."""
+        child_id = names.normalize_run_id(child_id)
+        return self._durable_call(self._wait_child(name or f"child-result:{child_id}", child_id))
+
+    async def _wait_child(self, name: str, child_id: str) -> Any:
+        durable = self._need_durable()
+        unique = durable.name(name)
+        entry = await durable.begin(unique, "child_result", self.is_cancelled())
+        if entry is None or entry.status != "completed":
+            backend = durable.backend
+            child = await backend.execute_async(backend.get_run(child_id), readonly=True)
+            if child is None:
+                raise errors.RunNotFound(child_id)
+            if not child.is_terminal:
+                raise durable.suspend(
+                    errors.Suspend(
+                        unique,
+                        "waiting",
+                        data={"child_id": child_id},
+                        waiting_for={"kind": "child", "step": unique, "child_id": child_id},
+                        run_at=FOREVER,
+                    )
+                )
+            outcome = {
+                "status": child.status.value,
+                "result": child.result,
+                "error": child.last_error,
+            }
+            await durable.journal(unique, "child_result", outcome, events=[])
+        else:
+            outcome = entry.output
+        if outcome["status"] != "succeeded":
+            raise errors.ChildFailed(child_id, outcome["status"], outcome.get("error"))
+        return outcome["result"]
+
+    def now(self, name: str = "@now") -> Any:
+        """The database's current time, recorded on first execution and replayed after."""
+        return self._durable_call(
+            self._recorded(name, "now", lambda d: d.db_now().isoformat()),
+            convert=datetime.fromisoformat,
+        )
+
+    def uuid(self, name: str = "@uuid") -> Any:
+        """A random UUID (string), recorded on first execution and replayed after."""
+        return self._durable_call(self._recorded(name, "uuid", lambda d: str(_uuid.uuid4())))
+
+    def random(self, name: str = "@random") -> Any:
+        """A random float in [0, 1), recorded on first execution and replayed after."""
+        return self._durable_call(self._recorded(name, "random", lambda d: _random.random()))
+
+    async def _recorded(self, name: str, kind: str, make: Callable[[Durable], Any]) -> Any:
+        durable = self._need_durable()
+        unique = durable.name(name)
+        entry = await durable.begin(unique, kind, self.is_cancelled())
+        if entry is not None:
+            return entry.output
+        value = make(durable)
+        await durable.journal(unique, kind, value, events=[])
+        return value
+
+    async def race(self, name: str, *branches: Awaitable[Any]) -> tuple[int, Any]:
+        """Run ``branches`` concurrently; return ``(index, value)`` of the first to finish
+        and cancel the others. The winner is journaled, so a replay returns it again
+        without running any branch. Async bodies only."""
+        durable = self._need_durable()
+        unique = durable.name(name)
+        entry = await durable.begin(unique, "race", self.is_cancelled())
+        if entry is not None:
+            for branch in branches:
+                _discard(branch)
+            (await durable.load()).meet(entry.output["steps"])
+            return int(entry.output["winner"]), entry.output["value"]
+        recorded = durable.record_names()
+        tasks = [asyncio.ensure_future(branch) for branch in branches]
+        try:
+            done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            winner = min(done, key=tasks.index)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            value = winner.result()
+        finally:
+            durable.stop_recording(recorded)
+        index = tasks.index(winner)
+        output = {"winner": index, "value": value, "steps": sorted(recorded)}
+        await durable.journal(unique, "race", output, events=[])
+        return index, value
+
+    # -- plumbing --------------------------------------------------------------------
+
+    def _need_durable(self) -> Durable:
+        if self._durable is None:
+            raise errors.ConfigurationError("durable calls need a context made by a worker")
+        return self._durable
+
+    def _durable_call(
+        self, coro: Coroutine[Any, Any, T], convert: Callable[[Any], Any] | None = None
+    ) -> Any:
+        """Await ``coro`` in an async body; run it on the worker's loop from a sync one."""
+        if self._async_body:
+            return _converted(coro, convert) if convert else coro
+        value = self._bridge(coro)
+        return convert(value) if convert else value
+
+    def _bridge(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+
+async def _converted(coro: Coroutine[Any, Any, Any], convert: Callable[[Any], Any]) -> Any:
+    return convert(await coro)
+
+
+async def _awaited(value: Awaitable[T]) -> T:
+    return await value
+
+
+def _discard(branch: Awaitable[Any]) -> None:
+    if inspect.iscoroutine(branch):
+        branch.close()
+
+
+def _seconds(seconds: float) -> timedelta:
+    return timedelta(seconds=seconds)
+
+
+def _entry(name: str, kind: str, position: int, output: Any) -> JournalEntry:
+    return JournalEntry(name, kind, position, "completed", json.loads(json.dumps(output)), 1)

@@ -11,20 +11,29 @@ and each message says what was wrong and what to do about it::
     │   │   └── PayloadTooLarge     over the configured size limit
     │   └── InvalidArgument         priority, delay, cursor, limit ...
     ├── RunNotFound (LookupError)   no run with that id
+    ├── RunFinished                 a signal to a run that has already finished
     ├── WaitTimeout (TimeoutError)  wait() ran out of time; the run goes on
     ├── SchemaError                 the database schema is missing or older than the code
     ├── StoreUnavailable            the database could not be reached or went away
     ├── PermanentError              raised by a handler: fail the run now, never retry
+    │   ├── DeadlineExceeded        the run's deadline passed; no further step starts
+    │   ├── ReplayDivergence        the code no longer matches the run's journal
+    │   └── StepFailed              a step used up its retries
+    ├── ChildFailed                 a child run failed or was cancelled
     └── HandlerTimeout              a handler ran past its timeout (retried like any error)
 
     BaseException
-    └── Cancelled                   raised in a handler by ctx.raise_if_cancelled()
+    ├── Cancelled                   raised in a handler by ctx.raise_if_cancelled()
+    └── Suspend                     (internal) the run waits: a sleep, a signal, a child
 
-``Cancelled`` derives from ``BaseException`` so that an ``except Exception:`` in a
-handler cannot swallow the request to stop.
+``Cancelled`` and ``Suspend`` derive from ``BaseException`` so that an
+``except Exception:`` in a workflow body cannot swallow them.
 """
 
 from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
 
 
 class SimpleWorkflowError(Exception):
@@ -67,6 +76,10 @@ class RunNotFound(SimpleWorkflowError, LookupError):
         )
 
 
+class RunFinished(SimpleWorkflowError):
+    """The run has already succeeded, failed or been cancelled, so it cannot take this."""
+
+
 class WaitTimeout(SimpleWorkflowError, TimeoutError):
     """``wait()`` gave up before the run reached a terminal state."""
 
@@ -89,3 +102,68 @@ class HandlerTimeout(SimpleWorkflowError, TimeoutError):
 
 class Cancelled(BaseException):
     """The attempt must stop: the run was cancelled, its lease was lost, or the worker stops."""
+
+
+class DeadlineExceeded(PermanentError):
+    """The run's deadline passed: it fails, and no further step starts."""
+
+
+class ReplayDivergence(PermanentError):
+    """Replaying the run met a step its journal does not have at that point (or the same
+    name as a different kind of step): the code changed under a running workflow."""
+
+
+class StepFailed(PermanentError):
+    """A step failed on its last attempt (or with an error that is never retried)."""
+
+    def __init__(self, step: str, attempts: int, message: str) -> None:
+        self.step = step
+        self.attempts = attempts
+        super().__init__(f"step {step!r} failed after {attempts} attempt(s): {message}")
+
+
+class ChildFailed(SimpleWorkflowError):
+    """A child run this workflow waited for ended failed or cancelled."""
+
+    def __init__(self, child_id: str, status: str, error: str | None) -> None:
+        self.child_id = child_id
+        self.status = status
+        self.error = error
+        detail = f": {error.strip().splitlines()[-1]}" if error else ""
+        super().__init__(f"child run {child_id} ended {status}{detail}")
+
+
+class RetryAfter(Exception):
+    """Raise in a step to run it again after ``delay`` without counting a failure (for a
+    provider's rate limit, say). ``delay`` is seconds, a timedelta or a string like "30s"."""
+
+    def __init__(self, delay: object, message: str = "") -> None:
+        self.delay = delay
+        super().__init__(message or f"retry after {delay}")
+
+
+class Suspend(BaseException):
+    """Internal: the body must stop here and the run wait (a sleep, a signal, a child, a
+    step's backoff). The worker turns it into a suspension of the run."""
+
+    def __init__(
+        self,
+        step: str,
+        event: str,
+        *,
+        data: dict[str, Any] | None = None,
+        waiting_for: dict[str, Any] | None = None,
+        run_at: datetime | None = None,
+        delay: float = 0.0,
+    ) -> None:
+        self.step = step
+        self.event = event
+        self.data = data or {}
+        self.waiting_for = waiting_for
+        self.run_at = run_at
+        self.delay = delay
+        super().__init__(f"{event} at step {step!r}")
+
+
+class LeaseLost(BaseException):
+    """Internal: a fenced write found the lease gone; the attempt is abandoned."""

@@ -11,7 +11,7 @@ from typing import Any
 
 from simpleworkflow import errors, payloads
 from simpleworkflow.app import Definition
-from simpleworkflow.backends.base import Failure, Lease, Success
+from simpleworkflow.backends.base import Failure, Lease, Success, Suspension
 from simpleworkflow.context import Context
 
 MAX_ERROR_CHARS = 16_000
@@ -24,24 +24,45 @@ async def attempt(
     ctx: Context,
     executor: concurrent.futures.Executor,
     max_result_bytes: int = payloads.DEFAULT_MAX_BYTES,
-) -> Success | Failure | None:
-    """Run the handler once. ``None`` means there is nothing to record: it was asked to stop."""
+) -> Success | Failure | Suspension | None:
+    """Run the handler once. ``None`` means there is nothing to record: it was asked to
+    stop, or lost its lease."""
+    deadline = lease.run.deadline
+    if deadline is not None and lease.claimed_at is not None and lease.claimed_at >= deadline:
+        exc = errors.DeadlineExceeded(f"the run's deadline ({deadline.isoformat()}) has passed")
+        return failure(definition, lease, exc, ctx.worker_id)
+    durable = ctx._durable
     try:
         value = await _call(definition, lease.run.payload, ctx, executor)
+    except errors.Suspend:
+        return await _suspended(ctx)
     except asyncio.CancelledError:
         if ctx.is_cancelled():
             return None
         raise
-    except errors.Cancelled:
+    except (errors.Cancelled, errors.LeaseLost):
         return None
     except Exception as exc:
+        if durable is not None and durable.suspensions:
+            return await _suspended(ctx)  # a parallel branch suspended first
         return failure(definition, lease, exc, ctx.worker_id)
+    if durable is not None and durable.suspensions:
+        # The body swallowed a suspension (gather(return_exceptions=True) ...): it has
+        # not really finished, so it waits and replays like any other.
+        return await _suspended(ctx)
     try:
         result = payloads.encode(value, what="result", max_bytes=max_result_bytes)
     except errors.InvalidPayload as exc:
         # Retrying would produce the same value: fail now, with the reason.
         return failure(definition, lease, exc, ctx.worker_id, retryable=False)
     return Success(lease.run.id, lease.token, result)
+
+
+async def _suspended(ctx: Context) -> Suspension | None:
+    durable = ctx._durable
+    assert durable is not None
+    await durable.settle()
+    return None if ctx.is_cancelled() else durable.suspension()
 
 
 async def _call(

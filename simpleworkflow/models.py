@@ -45,6 +45,12 @@ class Run:
     created_at: datetime
     updated_at: datetime
     deleted_at: datetime | None
+    #: What a suspended run waits for: a signal, a child run, or the time in ``run_at``.
+    waiting_for: Any = None
+    parent_id: str | None = None
+    deadline: datetime | None = None
+    #: The code version of the handler the run started on (set at its first claim).
+    code_version: str | None = None
 
     @property
     def is_terminal(self) -> bool:

@@ -80,3 +80,16 @@ def normalize_run_id(run_id: object) -> str:
         except ValueError:
             pass
     raise errors.RunNotFound(str(run_id), "not a run id: run ids are UUIDs")
+
+
+_EVENT_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")
+
+
+def validate_event(event: object) -> str:
+    """Return ``event`` if it is a usable signal name (letters, digits, ``_.:-``)."""
+    if not isinstance(event, str) or not _EVENT_RE.fullmatch(event):
+        raise errors.InvalidArgument(
+            f"invalid event name {event!r}: use 1 to 200 letters, digits or '_.:-', "
+            "like 'verify' or 'payment.confirmed'"
+        )
+    return event

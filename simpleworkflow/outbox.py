@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass
 
 from simpleworkflow import errors
-from simpleworkflow.backends.base import Backend, Failure, Outcomes, Success
+from simpleworkflow.backends.base import Backend, Failure, Outcomes, Success, Suspension
 
 _log = logging.getLogger("simpleworkflow.worker")
 
@@ -24,7 +24,7 @@ class Release:
     token: str
 
 
-Item = Success | Failure | Release
+Item = Success | Failure | Release | Suspension
 
 
 class Outbox:
@@ -88,6 +88,7 @@ class Outbox:
             succeeded=[i for i in items if isinstance(i, Success)],
             failed=[i for i in items if isinstance(i, Failure)],
             released=[(i.run_id, i.token) for i in items if isinstance(i, Release)],
+            suspended=[i for i in items if isinstance(i, Suspension)],
         )
         pause = 0.2
         while True:

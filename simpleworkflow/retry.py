@@ -21,7 +21,9 @@ class RetryPolicy:
     so that runs failing together do not retry together.
 
     The default for runs is quadratic with a one-minute base and 10 % jitter: about 1, 4,
-    9 ... minutes. How many attempts a run gets is its ``max_attempts`` column.
+    9 ... minutes. How many attempts a run gets is its ``max_attempts`` column; a step's
+    policy sets ``max_attempts`` itself (default for steps: 3, exponential 1 s to 60 s,
+    20 % jitter).
     """
 
     backoff: Backoff = "quadratic"
@@ -30,6 +32,7 @@ class RetryPolicy:
     cap: durations.Duration = 6 * 3600.0
     jitter: float = 0.1
     non_retryable: tuple[type[BaseException], ...] = field(default=())
+    max_attempts: int | None = None
 
     def __post_init__(self) -> None:
         if self.backoff not in ("fixed", "linear", "exponential", "quadratic"):
@@ -40,6 +43,8 @@ class RetryPolicy:
         durations.to_seconds(self.cap, what="retry cap")
         if not 0 <= self.jitter <= 1 or self.factor < 1:
             raise errors.InvalidArgument("jitter must be within 0..1 and factor at least 1")
+        if self.max_attempts is not None and self.max_attempts < 1:
+            raise errors.InvalidArgument("max_attempts must be at least 1")
 
     def delay(self, failures: int, rand: Callable[[], float] = random.random) -> float:
         """Seconds to wait after ``failures`` failed attempts (1 after the first failure)."""
@@ -62,3 +67,6 @@ class RetryPolicy:
 
 
 DEFAULT_RUN_POLICY = RetryPolicy()
+DEFAULT_STEP_POLICY = RetryPolicy(
+    backoff="exponential", base=1.0, cap=60.0, jitter=0.2, max_attempts=3
+)

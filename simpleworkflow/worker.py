@@ -157,6 +157,7 @@ class IntentPoller:
             asyncio.create_task(self._heartbeats(), name="heartbeats"),
             asyncio.create_task(self._reaper(), name="reaper"),
             asyncio.create_task(backend.listen(self._on_message), name="listen"),
+            asyncio.create_task(self._report_unknown_versions(), name="versions"),
         ]
         if not backend.has_notifications:
             helpers.append(asyncio.create_task(self._watch_leases(), name="lease-watch"))
@@ -212,18 +213,50 @@ class IntentPoller:
             except TimeoutError:
                 self._woken = True
 
-    async def _claim(self, limit: int) -> list[Lease]:
-        claim = Claim(
+    def _claim_request(self, limit: int) -> Claim:
+        definitions = [self.app.definitions[t] for t in self._types]
+        return Claim(
             worker_id=self.worker_id,
             types=tuple(self._types),
             limit=limit,
             lease_seconds=self.lease_duration,
             runtime=RUNTIME,
+            versions={d.type: d.version for d in definitions},
+            known=tuple(f"{d.type}@{v}" for d in definitions for v in d.known_versions),
         )
-        return await self._backend.execute_async(self._backend.claim(claim))
+
+    async def _claim(self, limit: int) -> list[Lease]:
+        op = self._backend.claim(self._claim_request(limit))
+        return await self._backend.execute_async(op)
+
+    async def _report_unknown_versions(self, interval: float = 300.0) -> None:
+        """Say which due runs this worker leaves alone because it lacks their code version."""
+        while True:
+            op = self._backend.unknown_versions(self._claim_request(0))
+            try:
+                rows = await self._backend.execute_async(op, readonly=True)
+            except errors.StoreUnavailable:
+                rows = []
+            for type_name, version, count in rows:
+                _log.warning(
+                    "%d due runs of %s started on code version %r, which this worker does "
+                    "not have (it knows %s); deploy a worker that knows it, or cancel them",
+                    count,
+                    type_name,
+                    version,
+                    ", ".join(self.app.definitions[type_name].known_versions),
+                )
+            await asyncio.sleep(interval)
 
     def _start(self, lease: Lease, outbox: Outbox) -> None:
-        ctx = Context(lease.run, self.worker_id)
+        definition = self.app.definitions[lease.run.type]
+        ctx = Context(
+            lease.run,
+            self.worker_id,
+            lease=lease,
+            backend=self._backend,
+            async_body=definition.is_async,
+        )
         task = asyncio.create_task(self._execute(lease, ctx, outbox), name=f"run-{lease.run.id}")
         self._active[lease.run.id] = _Active(lease, ctx, task)
 

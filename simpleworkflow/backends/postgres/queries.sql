@@ -20,22 +20,18 @@ insert into {schema}workflow_schema_version (version, name) values (%(version)s,
 select pg_advisory_xact_lock(hashtext(%(key)s))
 
 -- name: create_run
-with inserted as (
-    insert into {schema}workflow_run
-        (type, payload, idempotency_key, priority, run_at, max_attempts)
-    values (
-        %(type)s, %(payload)s::jsonb, %(idempotency_key)s, %(priority)s,
-        coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s)),
-        coalesce(%(max_attempts)s, 3)
-    )
-    on conflict (idempotency_key) do nothing
-    returning *
-), created_event as (
-    insert into {schema}workflow_event (workflow_id, event_type, data)
-    select id, 'created', jsonb_build_object('type', type, 'priority', priority, 'run_at', run_at)
-    from inserted
+-- The created event is written by the insert trigger (migration 0003).
+insert into {schema}workflow_run
+    (type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline)
+values (
+    %(type)s, %(payload)s::jsonb, %(idempotency_key)s, %(priority)s,
+    coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s)),
+    coalesce(%(max_attempts)s, 3),
+    %(parent_id)s::uuid,
+    coalesce(%(deadline)s::timestamptz, now() + make_interval(secs => %(deadline_in)s))
 )
-select * from inserted
+on conflict (idempotency_key) do nothing
+returning *
 
 -- name: get_run_by_key
 select * from {schema}workflow_run where idempotency_key = %(idempotency_key)s
@@ -56,16 +52,32 @@ order by created_at desc, id desc
 limit %(limit)s
 
 -- name: cancel_run
-with cancelled as (
+-- Cancels the run and, through parent_id, every unfinished descendant; returns the ids
+-- that were cancelled (the run's own id first when it was).
+with recursive tree (id) as (
+    select %(id)s::uuid
+    union all
+    select r.id from {schema}workflow_run r join tree t on r.parent_id = t.id
+), cancelled as (
     update {schema}workflow_run
-    set status = 'cancelled', updated_at = now()
-    where id = %(id)s and status in ('pending', 'leased')
-    returning id
-), cancelled_event as (
+    set status = 'cancelled', waiting_for = null, updated_at = now()
+    where id in (select id from tree) and status in ('pending', 'leased')
+    returning id, parent_id
+), cancelled_events as (
     insert into {schema}workflow_event (workflow_id, event_type, data)
-    select id, 'cancelled', %(data)s::jsonb from cancelled
+    select id, 'cancelled',
+           case when id = %(id)s::uuid then %(data)s::jsonb
+                else jsonb_build_object('reason', 'parent cancelled', 'parent_id', parent_id) end
+    from cancelled
+), woken_parents as (
+    update {schema}workflow_run p
+    set run_at = now(), updated_at = now()
+    from cancelled c
+    where p.id = c.parent_id and p.status = 'pending'
+      and p.waiting_for ->> 'child_id' = c.id::text
+      and not exists (select 1 from cancelled x where x.id = p.id)
 )
-select id from cancelled
+select id from cancelled order by id = %(id)s::uuid desc
 
 -- name: delete_run
 update {schema}workflow_run
@@ -104,12 +116,13 @@ returning *
 
 -- name: claim
 with candidates as (
-    select r.id
+    select r.id, r.waiting_for
     from {schema}workflow_run r
     where r.status = 'pending'
       and r.run_at <= now()
       and r.deleted_at is null
       and r.type = any(%(types)s::text[])
+      and (r.code_version is null or r.type || '@' || r.code_version = any(%(known)s::text[]))
       and not exists (
           select 1 from {schema}workflow_registry g
           where g.workflow_name = r.type and (g.runtime <> %(runtime)s or not g.is_enabled)
@@ -123,19 +136,34 @@ with candidates as (
         leased_by = %(worker_id)s,
         lease_until = now() + make_interval(secs => %(lease)s),
         lease_token = gen_random_uuid(),
+        waiting_for = null,
+        code_version = coalesce(r.code_version, %(versions)s::jsonb ->> r.type),
         updated_at = now()
     from candidates c
     where r.id = c.id
-    returning r.*
+    returning r.*, c.waiting_for as was_waiting_for, now() as db_now
 ), claim_events as (
     insert into {schema}workflow_event (workflow_id, event_type, data)
     select c.id, e.event_type,
-           jsonb_build_object('worker_id', c.leased_by, 'attempt', c.attempt + 1,
-                              'lease_until', c.lease_until)
-    from claimed c cross join (values (1, 'leased'), (2, 'started')) as e(n, event_type)
+           case when e.event_type = 'resumed' then c.was_waiting_for
+                else jsonb_build_object('worker_id', c.leased_by, 'attempt', c.attempt + 1,
+                                        'lease_until', c.lease_until) end
+    from claimed c
+    cross join (values (1, 'leased'), (2, 'started'), (3, 'resumed')) as e(n, event_type)
+    where e.event_type <> 'resumed' or c.was_waiting_for is not null
     order by c.id, e.n
 )
 select * from claimed
+
+-- name: unknown_versions
+-- Due runs this worker may not replay: their code version is not one it knows.
+select type, code_version, count(*) as runs
+from {schema}workflow_run
+where status = 'pending' and run_at <= now() and deleted_at is null
+  and type = any(%(types)s::text[])
+  and code_version is not null
+  and not (type || '@' || code_version = any(%(known)s::text[]))
+group by type, code_version
 
 -- name: heartbeat
 with leases as (
@@ -170,11 +198,17 @@ with outcomes as (
         lease_token = null, updated_at = now()
     from outcomes o
     where r.id = o.id and r.lease_token = o.token and r.status = 'leased'
-    returning r.id, r.leased_by, r.attempt
+    returning r.id, r.leased_by, r.attempt, r.parent_id
 ), done_events as (
     insert into {schema}workflow_event (workflow_id, event_type, data)
     select id, 'succeeded', jsonb_build_object('worker_id', leased_by, 'attempt', attempt + 1)
     from done
+), woken_parents as (
+    update {schema}workflow_run p
+    set run_at = now(), updated_at = now()
+    from done d
+    where p.id = d.parent_id and p.status = 'pending'
+      and p.waiting_for ->> 'child_id' = d.id::text
 )
 select id from done
 
@@ -195,7 +229,13 @@ with outcomes as (
         updated_at = now()
     from outcomes o
     where r.id = o.id and r.lease_token is not distinct from o.token and r.status = 'leased'
-    returning r.id, r.status, r.attempt, r.run_at
+    returning r.id, r.status, r.attempt, r.run_at, r.parent_id
+), woken_parents as (
+    update {schema}workflow_run p
+    set run_at = now(), updated_at = now()
+    from done d
+    where d.status = 'failed' and p.id = d.parent_id and p.status = 'pending'
+      and p.waiting_for ->> 'child_id' = d.id::text
 ), fail_events as (
     insert into {schema}workflow_event (workflow_id, event_type, data)
     select d.id, case when d.status = 'failed' then 'failed' else 'retried' end,
@@ -229,3 +269,127 @@ where status = 'leased' and lease_until < now() and type = any(%(types)s::text[]
 order by lease_until
 limit %(limit)s
 for update skip locked
+
+-- Durable execution: the journal, suspension, signals, children.
+
+-- name: load_journal
+select step_name, kind, position, status, output, attempts
+from {schema}workflow_step
+where run_id = %(run_id)s
+order by position
+
+-- name: record_step
+-- Journal a step (fenced by the lease) with its audit events, in one statement.
+with lease as (
+    select id from {schema}workflow_run
+    where id = %(run_id)s and lease_token = %(token)s and status = 'leased'
+), saved as (
+    insert into {schema}workflow_step
+        (run_id, step_name, kind, position, status, output, attempts, started_at, completed_at)
+    select id, %(name)s, %(kind)s, %(position)s, %(status)s, %(output)s::jsonb, %(attempts)s,
+           coalesce(%(started_at)s::timestamptz, now()),
+           case when %(status)s = 'completed' then now() end
+    from lease
+    on conflict (run_id, step_name) do update
+    set status = excluded.status, output = excluded.output, attempts = excluded.attempts,
+        completed_at = excluded.completed_at
+    where {schema}workflow_step.status = 'retrying'
+    returning run_id
+), step_events as (
+    insert into {schema}workflow_event (workflow_id, event_type, data, created_at)
+    select s.run_id, e.value ->> 'type', e.value -> 'data',
+           coalesce((e.value ->> 'at')::timestamptz, now())
+    from saved s
+    cross join jsonb_array_elements(%(events)s::jsonb) with ordinality as e(value, n)
+    order by e.n
+)
+select run_id from saved
+
+-- name: suspend_runs
+with outcomes as (
+    select * from jsonb_to_recordset(%(items)s::jsonb)
+        as o(id uuid, token uuid, run_at timestamptz, delay float8, waiting_for jsonb,
+             event text, data jsonb)
+), done as (
+    update {schema}workflow_run r
+    set status = 'pending',
+        run_at = least(coalesce(o.run_at, now() + make_interval(secs => o.delay)),
+                       coalesce(r.deadline, 'infinity')),
+        waiting_for = o.waiting_for,
+        leased_by = null, lease_until = null, lease_token = null,
+        updated_at = now()
+    from outcomes o
+    where r.id = o.id and r.lease_token = o.token and r.status = 'leased'
+    returning r.id, r.run_at
+), suspend_events as (
+    insert into {schema}workflow_event (workflow_id, event_type, data)
+    select d.id, o.event, o.data || jsonb_build_object('until', d.run_at)
+    from done d join outcomes o on o.id = d.id
+)
+select id from done
+
+-- name: wake_suspended
+-- Second statement of a suspension: a signal or child result that arrived while the run
+-- was still leased wakes it at once (the run row lock orders this against senders).
+update {schema}workflow_run r
+set run_at = now(), updated_at = now()
+where r.id = any(%(ids)s::uuid[])
+  and r.status = 'pending'
+  and r.run_at > now()
+  and (
+      exists (
+          select 1 from {schema}workflow_signal s
+          where s.run_id = r.id and s.consumed_at is null
+            and s.event = r.waiting_for ->> 'event'
+            and (r.waiting_for -> 'match' is null or s.payload @> (r.waiting_for -> 'match'))
+      )
+      or exists (
+          select 1 from {schema}workflow_run c
+          where c.id = (r.waiting_for ->> 'child_id')::uuid
+            and c.status in ('succeeded', 'failed', 'cancelled')
+      )
+  )
+returning r.id
+
+-- name: lock_run
+select id, status from {schema}workflow_run where id = %(id)s for update
+
+-- name: insert_signal
+with signal as (
+    insert into {schema}workflow_signal (run_id, event, payload)
+    values (%(id)s, %(event)s, %(payload)s::jsonb)
+    returning id, run_id
+), signal_event as (
+    insert into {schema}workflow_event (workflow_id, event_type, data)
+    select run_id, 'signal_received', jsonb_build_object('event', %(event)s::text, 'signal_id', id)
+    from signal
+)
+select id from signal
+
+-- name: wake_for_signal
+update {schema}workflow_run
+set run_at = now(), updated_at = now()
+where id = %(id)s
+  and status = 'pending'
+  and run_at > now()
+  and waiting_for ->> 'event' = %(event)s
+  and (waiting_for -> 'match' is null or %(payload)s::jsonb @> (waiting_for -> 'match'))
+returning id
+
+-- name: consume_signal
+update {schema}workflow_signal s
+set consumed_at = now(), step_name = %(name)s
+from (
+    select s2.id from {schema}workflow_signal s2
+    where s2.run_id = %(run_id)s and s2.event = %(event)s and s2.consumed_at is null
+      and (%(match)s::jsonb is null or s2.payload @> %(match)s::jsonb)
+    order by s2.id
+    limit 1
+    for update
+) as c
+where s.id = c.id
+  and exists (
+      select 1 from {schema}workflow_run
+      where id = %(run_id)s and lease_token = %(token)s and status = 'leased'
+  )
+returning s.id, s.payload

@@ -22,7 +22,11 @@ create table {schema}workflow_run (
     created_at      timestamptz not null default now(),
     updated_at      timestamptz not null default now(),
     deleted_at      timestamptz,
-    lease_token     uuid
+    lease_token     uuid,
+    waiting_for     jsonb,
+    parent_id       uuid references {schema}workflow_run (id) on delete set null,
+    deadline        timestamptz,
+    code_version    text
 );
 
 -- Claims read only claimable rows, ordered by priority then by when they became due:
@@ -75,9 +79,15 @@ create index idx_workflow_run_lease_expiry
 
 -- Wake-ups for idle workers, for rows written by any client in any language:
 -- channel 'simpleworkflow', payload 'wake <schema> <type>' or 'cancel <schema> <run id>'.
+-- The created event comes from the insert itself, so that runs written with plain SQL
+-- by any producer have the same audit trail as runs started through a client.
 create function {schema}workflow_run_notify_insert() returns trigger
 language plpgsql as $$
 begin
+    insert into {schema_name}.workflow_event (workflow_id, event_type, data)
+    select id, 'created', jsonb_build_object('type', type, 'priority', priority, 'run_at', run_at)
+    from inserted_runs
+    order by created_at, id;
     perform pg_notify('simpleworkflow', 'wake ' || tg_table_schema || ' ' || t.type)
     from (select distinct type from inserted_runs where status = 'pending') as t;
     return null;
@@ -109,3 +119,38 @@ create trigger workflow_run_notify_update
     when ((new.status = 'pending' and (old.status <> 'pending' or new.run_at < old.run_at))
           or (new.status = 'cancelled' and old.status = 'leased'))
     execute function {schema}workflow_run_notify_update();
+
+-- Cancelling a parent finds its children through this index.
+create index idx_workflow_run_parent
+    on {schema}workflow_run (parent_id)
+    where parent_id is not null;
+
+-- One row per completed step (and per step still retrying, to count its attempts).
+create table {schema}workflow_step (
+    run_id       uuid not null references {schema}workflow_run (id) on delete cascade,
+    step_name    text not null,
+    kind         text not null default 'step',
+    position     integer not null,
+    status       text not null default 'completed'
+                 constraint workflow_step_status_check check (status in ('completed', 'retrying')),
+    output       jsonb,
+    attempts     integer not null default 1,
+    started_at   timestamptz not null default now(),
+    completed_at timestamptz,
+    primary key (run_id, step_name)
+);
+
+-- Signals are kept until a wait consumes them, oldest first.
+create table {schema}workflow_signal (
+    id          bigint generated always as identity primary key,
+    run_id      uuid not null references {schema}workflow_run (id) on delete cascade,
+    event       text not null,
+    payload     jsonb not null default '{}'::jsonb,
+    created_at  timestamptz not null default now(),
+    consumed_at timestamptz,
+    step_name   text
+);
+
+create index idx_workflow_signal_pending
+    on {schema}workflow_signal (run_id, event, id)
+    where consumed_at is null;

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from simpleworkflow import errors, wakeups
+from simpleworkflow import errors, matching, wakeups
 from simpleworkflow.backends import base, queries
 
 T = TypeVar("T")
@@ -60,6 +60,8 @@ class SQLiteBackend(base.Backend):
             conn.execute("pragma synchronous = normal")
             conn.execute("pragma foreign_keys = on")
             conn.execute("pragma case_sensitive_like = on")
+            # jsonb @> for signal matching, with the same meaning as on Postgres.
+            conn.create_function("json_contains", 2, matching.contains_json, deterministic=True)
             self._conn, self._pid = conn, os.getpid()
         return self._conn
 

@@ -17,18 +17,18 @@ select version from workflow_schema_version order by version
 insert into workflow_schema_version (version, name) values (:version, :name)
 
 -- name: create_run
-insert into workflow_run (type, payload, idempotency_key, priority, run_at, max_attempts)
+-- The created event is written by the insert trigger (migration 0003).
+insert into workflow_run
+    (type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline)
 values (
     :type, :payload, :idempotency_key, :priority,
     coalesce(:run_at, strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :delay || ' seconds')),
-    coalesce(:max_attempts, 3)
+    coalesce(:max_attempts, 3),
+    :parent_id,
+    coalesce(:deadline, strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :deadline_in || ' seconds'))
 )
 on conflict (idempotency_key) do nothing
 returning *
-
--- name: created_event
-insert into workflow_event (workflow_id, event_type, data)
-values (:id, 'created', json_object('type', :type, 'priority', :priority, 'run_at', :run_at))
 
 -- name: get_run_by_key
 select * from workflow_run where idempotency_key = :idempotency_key
@@ -48,13 +48,33 @@ order by created_at desc, id desc
 limit :limit
 
 -- name: cancel_run
+-- Cancels the run and every unfinished descendant.
 update workflow_run
-set status = 'cancelled', updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
-where id = :id and status in ('pending', 'leased')
+set status = 'cancelled', waiting_for = null, updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+where status in ('pending', 'leased')
+  and id in (
+      with recursive tree (id) as (
+          select :id
+          union all
+          select r.id from workflow_run r join tree t on r.parent_id = t.id
+      )
+      select id from tree
+  )
 returning id
 
--- name: cancelled_event
-insert into workflow_event (workflow_id, event_type, data) values (:id, 'cancelled', :data)
+-- name: cancel_run_then_1_events
+insert into workflow_event (workflow_id, event_type, data)
+select value, 'cancelled',
+       case when value = :id then json(:data)
+            else json_object('reason', 'parent cancelled') end
+from json_each(:ids)
+
+-- name: cancel_run_then_2_wake_parents
+update workflow_run
+set run_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
+    updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+where status = 'pending'
+  and json_extract(waiting_for, '$.child_id') in (select value from json_each(:ids))
 
 -- name: delete_run
 update workflow_run
@@ -68,7 +88,9 @@ select * from workflow_event where workflow_id = :id order by id
 
 -- Worker statements. Every write for a leased run is fenced: it matches only while the
 -- run still carries the lease token the worker was given when it claimed the run.
--- Batches arrive as one JSON array of objects (:items), read with json_each.
+-- Batches arrive as one JSON array (:items, :ids), read with json_each. A statement
+-- named <name>_then_<n>_... runs after <name> in the same transaction, with the ids it
+-- returned; SQLite cannot chain writes in one statement as Postgres does.
 
 -- name: register_types
 insert into workflow_registry (workflow_name, runtime)
@@ -95,11 +117,13 @@ where workflow_name = :name
 returning *
 
 -- name: claim
+-- waiting_for is returned as it was (for replay) and cleared by claim_then_2.
 update workflow_run
 set status = 'leased',
     leased_by = :worker_id,
     lease_until = strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :lease || ' seconds'),
     lease_token = lower(hex(randomblob(16))),
+    code_version = coalesce(code_version, json_extract(:versions, '$."' || type || '"')),
     updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
 where id in (
     select r.id
@@ -108,6 +132,8 @@ where id in (
       and r.run_at <= strftime('%Y-%m-%d %H:%M:%f', 'now')
       and r.deleted_at is null
       and r.type in (select value from json_each(:types))
+      and (r.code_version is null
+           or r.type || '@' || r.code_version in (select value from json_each(:known)))
       and not exists (
           select 1 from workflow_registry g
           where g.workflow_name = r.type and (g.runtime <> :runtime or not g.is_enabled)
@@ -115,17 +141,35 @@ where id in (
     order by r.priority, r.run_at
     limit :limit
 )
-returning *
+returning *, strftime('%Y-%m-%d %H:%M:%f', 'now') as db_now
 
--- name: claim_events
+-- name: claim_then_1_events
 insert into workflow_event (workflow_id, event_type, data)
 select r.id, e.event_type,
-       json_object('worker_id', r.leased_by, 'attempt', r.attempt + 1,
-                   'lease_until', r.lease_until)
+       case when e.event_type = 'resumed' then r.waiting_for
+            else json_object('worker_id', r.leased_by, 'attempt', r.attempt + 1,
+                             'lease_until', replace(r.lease_until, ' ', 'T') || '+00:00') end
 from json_each(:ids) as i
 join workflow_run r on r.id = i.value
-cross join (select 1 as n, 'leased' as event_type union all select 2, 'started') as e
+cross join (select 1 as n, 'leased' as event_type
+            union all select 2, 'started'
+            union all select 3, 'resumed') as e
+where e.event_type <> 'resumed' or r.waiting_for is not null
 order by i.key, e.n
+
+-- name: claim_then_2_clear_waits
+update workflow_run set waiting_for = null
+where waiting_for is not null and id in (select value from json_each(:ids))
+
+-- name: unknown_versions
+select type, code_version, count(*) as runs
+from workflow_run
+where status = 'pending' and run_at <= strftime('%Y-%m-%d %H:%M:%f', 'now')
+  and deleted_at is null
+  and type in (select value from json_each(:types))
+  and code_version is not null
+  and type || '@' || code_version not in (select value from json_each(:known))
+group by type, code_version
 
 -- name: heartbeat
 update workflow_run
@@ -139,10 +183,11 @@ where status = 'leased'
   )
 returning id
 
--- name: heartbeat_events
+-- name: heartbeat_then_events
 insert into workflow_event (workflow_id, event_type, data)
 select value, 'heartbeat', json_object('extended_by_seconds', :lease, 'worker_id', :worker_id)
 from json_each(:ids)
+where :with_events
 
 -- name: lease_states
 select json_extract(l.value, '$.id') as id, r.status,
@@ -166,10 +211,17 @@ where status = 'leased'
   )
 returning id
 
--- name: succeed_events
+-- name: succeed_runs_then_1_events
 insert into workflow_event (workflow_id, event_type, data)
 select r.id, 'succeeded', json_object('worker_id', r.leased_by, 'attempt', r.attempt + 1)
 from json_each(:ids) as i join workflow_run r on r.id = i.value
+
+-- name: succeed_runs_then_2_wake_parents
+update workflow_run
+set run_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
+    updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+where status = 'pending'
+  and json_extract(waiting_for, '$.child_id') in (select value from json_each(:ids))
 
 -- name: fail_runs
 update workflow_run
@@ -193,15 +245,26 @@ where workflow_run.id = o.id
   and workflow_run.status = 'leased'
 returning workflow_run.id
 
--- name: fail_events
+-- name: fail_runs_then_1_events
 insert into workflow_event (workflow_id, event_type, data)
 select r.id, case when r.status = 'failed' then 'failed' else 'retried' end,
        json_patch(json_extract(o.value, '$.data'),
                   json_object('attempt', r.attempt,
-                              'retry_at', case when r.status = 'pending' then r.run_at end))
+                              'retry_at', case when r.status = 'pending'
+                                               then replace(r.run_at, ' ', 'T') || '+00:00' end))
 from json_each(:items) as o
 join workflow_run r on r.id = json_extract(o.value, '$.id')
 where r.id in (select value from json_each(:ids))
+
+-- name: fail_runs_then_2_wake_parents
+update workflow_run
+set run_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
+    updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+where status = 'pending'
+  and json_extract(waiting_for, '$.child_id') in (
+      select id from workflow_run
+      where status = 'failed' and id in (select value from json_each(:ids))
+  )
 
 -- name: release_runs
 update workflow_run
@@ -215,7 +278,7 @@ where status = 'leased'
   )
 returning id
 
--- name: release_events
+-- name: release_runs_then_events
 insert into workflow_event (workflow_id, event_type, data)
 select value, 'released', json_object('worker_id', :worker_id, 'reason', :reason)
 from json_each(:ids)
@@ -228,3 +291,125 @@ where status = 'leased'
   and type in (select value from json_each(:types))
 order by lease_until
 limit :limit
+
+-- Durable execution: the journal, suspension, signals, children.
+
+-- name: load_journal
+select step_name, kind, position, status, output, attempts
+from workflow_step
+where run_id = :run_id
+order by position
+
+-- name: record_step
+insert into workflow_step
+    (run_id, step_name, kind, position, status, output, attempts, started_at, completed_at)
+select id, :name, :kind, :position, :status, :output, :attempts,
+       coalesce(:started_at, strftime('%Y-%m-%d %H:%M:%f', 'now')),
+       case when :status = 'completed' then strftime('%Y-%m-%d %H:%M:%f', 'now') end
+from workflow_run
+where id = :run_id and lease_token = :token and status = 'leased'
+on conflict (run_id, step_name) do update
+set status = excluded.status, output = excluded.output, attempts = excluded.attempts,
+    completed_at = excluded.completed_at
+where workflow_step.status = 'retrying'
+returning run_id as id
+
+-- name: record_step_then_events
+insert into workflow_event (workflow_id, event_type, data, created_at)
+select :run_id, json_extract(e.value, '$.type'), json(json_extract(e.value, '$.data')),
+       coalesce(strftime('%Y-%m-%d %H:%M:%f', json_extract(e.value, '$.at')),
+                strftime('%Y-%m-%d %H:%M:%f', 'now'))
+from json_each(:events) as e
+order by e.key
+
+-- name: suspend_runs
+update workflow_run
+set status = 'pending',
+    run_at = min(coalesce(strftime('%Y-%m-%d %H:%M:%f', o.run_at),
+                          strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || o.delay || ' seconds')),
+                 coalesce(workflow_run.deadline, '9999-12-31')),
+    waiting_for = o.waiting_for,
+    leased_by = null, lease_until = null, lease_token = null,
+    updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+from (
+    select json_extract(value, '$.id') as id, json_extract(value, '$.token') as token,
+           json_extract(value, '$.run_at') as run_at, json_extract(value, '$.delay') as delay,
+           json(json_extract(value, '$.waiting_for')) as waiting_for
+    from json_each(:items)
+) as o
+where workflow_run.id = o.id
+  and workflow_run.lease_token = o.token
+  and workflow_run.status = 'leased'
+returning workflow_run.id
+
+-- name: suspend_runs_then_events
+insert into workflow_event (workflow_id, event_type, data)
+select r.id, json_extract(o.value, '$.event'),
+       json_patch(json_extract(o.value, '$.data'),
+                  json_object('until', replace(r.run_at, ' ', 'T') || '+00:00'))
+from json_each(:items) as o
+join workflow_run r on r.id = json_extract(o.value, '$.id')
+where r.id in (select value from json_each(:ids))
+
+-- name: wake_suspended
+update workflow_run
+set run_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
+    updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+where id in (select value from json_each(:ids))
+  and status = 'pending'
+  and run_at > strftime('%Y-%m-%d %H:%M:%f', 'now')
+  and (
+      exists (
+          select 1 from workflow_signal s
+          where s.run_id = workflow_run.id and s.consumed_at is null
+            and s.event = json_extract(workflow_run.waiting_for, '$.event')
+            and (workflow_run.waiting_for -> '$.match' is null
+                 or json_contains(s.payload, workflow_run.waiting_for -> '$.match'))
+      )
+      or exists (
+          select 1 from workflow_run c
+          where c.id = json_extract(workflow_run.waiting_for, '$.child_id')
+            and c.status in ('succeeded', 'failed', 'cancelled')
+      )
+  )
+returning id
+
+-- name: lock_run
+select id, status from workflow_run where id = :id
+
+-- name: insert_signal
+insert into workflow_signal (run_id, event, payload)
+values (:id, :event, :payload)
+returning id
+
+-- name: insert_signal_then_events
+insert into workflow_event (workflow_id, event_type, data)
+select :id, 'signal_received', json_object('event', :event, 'signal_id', value)
+from json_each(:ids)
+
+-- name: wake_for_signal
+update workflow_run
+set run_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
+    updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+where id = :id
+  and status = 'pending'
+  and run_at > strftime('%Y-%m-%d %H:%M:%f', 'now')
+  and json_extract(waiting_for, '$.event') = :event
+  and (waiting_for -> '$.match' is null or json_contains(:payload, waiting_for -> '$.match'))
+returning id
+
+-- name: consume_signal
+update workflow_signal
+set consumed_at = strftime('%Y-%m-%d %H:%M:%f', 'now'), step_name = :name
+where id = (
+    select s.id from workflow_signal s
+    where s.run_id = :run_id and s.event = :event and s.consumed_at is null
+      and (:match is null or json_contains(s.payload, :match))
+    order by s.id
+    limit 1
+)
+  and exists (
+      select 1 from workflow_run
+      where id = :run_id and lease_token = :token and status = 'leased'
+  )
+returning id, payload

@@ -1,0 +1,89 @@
+"""What every backend verb builds on: named statements and decoding of rows."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from simpleworkflow.backends.records import Op, RegistryEntry, Statement
+from simpleworkflow.models import Event, Run, RunStatus
+
+
+class StoreCore(abc.ABC):
+    """Statements by name, and rows turned into typed records."""
+
+    #: Human name of the store, for messages ("postgres", "sqlite").
+    name: str
+    #: Named SQL statements, with the schema already filled in.
+    q: dict[str, str]
+
+    @abc.abstractmethod
+    def decode_time(self, value: Any) -> datetime: ...
+
+    @abc.abstractmethod
+    def decode_json(self, value: Any) -> Any: ...
+
+    def encode_params(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Adapt Python values to what the driver expects (identity by default)."""
+        return params
+
+    def stmt(self, query: str, /, **params: Any) -> Statement:
+        """The named query with its parameters adapted for the driver."""
+        return Statement(self.q[query], self.encode_params(params))
+
+    def then(self, query: str, /, **params: Any) -> Op[None]:
+        """Run the follow-ups of ``query`` (``<query>_then_...``), for stores that cannot
+        chain writes inside one statement; Postgres has none."""
+        prefix = query + "_then_"
+        for name in sorted(name for name in self.q if name.startswith(prefix)):
+            yield self.stmt(name, **params)
+
+    def run_from_row(self, row: Mapping[str, Any]) -> Run:
+        opt_time = self.opt_time
+        return Run(
+            id=str(row["id"]),
+            type=row["type"],
+            payload=self.decode_json(row["payload"]),
+            status=RunStatus(row["status"]),
+            priority=row["priority"],
+            run_at=self.decode_time(row["run_at"]),
+            idempotency_key=row["idempotency_key"],
+            attempt=row["attempt"],
+            max_attempts=row["max_attempts"],
+            leased_by=row["leased_by"],
+            lease_until=opt_time(row["lease_until"]),
+            last_error=row["last_error"],
+            result=self.decode_json(row["result"]),
+            created_at=self.decode_time(row["created_at"]),
+            updated_at=self.decode_time(row["updated_at"]),
+            deleted_at=opt_time(row["deleted_at"]),
+            waiting_for=self.decode_json(row.get("waiting_for")),
+            parent_id=None if row.get("parent_id") is None else str(row["parent_id"]),
+            deadline=opt_time(row.get("deadline")),
+            code_version=row.get("code_version"),
+        )
+
+    def event_from_row(self, row: Mapping[str, Any]) -> Event:
+        return Event(
+            id=row["id"],
+            workflow_id=str(row["workflow_id"]),
+            event_type=row["event_type"],
+            data=self.decode_json(row["data"]),
+            created_at=self.decode_time(row["created_at"]),
+        )
+
+    def registry_from_row(self, row: Mapping[str, Any]) -> RegistryEntry:
+        return RegistryEntry(
+            workflow_name=row["workflow_name"],
+            intent_type=row["intent_type"],
+            runtime=row["runtime"],
+            is_enabled=bool(row["is_enabled"]),
+            description=row["description"],
+            created_at=self.decode_time(row["created_at"]),
+            updated_at=self.decode_time(row["updated_at"]),
+        )
+
+    def opt_time(self, value: Any) -> datetime | None:
+        return None if value is None else self.decode_time(value)

@@ -1,0 +1,74 @@
+"""Durable-execution verbs: read the journal, record steps, consume signals."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from simpleworkflow.backends.core import StoreCore
+from simpleworkflow.backends.records import JournalEntry, Op, StepRecord
+
+
+class JournalOps(StoreCore):
+    def load_journal(self, run_id: str) -> Op[list[JournalEntry]]:
+        rows = yield self.stmt("load_journal", run_id=run_id)
+        return [
+            JournalEntry(
+                step_name=row["step_name"],
+                kind=row["kind"],
+                position=row["position"],
+                status=row["status"],
+                output=self.decode_json(row["output"]),
+                attempts=row["attempts"],
+            )
+            for row in rows
+        ]
+
+    def record_step(self, step: StepRecord) -> Op[bool]:
+        """Journal a step with its events; False when the lease was lost (nothing written)."""
+        rows = yield from self._record(step)
+        return bool(rows)
+
+    def _record(self, step: StepRecord) -> Op[list[dict[str, Any]]]:
+        events = json.dumps(step.events)
+        rows = yield self.stmt(
+            "record_step",
+            run_id=step.run_id,
+            token=step.token,
+            name=step.name,
+            kind=step.kind,
+            position=step.position,
+            status=step.status,
+            output=step.output,
+            attempts=step.attempts,
+            started_at=step.started_at,
+            events=events,
+        )
+        if rows:
+            yield from self.then("record_step", run_id=step.run_id, events=events)
+        return rows
+
+    def consume_signal(
+        self, step: StepRecord, event: str, match: str | None
+    ) -> Op[tuple[bool, Any] | None]:
+        """Take the oldest unconsumed signal ``event`` whose payload contains ``match`` and
+        journal it as ``step``'s output, in one transaction.
+
+        Returns ``(True, payload)``, ``None`` when no signal matches, and ``(False, None)``
+        when the lease was lost.
+        """
+        rows = yield self.stmt(
+            "consume_signal",
+            run_id=step.run_id,
+            token=step.token,
+            name=step.name,
+            event=event,
+            match=match,
+        )
+        if not rows:
+            return None
+        payload = self.decode_json(rows[0]["payload"])
+        output = json.dumps({"signal": payload})
+        saved = yield from self._record(dataclasses.replace(step, output=output))
+        return (True, payload) if saved else (False, None)

@@ -1,0 +1,198 @@
+"""The plain data that crosses the backend interface, and the op protocol itself.
+
+An *op* is a generator that yields the SQL statements it needs and receives each one's
+rows; a backend drives it inside one transaction (see :func:`drive`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, TypeVar
+
+from simpleworkflow.models import Run
+
+T = TypeVar("T")
+Rows = list[dict[str, Any]]
+
+#: What a worker learns about a lease it holds.
+HELD, CANCELLED, LOST = "held", "cancelled", "lost"
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """One SQL statement with its named parameters."""
+
+    sql: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+Op = Generator[Statement, Rows, T]
+
+
+def drive(op: Op[T], run: Callable[[Statement], Rows]) -> T:
+    """Feed each statement an op yields to ``run`` until the op returns."""
+    try:
+        statement = next(op)
+        while True:
+            statement = op.send(run(statement))
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True, slots=True)
+class NewRun:
+    """A validated request to start a run; ``payload`` is already JSON text."""
+
+    type: str
+    payload: str
+    idempotency_key: str | None = None
+    priority: int = 100
+    run_at: datetime | None = None
+    delay_seconds: float = 0.0
+    max_attempts: int | None = None
+    parent_id: str | None = None
+    deadline: datetime | None = None
+    deadline_seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunQuery:
+    """Filters and paging for a listing; ``None`` means "any"."""
+
+    type_like: str | None = None
+    statuses: tuple[str, ...] | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    include_deleted: bool = False
+    limit: int = 50
+    after_created_at: datetime | None = None
+    after_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A run a worker claimed, with the token that fences every write it makes for it.
+
+    ``claimed_at`` is the database's clock at the claim; ``was_waiting_for`` what the run
+    was suspended on before this claim, if anything.
+    """
+
+    run: Run
+    token: str
+    claimed_at: datetime | None = None
+    was_waiting_for: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """What a worker asks for: up to ``limit`` due runs of ``types`` it may run."""
+
+    worker_id: str
+    types: tuple[str, ...]
+    limit: int
+    lease_seconds: float
+    runtime: str = "python"
+    #: The code version new runs of each type are stamped with.
+    versions: Mapping[str, str] = field(default_factory=dict)
+    #: ``"type@version"`` for every version this worker can replay.
+    known: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Success:
+    run_id: str
+    token: str
+    result: str  # JSON text
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A failed attempt: retried after ``delay`` seconds, or the end of the run if ``final``."""
+
+    run_id: str
+    token: str | None
+    final: bool
+    delay: float
+    error: str  # stored in last_error
+    data: dict[str, Any]  # event data
+
+
+@dataclass(frozen=True, slots=True)
+class Suspension:
+    """A run that gives its lease back until ``run_at`` (or ``delay`` seconds from now).
+
+    ``waiting_for`` is stored on the run for operators, and tells what may wake it early:
+    ``{"event": ..., "match": ...}`` for a signal, ``{"child_id": ...}`` for a child.
+    """
+
+    run_id: str
+    token: str
+    event: str  # "sleeping", "waiting", "step_failed" ...
+    data: dict[str, Any]
+    run_at: datetime | None = None
+    delay: float = 0.0
+    waiting_for: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Outcomes:
+    """Everything a worker has to record, written together in one transaction."""
+
+    succeeded: list[Success] = field(default_factory=list)
+    failed: list[Failure] = field(default_factory=list)
+    released: list[tuple[str, str]] = field(default_factory=list)  # (run id, token)
+    suspended: list[Suspension] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.succeeded or self.failed or self.released or self.suspended)
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryEntry:
+    """One row of ``workflow_registry``: which runtime may run a type, and whether it may."""
+
+    workflow_name: str
+    intent_type: str
+    runtime: str
+    is_enabled: bool
+    description: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    """One row of the step journal: a completed step, or one still retrying."""
+
+    step_name: str
+    kind: str
+    position: int
+    status: str  # "completed" or "retrying"
+    output: Any
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """A step to journal, fenced by the lease that ran it."""
+
+    run_id: str
+    token: str
+    name: str
+    kind: str
+    position: int
+    output: str | None  # JSON text
+    attempts: int
+    status: str = "completed"
+    started_at: datetime | None = None
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class SignalSent:
+    """What ``signal()`` did: the stored signal's id, and whether it woke a waiting run."""
+
+    signal_id: int
+    woke: bool

@@ -1,0 +1,108 @@
+"""Producer verbs: start, read, list, cancel, delete and signal runs."""
+
+from __future__ import annotations
+
+import json
+
+from simpleworkflow import errors
+from simpleworkflow.backends.core import StoreCore
+from simpleworkflow.backends.records import NewRun, Op, RunQuery, SignalSent
+from simpleworkflow.models import Event, Run
+
+
+class RunOps(StoreCore):
+    def create_run(self, new: NewRun) -> Op[tuple[Run, bool]]:
+        """Insert a run (its ``created`` event comes with it); on a known key, return the
+        run that holds the key and write nothing."""
+        rows = yield self.stmt(
+            "create_run",
+            type=new.type,
+            payload=new.payload,
+            idempotency_key=new.idempotency_key,
+            priority=new.priority,
+            run_at=new.run_at,
+            delay=new.delay_seconds,
+            max_attempts=new.max_attempts,
+            parent_id=new.parent_id,
+            deadline=new.deadline,
+            deadline_in=new.deadline_seconds,
+        )
+        if rows:
+            return self.run_from_row(rows[0]), True
+        return (yield from self._existing_by_key(new)), False
+
+    def _existing_by_key(self, new: NewRun) -> Op[Run]:
+        rows = yield self.stmt("get_run_by_key", idempotency_key=new.idempotency_key)
+        if not rows:  # the conflicting row was deleted by retention between two statements
+            raise errors.StoreUnavailable(
+                f"a run with idempotency key {new.idempotency_key!r} vanished while being "
+                "read; retry the call"
+            )
+        return self.run_from_row(rows[0])
+
+    def get_run(self, run_id: str) -> Op[Run | None]:
+        rows = yield self.stmt("get_run", id=run_id)
+        return self.run_from_row(rows[0]) if rows else None
+
+    def list_runs(self, query: RunQuery) -> Op[list[Run]]:
+        rows = yield self.stmt(
+            "list_runs",
+            type_like=query.type_like,
+            statuses=list(query.statuses) if query.statuses else None,
+            created_after=query.created_after,
+            created_before=query.created_before,
+            include_deleted=query.include_deleted,
+            after_created_at=query.after_created_at,
+            after_id=query.after_id,
+            limit=query.limit,
+        )
+        return [self.run_from_row(row) for row in rows]
+
+    def cancel_run(self, run_id: str, reason: str | None) -> Op[list[str] | None]:
+        """Cancel a pending or leased run and its unfinished descendants.
+
+        Returns the ids cancelled (empty: the run had already finished), or ``None`` when
+        there is no such run.
+        """
+        data = json.dumps({"reason": reason} if reason else {})
+        rows = yield self.stmt("cancel_run", id=run_id, data=data)
+        cancelled = [str(row["id"]) for row in rows]
+        if cancelled:
+            yield from self.then("cancel_run", id=run_id, ids=cancelled, data=data)
+        if run_id not in cancelled and not (yield from self._exists(run_id)):
+            return None
+        return cancelled
+
+    def delete_run(self, run_id: str) -> Op[bool | None]:
+        """Soft-delete a run. ``None``: no such run; ``False``: already deleted."""
+        rows = yield self.stmt("delete_run", id=run_id)
+        if not rows:
+            return False if (yield from self._exists(run_id)) else None
+        return True
+
+    def _exists(self, run_id: str) -> Op[bool]:
+        rows = yield self.stmt("get_run", id=run_id)
+        return bool(rows)
+
+    def list_events(self, run_id: str) -> Op[list[Event]]:
+        rows = yield self.stmt("list_events", id=run_id)
+        return [self.event_from_row(row) for row in rows]
+
+    def send_signal(self, run_id: str, event: str, payload: str) -> Op[SignalSent | str | None]:
+        """Store a signal for a run and wake it if it waits for one like it.
+
+        Returns what was done, the run's status when it has already finished, or ``None``
+        when there is no such run. The run row is locked first, so that a run suspending
+        at the same moment sees the signal (see ``wake_suspended``).
+        """
+        rows = yield self.stmt("lock_run", id=run_id)
+        if not rows:
+            return None
+        status = rows[0]["status"]
+        if status not in ("pending", "leased"):
+            return str(status)
+        rows = yield self.stmt("insert_signal", id=run_id, event=event, payload=payload)
+        signal_id = int(rows[0]["id"])
+        yield from self.then("insert_signal", id=run_id, event=event, ids=[signal_id])
+        woke = yield self.stmt("wake_for_signal", id=run_id, event=event, payload=payload)
+        return SignalSent(signal_id=signal_id, woke=bool(woke))

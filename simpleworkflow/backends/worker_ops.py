@@ -1,0 +1,175 @@
+"""Worker verbs: the registry, claims, heartbeats, outcomes and expired leases.
+
+Every write for a leased run is fenced: it matches only while the run still carries the
+lease token its worker was given at the claim.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from simpleworkflow.backends.core import StoreCore
+from simpleworkflow.backends.records import (
+    CANCELLED,
+    HELD,
+    LOST,
+    Claim,
+    Failure,
+    Lease,
+    Op,
+    Outcomes,
+    RegistryEntry,
+)
+
+
+class WorkerOps(StoreCore):
+    # -- registry --------------------------------------------------------------------
+
+    def register_types(self, types: list[str], runtime: str) -> Op[None]:
+        """Record ``runtime`` for each type that has no registry entry yet."""
+        yield self.stmt("register_types", types=types, runtime=runtime)
+
+    def list_registry(self) -> Op[list[RegistryEntry]]:
+        rows = yield self.stmt("list_registry")
+        return [self.registry_from_row(row) for row in rows]
+
+    def set_registry(self, name: str, runtime: str, description: str | None) -> Op[RegistryEntry]:
+        rows = yield self.stmt("set_registry", name=name, runtime=runtime, description=description)
+        return self.registry_from_row(rows[0])
+
+    def enable_registry(self, name: str, enabled: bool) -> Op[RegistryEntry | None]:
+        rows = yield self.stmt("enable_registry", name=name, enabled=enabled)
+        return self.registry_from_row(rows[0]) if rows else None
+
+    # -- claims and leases -----------------------------------------------------------
+
+    def claim(self, claim: Claim) -> Op[list[Lease]]:
+        """Lease up to ``claim.limit`` due runs, highest priority and longest due first."""
+        rows = yield self.stmt(
+            "claim",
+            worker_id=claim.worker_id,
+            types=list(claim.types),
+            runtime=claim.runtime,
+            limit=claim.limit,
+            lease=float(claim.lease_seconds),
+            versions=json.dumps(dict(claim.versions)),
+            known=list(claim.known),
+        )
+        if rows:
+            yield from self.then("claim", ids=[str(row["id"]) for row in rows])
+        return [
+            Lease(
+                run=self.run_from_row(row),
+                token=str(row["lease_token"]),
+                claimed_at=self.decode_time(row["db_now"]),
+                was_waiting_for=self.decode_json(row.get("was_waiting_for", row["waiting_for"])),
+            )
+            for row in rows
+        ]
+
+    def unknown_versions(self, claim: Claim) -> Op[list[tuple[str, str, int]]]:
+        """Due runs of ``claim.types`` stamped with a code version this worker lacks."""
+        rows = yield self.stmt("unknown_versions", types=list(claim.types), known=list(claim.known))
+        return [(row["type"], row["code_version"], int(row["runs"])) for row in rows]
+
+    def heartbeat(
+        self, worker_id: str, leases: list[tuple[str, str]], lease_seconds: float, events: bool
+    ) -> Op[dict[str, str]]:
+        """Extend held leases; map each run id to HELD, CANCELLED or LOST."""
+        params = {"lease": float(lease_seconds), "worker_id": worker_id, "with_events": events}
+        rows = yield self.stmt("heartbeat", items=_lease_items(leases), **params)
+        extended = [str(row["id"]) for row in rows]
+        if extended:
+            yield from self.then("heartbeat", ids=extended, **params)
+        states = dict.fromkeys(extended, HELD)
+        others = [lease for lease in leases if lease[0] not in states]
+        if others:
+            states.update((yield from self.lease_states(others)))
+        return states
+
+    def lease_states(self, leases: list[tuple[str, str]]) -> Op[dict[str, str]]:
+        """Whether each lease is still held, or was cancelled or lost, without changing it."""
+        rows = yield self.stmt("lease_states", items=_lease_items(leases))
+        states = {}
+        for row in rows:
+            if row["status"] == "cancelled":
+                state = CANCELLED
+            elif row["status"] == "leased" and row["held"]:
+                state = HELD
+            else:
+                state = LOST
+            states[str(row["id"])] = state
+        return states
+
+    # -- outcomes --------------------------------------------------------------------
+
+    def finish(self, outcomes: Outcomes, worker_id: str, reason: str = "shutdown") -> Op[set[str]]:
+        """Record outcomes of leased runs; return the ids whose lease was still held."""
+        accepted: set[str] = set()
+        if outcomes.succeeded:
+            items: list[dict[str, Any]] = [
+                {"id": s.run_id, "token": s.token, "result": s.result} for s in outcomes.succeeded
+            ]
+            accepted |= yield from self._fenced("succeed_runs", items)
+        if outcomes.failed:
+            accepted |= yield from self._fenced("fail_runs", [_failure(f) for f in outcomes.failed])
+        if outcomes.released:
+            released = [{"id": run_id, "token": token} for run_id, token in outcomes.released]
+            accepted |= yield from self._fenced(
+                "release_runs", released, worker_id=worker_id, reason=reason
+            )
+        if outcomes.suspended:
+            suspended = [
+                {
+                    "id": s.run_id,
+                    "token": s.token,
+                    "run_at": None if s.run_at is None else s.run_at.isoformat(),
+                    "delay": round(s.delay, 3),
+                    "waiting_for": s.waiting_for,
+                    "event": s.event,
+                    "data": s.data,
+                }
+                for s in outcomes.suspended
+            ]
+            done = yield from self._fenced("suspend_runs", suspended)
+            if done:
+                # A signal or child result that came while the run was leased wakes it now.
+                yield self.stmt("wake_suspended", ids=sorted(done))
+            accepted |= done
+        return accepted
+
+    def _fenced(self, name: str, items: list[dict[str, Any]], **extra: Any) -> Op[set[str]]:
+        encoded = json.dumps(items)
+        rows = yield self.stmt(name, items=encoded, **extra)
+        done = [str(row["id"]) for row in rows]
+        if done:
+            yield from self.then(name, ids=done, items=encoded, **extra)
+        return set(done)
+
+    def reap_expired(
+        self, types: list[str], limit: int, decide: Callable[[Mapping[str, Any]], Failure]
+    ) -> Op[int]:
+        """Turn expired leases of ``types`` into failed attempts, as ``decide`` says."""
+        rows = yield self.stmt("expired_leases", types=types, limit=limit)
+        if not rows:
+            return 0
+        failures = [decide(row) for row in rows]
+        accepted = yield from self.finish(Outcomes(failed=failures), worker_id="")
+        return len(accepted)
+
+
+def _lease_items(leases: list[tuple[str, str]]) -> str:
+    return json.dumps([{"id": run_id, "token": token} for run_id, token in leases])
+
+
+def _failure(f: Failure) -> dict[str, Any]:
+    return {
+        "id": f.run_id,
+        "token": f.token,
+        "final": f.final,
+        "delay": round(f.delay, 3),
+        "error": f.error,
+        "data": f.data,
+    }

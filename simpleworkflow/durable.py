@@ -1,0 +1,226 @@
+"""The durable calls of one attempt: journal look-ups and writes, and suspensions.
+
+Each call first asks the replay state whether its step is journaled; a journaled step
+returns its recorded output at once. Otherwise the step runs and its output is written
+to the journal in one fenced transaction before the body continues. A call that must
+wait (a sleep, a signal, a child, a step's backoff) raises ``Suspend``; the worker then
+gives the run back with ``run_at`` at the wake-up time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import traceback
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from simpleworkflow import durations, errors, payloads
+from simpleworkflow.backends.records import JournalEntry, Lease, StepRecord, Suspension
+from simpleworkflow.replay import Replay
+from simpleworkflow.retry import DEFAULT_STEP_POLICY, RetryPolicy
+
+if TYPE_CHECKING:
+    from simpleworkflow.backends import Backend
+
+#: Far enough to mean "no timeout", and storable in every backend.
+FOREVER = datetime(9999, 1, 1, tzinfo=UTC)
+
+
+class Durable:
+    """Replay state and journal writes of one attempt of one run."""
+
+    def __init__(self, lease: Lease, backend: Backend) -> None:
+        self.lease = lease
+        self.backend = backend
+        self.replay: Replay | None = None
+        self._started = time.monotonic()
+        self._inflight = 0
+        self._settled = asyncio.Event()
+        self._settled.set()
+        self.suspensions: list[errors.Suspend] = []
+        self._uses: dict[str, int] = {}
+        self._recordings: list[set[str]] = []
+
+    def name(self, name: str) -> str:
+        """``name`` the first time, then ``name#2``, ``name#3`` ... so loops need no suffix.
+
+        Called when the durable call is made, not when it is awaited, so numbering follows
+        the order of the calls in the code, also for parallel steps.
+        """
+        if not isinstance(name, str) or not name or len(name) > 200:
+            raise errors.InvalidArgument(f"step name must be 1 to 200 characters, not {name!r}")
+        count = self._uses.get(name, 0) + 1
+        self._uses[name] = count
+        return name if count == 1 else f"{name}#{count}"
+
+    def record_names(self) -> set[str]:
+        """Start collecting the names journaled from now on (for a race)."""
+        names: set[str] = set()
+        self._recordings.append(names)
+        return names
+
+    def stop_recording(self, names: set[str]) -> None:
+        self._recordings.remove(names)
+
+    def db_now(self) -> datetime:
+        """The database's time: its clock at the claim plus the time elapsed since."""
+        claimed = self.lease.claimed_at or datetime.now(UTC)
+        return claimed + timedelta(seconds=time.monotonic() - self._started)
+
+    async def load(self) -> Replay:
+        """Read the journal once, at the first durable call of the attempt."""
+        if self.replay is None:
+            op = self.backend.load_journal(self.lease.run.id)
+            entries = await self.backend.execute_async(op, readonly=True)
+            if self.replay is None:
+                self.replay = Replay(entries)
+        return self.replay
+
+    # -- step boundaries -------------------------------------------------------------
+
+    async def begin(self, name: str, kind: str, stopped: bool) -> JournalEntry | None:
+        """The journal entry that answers this call, or ``None``/a retrying entry when
+        the call must do its work now. Raises when the attempt must not go on."""
+        if stopped:
+            raise errors.Cancelled("stop requested")
+        replay = await self.load()
+        entry = replay.lookup(name, kind)
+        if entry is not None and entry.status == "completed":
+            return entry
+        # Parallel branches started in the same tick meet their journaled steps first,
+        # before this new step is judged against the journal.
+        for _ in range(3):
+            await asyncio.sleep(0)
+        replay.check_new(name)
+        deadline = self.lease.run.deadline
+        if deadline is not None and self.db_now() >= deadline:
+            raise errors.DeadlineExceeded(
+                f"the run's deadline ({deadline.isoformat()}) passed before step {name!r}"
+            )
+        return entry
+
+    def started(self) -> None:
+        self._inflight += 1
+        self._settled.clear()
+
+    def ended(self) -> None:
+        self._inflight -= 1
+        if self._inflight == 0:
+            self._settled.set()
+
+    async def settle(self) -> None:
+        """Wait until no step of this attempt is still running (parallel branches)."""
+        await self._settled.wait()
+
+    async def journal(
+        self,
+        name: str,
+        kind: str,
+        output: Any,
+        *,
+        attempts: int = 1,
+        started_at: datetime | None = None,
+        status: str = "completed",
+        events: list[dict[str, Any]] | None = None,
+    ) -> None:
+        """Write a step's entry, fenced by the lease; abandon the attempt if it is lost."""
+        replay = await self.load()
+        text = payloads.encode(output, what=f"output of step {name!r}")
+        record = StepRecord(
+            run_id=self.lease.run.id,
+            token=self.lease.token,
+            name=name,
+            kind=kind,
+            position=replay.position(name),
+            output=text,
+            attempts=attempts,
+            status=status,
+            started_at=started_at,
+            events=_default_events(name, kind, started_at) if events is None else events,
+        )
+        if not await self.backend.execute_async(self.backend.record_step(record)):
+            raise errors.LeaseLost(name)
+        replay.remember(
+            JournalEntry(name, kind, record.position, status, json.loads(text), attempts)
+        )
+        for names in self._recordings:
+            names.add(name)
+
+    async def failed(
+        self,
+        name: str,
+        entry: JournalEntry | None,
+        policy: RetryPolicy | None,
+        exc: Exception,
+    ) -> BaseException:
+        """Record a failed step attempt. Returns what to raise: a suspension until the
+        retry, or :class:`~simpleworkflow.errors.StepFailed` when no attempt is left."""
+        policy = policy or DEFAULT_STEP_POLICY
+        done = entry.attempts if entry is not None else 0
+        error = {"type": type(exc).__name__, "message": str(exc)[:2000]}
+        if isinstance(exc, errors.RetryAfter):
+            delay = durations.to_seconds(exc.delay, what="retry delay")  # type: ignore[arg-type]
+            return await self._retry_later(name, done, "step_deferred", delay, {"error": error})
+        attempt = done + 1
+        limit = policy.max_attempts or DEFAULT_STEP_POLICY.max_attempts or 1
+        if policy.retries(exc) and attempt < limit:
+            data = {"error": error, "attempt": attempt}
+            return await self._retry_later(
+                name, attempt, "step_failed", policy.delay(attempt), data
+            )
+        error["traceback"] = "".join(traceback.format_exception(exc))[-8000:]
+        data = {"step": name, "attempt": attempt, "final": True, "error": error}
+        await self.journal(
+            name,
+            "step",
+            None,
+            attempts=attempt,
+            status="retrying",
+            events=[{"type": "step_failed", "data": data}],
+        )
+        failure = errors.StepFailed(name, attempt, f"{type(exc).__name__}: {exc}")
+        failure.__cause__ = exc
+        return failure
+
+    async def _retry_later(
+        self, name: str, attempts: int, event: str, delay: float, data: dict[str, Any]
+    ) -> errors.Suspend:
+        await self.journal(name, "step", None, attempts=attempts, status="retrying", events=[])
+        return self.suspend(
+            errors.Suspend(
+                name, event, data=data, waiting_for={"kind": "retry", "step": name}, delay=delay
+            )
+        )
+
+    # -- suspension ------------------------------------------------------------------
+
+    def suspend(self, exc: errors.Suspend) -> errors.Suspend:
+        self.suspensions.append(exc)
+        return exc
+
+    def suspension(self) -> Suspension:
+        """The suspension to record: the earliest wake-up among those of this attempt."""
+        chosen = min(self.suspensions, key=self._wake_time)
+        return Suspension(
+            run_id=self.lease.run.id,
+            token=self.lease.token,
+            event=chosen.event,
+            data={"step": chosen.step, **chosen.data},
+            run_at=chosen.run_at,
+            delay=chosen.delay,
+            waiting_for=chosen.waiting_for,
+        )
+
+    def _wake_time(self, exc: errors.Suspend) -> datetime:
+        return exc.run_at or self.db_now() + timedelta(seconds=exc.delay)
+
+
+def _default_events(name: str, kind: str, started_at: datetime | None) -> list[dict[str, Any]]:
+    if kind != "step":
+        return []
+    started = {"type": "step_started", "data": {"step": name}}
+    if started_at is not None:
+        started["at"] = started_at.isoformat()
+    return [started, {"type": "step_completed", "data": {"step": name}}]

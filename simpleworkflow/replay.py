@@ -1,0 +1,63 @@
+"""Replay state of one attempt: which journaled steps the body has met again, and names.
+
+Pure bookkeeping, no I/O: the body runs from the top on every resume, and each durable
+call asks this object whether its step is journaled. A step the journal does not hold
+may only run once every journaled step has been met again; otherwise the code has
+changed under the run, and :class:`~simpleworkflow.errors.ReplayDivergence` names it.
+"""
+
+from __future__ import annotations
+
+from simpleworkflow import errors
+from simpleworkflow.backends.records import JournalEntry
+
+
+class Replay:
+    def __init__(self, entries: list[JournalEntry]) -> None:
+        self._entries = {entry.step_name: entry for entry in entries}
+        self._unmet = {e.step_name for e in entries if e.status == "completed"}
+        self._next_position = max((e.position for e in entries), default=-1) + 1
+
+    def lookup(self, name: str, kind: str) -> JournalEntry | None:
+        """The journal entry of this step, if any, marked as met."""
+        entry = self._entries.get(name)
+        if entry is None:
+            return None
+        if entry.kind != kind:
+            raise errors.ReplayDivergence(
+                f"step {name!r} is journaled as a {entry.kind} but the code now makes it a "
+                f"{kind}; keep step names stable, or start new runs on a new version"
+            )
+        self._unmet.discard(name)
+        return entry
+
+    def check_new(self, name: str) -> None:
+        """Raise if a step that is not journaled comes while journaled ones are unmet."""
+        if self._unmet:
+            expected = sorted(self._unmet, key=lambda n: self._entries[n].position)
+            raise errors.ReplayDivergence(
+                f"step {name!r} is not in this run's journal, which expects "
+                f"{', '.join(repr(n) for n in expected[:5])} at this point; the workflow "
+                "code changed under a running workflow (renamed, removed or reordered steps)"
+            )
+
+    def position(self, name: str) -> int:
+        """Where a step first ran: kept from the journal, else the next free position."""
+        entry = self._entries.get(name)
+        if entry is not None:
+            return entry.position
+        position = self._next_position
+        self._next_position += 1
+        return position
+
+    def meet(self, names: list[str]) -> None:
+        """Count steps as met without looking them up (the branches a race cancelled)."""
+        self._unmet.difference_update(names)
+
+    def remember(self, entry: JournalEntry) -> None:
+        """Record an entry written during this attempt (so a later lookup finds it)."""
+        self._entries[entry.step_name] = entry
+
+    @property
+    def unmet(self) -> list[str]:
+        return sorted(self._unmet, key=lambda n: self._entries[n].position)
