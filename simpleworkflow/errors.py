@@ -133,7 +133,7 @@ class ChildFailed(SimpleWorkflowError):
         super().__init__(f"child run {child_id} ended {status}{detail}")
 
 
-class RetryAfter(Exception):
+class RetryAfter(SimpleWorkflowError):
     """Raise in a step to run it again after ``delay`` without counting a failure (for a
     provider's rate limit, say). ``delay`` is seconds, a timedelta or a string like "30s"."""
 

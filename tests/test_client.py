@@ -380,8 +380,9 @@ def test_cursor_pagination_walks_every_run_once_newest_first(
     store: Store, producer: Producer
 ) -> None:
     started = [producer.start(TYPE, {"n": n}) for n in range(23)]
-    # Runs created in the same instant must still page in a stable order (ties on
-    # created_at are broken by id), so give a third of them one shared time.
+    # Runs created in the same instant must still page in a stable order, so give a
+    # third of them one shared time. Ties on created_at are broken by id on Postgres and
+    # by insertion order on SQLite, whose clock has only millisecond precision.
     tied = [run.id for run in started[6:14]]
     marks = ", ".join("?" * len(tied))
     store.sql(
@@ -390,8 +391,10 @@ def test_cursor_pagination_walks_every_run_once_newest_first(
         tied[0],
         *tied,
     )
-    stored = [producer.get(run.id) for run in started]
-    newest_first = [r.id for r in sorted(stored, key=lambda r: (r.created_at, r.id), reverse=True)]
+    stored = [(producer.get(run.id), n) for n, run in enumerate(started)]
+    tie = (lambda r, n: n) if store.kind == "sqlite" else (lambda r, n: r.id)
+    ordered = sorted(stored, key=lambda rn: (rn[0].created_at, tie(*rn)), reverse=True)
+    newest_first = [r.id for r, _ in ordered]
 
     pages = walk(producer, limit=5)
     assert [len(page) for page in pages] == [5, 5, 5, 5, 3]

@@ -43,8 +43,12 @@ where (:type_like is null or type like :type_like escape '\')
   and (:created_after is null or created_at >= :created_after)
   and (:created_before is null or created_at < :created_before)
   and (:include_deleted or deleted_at is null)
-  and (:after_created_at is null or (created_at, id) < (:after_created_at, :after_id))
-order by created_at desc, id desc
+  and (:after_created_at is null
+       or (created_at, rowid) < (:after_created_at,
+                                 (select rowid from workflow_run where id = :after_id)))
+-- Times here have millisecond precision: insertion order (rowid) breaks ties, so a run
+-- started after a page was read never shows up on the pages after it.
+order by created_at desc, rowid desc
 limit :limit
 
 -- name: cancel_run
