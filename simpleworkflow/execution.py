@@ -33,7 +33,7 @@ async def attempt(
         return failure(definition, lease, exc, ctx.worker_id)
     durable = ctx._durable
     try:
-        value = await _call(definition, lease.run.payload, ctx, executor)
+        value = await call(definition, lease.run.payload, ctx, executor)
     except errors.Suspend:
         return await _suspended(ctx)
     except asyncio.CancelledError:
@@ -65,9 +65,10 @@ async def _suspended(ctx: Context) -> Suspension | None:
     return None if ctx.is_cancelled() else durable.suspension()
 
 
-async def _call(
+async def call(
     definition: Definition, payload: Any, ctx: Context, executor: concurrent.futures.Executor
 ) -> Any:
+    """Call the handler: ``async def`` on the loop, ``def`` in ``executor``; apply its timeout."""
     args = (payload, ctx) if definition.takes_context else (payload,)
     if definition.is_async:
         task = asyncio.ensure_future(definition.fn(*args))

@@ -1,0 +1,137 @@
+"""Replay the journals of unfinished runs against the current code, before a deploy.
+
+Each unfinished run's body runs from the top with a context that answers durable calls
+from the journal only: no step function is called and nothing is written. The replay
+stops at the first call the journal cannot answer; it passes if every journaled step
+was met on the way, and diverges when the code asks for a step the journal does not
+have while journaled ones are still unmet. Code outside steps does run, as on every
+resume, so keep side effects inside steps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from simpleworkflow import errors, execution
+from simpleworkflow.backends.records import JournalEntry, Lease, RunQuery
+from simpleworkflow.context import Context
+from simpleworkflow.durable import Durable
+
+if TYPE_CHECKING:
+    from simpleworkflow.app import App
+    from simpleworkflow.backends import Backend
+    from simpleworkflow.models import Run
+
+OK, DIVERGED, UNKNOWN_VERSION, NO_HANDLER, ERROR = (
+    "ok",
+    "diverged",
+    "unknown version",
+    "no handler",
+    "error",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayReport:
+    run_id: str
+    type: str
+    verdict: str
+    detail: str = ""
+
+
+class _Frontier(BaseException):
+    """The replay reached the first call its journal cannot answer."""
+
+
+class _CheckingDurable(Durable):
+    """Answers from the journal only; stops where the journal ends."""
+
+    async def begin(self, name: str, kind: str, stopped: bool) -> JournalEntry | None:
+        entry = await super().begin(name, kind, stopped)
+        if entry is None or entry.status != "completed":
+            raise _Frontier(name)
+        return entry
+
+    async def journal(self, name: str, kind: str, output: Any, **_: Any) -> None:
+        raise _Frontier(name)
+
+
+async def check_runs(app: App, backend: Backend, *, page_size: int = 500) -> list[ReplayReport]:
+    """Replay every unfinished run of ``app``'s types; one report per run with a journal."""
+    reports = []
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as executor:
+        async for run in _unfinished(app, backend, page_size):
+            report = await check_run(app, backend, run, executor)
+            if report is not None:
+                reports.append(report)
+    return reports
+
+
+async def check_run(
+    app: App,
+    backend: Backend,
+    run: Run,
+    executor: concurrent.futures.Executor,
+    timeout: float = 30.0,
+) -> ReplayReport | None:
+    """Replay one run; ``None`` when it has no journal yet (nothing can diverge)."""
+    definition = app.definitions.get(run.type)
+    if definition is None:
+        return ReplayReport(run.id, run.type, NO_HANDLER, "no handler registered for the type")
+    if run.code_version is not None and run.code_version not in definition.known_versions:
+        detail = (
+            f"started on code version {run.code_version!r}; this code knows "
+            f"{', '.join(definition.known_versions)}"
+        )
+        return ReplayReport(run.id, run.type, UNKNOWN_VERSION, detail)
+    entries = await backend.execute_async(backend.load_journal(run.id), readonly=True)
+    if not entries:
+        return None
+    lease = Lease(run=run, token="replay-check", claimed_at=datetime.now(UTC))
+    ctx = Context(run, "replay-check", lease=lease, backend=backend, async_body=definition.is_async)
+    ctx._durable = _CheckingDurable(lease, backend)
+    try:
+        await asyncio.wait_for(execution.call(definition, run.payload, ctx, executor), timeout)
+    except TimeoutError:
+        detail = f"the body did not reach the end of its journal within {timeout:g}s"
+        return ReplayReport(run.id, run.type, ERROR, detail)
+    except (_Frontier, errors.Suspend):
+        pass
+    except errors.ReplayDivergence as exc:
+        return ReplayReport(run.id, run.type, DIVERGED, str(exc))
+    except Exception as exc:
+        return ReplayReport(run.id, run.type, ERROR, f"{type(exc).__name__}: {exc}")
+    replay = ctx._durable.replay
+    unmet = replay.unmet if replay is not None else []
+    if unmet:
+        detail = f"the code no longer reaches journaled steps {', '.join(map(repr, unmet[:5]))}"
+        return ReplayReport(run.id, run.type, DIVERGED, detail)
+    return ReplayReport(run.id, run.type, OK)
+
+
+async def _unfinished(app: App, backend: Backend, page_size: int) -> Any:
+    types = set(app.definitions)
+    cursor: tuple[datetime, str] | None = None
+    while True:
+        query = RunQuery(
+            statuses=("pending", "leased"),
+            limit=page_size,
+            after_created_at=None if cursor is None else cursor[0],
+            after_id=None if cursor is None else cursor[1],
+        )
+        runs = await backend.execute_async(backend.list_runs(query), readonly=True)
+        for run in runs:
+            if run.type in types:
+                yield run
+        if len(runs) < page_size:
+            return
+        cursor = (runs[-1].created_at, runs[-1].id)
+
+
+def check(app: App, backend: Backend) -> list[ReplayReport]:
+    """Blocking form of :func:`check_runs`."""
+    return asyncio.run(check_runs(app, backend))
