@@ -1,25 +1,48 @@
-"""simpleworkflow: a durable workflow system for Python services, on Postgres or SQLite."""
+"""simpleworkflow: a durable workflow system for Python services, on Postgres or SQLite.
 
+Producers use :class:`Client` (or :class:`AsyncClient`) to start runs; workers register
+handlers on an :class:`App` and run an :class:`IntentPoller`; handlers receive a
+:class:`Context` for durable steps, sleeps, signals and children.
+"""
+
+from simpleworkflow.app import App
 from simpleworkflow.client import AsyncClient, Client
+from simpleworkflow.context import Context
 from simpleworkflow.errors import (
+    ChildFailed,
     InvalidInput,
+    PermanentError,
+    RetryAfter,
+    RunFinished,
     RunNotFound,
     SimpleWorkflowError,
+    StepFailed,
     WaitTimeout,
 )
 from simpleworkflow.models import Event, Run, RunPage, RunStatus
+from simpleworkflow.retry import RetryPolicy
+from simpleworkflow.worker import IntentPoller
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "App",
     "AsyncClient",
+    "ChildFailed",
     "Client",
+    "Context",
     "Event",
+    "IntentPoller",
     "InvalidInput",
+    "PermanentError",
+    "RetryAfter",
+    "RetryPolicy",
     "Run",
+    "RunFinished",
     "RunNotFound",
     "RunPage",
     "RunStatus",
     "SimpleWorkflowError",
+    "StepFailed",
     "WaitTimeout",
 ]

@@ -9,15 +9,24 @@ import simpleworkflow
 from simpleworkflow import errors
 
 PUBLIC_NAMES = [
+    "App",
     "AsyncClient",
+    "ChildFailed",
     "Client",
+    "Context",
     "Event",
+    "IntentPoller",
     "InvalidInput",
+    "PermanentError",
+    "RetryAfter",
+    "RetryPolicy",
     "Run",
+    "RunFinished",
     "RunNotFound",
     "RunPage",
     "RunStatus",
     "SimpleWorkflowError",
+    "StepFailed",
     "WaitTimeout",
 ]
 
