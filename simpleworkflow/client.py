@@ -13,7 +13,8 @@ import binascii
 import builtins
 import json
 import time
-from collections.abc import Iterable, Iterator
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -23,6 +24,8 @@ from simpleworkflow.backends.base import NewRun, Op, RunQuery, SignalSent
 from simpleworkflow.models import Event, Run, RunPage, RunStatus
 
 T = TypeVar("T")
+#: What ``start_many`` takes for each run: ``(type, payload)`` or a dict of start() arguments.
+StartRequest = tuple[str, Any] | Mapping[str, Any]
 
 _INT4 = 2**31 - 1
 MAX_KEY_LENGTH = 512
@@ -68,6 +71,34 @@ class _Requests:
         deadline: datetime | durations.Duration | None = None,
         parent_id: str | None = None,
     ) -> Op[tuple[Run, bool]]:
+        return self.backend.create_run(
+            self._new_run(
+                type,
+                payload,
+                idempotency_key=idempotency_key,
+                priority=priority,
+                run_at=run_at,
+                delay=delay,
+                max_attempts=max_attempts,
+                deadline=deadline,
+                parent_id=parent_id,
+            )
+        )
+
+    def _new_run(
+        self,
+        type: str,
+        payload: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        priority: int = 100,
+        run_at: datetime | None = None,
+        delay: durations.Duration | None = None,
+        max_attempts: int | None = None,
+        deadline: datetime | durations.Duration | None = None,
+        parent_id: str | None = None,
+    ) -> NewRun:
+        """Check a start request and turn it into what the store writes."""
         if run_at is not None and delay is not None:
             raise errors.InvalidArgument("give either run_at or delay, not both")
         if run_at is not None and (not isinstance(run_at, datetime) or run_at.tzinfo is None):
@@ -86,8 +117,40 @@ class _Requests:
                 if max_attempts is None
                 else _check_int("max_attempts", max_attempts, 1, 10_000)
             ),
+            parent_id=parent_id,
+            deadline=_check_time("deadline", deadline) if isinstance(deadline, datetime) else None,
+            deadline_seconds=(
+                None
+                if deadline is None or isinstance(deadline, datetime)
+                else durations.to_seconds(deadline, what="deadline")
+            ),
         )
-        return self.backend.create_run(new)
+        return new
+
+    def _many_op(self, requests: Iterable[StartRequest]) -> Op[builtins.list[Run]]:
+        news = []
+        for request in requests:
+            if isinstance(request, tuple):
+                type_name, payload = request
+                new = self._new_run(type_name, {} if payload is None else payload)
+            elif isinstance(request, Mapping):
+                options = dict(request)
+                options.setdefault("payload", {})
+                new = self._new_run(**options)
+            else:
+                raise errors.InvalidArgument(
+                    "start_many takes (type, payload) pairs or dicts of start() arguments, "
+                    f"not {type(request).__name__}"
+                )
+            news.append((str(uuid.uuid4()), new))
+        if not news:
+            raise errors.InvalidArgument("start_many needs at least one run to start")
+        return self.backend.create_runs(news)
+
+    def _started_many(self, runs: builtins.list[Run]) -> builtins.list[Run]:
+        for type_name in {run.type for run in runs}:
+            self.backend.notify_local("wake", type_name)
+        return runs
 
     def _list_query(
         self,
@@ -199,6 +262,12 @@ class Client(_Requests):
             self.backend.notify_local("wake", run.type)
         return run
 
+    def start_many(self, requests: Iterable[StartRequest]) -> builtins.list[Run]:
+        """Start many runs in one statement: ``(type, payload)`` pairs, or dicts of
+        :meth:`start` arguments. Returns the runs in order; a known idempotency key gives
+        the run that holds it, as with :meth:`start`."""
+        return self._started_many(self._run(self._many_op(requests)))
+
     def get(self, run_id: str) -> Run:
         """The run with this id; :class:`RunNotFound` if there is none."""
         run_id = names.normalize_run_id(run_id)
@@ -307,6 +376,10 @@ class AsyncClient(_Requests):
         if created:
             self.backend.notify_local("wake", run.type)
         return run
+
+    async def start_many(self, requests: Iterable[StartRequest]) -> builtins.list[Run]:
+        """Start many runs in one statement; see :meth:`Client.start_many`."""
+        return self._started_many(await self._run(self._many_op(requests)))
 
     async def get(self, run_id: str) -> Run:
         """The run with this id; :class:`RunNotFound` if there is none."""

@@ -594,3 +594,51 @@ def test_default_limit_lets_a_payload_just_under_1mib_through(producer: Producer
     text = "x" * (1024 * 1024 - len('{"s":""}'))
     run = producer.start(TYPE, {"s": text})
     assert producer.get(run.id).payload == {"s": text}
+
+
+# -- start_many and deadlines ---------------------------------------------------------
+
+
+def test_start_many_starts_runs_in_order_with_one_created_event_each(
+    store: Store, producer: Producer
+) -> None:
+    existing = producer.start(TYPE, {"n": -1}, idempotency_key="taken")
+    runs = producer.start_many(
+        [
+            (TYPE, {"n": 0}),
+            {"type": TYPE, "payload": {"n": 1}, "priority": 5, "delay": 60},
+            {"type": TYPE, "payload": {"n": 2}, "idempotency_key": "fresh"},
+            {"type": TYPE, "payload": {"n": 3}, "idempotency_key": "fresh"},
+            {"type": TYPE, "payload": {"n": 4}, "idempotency_key": "taken"},
+        ]
+    )
+    assert [run.payload for run in runs] == [{"n": 0}, {"n": 1}, {"n": 2}, {"n": 2}, {"n": -1}]
+    assert runs[1].priority == 5 and runs[1].run_at - runs[1].created_at >= timedelta(seconds=59)
+    assert runs[2].id == runs[3].id and runs[4].id == existing.id
+    assert store.count() == 4  # existing + three new rows
+    for run in runs:
+        assert [e.event_type for e in producer.events(run.id)] == ["created"]
+
+
+def test_start_many_refuses_a_bad_request_and_stores_nothing(
+    store: Store, producer: Producer
+) -> None:
+    with pytest.raises(errors.InvalidTypeName):
+        producer.start_many([(TYPE, {}), ("Not A Type", {})])
+    with pytest.raises(errors.InvalidArgument):
+        producer.start_many([])
+    with pytest.raises(errors.InvalidArgument):
+        producer.start_many(["content.thumbnail.v1"])
+    assert store.count() == 0
+
+
+def test_deadline_is_stored_from_a_duration_or_a_datetime(producer: Producer) -> None:
+    relative = producer.start(TYPE, deadline="1h")
+    assert relative.deadline is not None
+    assert abs((relative.deadline - relative.created_at) - timedelta(hours=1)) < timedelta(
+        seconds=2
+    )
+    when = datetime(2031, 1, 2, 3, 4, 5, tzinfo=UTC)
+    assert producer.start(TYPE, deadline=when).deadline == when
+    with pytest.raises(errors.InvalidArgument):
+        producer.start(TYPE, deadline=datetime(2031, 1, 2))  # naive

@@ -31,6 +31,28 @@ class RunOps(StoreCore):
             return self.run_from_row(rows[0]), True
         return (yield from self._existing_by_key(new)), False
 
+    def create_runs(self, news: list[tuple[str, NewRun]]) -> Op[list[Run]]:
+        """Insert many runs in one statement, ``(new id, request)`` each; return the runs
+        in request order, the existing run for each key already taken."""
+        items = [_item(run_id, new) for run_id, new in news]
+        rows = yield self.stmt("create_runs", items=json.dumps(items))
+        by_id = {str(row["id"]): self.run_from_row(row) for row in rows}
+        missing = [new.idempotency_key for run_id, new in news if run_id not in by_id]
+        by_key: dict[str | None, Run] = {}
+        if missing:
+            found = yield self.stmt("get_runs_by_keys", keys=missing)
+            by_key = {row["idempotency_key"]: self.run_from_row(row) for row in found}
+        runs = []
+        for run_id, new in news:
+            run = by_id.get(run_id) or by_key.get(new.idempotency_key)
+            if run is None:
+                raise errors.StoreUnavailable(
+                    f"a run with idempotency key {new.idempotency_key!r} vanished while "
+                    "being read; retry the call"
+                )
+            runs.append(run)
+        return runs
+
     def _existing_by_key(self, new: NewRun) -> Op[Run]:
         rows = yield self.stmt("get_run_by_key", idempotency_key=new.idempotency_key)
         if not rows:  # the conflicting row was deleted by retention between two statements
@@ -106,3 +128,19 @@ class RunOps(StoreCore):
         yield from self.then("insert_signal", id=run_id, event=event, ids=[signal_id])
         woke = yield self.stmt("wake_for_signal", id=run_id, event=event, payload=payload)
         return SignalSent(signal_id=signal_id, woke=bool(woke))
+
+
+def _item(run_id: str, new: NewRun) -> dict[str, object]:
+    return {
+        "id": run_id,
+        "type": new.type,
+        "payload": new.payload,
+        "idempotency_key": new.idempotency_key,
+        "priority": new.priority,
+        "run_at": None if new.run_at is None else new.run_at.isoformat(),
+        "delay": new.delay_seconds,
+        "max_attempts": new.max_attempts,
+        "parent_id": new.parent_id,
+        "deadline": None if new.deadline is None else new.deadline.isoformat(),
+        "deadline_in": new.deadline_seconds,
+    }

@@ -33,6 +33,24 @@ values (
 on conflict (idempotency_key) do nothing
 returning *
 
+-- name: create_runs
+-- Many runs in one statement; ids come from the client so rows can be matched to items.
+insert into {schema}workflow_run
+    (id, type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline)
+select i.id, i.type, i.payload::jsonb, i.idempotency_key, i.priority,
+       coalesce(i.run_at, now() + make_interval(secs => i.delay)),
+       coalesce(i.max_attempts, 3), i.parent_id,
+       coalesce(i.deadline, now() + make_interval(secs => i.deadline_in))
+from jsonb_to_recordset(%(items)s::jsonb)
+    as i(id uuid, type text, payload text, idempotency_key text, priority integer,
+         run_at timestamptz, delay float8, max_attempts integer, parent_id uuid,
+         deadline timestamptz, deadline_in float8)
+on conflict (idempotency_key) do nothing
+returning *
+
+-- name: get_runs_by_keys
+select * from {schema}workflow_run where idempotency_key = any(%(keys)s::text[])
+
 -- name: get_run_by_key
 select * from {schema}workflow_run where idempotency_key = %(idempotency_key)s
 

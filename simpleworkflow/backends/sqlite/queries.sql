@@ -30,6 +30,30 @@ values (
 on conflict (idempotency_key) do nothing
 returning *
 
+-- name: create_runs
+-- Many runs in one statement; ids come from the client so rows can be matched to items.
+insert into workflow_run
+    (id, type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline)
+select json_extract(i.value, '$.id'), json_extract(i.value, '$.type'),
+       json_extract(i.value, '$.payload'), json_extract(i.value, '$.idempotency_key'),
+       json_extract(i.value, '$.priority'),
+       coalesce(strftime('%Y-%m-%d %H:%M:%f', json_extract(i.value, '$.run_at')),
+                strftime('%Y-%m-%d %H:%M:%f', 'now',
+                         '+' || json_extract(i.value, '$.delay') || ' seconds')),
+       coalesce(json_extract(i.value, '$.max_attempts'), 3),
+       json_extract(i.value, '$.parent_id'),
+       coalesce(strftime('%Y-%m-%d %H:%M:%f', json_extract(i.value, '$.deadline')),
+                strftime('%Y-%m-%d %H:%M:%f', 'now',
+                         '+' || json_extract(i.value, '$.deadline_in') || ' seconds'))
+from json_each(:items) as i
+where true
+order by i.key
+on conflict (idempotency_key) do nothing
+returning *
+
+-- name: get_runs_by_keys
+select * from workflow_run where idempotency_key in (select value from json_each(:keys))
+
 -- name: get_run_by_key
 select * from workflow_run where idempotency_key = :idempotency_key
 
