@@ -20,6 +20,7 @@ from simpleworkflow import durations, errors, names, payloads
 from simpleworkflow.backends.records import JournalEntry, NewRun, StepRecord
 from simpleworkflow.durable import FOREVER, Durable
 from simpleworkflow.models import Run
+from simpleworkflow.replay import answered, gave_up
 from simpleworkflow.retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -147,8 +148,8 @@ class Context:
         retry: RetryPolicy | None,
     ) -> Any:
         entry = await durable.begin(name, "step", self.is_cancelled())
-        if entry is not None and entry.status == "completed":
-            return entry.output
+        if entry is not None and answered(entry):
+            return _journaled_step(entry)
         started_at = durable.db_now()
         durable.started()
         try:
@@ -175,8 +176,8 @@ class Context:
         retry: RetryPolicy | None,
     ) -> Any:
         entry = self._bridge(durable.begin(name, "step", self.is_cancelled()))
-        if entry is not None and entry.status == "completed":
-            return entry.output
+        if entry is not None and answered(entry):
+            return _journaled_step(entry)
         started_at = durable.db_now()
         try:
             value = fn(*args, **kwargs)
@@ -455,6 +456,13 @@ async def _converted(coro: Coroutine[Any, Any, Any], convert: Callable[[Any], An
 
 async def _awaited(value: Awaitable[T]) -> T:
     return await value
+
+
+def _journaled_step(entry: JournalEntry) -> Any:
+    """A journaled step's output, or its StepFailed again if it gave up."""
+    if gave_up(entry):
+        raise errors.StepFailed(entry.step_name, entry.attempts, entry.output["gave_up"])
+    return entry.output
 
 
 def _discard(branch: Awaitable[Any]) -> None:

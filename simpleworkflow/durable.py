@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from simpleworkflow import durations, errors, payloads
 from simpleworkflow.backends.records import JournalEntry, Lease, StepRecord, Suspension
-from simpleworkflow.replay import Replay
+from simpleworkflow.replay import Replay, answered
 from simpleworkflow.retry import DEFAULT_STEP_POLICY, RetryPolicy
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ class Durable:
             raise errors.Cancelled("stop requested")
         replay = await self.load()
         entry = replay.lookup(name, kind)
-        if entry is not None and entry.status == "completed":
+        if entry is not None and answered(entry):
             return entry
         # Parallel branches started in the same tick meet their journaled steps first,
         # before this new step is judged against the journal.
@@ -170,17 +170,20 @@ class Durable:
             return await self._retry_later(
                 name, attempt, "step_failed", policy.delay(attempt), data
             )
+        message = f"{type(exc).__name__}: {exc}"[:2000]
         error["traceback"] = "".join(traceback.format_exception(exc))[-8000:]
         data = {"step": name, "attempt": attempt, "final": True, "error": error}
+        # Journaled as given up, so that every later replay (after a compensation's
+        # sleep or retry, say) raises the same StepFailed instead of running it again.
         await self.journal(
             name,
             "step",
-            None,
+            {"gave_up": message},
             attempts=attempt,
             status="retrying",
             events=[{"type": "step_failed", "data": data}],
         )
-        failure = errors.StepFailed(name, attempt, f"{type(exc).__name__}: {exc}")
+        failure = errors.StepFailed(name, attempt, message)
         failure.__cause__ = exc
         return failure
 

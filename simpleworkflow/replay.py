@@ -12,10 +12,20 @@ from simpleworkflow import errors
 from simpleworkflow.backends.records import JournalEntry
 
 
+def gave_up(entry: JournalEntry) -> bool:
+    """True for a step journaled as out of attempts: replays raise its StepFailed again."""
+    return entry.kind == "step" and isinstance(entry.output, dict) and "gave_up" in entry.output
+
+
+def answered(entry: JournalEntry | None) -> bool:
+    """True when the journal answers the call without running anything."""
+    return entry is not None and (entry.status == "completed" or gave_up(entry))
+
+
 class Replay:
     def __init__(self, entries: list[JournalEntry]) -> None:
         self._entries = {entry.step_name: entry for entry in entries}
-        self._unmet = {e.step_name for e in entries if e.status == "completed"}
+        self._unmet = {e.step_name for e in entries if answered(e)}
         self._next_position = max((e.position for e in entries), default=-1) + 1
 
     def lookup(self, name: str, kind: str) -> JournalEntry | None:

@@ -20,6 +20,7 @@ from simpleworkflow import errors, execution
 from simpleworkflow.backends.records import JournalEntry, Lease, RunQuery
 from simpleworkflow.context import Context
 from simpleworkflow.durable import Durable
+from simpleworkflow.replay import answered
 
 if TYPE_CHECKING:
     from simpleworkflow.app import App
@@ -52,7 +53,7 @@ class _CheckingDurable(Durable):
 
     async def begin(self, name: str, kind: str, stopped: bool) -> JournalEntry | None:
         entry = await super().begin(name, kind, stopped)
-        if entry is None or entry.status != "completed":
+        if not answered(entry):
             raise _Frontier(name)
         return entry
 
