@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from simpleworkflow import durations, errors, names, payloads
 from simpleworkflow.backends import Backend, open_backend
-from simpleworkflow.backends.base import NewRun, Op, RunQuery, SignalSent
+from simpleworkflow.backends.base import JournalEntry, NewRun, Op, RunQuery, SignalSent
 from simpleworkflow.models import Event, Run, RunPage, RunStatus
 
 T = TypeVar("T")
@@ -311,6 +311,11 @@ class Client(_Requests):
         run = self.get(run_id)
         return self._run(self.backend.list_events(run.id), readonly=True)
 
+    def steps(self, run_id: str) -> builtins.list[JournalEntry]:
+        """The run's journal: its durable calls in the order they first ran."""
+        run = self.get(run_id)
+        return self._run(self.backend.load_journal(run.id), readonly=True)
+
     def wait(self, run_id: str, timeout: durations.Duration | None = None) -> Run:
         """Block until the run is succeeded, failed or cancelled, and return it."""
         deadline = _deadline(timeout)
@@ -422,6 +427,11 @@ class AsyncClient(_Requests):
         """The audit trail of a run, oldest first."""
         run = await self.get(run_id)
         return await self._run(self.backend.list_events(run.id), readonly=True)
+
+    async def steps(self, run_id: str) -> builtins.list[JournalEntry]:
+        """The run's journal: its durable calls in the order they first ran."""
+        run = await self.get(run_id)
+        return await self._run(self.backend.load_journal(run.id), readonly=True)
 
     async def wait(self, run_id: str, timeout: durations.Duration | None = None) -> Run:
         """Wait until the run is succeeded, failed or cancelled, and return it."""
