@@ -16,10 +16,7 @@ import random
 import time
 from typing import Any
 
-from simpleworkflow import errors
-from simpleworkflow.app import App
-from simpleworkflow.context import Context
-from simpleworkflow.retry import RetryPolicy
+from simpleworkflow import App, Context, PermanentError, RetryPolicy
 
 THUMBNAIL = "demo.content.thumbnail.v1"
 EMAIL = "demo.notify.email.v1"
@@ -61,4 +58,4 @@ def charge_card(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
 async def call_webhook(payload: dict[str, Any]) -> None:
     """Calls a webhook that refuses the request: a PermanentError, never retried."""
     await asyncio.sleep(0.05)
-    raise errors.PermanentError(f"{payload['url']} answered 410 Gone; retrying cannot help")
+    raise PermanentError(f"{payload['url']} answered 410 Gone; retrying cannot help")

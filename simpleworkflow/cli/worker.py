@@ -137,7 +137,7 @@ def load_target(target: str) -> App | IntentPoller:
     if not isinstance(value, App | IntentPoller):
         raise errors.ConfigurationError(
             f"{module_name}:{attribute} is not an App or an IntentPoller (its type is "
-            f"{type(value).__name__}); point at the object made with simpleworkflow.app.App()"
+            f"{type(value).__name__}); point at the object made with simpleworkflow.App()"
         )
     return value
 
