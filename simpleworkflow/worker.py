@@ -23,7 +23,15 @@ from typing import Any
 from simpleworkflow import durations, errors, execution, names
 from simpleworkflow.app import App, Definition
 from simpleworkflow.backends import Backend, open_backend
-from simpleworkflow.backends.base import CANCELLED, HELD, LOST, Claim, Failure, Lease
+from simpleworkflow.backends.base import (
+    CANCELLED,
+    HELD,
+    LOST,
+    Claim,
+    Failure,
+    Lease,
+    Suspension,
+)
 from simpleworkflow.client import auto_migrates, needs_migration
 from simpleworkflow.context import Context
 from simpleworkflow.outbox import Outbox, Release
@@ -270,6 +278,8 @@ class IntentPoller:
             # A timeout stops the handler too, but its failure is the outcome.
             stopped = ctx.stop_reason not in (None, execution.TIMED_OUT)
             recorded = outcome is None or stopped or await outbox.record(outcome)
+            if recorded and not stopped:
+                _log_outcome(lease, outcome)
             if not recorded:
                 _log.warning(
                     "run %s: lease lost before its outcome was recorded; discarded", lease.run.id
@@ -347,7 +357,7 @@ class IntentPoller:
         interval = max(1.0, min(self.lease_duration / 2, 30.0))
         while True:
             try:
-                op = self._backend.reap_expired(self._types, 100, self._expired)
+                op = self._backend.reap_expired(self._types, 100, self._expired, RUNTIME)
                 reaped = await self._backend.execute_async(op)
             except errors.StoreUnavailable as exc:
                 _log.warning("reaping expired leases failed (%s)", exc)
@@ -400,6 +410,34 @@ class IntentPoller:
             released = await asyncio.gather(*releases, return_exceptions=True)
             _log.info("released %d unfinished runs", sum(r is True for r in released))
         await outbox.drained()
+
+
+def _log_outcome(lease: Lease, outcome: object) -> None:
+    """One line per finished attempt: DEBUG when it went well, INFO/WARNING when not."""
+    run = lease.run
+    if isinstance(outcome, Failure):
+        message = outcome.data.get("error", {}).get("message", "")
+        if outcome.final:
+            _log.warning(
+                "run %s (%s) failed for good on attempt %d: %s",
+                run.id,
+                run.type,
+                run.attempt + 1,
+                message,
+            )
+        else:
+            _log.info(
+                "run %s (%s) attempt %d failed: %s; retrying in %.1fs",
+                run.id,
+                run.type,
+                run.attempt + 1,
+                message,
+                outcome.delay,
+            )
+    elif isinstance(outcome, Suspension):
+        _log.debug("run %s (%s) suspended: %s", run.id, run.type, outcome.event)
+    elif outcome is not None:
+        _log.debug("run %s (%s) succeeded", run.id, run.type)
 
 
 def _checked_prefix(prefix: str) -> str:

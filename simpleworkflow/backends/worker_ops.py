@@ -149,10 +149,15 @@ class WorkerOps(StoreCore):
         return set(done)
 
     def reap_expired(
-        self, types: list[str], limit: int, decide: Callable[[Mapping[str, Any]], Failure]
+        self,
+        types: list[str],
+        limit: int,
+        decide: Callable[[Mapping[str, Any]], Failure],
+        runtime: str = "python",
     ) -> Op[int]:
-        """Turn expired leases of ``types`` into failed attempts, as ``decide`` says."""
-        rows = yield self.stmt("expired_leases", types=types, limit=limit)
+        """Turn expired leases of ``types`` (not owned by another runtime) into failed
+        attempts, as ``decide`` says."""
+        rows = yield self.stmt("expired_leases", types=types, limit=limit, runtime=runtime)
         if not rows:
             return 0
         failures = [decide(row) for row in rows]

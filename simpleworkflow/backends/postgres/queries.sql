@@ -284,6 +284,11 @@ select id from done
 select id, type, attempt, max_attempts, leased_by, lease_token
 from {schema}workflow_run
 where status = 'leased' and lease_until < now() and type = any(%(types)s::text[])
+  -- a type another runtime owns is that runtime's to recover
+  and not exists (
+      select 1 from {schema}workflow_registry g
+      where g.workflow_name = type and g.runtime <> %(runtime)s
+  )
 order by lease_until
 limit %(limit)s
 for update skip locked

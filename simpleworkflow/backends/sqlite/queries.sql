@@ -317,6 +317,11 @@ from workflow_run
 where status = 'leased'
   and lease_until < strftime('%Y-%m-%d %H:%M:%f', 'now')
   and type in (select value from json_each(:types))
+  -- a type another runtime owns is that runtime's to recover
+  and not exists (
+      select 1 from workflow_registry g
+      where g.workflow_name = workflow_run.type and g.runtime <> :runtime
+  )
 order by lease_until
 limit :limit
 

@@ -1,0 +1,58 @@
+"""The reaper recovers expired leases of this runtime's types, and only those."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from conftest import Store
+
+from simpleworkflow.backends.base import Failure
+
+TYPE = "billing.invoice.v1"
+
+
+def expire_lease(store: Store, run_id: str, worker: str) -> None:
+    """Make the run look leased by ``worker`` whose lease ran out a minute ago."""
+    when = (
+        "now() - interval '1 minute'"
+        if store.kind == "postgres"
+        else ("strftime('%Y-%m-%d %H:%M:%f', 'now', '-60 seconds')")
+    )
+    store.sql(
+        f"update workflow_run set status = 'leased', leased_by = ?, lease_until = {when} "
+        "where id = ?",
+        worker,
+        run_id,
+    )
+
+
+def retry_now(row: Mapping[str, Any]) -> Failure:
+    return Failure(
+        run_id=str(row["id"]),
+        token=None if row["lease_token"] is None else str(row["lease_token"]),
+        final=False,
+        delay=0.0,
+        error="lease expired",
+        data={"reason": "lease_expired"},
+    )
+
+
+def test_expired_lease_of_another_runtimes_type_is_left_to_that_runtime(store: Store) -> None:
+    backend = store.backend()
+    with store.client() as client:
+        run = client.start(TYPE)
+        backend.execute(backend.set_registry(TYPE, "go", None))
+        expire_lease(store, run.id, "go-worker-1")
+
+        reaped = backend.execute(backend.reap_expired([TYPE], 10, retry_now, "python"))
+        assert reaped == 0
+        assert client.get(run.id).status.value == "leased"
+
+        backend.execute(backend.set_registry(TYPE, "python", None))
+        reaped = backend.execute(backend.reap_expired([TYPE], 10, retry_now, "python"))
+        assert reaped == 1
+        after = client.get(run.id)
+        assert (after.status.value, after.attempt) == ("pending", 1)
+        assert [e.event_type for e in client.events(run.id)][-1] == "retried"
+    backend.close()
