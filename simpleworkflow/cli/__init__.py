@@ -20,9 +20,9 @@ from simpleworkflow.cli import _common
 
 def _command_modules() -> list[ModuleType]:
     """The sub-command modules, in the order ``--help`` lists them."""
-    from simpleworkflow.cli import demo, migrate, registry, runs, start, worker
+    from simpleworkflow.cli import demo, migrate, registry, replaycheck, runs, start, worker
 
-    return [demo, migrate, start, runs, worker, registry]
+    return [demo, migrate, start, runs, worker, replaycheck, registry]
 
 
 def build_parser() -> argparse.ArgumentParser:
