@@ -12,10 +12,13 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from simpleworkflow import replay
+from simpleworkflow.backends.records import JournalEntry
 from simpleworkflow.models import Event, Run
 
 RUN_COLUMNS = ("ID", "TYPE", "STATUS", "ATTEMPT", "PRIORITY", "RUN_AT (UTC)", "CREATED (UTC)")
 EVENT_COLUMNS = ("EVENT", "TIME (UTC)", "TYPE", "DATA")
+STEP_COLUMNS = ("#", "STEP", "KIND", "STATUS", "ATTEMPTS", "OUTPUT")
 
 
 def emit_json(document: Any) -> None:
@@ -80,9 +83,62 @@ def run_fields(run: Run) -> str:
         ("created_at", when(run.created_at)),
         ("updated_at", when(run.updated_at)),
         ("deleted_at", when(run.deleted_at)),
+        *_durable_fields(run),
     ]
     width = max(len(key) for key, _ in pairs)
     return "\n".join(f"{key.ljust(width)}  {value}" for key, value in pairs)
+
+
+def _durable_fields(run: Run) -> list[tuple[str, str]]:
+    """The columns of durable execution, shown only when set (plain runs have none)."""
+    pairs = [
+        ("waiting_for", None if run.waiting_for is None else compact_json(run.waiting_for)),
+        ("parent_id", run.parent_id),
+        ("deadline", None if run.deadline is None else when(run.deadline)),
+        ("code_version", run.code_version),
+    ]
+    return [(key, value) for key, value in pairs if value is not None]
+
+
+def step_status(step: JournalEntry) -> str:
+    """As stored (``completed``, ``retrying``), except where that would mislead: a step
+    that used up its attempts is ``failed``, and a wait not yet answered is ``waiting``."""
+    if replay.gave_up(step):
+        return "failed"
+    if step.status == "retrying" and step.kind != "step":
+        return "waiting"
+    return step.status
+
+
+def step_dict(step: JournalEntry) -> dict[str, Any]:
+    return {
+        "position": step.position,
+        "step_name": step.step_name,
+        "kind": step.kind,
+        "status": step_status(step),
+        "attempts": step.attempts,
+        "output": step.output,
+    }
+
+
+def steps_table(steps: Sequence[JournalEntry]) -> str:
+    """The journal: one durable call a line, in the order they first ran."""
+    rows = [
+        [
+            str(s.position),
+            s.step_name,
+            s.kind,
+            step_status(s),
+            str(s.attempts),
+            _cut(compact_json(s.output)),
+        ]
+        for s in steps
+    ]
+    return table(STEP_COLUMNS, rows)
+
+
+def _cut(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def events_table(events: Sequence[Event]) -> str:

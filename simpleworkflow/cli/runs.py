@@ -1,4 +1,4 @@
-"""``simpleworkflow runs``: list, show, cancel, delete and wait for runs."""
+"""``simpleworkflow runs``: list, show, cancel, delete, wait for and signal runs."""
 
 from __future__ import annotations
 
@@ -6,15 +6,15 @@ import argparse
 from typing import Any
 
 from simpleworkflow import models
-from simpleworkflow.cli import _common, _output
+from simpleworkflow.cli import _common, _output, start
 
 
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
-        "runs", help="list, show, cancel, delete and wait for runs"
+        "runs", help="list, show, cancel, delete, wait for and signal runs"
     )
     commands = parser.add_subparsers(dest="runs_command", required=True, metavar="ACTION")
-    for add in (_add_list, _add_show, _add_cancel, _add_delete, _add_wait):
+    for add in (_add_list, _add_show, _add_cancel, _add_delete, _add_wait, _add_signal):
         add(commands)
 
 
@@ -44,7 +44,7 @@ def _add_list(commands: Any) -> None:
 
 
 def _add_show(commands: Any) -> None:
-    parser = commands.add_parser("show", help="one run and its audit trail")
+    parser = commands.add_parser("show", help="one run, its journal and its audit trail")
     parser.add_argument("run_id", metavar="ID")
     _common.add_common_options(parser)
     parser.set_defaults(handler=show)
@@ -82,6 +82,28 @@ def _add_wait(commands: Any) -> None:
     parser.set_defaults(handler=wait)
 
 
+def _add_signal(commands: Any) -> None:
+    parser = commands.add_parser(
+        "signal",
+        help="send a signal to a run (a wait_for_event in it consumes it)",
+        description="Store signal EVENT for the run. A wait_for_event for EVENT whose match "
+        "the payload contains consumes it, whether the wait began before or after; a run "
+        "waiting for it wakes at once. Exit status 2 if the run does not exist or has "
+        "already finished.",
+    )
+    parser.add_argument("run_id", metavar="ID")
+    parser.add_argument("event", metavar="EVENT", help="the event name, e.g. user.verified")
+    parser.add_argument(
+        "--payload",
+        "-p",
+        default="{}",
+        metavar="JSON",
+        help="the signal's payload as JSON text, @file.json, or - for stdin (default: {})",
+    )
+    _common.add_common_options(parser)
+    parser.set_defaults(handler=signal)
+
+
 def list_runs(args: argparse.Namespace) -> int:
     with _common.client_for(args) as client:
         page = client.list(
@@ -104,11 +126,21 @@ def list_runs(args: argparse.Namespace) -> int:
 def show(args: argparse.Namespace) -> int:
     with _common.client_for(args) as client:
         run = client.get(args.run_id)
+        steps = client.steps(run.id)
         events = client.events(run.id)
     if args.json:
-        _output.emit_json({"run": run.to_dict(), "events": [e.to_dict() for e in events]})
+        _output.emit_json(
+            {
+                "run": run.to_dict(),
+                "steps": [_output.step_dict(step) for step in steps],
+                "events": [e.to_dict() for e in events],
+            }
+        )
         return 0
     print(_output.run_fields(run))
+    if steps:
+        print()
+        print(_output.steps_table(steps))
     print()
     print(_output.events_table(events) if events else "no events")
     return 0
@@ -152,3 +184,24 @@ def wait(args: argparse.Namespace) -> int:
         if run.last_error:
             print(f"last_error: {run.last_error}")
     return 0 if run.status is models.RunStatus.SUCCEEDED else 1
+
+
+def signal(args: argparse.Namespace) -> int:
+    payload = start.parse_payload(start.read_payload_text(args.payload))
+    with _common.client_for(args) as client:
+        sent = client.signal(args.run_id, args.event, payload)
+        run_id = client.get(args.run_id).id
+    if args.json:
+        _output.emit_json(
+            {"run_id": run_id, "event": args.event, "signal_id": sent.signal_id, "woke": sent.woke}
+        )
+    elif sent.woke:
+        print(
+            f"signal {args.event!r} stored for run {run_id}; it was waiting for it and resumes now"
+        )
+    else:
+        print(
+            f"signal {args.event!r} stored for run {run_id}; it is not waiting for it now, "
+            "and its next wait for it will consume it"
+        )
+    return 0

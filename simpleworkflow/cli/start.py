@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from simpleworkflow import errors
+from simpleworkflow import durations, errors
 from simpleworkflow.cli import _common, _output
 
 
@@ -49,6 +50,13 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help="attempts before failed (default: 3)",
     )
+    parser.add_argument(
+        "--deadline",
+        default=None,
+        metavar="WHEN",
+        help="fail the run if it has not finished by then: a duration from now (1h, 3d) "
+        "or an ISO 8601 time with an offset (2030-01-31T09:00:00Z)",
+    )
     _common.add_common_options(parser)
     parser.set_defaults(handler=run)
 
@@ -63,12 +71,33 @@ def run(args: argparse.Namespace) -> int:
             priority=args.priority,
             delay=args.delay,
             max_attempts=args.max_attempts,
+            deadline=parse_deadline(args.deadline),
         )
     if args.json:
         _output.emit_json(started.to_dict())
     else:
         print(f"run {started.id} ({started.status.value})")
     return 0
+
+
+def parse_deadline(text: str | None) -> datetime | float | None:
+    """``--deadline``: seconds from now for a duration, else a timezone-aware time."""
+    if text is None:
+        return None
+    try:
+        return durations.to_seconds(text, what="--deadline")
+    except errors.InvalidArgument:
+        pass
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:
+        raise errors.InvalidArgument(
+            f"--deadline must be a duration like 1h or 3d, or a time with its offset like "
+            f"2030-01-31T09:00:00Z, not {text!r}"
+        )
+    return moment
 
 
 def read_payload_text(source: str) -> str:
