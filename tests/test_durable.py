@@ -1,0 +1,815 @@
+"""Durable execution in-process, on both stores: journaled steps, sleeps, signals, children.
+
+Each test runs an :class:`IntentPoller` on a thread of its own against a real store, with
+workflow bodies defined in the test. Step bodies note every execution in a ledger kept
+by the test, outside the engine, so that "ran once" is checked against what really ran
+rather than against what the engine says it did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from conftest import Store
+from worker_app import wait_until
+
+from simpleworkflow import Client, RunStatus, errors, replaycheck
+from simpleworkflow.app import App
+from simpleworkflow.context import Context
+from simpleworkflow.models import Run
+from simpleworkflow.retry import RetryPolicy
+from simpleworkflow.worker import IntentPoller
+
+QUICK = RetryPolicy(backoff="fixed", base=0.2, jitter=0)
+
+
+class Ledger:
+    """Executions as the step bodies report them: a count per key, and the values seen."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.seen: list[tuple[str, Any]] = []
+
+    def note(self, key: str, value: Any = None) -> Any:
+        """Count one execution of ``key``; return ``value`` (so a step can return it)."""
+        with self._lock:
+            self.counts[key] += 1
+            self.seen.append((key, value))
+        return value
+
+    def count(self, key: str) -> int:
+        with self._lock:
+            return self.counts[key]
+
+    def values(self, key: str) -> list[Any]:
+        with self._lock:
+            return [value for k, value in self.seen if k == key]
+
+
+@pytest.fixture
+def ledger() -> Ledger:
+    return Ledger()
+
+
+@pytest.fixture
+def app(store: Store) -> App:
+    return App(store.url, schema=store.schema, retry=QUICK)
+
+
+@contextlib.contextmanager
+def working(app: App, **options: Any) -> Iterator[IntentPoller]:
+    """Run a poller for ``app`` on a thread until the block ends, then stop it cleanly."""
+    options = {"type_prefixes": ["test.%"], "poll_interval": 0.1, **options}
+    poller = IntentPoller(app, **options)
+    failure: list[BaseException] = []
+
+    def main() -> None:
+        try:
+            asyncio.run(poller.run_async())
+        except BaseException as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=main, name=f"poller-{poller.worker_id}", daemon=True)
+    thread.start()
+    try:
+        yield poller
+    finally:
+        deadline = time.monotonic() + 15
+        while thread.is_alive() and time.monotonic() < deadline:
+            with contextlib.suppress(RuntimeError):  # the loop may not run yet, or be closed
+                poller.stop()
+            thread.join(0.1)
+        assert not thread.is_alive(), "the poller did not stop within 15 s"
+    if failure:
+        raise failure[0]
+
+
+def lifecycle(client: Client, run_id: str) -> list[str]:
+    return [e.event_type for e in client.events(run_id) if e.event_type != "heartbeat"]
+
+
+def wait_terminal(client: Client, run_id: str, timeout: float = 20) -> Run:
+    def describe() -> str:
+        run = client.get(run_id)
+        return (
+            f"run is {run.status} (waiting for {run.waiting_for}) after events "
+            f"{lifecycle(client, run_id)}; last error: {run.last_error}"
+        )
+
+    wait_until(lambda: client.get(run_id).is_terminal, timeout, describe)
+    return client.get(run_id)
+
+
+def wait_suspended(client: Client, run_id: str, kind: str, timeout: float = 15) -> Run:
+    """Wait until the run is pending and waits for ``kind`` ("sleep", "signal", "child")."""
+
+    def suspended() -> bool:
+        run = client.get(run_id)
+        return (
+            run.status is RunStatus.PENDING
+            and isinstance(run.waiting_for, dict)
+            and run.waiting_for.get("kind") == kind
+        )
+
+    def describe() -> str:
+        run = client.get(run_id)
+        return f"run is {run.status}, waiting for {run.waiting_for}: {lifecycle(client, run_id)}"
+
+    wait_until(suspended, timeout, describe)
+    return client.get(run_id)
+
+
+def held(client: Client, run_id: str, seconds: float) -> Run:
+    """Check for ``seconds`` that the run's status and result do not change; return it."""
+    before = client.get(run_id)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        now = client.get(run_id)
+        assert (now.status, now.result) == (before.status, before.result), (
+            f"run changed from {before.status} to {now.status}: {lifecycle(client, run_id)}"
+        )
+        time.sleep(0.1)
+    return before
+
+
+def journal(store: Store, run_id: str) -> list[dict[str, Any]]:
+    """The run's journal rows in order, as plain dicts."""
+    rows = store.sql(
+        "select step_name, kind, status, attempts, output from workflow_step "
+        "where run_id = ? order by position",
+        run_id,
+    )
+    return [
+        {
+            "name": name,
+            "kind": kind,
+            "status": status,
+            "attempts": attempts,
+            # Postgres hands jsonb over parsed, SQLite as text.
+            "output": json.loads(out) if store.kind == "sqlite" and out is not None else out,
+        }
+        for name, kind, status, attempts, out in rows
+    ]
+
+
+def as_time(value: Any) -> datetime:
+    """A timestamp column as an aware datetime (SQLite stores UTC text)."""
+    if isinstance(value, datetime):
+        return value
+    parsed = datetime.fromisoformat(str(value).replace(" ", "T"))
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+# -- parallel steps: gather and race -----------------------------------------------------
+
+
+def test_gather_of_ten_steps_journals_each_once_and_replays_them(
+    store: Store, app: App, client: Client, ledger: Ledger
+) -> None:
+    async def square(i: int) -> int:
+        ledger.note(f"square-{i}")
+        await asyncio.sleep(0.01 * (10 - i))  # finish in the reverse order of the calls
+        return i * i
+
+    @app.workflow("test.durable.gather.v1")
+    async def body(payload: Any, ctx: Context) -> Any:
+        values = await asyncio.gather(*(ctx.step("square", square, i) for i in range(10)))
+        ledger.note("body", list(values))
+        await ctx.sleep("pause", 0.3)
+        return {"values": values}
+
+    run_id = client.start("test.durable.gather.v1").id
+    with working(app):
+        run = wait_terminal(client, run_id)
+
+    assert run.status is RunStatus.SUCCEEDED, run.last_error
+    squares = [i * i for i in range(10)]
+    assert run.result == {"values": squares}
+    assert {i: ledger.count(f"square-{i}") for i in range(10)} == dict.fromkeys(range(10), 1)
+    # The body ran twice (before and after the sleep); the replay returned the same list.
+    assert ledger.values("body") == [squares, squares]
+    steps = journal(store, run_id)
+    expected_names = ["square"] + [f"square#{n}" for n in range(2, 11)]
+    assert sorted(s["name"] for s in steps if s["kind"] == "step") == sorted(expected_names)
+    by_name = {s["name"]: s for s in steps}
+    assert [by_name[n]["output"] for n in expected_names] == squares
+    assert all(s["status"] == "completed" and s["attempts"] == 1 for s in steps)
+    events = lifecycle(client, run_id)
+    assert events.count("step_completed") == 10
+    assert events.count("resumed") == 1
+
+
+def test_race_winner_is_journaled_and_replayed_without_running_branches(
+    store: Store, app: App, client: Client, ledger: Ledger
+) -> None:
+    async def fast() -> str:
+        ledger.note("fast")
+        await asyncio.sleep(0.05)
+        return "fast won"
+
+    async def slow() -> str:
+        ledger.note("slow")
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            ledger.note("slow cancelled")
+            raise
+        return "slow won"
+
+    @app.workflow("test.durable.race.v1")
+    async def body(payload: Any, ctx: Context) -> Any:
+        index, value = await ctx.race("first", ctx.step("slow", slow), ctx.step("fast", fast))
+        ledger.note("body", [index, value])
+        await ctx.sleep("pause", 0.3)
+        return {"index": index, "value": value}
+
+    run_id = client.start("test.durable.race.v1").id
+    with working(app):
+        run = wait_terminal(client, run_id)
+
+    assert run.status is RunStatus.SUCCEEDED, run.last_error
+    assert run.result == {"index": 1, "value": "fast won"}
+    assert ledger.values("body") == [[1, "fast won"], [1, "fast won"]]
+    assert (ledger.count("fast"), ledger.count("slow"), ledger.count("slow cancelled")) == (1, 1, 1)
+    steps = {s["name"]: s for s in journal(store, run_id)}
+    assert steps["first"]["kind"] == "race"
+    assert steps["first"]["output"]["winner"] == 1
+    assert steps["first"]["output"]["value"] == "fast won"
+    assert steps["fast"]["status"] == "completed"
+    assert "slow" not in steps, "the cancelled branch was journaled"
+    assert lifecycle(client, run_id).count("resumed") == 1
+
+
+# -- step retries ------------------------------------------------------------------------
+
+
+def step_events(client: Client, run_id: str) -> list[tuple[str, Any]]:
+    """``(event, attempt)`` of the run's step events, in order."""
+    kinds = ("step_failed", "step_deferred", "step_completed")
+    return [
+        (e.event_type, e.data.get("attempt"))
+        for e in client.events(run_id)
+        if e.event_type in kinds
+    ]
+
+
+def test_a_flaky_step_is_retried_with_the_run_suspended_until_it_succeeds(
+    store: Store, app: App, client: Client, ledger: Ledger
+) -> None:
+    def flaky() -> str:
+        ledger.note("flaky")
+        if ledger.count("flaky") < 3:
+            raise ConnectionError(f"try {ledger.count('flaky')} failed")
+        return "charged"
+
+    policy = RetryPolicy(backoff="fixed", base=0.2, jitter=0, max_attempts=3)
+
+    @app.workflow("test.durable.flaky.v1")
+    def body(payload: Any, ctx: Context) -> Any:
+        return ctx.step("charge", flaky, retry=policy)
+
+    run_id = client.start("test.durable.flaky.v1").id
+    with working(app):
+        run = wait_terminal(client, run_id)
+
+    assert run.status is RunStatus.SUCCEEDED, run.last_error
+    assert run.result == "charged"
+    assert ledger.count("flaky") == 3
+    assert step_events(client, run_id) == [
+        ("step_failed", 1),
+        ("step_failed", 2),
+        ("step_completed", None),
+    ]
+    failed = [e for e in client.events(run_id) if e.event_type == "step_failed"]
+    assert failed[0].data["error"]["message"] == "try 1 failed"
+    assert [s["attempts"] for s in journal(store, run_id)] == [3]
+    assert run.attempt == 0, "a step's retries are not failures of the run"
+
+
+def test_a_step_out_of_attempts_fails_the_run_unless_the_body_compensates(
+    app: App, client: Client, ledger: Ledger
+) -> None:
+    def broken(what: str) -> None:
+        ledger.note(what)
+        raise ValueError(f"{what} is down")
+
+    policy = RetryPolicy(backoff="fixed", base=0.1, jitter=0, max_attempts=2)
+
+    @app.workflow("test.durable.broken.v1")
+    def failing(payload: Any, ctx: Context) -> Any:
+        ctx.step("ship", broken, "shipping", retry=policy)
+        ledger.note("after ship")
+
+    @app.workflow("test.durable.compensated.v1")
+    def compensated(payload: Any, ctx: Context) -> Any:
+        try:
+            ctx.step("ship", broken, "carrier", retry=policy)
+        except errors.StepFailed as exc:
+            # The replay after this sleep meets 'ship' again: it must fail again, not run.
+            ctx.sleep("before refund", 0.2)
+            refund = ctx.step("refund", ledger.note, "refund", "refunded")
+            return {"failed_step": exc.step, "attempts": exc.attempts, "refund": refund}
+        return None
+
+    failing_id = client.start("test.durable.broken.v1").id
+    compensated_id = client.start("test.durable.compensated.v1").id
+    with working(app):
+        failed = wait_terminal(client, failing_id)
+        done = wait_terminal(client, compensated_id)
+
+    assert failed.status is RunStatus.FAILED
+    assert "StepFailed" in (failed.last_error or "")
+    assert "'ship' failed after 2 attempt(s)" in (failed.last_error or "")
+    assert failed.attempt == 1, "a step out of attempts fails the run at once"
+    assert ledger.count("shipping") == 2
+    assert ledger.count("after ship") == 0
+    assert step_events(client, failing_id) == [("step_failed", 1), ("step_failed", 2)]
+
+    assert done.status is RunStatus.SUCCEEDED, done.last_error
+    assert done.result == {"failed_step": "ship", "attempts": 2, "refund": "refunded"}
+    assert (ledger.count("carrier"), ledger.count("refund")) == (2, 1)
+
+
+def test_retry_after_defers_a_step_without_counting_an_attempt(
+    store: Store, app: App, client: Client, ledger: Ledger
+) -> None:
+    def rate_limited() -> str:
+        ledger.note("call")
+        if ledger.count("call") <= 2:
+            raise errors.RetryAfter(0.2, "slow down")
+        return "sent"
+
+    @app.workflow("test.durable.deferred.v1")
+    async def body(payload: Any, ctx: Context) -> Any:
+        # One attempt only: the deferrals must not use it up.
+        return await ctx.step("send", rate_limited, retry=RetryPolicy(max_attempts=1))
+
+    run_id = client.start("test.durable.deferred.v1").id
+    with working(app):
+        run = wait_terminal(client, run_id)
+
+    assert run.status is RunStatus.SUCCEEDED, run.last_error
+    assert run.result == "sent"
+    assert ledger.count("call") == 3
+    assert [e for e, _ in step_events(client, run_id)] == [
+        "step_deferred",
+        "step_deferred",
+        "step_completed",
+    ]
+    assert [s["attempts"] for s in journal(store, run_id)] == [1]
+
+
+def test_a_permanent_error_in_a_step_fails_the_run_without_retrying(
+    app: App, client: Client, ledger: Ledger
+) -> None:
+    def declined() -> None:
+        ledger.note("charge")
+        raise errors.PermanentError("card declined")
+
+    @app.workflow("test.durable.declined.v1")
+    def body(payload: Any, ctx: Context) -> Any:
+        ctx.step("charge", declined)
+        ledger.note("after charge")
+
+    run_id = client.start("test.durable.declined.v1").id
+    with working(app):
+        run = wait_terminal(client, run_id)
+
+    assert run.status is RunStatus.FAILED
+    assert "card declined" in (run.last_error or "")
+    assert (ledger.count("charge"), ledger.count("after charge")) == (1, 0)
+    assert step_events(client, run_id) == [("step_failed", 1)]
+    assert "resumed" not in lifecycle(client, run_id)
+
+
+def test_now_uuid_and_random_are_recorded_and_replayed(
+    store: Store, app: App, client: Client, ledger: Ledger
+) -> None:
+    @app.workflow("test.durable.recorded.v1")
+    def body(payload: Any, ctx: Context) -> Any:
+        seen = {"now": ctx.now().isoformat(), "uuid": ctx.uuid(), "random": ctx.random()}
+        ledger.note("seen", seen)
+        ctx.sleep("pause", 0.3)
+        return seen
+
+    run_id = client.start("test.durable.recorded.v1").id
+    started = datetime.now(UTC)
+    with working(app):
+        run = wait_terminal(client, run_id)
+
+    assert run.status is RunStatus.SUCCEEDED, run.last_error
+    first, second = ledger.values("seen")
+    assert first == second == run.result
+    assert abs((datetime.fromisoformat(first["now"]) - started).total_seconds()) < 30
+    assert 0 <= first["random"] < 1
+    assert len(first["uuid"]) == 36
+    kinds = {s["name"]: s["kind"] for s in journal(store, run_id)}
+    assert kinds == {"@now": "now", "@uuid": "uuid", "@random": "random", "pause": "sleep"}
+
+
+# -- signals -----------------------------------------------------------------------------
+
+
+def test_a_signal_sent_before_the_wait_began_is_consumed(
+    store: Store, app: App, client: Client, ledger: Ledger
+) -> None:
+    @app.workflow("test.durable.approval.v1")
+    async def body(payload: Any, ctx: Context) -> Any:
+        await ctx.step("prepare", lambda: ledger.note("prepare"))
+        return await ctx.wait_for_event("approval", event="approved", timeout=60)
+
+    run_id = client.start("test.durable.approval.v1").id
+    sent = client.signal(run_id, "approved", {"by": "ann"})  # no worker is up yet
+    assert not sent.woke, "the run was not waiting yet"
+    with working(app):
+        run = wait_terminal(client, run_id)
+
+    assert run.status is RunStatus.SUCCEEDED, run.last_error
+    assert run.result == {"by": "ann"}
+    assert ledger.count("prepare") == 1
+    assert "waiting" not in lifecycle(client, run_id), "it waited for a signal already stored"
+    consumed = store.sql(
+        "select consumed_at, step_name from workflow_signal where run_id = ?", run_id
+    )
+    assert len(consumed) == 1 and consumed[0][0] is not None and consumed[0][1] == "approval"
+
+
+def test_a_waiting_run_shows_what_it_waits_for_and_a_signal_wakes_it_at_once(
+    store: Store, app: App, client: Client, ledger: Ledger
+) -> None:
+    @app.workflow("test.durable.approval.v1")
+    async def body(payload: Any, ctx: Context) -> Any:
+        await ctx.step("prepare", lambda: ledger.note("prepare"))
+        return await ctx.wait_for_event("approval", event="approved", timeout="10m")
+
+    run_id = client.start("test.durable.approval.v1").id
+    with working(app):
+        waiting = wait_suspended(client, run_id, "signal")
+        assert waiting.waiting_for["event"] == "approved"
+        assert waiting.waiting_for["step"] == "approval"
+        assert (waiting.run_at - datetime.now(UTC)).total_seconds() > 300, "run_at is the timeout"
+        signalled = time.monotonic()
+        sent = client.signal(run_id, "approved", {"by": "bob"})
+        assert sent.woke
+        run = wait_terminal(client, run_id, timeout=10)
+        assert time.monotonic() - signalled < 10
+
+    assert run.status is RunStatus.SUCCEEDED, run.last_error
+    assert run.result == {"by": "bob"}
+    assert run.waiting_for is None
+    assert ledger.count("prepare") == 1, "the journaled step ran again on the resume"
+    events = lifecycle(client, run_id)
+    assert events.index("waiting") < events.index("signal_received") < events.index("resumed")
+
+
+def test_a_signal_that_does_not_match_stays_for_a_later_wait(
+    app: App, client: Client, ledger: Ledger
+) -> None:
+    @app.workflow("test.durable.orders.v1")
+    def body(payload: Any, ctx: Context) -> Any:
+        wanted = ctx.wait_for_event("wanted", event="order", match={"id": 2, "tags": ["paid"]})
+        ledger.note("matched", wanted)
+        other = ctx.wait_for_event("any", event="order", timeout=30)
+        return {"wanted": wanted, "other": other}
+
+    run_id = client.start("test.durable.orders.v1").id
+    with working(app):
+        wait_suspended(client, run_id, "signal")
+        not_it = client.signal(run_id, "order", {"id": 1, "tags": ["paid"]})
+        assert not not_it.woke, "a signal that does not match woke the run"
+        held(client, run_id, 1.0)
+        assert client.get(run_id).waiting_for["match"] == {"id": 2, "tags": ["paid"]}
+        assert ledger.count("matched") == 0
+        client.signal(run_id, "order", {"id": 2, "tags": ["gift", "paid"], "total": 7})
+        run = wait_terminal(client, run_id)
+
+    assert run.status is RunStatus.SUCCEEDED, run.last_error
+    assert run.result == {
+        "wanted": {"id": 2, "tags": ["gift", "paid"], "total": 7},
+        "other": {"id": 1, "tags": ["paid"]},
+    }
+
+
+def test_a_wait_that_times_out_returns_none(store: Store, app: App, client: Client) -> None:
+    @app.workflow("test.durable.timeout.v1")
+    async def body(payload: Any, ctx: Context) -> Any:
+        got = await ctx.wait_for_event("reply", event="reply", timeout=0.5)
+        return {"got": got}
+
+    run_id = client.start("test.durable.timeout.v1").id
+    with working(app):
+        run = wait_terminal(client, run_id)
+
+    assert run.status is RunStatus.SUCCEEDED, run.last_error
+    assert run.result == {"got": None}
+    assert lifecycle(client, run_id)[-3:] == ["started", "resumed", "succeeded"]
+    [reply] = journal(store, run_id)
+    assert (reply["status"], reply["output"]) == ("completed", {"timeout": True})
+
+
+def test_a_signal_to_an_unknown_or_finished_run_is_refused(app: App, client: Client) -> None:
+    @app.workflow("test.durable.quick.v1")
+    def body(payload: Any) -> Any:
+        return "done"
+
+    with pytest.raises(errors.RunNotFound):
+        client.signal("00000000-0000-4000-8000-000000000000", "approved", {})
+    run_id = client.start("test.durable.quick.v1").id
+    with working(app):
+        assert wait_terminal(client, run_id).status is RunStatus.SUCCEEDED
+    with pytest.raises(errors.RunFinished, match="succeeded"):
+        client.signal(run_id, "approved", {})
+    assert "signal_received" not in lifecycle(client, run_id)
+
+
+# -- children ----------------------------------------------------------------------------
+
+
+def test_a_parent_waits_for_its_childs_result(store: Store, app: App, client: Client) -> None:
+    @app.workflow("test.durable.child.v1")
+    async def child(payload: Any, ctx: Context) -> Any:
+        return await ctx.step("times ten", lambda: payload["n"] * 10)
+
+    @app.workflow("test.durable.parent.v1")
+    async def parent(payload: Any, ctx: Context) -> Any:
+        child_id = await ctx.start_child("test.durable.child.v1", {"n": payload["n"]})
+        value = await ctx.wait_child(child_id)
+        return {"child": child_id, "value": value + 1}
+
+    run_id = client.start("test.durable.parent.v1", {"n": 4}).id
+    with working(app):
+        run = wait_terminal(client, run_id)
+
+    assert run.status is RunStatus.SUCCEEDED, run.last_error
+    assert run.result["value"] == 41
+    child_run = client.get(run.result["child"])
+    assert (child_run.status, child_run.parent_id, child_run.result) == (
+        RunStatus.SUCCEEDED,
+        run_id,
+        40,
+    )
+    assert store.count() == 2, "the child was started more than once"
+    events = lifecycle(client, run_id)
+    assert "child_started" in events and "resumed" in events
+
+
+def test_a_failed_child_raises_child_failed_in_the_parent(app: App, client: Client) -> None:
+    @app.workflow("test.durable.child.v1")
+    def child(payload: Any, ctx: Context) -> Any:
+        raise errors.PermanentError("out of stock")
+
+    @app.workflow("test.durable.parent.v1")
+    def parent(payload: Any, ctx: Context) -> Any:
+        child_id = ctx.start_child("test.durable.child.v1")
+        try:
+            ctx.wait_child(child_id)
+        except errors.ChildFailed as exc:
+            return {"status": exc.status, "error": str(exc), "same": exc.child_id == child_id}
+        return None
+
+    run_id = client.start("test.durable.parent.v1").id
+    with working(app):
+        run = wait_terminal(client, run_id)
+
+    assert run.status is RunStatus.SUCCEEDED, run.last_error
+    assert run.result["status"] == "failed"
+    assert run.result["same"] is True
+    assert "out of stock" in run.result["error"]
+
+
+def test_cancelling_a_parent_cancels_its_pending_and_sleeping_children(
+    app: App, client: Client, ledger: Ledger
+) -> None:
+    @app.workflow("test.durable.sleeper.v1")
+    async def sleeper(payload: Any, ctx: Context) -> Any:
+        await ctx.sleep("nap", 1.0)
+        ledger.note("sleeper woke")
+
+    @app.workflow("test.durable.parent.v1")
+    async def parent(payload: Any, ctx: Context) -> Any:
+        sleeping = await ctx.start_child("test.durable.sleeper.v1")
+        # No worker serves this type: the child stays pending.
+        idle = await ctx.start_child("idle.durable.child.v1")
+        await ctx.step("note ids", lambda: ledger.note("ids", [sleeping, idle]))
+        await ctx.wait_child(sleeping)
+        ledger.note("parent went on")
+
+    run_id = client.start("test.durable.parent.v1").id
+    with working(app):
+        wait_suspended(client, run_id, "child")
+        [(sleeping, idle)] = ledger.values("ids")
+        wait_suspended(client, sleeping, "sleep")
+        assert client.get(idle).status is RunStatus.PENDING
+        assert client.cancel(run_id, reason="order withdrawn")
+        for run in (run_id, sleeping, idle):
+            assert client.get(run).status is RunStatus.CANCELLED, lifecycle(client, run)
+        time.sleep(1.5)  # past the child's wake-up time
+
+    assert ledger.count("sleeper woke") == 0
+    assert ledger.count("parent went on") == 0
+    for child_id in (sleeping, idle):
+        child_run = client.get(child_id)
+        assert child_run.status is RunStatus.CANCELLED
+        assert child_run.waiting_for is None
+        cancelled = [e for e in client.events(child_id) if e.event_type == "cancelled"]
+        assert len(cancelled) == 1 and cancelled[0].data["reason"] == "parent cancelled"
+    assert (
+        "resumed"
+        not in lifecycle(client, sleeping)[lifecycle(client, sleeping).index("sleeping") :]
+    )
+
+
+# -- deadlines and cancellation ----------------------------------------------------------
+
+
+def test_a_deadline_that_passes_during_a_sleep_fails_the_run(
+    app: App, client: Client, ledger: Ledger
+) -> None:
+    @app.workflow("test.durable.deadline.v1")
+    async def body(payload: Any, ctx: Context) -> Any:
+        await ctx.step("before", lambda: ledger.note("before"))
+        await ctx.sleep("long nap", "1h")
+        await ctx.step("after", lambda: ledger.note("after"))
+
+    run_id = client.start("test.durable.deadline.v1", deadline=1.5).id
+    assert client.get(run_id).deadline is not None, "the deadline was not stored"
+    with working(app):
+        run = wait_terminal(client, run_id)
+
+    assert run.status is RunStatus.FAILED
+    assert "DeadlineExceeded" in (run.last_error or "")
+    assert (ledger.count("before"), ledger.count("after")) == (1, 0)
+    assert lifecycle(client, run_id)[-1] == "failed"
+
+
+def test_a_run_cancelled_while_it_sleeps_is_never_resumed(
+    app: App, client: Client, ledger: Ledger
+) -> None:
+    @app.workflow("test.durable.nap.v1")
+    async def body(payload: Any, ctx: Context) -> Any:
+        await ctx.sleep("nap", 1.0)
+        await ctx.step("after", lambda: ledger.note("after"))
+
+    run_id = client.start("test.durable.nap.v1").id
+    with working(app):
+        wait_suspended(client, run_id, "sleep")
+        assert client.cancel(run_id)
+        assert client.get(run_id).status is RunStatus.CANCELLED
+        held(client, run_id, 2.0)  # past the wake-up time
+
+    assert ledger.count("after") == 0
+    events = lifecycle(client, run_id)
+    assert events[-2:] == ["sleeping", "cancelled"]
+
+
+def test_an_async_step_sees_cancelled_error_when_its_run_is_cancelled(
+    app: App, client: Client, ledger: Ledger
+) -> None:
+    async def long_call() -> None:
+        ledger.note("started")
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            ledger.note("saw CancelledError")
+            raise
+
+    @app.workflow("test.durable.longstep.v1")
+    async def body(payload: Any, ctx: Context) -> Any:
+        await ctx.step("long", long_call)
+        await ctx.step("next", lambda: ledger.note("next"))
+
+    run_id = client.start("test.durable.longstep.v1").id
+    with working(app):
+        wait_until(lambda: ledger.count("started"), 10, "the step never started")
+        assert client.cancel(run_id)
+        wait_until(lambda: ledger.count("saw CancelledError"), 10, "the step was not cancelled")
+        held(client, run_id, 1.0)
+
+    assert client.get(run_id).status is RunStatus.CANCELLED
+    assert ledger.count("next") == 0
+    assert "step_completed" not in lifecycle(client, run_id)
+
+
+def test_a_sync_body_stops_at_the_next_step_boundary_when_cancelled(
+    store: Store, app: App, client: Client, ledger: Ledger
+) -> None:
+    go = threading.Event()
+
+    def blocking() -> str:
+        ledger.note("started")
+        go.wait(30)
+        return "finished anyway"
+
+    @app.workflow("test.durable.syncstep.v1")
+    def body(payload: Any, ctx: Context) -> Any:
+        ctx.step("block", blocking)
+        ctx.step("next", lambda: ledger.note("next"))
+
+    run_id = client.start("test.durable.syncstep.v1").id
+    with working(app):
+        wait_until(lambda: ledger.count("started"), 10, "the step never started")
+        assert client.cancel(run_id)
+        time.sleep(0.5)  # let the worker hear of it
+        go.set()
+        held(client, run_id, 1.0)
+
+    assert client.get(run_id).status is RunStatus.CANCELLED
+    assert ledger.count("next") == 0
+    assert journal(store, run_id) == [], "a step of a cancelled run was journaled"
+
+
+# -- code changes under running workflows ------------------------------------------------
+
+
+def versioned_app(store: Store, ledger: Ledger, version: str, compatible: tuple[str, ...]) -> App:
+    app = App(store.url, schema=store.schema, retry=QUICK)
+
+    @app.workflow("test.durable.versioned.v1", version=version, compatible=compatible)
+    async def body(payload: Any, ctx: Context) -> Any:
+        await ctx.step("first", lambda: ledger.note("first"))
+        await ctx.sleep("nap", 0.5)
+        return {"version": version, "started_on": ctx.code_version}
+
+    return app
+
+
+def test_a_worker_leaves_runs_of_a_version_it_does_not_know(
+    store: Store, client: Client, ledger: Ledger
+) -> None:
+    run_id = client.start("test.durable.versioned.v1").id
+    with working(versioned_app(store, ledger, "1", ())) as old:
+        wait_suspended(client, run_id, "sleep")
+        old.stop()
+    assert client.get(run_id).code_version == "1"
+
+    new = versioned_app(store, ledger, "2", ())
+    backend = store.backend()
+    try:
+        [report] = asyncio.run(replaycheck.check_runs(new, backend))
+    finally:
+        backend.close()
+    assert (report.run_id, report.verdict) == (run_id, replaycheck.UNKNOWN_VERSION)
+    assert "'1'" in report.detail
+
+    with working(new):
+        time.sleep(1.0)  # past the wake-up time
+        run = held(client, run_id, 1.5)
+    assert run.status is RunStatus.PENDING
+    assert lifecycle(client, run_id).count("leased") == 1, "a worker claimed an unknown version"
+
+    with working(versioned_app(store, ledger, "2", ("1",))):
+        run = wait_terminal(client, run_id)
+    assert run.status is RunStatus.SUCCEEDED, run.last_error
+    assert run.result == {"version": "2", "started_on": "1"}
+    assert ledger.count("first") == 1
+
+
+def test_a_renamed_step_fails_the_run_with_replay_divergence(
+    store: Store, client: Client, ledger: Ledger
+) -> None:
+    def shop(middle: str) -> App:
+        app = App(store.url, schema=store.schema, retry=QUICK)
+
+        @app.workflow("test.durable.shop.v1")
+        def body(payload: Any, ctx: Context) -> Any:
+            ctx.step("reserve", lambda: ledger.note("reserve"))
+            ctx.step(middle, lambda: ledger.note(middle))
+            ctx.sleep("cool off", 1.0)
+            ctx.step("ship", lambda: ledger.note("ship"))
+            return "shipped"
+
+        return app
+
+    run_id = client.start("test.durable.shop.v1").id
+    with working(shop("charge")) as old:
+        wait_suspended(client, run_id, "sleep")
+        old.stop()
+    assert [s["name"] for s in journal(store, run_id)] == ["reserve", "charge", "cool off"]
+
+    renamed = shop("bill")
+    backend = store.backend()
+    try:
+        [report] = asyncio.run(replaycheck.check_runs(renamed, backend))
+    finally:
+        backend.close()
+    assert report.verdict == replaycheck.DIVERGED
+    assert "'bill'" in report.detail and "'charge'" in report.detail
+
+    with working(renamed):
+        run = wait_terminal(client, run_id)
+    assert run.status is RunStatus.FAILED
+    assert "ReplayDivergence" in (run.last_error or "")
+    assert "step 'bill' is not in this run's journal" in (run.last_error or "")
+    assert (ledger.count("reserve"), ledger.count("charge")) == (1, 1)
+    assert (ledger.count("bill"), ledger.count("ship")) == (0, 0)
+    assert run.attempt == 1, "a divergence is permanent: no retry"
