@@ -35,6 +35,7 @@ class Durable:
         self.lease = lease
         self.backend = backend
         self.replay: Replay | None = None
+        self._loading: asyncio.Future[Replay] | None = None
         self._started = time.monotonic()
         self._inflight = 0
         self._settled = asyncio.Event()
@@ -70,12 +71,26 @@ class Durable:
         return claimed + timedelta(seconds=time.monotonic() - self._started)
 
     async def load(self) -> Replay:
-        """Read the journal once, at the first durable call of the attempt."""
-        if self.replay is None:
+        """Read the journal once, at the first durable call of the attempt.
+
+        Parallel first calls (``gather`` at the top of a body) share that one read: had
+        each its own, they would meet their journaled steps at different times, and a
+        branch would be judged against the journal before its siblings met theirs.
+        """
+        if self.replay is not None:
+            return self.replay
+        if self._loading is None:
+            self._loading = asyncio.ensure_future(self._read_journal())
+        return await asyncio.shield(self._loading)
+
+    async def _read_journal(self) -> Replay:
+        try:
             op = self.backend.load_journal(self.lease.run.id)
             entries = await self.backend.execute_async(op, readonly=True)
-            if self.replay is None:
-                self.replay = Replay(entries)
+        except BaseException:
+            self._loading = None  # the next call tries again
+            raise
+        self.replay = Replay(entries)
         return self.replay
 
     # -- step boundaries -------------------------------------------------------------

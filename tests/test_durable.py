@@ -14,9 +14,10 @@ import contextlib
 import json
 import threading
 import time
+import types
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from conftest import Store
@@ -24,7 +25,10 @@ from worker_app import wait_until
 
 from simpleworkflow import Client, RunStatus, errors, replaycheck
 from simpleworkflow.app import App
+from simpleworkflow.backends import Backend
+from simpleworkflow.backends.records import Lease
 from simpleworkflow.context import Context
+from simpleworkflow.durable import Durable
 from simpleworkflow.models import Run
 from simpleworkflow.retry import RetryPolicy
 from simpleworkflow.worker import IntentPoller
@@ -248,6 +252,83 @@ def test_race_winner_is_journaled_and_replayed_without_running_branches(
     assert steps["fast"]["status"] == "completed"
     assert "slow" not in steps, "the cancelled branch was journaled"
     assert lifecycle(client, run_id).count("resumed") == 1
+
+
+def test_gather_with_a_retrying_branch_replays_its_journaled_siblings(
+    store: Store, app: App, client: Client, ledger: Ledger
+) -> None:
+    def part(i: int) -> int:
+        ledger.note(f"part-{i}")
+        if i == 3 and ledger.count("part-3") == 1:
+            raise ConnectionError("first try of part 3")
+        return i
+
+    policy = RetryPolicy(backoff="fixed", base=0.1, jitter=0, max_attempts=3)
+
+    @app.workflow("test.durable.gatherflaky.v1")
+    async def body(payload: Any, ctx: Context) -> Any:
+        return await asyncio.gather(*(ctx.step("part", part, i, retry=policy) for i in range(6)))
+
+    run_id = client.start("test.durable.gatherflaky.v1").id
+    with working(app):
+        run = wait_terminal(client, run_id)
+
+    # The replay after part 3's backoff starts all six again at once: part 3 must run
+    # again and its siblings come from the journal, with no divergence between them.
+    assert run.status is RunStatus.SUCCEEDED, run.last_error
+    assert run.result == list(range(6))
+    assert [ledger.count(f"part-{i}") for i in range(6)] == [1, 1, 1, 2, 1, 1]
+
+
+def test_parallel_first_durable_calls_share_one_read_of_the_journal() -> None:
+    class SlowJournal:
+        """Each read takes longer than the one before, as on a busy store."""
+
+        reads = 0
+
+        def load_journal(self, run_id: str) -> str:
+            return run_id
+
+        async def execute_async(self, op: Any, *, readonly: bool = False) -> list[Any]:
+            self.reads += 1
+            await asyncio.sleep(0.01 * self.reads)
+            return []
+
+    async def main() -> list[Any]:
+        backend = SlowJournal()
+        lease = Lease(run=cast(Run, types.SimpleNamespace(id="r1")), token="t")
+        durable = Durable(lease, cast(Backend, backend))
+        replays = await asyncio.gather(*(durable.load() for _ in range(3)))
+        assert backend.reads == 1
+        return replays
+
+    first, *others = asyncio.run(main())
+    assert all(replay is first for replay in others)
+
+
+def test_a_signal_sent_while_the_run_is_leased_wakes_it_once_it_suspends(
+    store: Store, app: App, client: Client
+) -> None:
+    run_ids: list[str] = []
+
+    async def send() -> str:
+        await asyncio.sleep(0.3)  # the wait beside this step has found nothing by now
+        with store.client() as sender:
+            return "woke" if sender.signal(run_ids[0], "go", {"n": 1}).woke else "stored"
+
+    @app.workflow("test.durable.window.v1")
+    async def body(payload: Any, ctx: Context) -> Any:
+        waited = ctx.wait_for_event("go", event="go", timeout="10m")
+        got, sent = await asyncio.gather(waited, ctx.step("send", send))
+        return {"got": got, "sent": sent}
+
+    run_ids.append(client.start("test.durable.window.v1").id)
+    with working(app):
+        run = wait_terminal(client, run_ids[0], timeout=15)  # not the 10 minute timeout
+
+    assert run.status is RunStatus.SUCCEEDED, run.last_error
+    assert run.result == {"got": {"n": 1}, "sent": "stored"}
+    assert lifecycle(client, run_ids[0]).count("resumed") == 1
 
 
 # -- step retries ------------------------------------------------------------------------
