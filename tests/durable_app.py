@@ -1,0 +1,140 @@
+"""Workflows for the durable-execution process tests, and the worker that runs them.
+
+Started as ``python tests/durable_app.py --worker-id w1 --ledger FILE`` with
+``SIMPLEWORKFLOW_DATABASE_URL`` and ``SIMPLEWORKFLOW_SCHEMA`` in the environment; it
+claims every ``durable.%`` type. Step bodies append a line to the ledger (see
+:class:`worker_app.Ledger`) each time they run, so the tests can count executions
+across processes without trusting the engine's own records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from worker_app import Ledger
+
+from simpleworkflow.app import App
+from simpleworkflow.context import Context
+from simpleworkflow.retry import RetryPolicy
+from simpleworkflow.worker import IntentPoller
+
+# A crashed attempt is retried after 0.2 s, well within the tests' patience.
+app = App(retry=RetryPolicy(backoff="fixed", base=0.2, jitter=0))
+LEDGER = Ledger("/dev/null")
+STEPS = 5
+PARK_SECONDS = 60.0  # far longer than any test waits: a parked worker is killed first
+
+
+def step_value(previous: int, k: int) -> int:
+    """What step ``k`` returns given the previous step's value: order matters."""
+    return previous * 3 + k
+
+
+def expected_values(seed: int) -> list[int]:
+    values, value = [], seed
+    for k in range(1, STEPS + 1):
+        value = step_value(value, k)
+        values.append(value)
+    return values
+
+
+def _parks(payload: dict[str, Any], ctx: Context, where: str, k: int) -> bool:
+    """Whether this worker should stop dead here until it is killed (see the kill test)."""
+    return (
+        payload.get("park_worker") == ctx.worker_id
+        and payload.get("park_where") == where
+        and payload.get("park_step") == k
+    )
+
+
+def _work(ctx: Context, payload: dict[str, Any], k: int, previous: int) -> int:
+    LEDGER.write("step", ctx, step=f"s{k}")
+    if _parks(payload, ctx, "in", k):
+        LEDGER.write("parked", ctx, step=f"s{k}")
+        time.sleep(PARK_SECONDS)
+    return step_value(previous, k)
+
+
+async def _work_async(ctx: Context, payload: dict[str, Any], k: int, previous: int) -> int:
+    LEDGER.write("step", ctx, step=f"s{k}")
+    if _parks(payload, ctx, "in", k):
+        LEDGER.write("parked", ctx, step=f"s{k}")
+        await asyncio.sleep(PARK_SECONDS)
+    return step_value(previous, k)
+
+
+@app.workflow("durable.steps.sync.v1")
+def five_steps(payload: dict[str, Any], ctx: Context) -> list[int]:
+    """Five chained steps. The payload may park one worker inside step k's body
+    (``park_where="in"``) or right after step k was journaled (``"after"``)."""
+    values, value = [], payload["seed"]
+    for k in range(1, STEPS + 1):
+        value = ctx.step(f"s{k}", _work, ctx, payload, k, value)
+        values.append(value)
+        if _parks(payload, ctx, "after", k):
+            LEDGER.write("parked", ctx, step=f"s{k}")
+            time.sleep(PARK_SECONDS)
+    return values
+
+
+@app.workflow("durable.steps.async.v1")
+async def five_steps_async(payload: dict[str, Any], ctx: Context) -> list[int]:
+    """The async twin of :func:`five_steps`, so both kinds of body are killed."""
+    values, value = [], payload["seed"]
+    for k in range(1, STEPS + 1):
+        value = await ctx.step(f"s{k}", _work_async, ctx, payload, k, value)
+        values.append(value)
+        if _parks(payload, ctx, "after", k):
+            LEDGER.write("parked", ctx, step=f"s{k}")
+            await asyncio.sleep(PARK_SECONDS)
+    return values
+
+
+def _noted(ctx: Context, step: str, value: int) -> int:
+    LEDGER.write("step", ctx, step=step)
+    return value
+
+
+@app.workflow("durable.nap.v1")
+async def nap(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
+    """A step, a durable sleep of ``payload["seconds"]``, another step."""
+    before = await ctx.step("before", _noted, ctx, "before", 1)
+    await ctx.sleep("nap", payload["seconds"])
+    after = await ctx.step("after", _noted, ctx, "after", 2)
+    return {"before": before, "after": after, "worker": ctx.worker_id}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--worker-id", required=True)
+    parser.add_argument("--ledger", required=True)
+    parser.add_argument("--lease", type=float, default=2.0)
+    parser.add_argument("--concurrency", type=int, default=24)
+    parser.add_argument("--poll", type=float, default=0.2)
+    args = parser.parse_args(argv)
+
+    LEDGER.path = Path(args.ledger)
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.INFO,
+        format=f"%(asctime)s {args.worker_id} %(levelname)s %(message)s",
+    )
+    IntentPoller(
+        app,
+        type_prefixes=["durable.%"],
+        lease_duration=args.lease,
+        worker_id=args.worker_id,
+        concurrency=args.concurrency,
+        poll_interval=args.poll,
+        shutdown_grace=5.0,
+    ).run()
+
+
+if __name__ == "__main__":
+    main()
