@@ -1,0 +1,200 @@
+"""Every file in ``examples/`` runs here, on every store, with its outcome and audit trail
+checked; and the snippets ``docs/durable.md`` quotes must be the examples' code verbatim.
+
+The examples are loaded from their files (they are not a package), each once per session:
+their workflows are registered on a module-level app, as in any user's code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import importlib.util
+import re
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from conftest import Store
+
+from simpleworkflow.models import Event, RunStatus
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+DOCS = ROOT / "docs"
+#: Events of the worker's bookkeeping, left out to compare what the workflow did.
+BOOKKEEPING = {"created", "leased", "started", "heartbeat"}
+
+
+@functools.cache
+def example(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses and pickling look modules up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def trail(events: list[Event]) -> list[tuple[str, str]]:
+    """Each event that says what the workflow did, with the step or signal it concerns."""
+    return [
+        (e.event_type, str(e.data.get("step") or e.data.get("event") or ""))
+        for e in events
+        if e.event_type not in BOOKKEEPING
+    ]
+
+
+def unique(kind: str) -> str:
+    return f"{kind}-{uuid.uuid4().hex[:6]}"
+
+
+def test_every_example_has_a_test() -> None:
+    tested = {"onboarding", "order_saga"}
+    assert {path.stem for path in EXAMPLES.glob("*.py")} == tested
+
+
+# -- onboarding ---------------------------------------------------------------------------
+
+
+def run_onboarding(store: Store, *, verify: bool) -> tuple[Any, list[Event], str]:
+    onboarding = example("onboarding")
+    email = f"{unique(store.kind)}@example.com"
+    run, events = asyncio.run(
+        onboarding.run_onboarding(store.url, store.schema, email=email, verify=verify)
+    )
+    return run, events, email
+
+
+def test_onboarding_with_the_user_verifying(store: Store) -> None:
+    run, events, email = run_onboarding(store, verify=True)
+
+    assert run.status is RunStatus.SUCCEEDED, run.last_error
+    assert run.result["verified"] is True and run.result["nudged"] is False
+    assert run.attempt == 0, "a step's retry is not a failed attempt of the run"
+    assert trail(events) == [
+        ("step_started", "create-user"),
+        ("step_completed", "create-user"),
+        ("sleeping", "welcome-delay"),
+        ("resumed", "welcome-delay"),
+        ("step_failed", "send-welcome"),  # the mail provider was busy: retried later
+        ("resumed", "send-welcome"),
+        ("step_started", "send-welcome"),
+        ("step_completed", "send-welcome"),
+        ("waiting", "email-verified"),
+        ("signal_received", "user.verified"),
+        ("resumed", "email-verified"),
+        ("succeeded", ""),
+    ]
+    with store.client() as client:
+        journal = client.steps(run.id)
+    assert [(s.step_name, s.kind, s.attempts) for s in journal] == [
+        ("create-user", "step", 1),
+        ("welcome-delay", "sleep", 1),
+        ("send-welcome", "step", 2),
+        ("email-verified", "wait", 1),
+    ]
+    assert journal[3].output["signal"] == {"user_id": run.result["user_id"], "via": "link"}
+    assert example("onboarding").mailer.sent.count((email, "welcome")) == 1
+
+
+def test_onboarding_nudges_a_user_who_does_not_verify(store: Store) -> None:
+    run, events, email = run_onboarding(store, verify=False)
+
+    assert run.status is RunStatus.SUCCEEDED, run.last_error
+    assert run.result["verified"] is False and run.result["nudged"] is True
+    assert trail(events)[-7:] == [
+        ("waiting", "email-verified"),
+        ("resumed", "email-verified"),  # at the timeout, with no signal
+        ("step_failed", "nudge"),
+        ("resumed", "nudge"),
+        ("step_started", "nudge"),
+        ("step_completed", "nudge"),
+        ("succeeded", ""),
+    ]
+    with store.client() as client:
+        waited = next(s for s in client.steps(run.id) if s.step_name == "email-verified")
+    assert waited.output == {"timeout": True}
+    assert (email, "verify-reminder") in example("onboarding").mailer.sent
+
+
+# -- order saga ---------------------------------------------------------------------------
+
+
+def test_order_saga_ships_or_compensates_in_reverse_order(store: Store) -> None:
+    saga = example("order_saga")
+    shipped_id, stranded_id = unique("o"), unique("o")
+    orders = [
+        {"order_id": shipped_id, "items": ["mug"], "amount": 1200, "country": "NL"},
+        {"order_id": stranded_id, "items": ["lamp"], "amount": 4900, "country": "AQ"},
+    ]
+    (shipped, shipped_events), (stranded, stranded_events) = asyncio.run(
+        saga.place_orders(store.url, store.schema, orders=orders)
+    )
+
+    assert shipped.status is RunStatus.SUCCEEDED
+    assert shipped.result == {"status": "shipped", "tracking": f"trk_{shipped_id}"}
+    assert [step for event, step in trail(shipped_events) if event == "step_completed"] == [
+        "reserve-stock",
+        "charge-card",
+        "ship",
+    ]
+
+    assert stranded.status is RunStatus.SUCCEEDED, stranded.last_error
+    assert stranded.result["status"] == "compensated"
+    assert stranded.result["failed_step"] == "ship"
+    assert "no carrier delivers to AQ" in stranded.result["reason"]
+    assert trail(stranded_events)[4:] == [
+        ("step_failed", "ship"),  # a PermanentError: no retry
+        ("step_failed", "refund-card"),  # timed out once: retried after a suspension
+        ("resumed", "refund-card"),
+        ("step_started", "refund-card"),
+        ("step_completed", "refund-card"),
+        ("step_started", "release-stock"),
+        ("step_completed", "release-stock"),
+        ("succeeded", ""),
+    ]
+    assert saga.payments.refunded[stranded_id] == 4900
+    assert stranded_id not in saga.inventory.reserved
+    assert shipped_id in saga.inventory.reserved
+
+
+# -- as scripts, and as quoted in the docs ------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["onboarding", "order_saga"])
+def test_example_runs_as_a_script(name: str, tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / f"{name}.py")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "succeeded" in done.stdout
+    assert list(tmp_path.iterdir()) == [], "the default database is a throw-away file"
+
+
+QUOTE = re.compile(r"<!-- quote: (\S+) (\S+) -->\n```python\n(.*?)```\n", re.S)
+
+
+def region(path: Path, name: str) -> str:
+    """The lines between ``# [start NAME]`` and ``# [end NAME]`` of an example, dedented."""
+    text = path.read_text(encoding="utf-8")
+    marks = rf"^[ ]*# \[start {name}\]\n(.*?)^[ ]*# \[end {name}\]\n"
+    found = re.search(marks, text, re.S | re.M)
+    assert found, f"{path.name} has no region {name!r}"
+    return textwrap.dedent(found.group(1)).rstrip("\n") + "\n"
+
+
+def test_docs_quote_the_examples_verbatim() -> None:
+    quotes = QUOTE.findall((DOCS / "durable.md").read_text(encoding="utf-8"))
+    assert len(quotes) >= 3
+    for source, name, quoted in quotes:
+        assert quoted == region(ROOT / source, name), f"{source} [{name}] is quoted stale"
