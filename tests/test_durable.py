@@ -174,6 +174,33 @@ def as_time(value: Any) -> datetime:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
+# -- steps and replay --------------------------------------------------------------------
+
+
+def test_steps_in_a_loop_are_numbered_and_each_runs_once_across_resumes(
+    store: Store, app: App, client: Client, ledger: Ledger
+) -> None:
+    @app.workflow("test.durable.loop.v1")
+    def body(payload: Any, ctx: Context) -> Any:
+        totals, total = [], 0
+        for i in range(3):
+            total = ctx.step("add", ledger.note, f"add-{i}", total + i + 1)
+            totals.append(total)
+            ctx.sleep("tick", 0.1)  # each iteration ends in a suspension
+        return totals
+
+    run_id = client.start("test.durable.loop.v1").id
+    with working(app):
+        run = wait_terminal(client, run_id)
+
+    assert run.status is RunStatus.SUCCEEDED, run.last_error
+    assert run.result == [1, 3, 6]
+    assert [ledger.count(f"add-{i}") for i in range(3)] == [1, 1, 1]
+    names = ["add", "tick", "add#2", "tick#2", "add#3", "tick#3"]
+    assert [s["name"] for s in journal(store, run_id)] == names
+    assert lifecycle(client, run_id).count("resumed") == 3
+
+
 # -- parallel steps: gather and race -----------------------------------------------------
 
 
@@ -668,6 +695,32 @@ def test_a_failed_child_raises_child_failed_in_the_parent(app: App, client: Clie
     assert "out of stock" in run.result["error"]
 
 
+def test_a_child_cancelled_on_its_own_wakes_its_parent_with_child_failed(
+    app: App, client: Client, ledger: Ledger
+) -> None:
+    @app.workflow("test.durable.parent.v1")
+    def parent(payload: Any, ctx: Context) -> Any:
+        # No worker serves this type: the child stays pending until it is cancelled.
+        child_id = ctx.start_child("idle.durable.child.v1")
+        ctx.step("note", ledger.note, "child", child_id)
+        try:
+            ctx.wait_child(child_id)
+        except errors.ChildFailed as exc:
+            return exc.status
+        return None
+
+    run_id = client.start("test.durable.parent.v1").id
+    with working(app):
+        waiting = wait_suspended(client, run_id, "child")
+        [child_id] = ledger.values("child")
+        assert waiting.waiting_for["child_id"] == child_id
+        assert client.cancel(child_id)
+        run = wait_terminal(client, run_id, timeout=10)  # the wait has no timeout
+
+    assert run.status is RunStatus.SUCCEEDED, run.last_error
+    assert run.result == "cancelled"
+
+
 def test_cancelling_a_parent_cancels_its_pending_and_sleeping_children(
     app: App, client: Client, ledger: Ledger
 ) -> None:
@@ -731,6 +784,41 @@ def test_a_deadline_that_passes_during_a_sleep_fails_the_run(
     assert "DeadlineExceeded" in (run.last_error or "")
     assert (ledger.count("before"), ledger.count("after")) == (1, 0)
     assert lifecycle(client, run_id)[-1] == "failed"
+
+
+def test_the_deadline_is_checked_before_each_new_step(
+    app: App, client: Client, ledger: Ledger
+) -> None:
+    @app.workflow("test.durable.deadline.v1")
+    def body(payload: Any, ctx: Context) -> Any:
+        ctx.step("slow", time.sleep, 1.5)
+        ctx.step("next", ledger.note, "next")
+
+    run_id = client.start("test.durable.deadline.v1", deadline=1.0).id
+    with working(app):
+        run = wait_terminal(client, run_id)
+
+    assert run.status is RunStatus.FAILED
+    assert "DeadlineExceeded" in (run.last_error or "")
+    assert "before step 'next'" in (run.last_error or "")
+    assert ledger.count("next") == 0
+
+
+def test_a_deadline_ends_a_wait_for_a_signal_long_before_its_timeout(
+    app: App, client: Client, ledger: Ledger
+) -> None:
+    @app.workflow("test.durable.deadline.v1")
+    async def body(payload: Any, ctx: Context) -> Any:
+        await ctx.wait_for_event("reply", event="reply", timeout="1h")
+        await ctx.step("next", ledger.note, "next")
+
+    run_id = client.start("test.durable.deadline.v1", deadline=1.0).id
+    with working(app):
+        run = wait_terminal(client, run_id, timeout=15)
+
+    assert run.status is RunStatus.FAILED
+    assert "DeadlineExceeded" in (run.last_error or "")
+    assert ledger.count("next") == 0
 
 
 def test_a_run_cancelled_while_it_sleeps_is_never_resumed(
@@ -880,9 +968,11 @@ def test_a_renamed_step_fails_the_run_with_replay_divergence(
     renamed = shop("bill")
     backend = store.backend()
     try:
+        [unchanged] = asyncio.run(replaycheck.check_runs(shop("charge"), backend))
         [report] = asyncio.run(replaycheck.check_runs(renamed, backend))
     finally:
         backend.close()
+    assert (unchanged.run_id, unchanged.verdict) == (run_id, replaycheck.OK)
     assert report.verdict == replaycheck.DIVERGED
     assert "'bill'" in report.detail and "'charge'" in report.detail
 
