@@ -1,0 +1,78 @@
+"""What the suite reports: each metric's meaning, unit, pgbench ceiling and target.
+
+The targets are those of issue 5 ("Performance"). A ratio puts a figure next to the
+machine's own ceiling: for a rate it is the share of pgbench's single-client rate
+(0.25 = a quarter of it); for a latency it is how many pgbench transactions fit in it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    label: str
+    unit: str
+    #: Which pgbench ceiling the ratio uses: "insert", "update" or None.
+    ceiling: str | None
+    #: The issue's target, e.g. (">=", 6000); None where the issue sets none.
+    target: tuple[str, float] | None = None
+
+    @property
+    def is_latency(self) -> bool:
+        return self.unit == "ms"
+
+    def ratio(self, value: float | None, ceilings: dict[str, Any]) -> float | None:
+        found = ceilings.get(f"{self.ceiling}_tps") if self.ceiling else None
+        if value is None or not found:
+            return None
+        tps = float(found)
+        return value * tps / 1000 if self.is_latency else value / tps
+
+    def meets(self, value: float | None) -> bool | None:
+        if value is None or self.target is None:
+            return None
+        op, bound = self.target
+        return value >= bound if op == ">=" else value <= bound
+
+    def target_text(self) -> str:
+        if self.target is None:
+            return ""
+        op, bound = self.target
+        return f"{'≥' if op == '>=' else '≤'} {bound:,g}"
+
+
+FIXED = [
+    Metric("start_one", "start one at a time (1 producer)", "runs/s", "insert", (">=", 6000)),
+    Metric("start_many", "start_many, batches of 1,000", "runs/s", "insert", (">=", 60000)),
+    Metric("drain_1", "drain, 1 worker process", "runs/s", "update", (">=", 8000)),
+    Metric("drain_2", "drain, 2 worker processes", "runs/s", "update"),
+    Metric("drain_4", "drain, 4 worker processes", "runs/s", "update"),
+    Metric("step_overhead_ms", "per-step overhead (journaled no-op)", "ms", "insert", ("<=", 0.25)),
+    Metric("ten_step", "10-step workflows", "runs/s", "insert"),
+    Metric("idle_p50_ms", "idle worker: insert to start, p50", "ms", "insert", ("<=", 2)),
+    Metric("idle_p99_ms", "idle worker: insert to start, p99", "ms", "insert", ("<=", 10)),
+    Metric("signal_p50_ms", "signal to resume, p50", "ms", "update"),
+    Metric("signal_p99_ms", "signal to resume, p99", "ms", "update"),
+]
+
+
+def backlog_metric(size: int) -> Metric:
+    return Metric(
+        f"backlog_{size}", f"drain, backlog {size:,} (+{size // 10:,} asleep)", "runs/s", "update"
+    )
+
+
+#: Drain at the largest backlog over drain at the smallest: the issue wants >= 0.9.
+BACKLOG_KEPT = Metric(
+    "backlog_kept", "drain at largest / smallest backlog", "ratio", None, (">=", 0.9)
+)
+
+
+def catalogue(backlogs: list[int]) -> list[Metric]:
+    """Every metric a run with these backlog sizes reports, in table order."""
+    extra = [backlog_metric(size) for size in backlogs]
+    return FIXED + extra + ([BACKLOG_KEPT] if len(backlogs) > 1 else [])

@@ -1,0 +1,63 @@
+"""A private Postgres for one benchmark run, and the pgbench that belongs to it.
+
+The server comes from the ``pgserver`` wheel, the one the test suite uses: it installs
+from PyPI on any machine, runs as root (Debian's ``initdb`` refuses to), and ships
+``pgbench`` of the same version, so the ceiling is measured with a matching client.
+It runs with Postgres's defaults (``fsync`` and ``synchronous_commit`` on, as in
+production), in a temporary directory removed afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+#: What the benchmark changes from Postgres's defaults, and why.
+SETTINGS = {
+    # Room for several worker processes with their pools and listeners.
+    "max_connections": "200",
+}
+
+
+def _start(data_dir: Path) -> Any:
+    import pgserver
+
+    return pgserver.get_server(data_dir, cleanup_mode="stop")  # type: ignore[attr-defined]
+
+
+@contextlib.contextmanager
+def private_postgres() -> Iterator[str]:
+    """Start a throw-away Postgres server and yield its URL; stop and delete it after."""
+    with tempfile.TemporaryDirectory(prefix="simpleworkflow-bench-") as tmp:
+        data_dir = Path(tmp) / "pgdata"
+        server = _start(data_dir)
+        with psycopg.connect(server.get_uri(), autocommit=True) as conn:
+            for name, value in SETTINGS.items():
+                conn.execute(f"alter system set {name} = '{value}'".encode())
+        server.cleanup()  # the settings above take effect on restart
+        server = _start(data_dir)
+        try:
+            yield str(server.get_uri())
+        finally:
+            server.cleanup()
+
+
+def pgbench_path() -> str | None:
+    """pgbench from the pgserver wheel, else from PATH or Debian's layout; None if absent."""
+    with contextlib.suppress(ImportError):
+        import pgserver
+
+        bundled = Path(pgserver.__file__).parent / "pginstall" / "bin" / "pgbench"
+        if bundled.exists():
+            return str(bundled)
+    found = shutil.which("pgbench")
+    if found:
+        return found
+    debian = sorted(Path("/usr/lib/postgresql").glob("*/bin/pgbench"))
+    return str(debian[-1]) if debian else None

@@ -1,0 +1,46 @@
+-- Statements the benchmark runs on Postgres, by name. {schema} is the quoted schema.
+
+-- name: create_schema
+create schema {schema_name}
+
+-- name: drop_schema
+drop schema if exists {schema_name} cascade
+
+-- name: load_runs
+-- Due runs of one type in one statement: the insert trigger writes their created events.
+insert into {schema}workflow_run (type, payload)
+select %(type)s, %(payload)s::jsonb from generate_series(1, %(count)s)
+
+-- name: load_sleeping
+-- Runs that sleep for a day, as a durable ctx.sleep leaves them.
+insert into {schema}workflow_run (type, payload, run_at, waiting_for, code_version)
+select %(type)s, '{}'::jsonb, now() + interval '1 day',
+       jsonb_build_object('kind', 'sleep', 'step', 'nap',
+                          'until', now() + interval '1 day'),
+       '1'
+from generate_series(1, %(count)s)
+
+-- name: analyze
+analyze {schema}workflow_run
+
+-- name: last_event
+select coalesce(max(id), 0) from {schema}workflow_event
+
+-- name: successes
+select count(*) from {schema}workflow_event
+where id > %(after)s and event_type = 'succeeded'
+
+-- name: first_claim
+select extract(epoch from min(created_at))::float8 from {schema}workflow_event
+where id > %(after)s and event_type = 'leased'
+
+-- name: nth_success
+-- When the n-th run (0-based) finished, by the database clock.
+select extract(epoch from created_at)::float8 from {schema}workflow_event
+where id > %(after)s and event_type = 'succeeded'
+order by created_at, id
+offset %(n)s limit 1
+
+-- name: waiting
+select count(*) from {schema}workflow_run
+where type = %(type)s and status = 'pending' and waiting_for is not null

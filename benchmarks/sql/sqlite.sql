@@ -1,0 +1,41 @@
+-- Statements the benchmark runs on SQLite, by name.
+
+-- name: load_runs
+-- Due runs of one type in one statement: the insert trigger writes their created events.
+with recursive n(i) as (select 1 union all select i + 1 from n where i < :count)
+insert into workflow_run (type, payload)
+select :type, :payload from n
+
+-- name: load_sleeping
+-- Runs that sleep for a day, as a durable ctx.sleep leaves them.
+with recursive n(i) as (select 1 union all select i + 1 from n where i < :count)
+insert into workflow_run (type, payload, run_at, waiting_for, code_version)
+select :type, '{}', strftime('%Y-%m-%d %H:%M:%f', 'now', '+1 day'),
+       json_object('kind', 'sleep', 'step', 'nap',
+                   'until', strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', '+1 day')),
+       '1'
+from n
+
+-- name: analyze
+analyze
+
+-- name: last_event
+select coalesce(max(id), 0) from workflow_event
+
+-- name: successes
+select count(*) from workflow_event where id > :after and event_type = 'succeeded'
+
+-- name: first_claim
+select (julianday(min(created_at)) - 2440587.5) * 86400.0 from workflow_event
+where id > :after and event_type = 'leased'
+
+-- name: nth_success
+-- When the n-th run (0-based) finished, by the database clock.
+select (julianday(created_at) - 2440587.5) * 86400.0 from workflow_event
+where id > :after and event_type = 'succeeded'
+order by created_at, id
+limit 1 offset :n
+
+-- name: waiting
+select count(*) from workflow_run
+where type = :type and status = 'pending' and waiting_for is not null

@@ -1,0 +1,127 @@
+"""The whole run: a server, the ceilings, every case on every store, with repeats.
+
+Each case runs ``repeat`` times on a fresh store and reports the median; the backlog
+curve loads each size once and drains it ``repeat`` times, topping it up in between.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from benchmarks import backlog, cases, latency, pgbench, report, server, stores
+from benchmarks.cases import Sizes
+from benchmarks.metrics import BACKLOG_KEPT, backlog_metric
+from benchmarks.stores import BenchStore
+
+
+@dataclass(frozen=True)
+class Options:
+    stores: list[str]
+    items: int
+    repeat: int
+    backlogs: list[int]
+    samples: int
+    concurrency: int
+    pgbench_seconds: float
+    postgres_url: str | None
+
+    @property
+    def sizes(self) -> Sizes:
+        return Sizes(items=self.items, concurrency=self.concurrency)
+
+
+Case = Callable[[BenchStore, Options], dict[str, float]]
+CASES: list[tuple[str, Case]] = [
+    ("start one at a time", lambda s, o: cases.start_one(s, o.sizes)),
+    ("start_many", lambda s, o: cases.start_many(s, o.sizes)),
+    ("drain, 1 process", lambda s, o: cases.drain(s, o.sizes, 1)),
+    ("drain, 2 processes", lambda s, o: cases.drain(s, o.sizes, 2)),
+    ("drain, 4 processes", lambda s, o: cases.drain(s, o.sizes, 4)),
+    ("steps", lambda s, o: cases.steps(s, o.sizes)),
+    ("idle pick-up", lambda s, o: latency.idle_pickup(s, o.samples, o.concurrency)),
+    ("signal to resume", lambda s, o: latency.signal_resume(s, o.samples, o.concurrency)),
+]
+
+
+def run(options: Options) -> dict[str, Any]:
+    """Run everything and return the results document (see ``report.document``)."""
+    started = time.time()
+    load_before = report.load_average()
+    with _postgres(options) as url, tempfile.TemporaryDirectory(prefix="bench-sqlite-") as tmp:
+        ceilings = (
+            pgbench.measure(url, server.pgbench_path(), options.pgbench_seconds) if url else None
+        )
+        versions = {"postgres": stores.postgres_version(url) if url else None}
+        results: dict[str, dict[str, list[float]]] = {}
+        plans: dict[str, str] = {}
+        for kind in options.stores:
+            results[kind], plan = _one_store(kind, url, Path(tmp), options)
+            if plan:
+                plans[kind] = plan
+    return report.document(
+        options=options,
+        ceilings=ceilings,
+        results=results,
+        plans=plans,
+        versions=versions,
+        seconds=time.time() - started,
+        load=(load_before, report.load_average()),
+    )
+
+
+@contextlib.contextmanager
+def _postgres(options: Options) -> Iterator[str | None]:
+    if options.postgres_url or "postgres" not in options.stores:
+        yield options.postgres_url
+        return
+    with server.private_postgres() as url:
+        yield url
+
+
+def _one_store(
+    kind: str, url: str | None, workdir: Path, options: Options
+) -> tuple[dict[str, list[float]], str | None]:
+    figures: dict[str, list[float]] = defaultdict(list)
+    steps = [(r, name, case) for r in range(options.repeat) for name, case in CASES]
+    bar = tqdm(steps, desc=kind, unit="case", disable=None)
+    for repeat, name, case in bar:
+        bar.set_postfix_str(name)
+        store = BenchStore.fresh(kind, url, workdir)
+        try:
+            found = case(store, options)
+        finally:
+            store.close()
+        for metric, value in found.items():
+            figures[metric].append(value)
+            tqdm.write(f"{kind:8} {metric:18} {value:12,.3f}   (run {repeat + 1})")
+    plan = None
+    largest = max(options.backlogs, default=None)
+    for size in options.backlogs:
+        store = BenchStore.fresh(kind, url, workdir)
+        try:
+            backlog.load_backlog(store, size)
+            if size == largest:
+                plan = backlog.claim_plan(store, options.concurrency)
+            for repeat in range(options.repeat):
+                rate = backlog.drain_with_backlog(store, size, options.sizes)
+                figures[backlog_metric(size).name].append(rate)
+                tqdm.write(f"{kind:8} backlog {size:<10,} {rate:12,.3f}   (run {repeat + 1})")
+        finally:
+            store.close()
+    if len(options.backlogs) > 1:
+        small, large = min(options.backlogs), max(options.backlogs)
+        kept = statistics.median(figures[f"backlog_{large}"]) / statistics.median(
+            figures[f"backlog_{small}"]
+        )
+        figures[BACKLOG_KEPT.name].append(kept)
+    return dict(figures), plan

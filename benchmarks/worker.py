@@ -1,0 +1,61 @@
+"""A worker process for the benchmark: ``python -m benchmarks.worker URL SCHEMA CONCURRENCY``.
+
+It registers the benchmark's handlers and builds its poller, prints ``ready``, then waits
+for a line on stdin before it starts claiming: imports and connections stay out of the
+measured window, and several processes begin together. SIGTERM stops it gracefully.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from typing import Any
+
+from benchmarks import stores
+from simpleworkflow import App, Context
+
+
+async def _nothing() -> None:
+    return None
+
+
+def build_app(url: str, schema: str) -> App:
+    """The handlers every case uses; each does no work of its own."""
+    app = App(url, schema=schema)
+
+    @app.workflow(stores.NOOP)
+    async def noop(payload: Any) -> None:
+        return None
+
+    @app.workflow(stores.STEPS)
+    async def steps(payload: Any, ctx: Context) -> None:
+        for number in range(payload["steps"]):
+            await ctx.step(f"s{number}", _nothing)
+
+    @app.workflow(stores.LATENCY)
+    async def latency(payload: Any) -> dict[str, float]:
+        return {"started": time.time()}
+
+    @app.workflow(stores.SIGNAL)
+    async def signalled(payload: Any, ctx: Context) -> dict[str, float]:
+        await ctx.wait_for_event("go", event="go")
+        return {"resumed": time.time()}
+
+    return app
+
+
+def main(argv: list[str]) -> None:
+    url, schema, concurrency = argv[0], argv[1], int(argv[2])
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    poller = build_app(url, schema).poller(
+        type_prefixes=["bench.%"], concurrency=concurrency, worker_id=f"bench-{schema}"
+    )
+    print("ready", flush=True)
+    if sys.stdin.readline().strip() != "go":
+        return
+    poller.run()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,72 @@
+"""The benchmark suite in its smallest size, on both stores: it runs and reports everything.
+
+Timings are never asserted (the machines are shared and noisy): only that ``python -m
+benchmarks`` finishes and writes a well-formed document with every metric, every ceiling,
+the claim plans and the picture. The metric names are pinned here, so that renaming or
+dropping one (which breaks whoever reads the JSON) is a deliberate change.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+STORES = ["postgres", "sqlite"]
+BACKLOGS = [200, 400]
+METRICS = [
+    "start_one",
+    "start_many",
+    "drain_1",
+    "drain_2",
+    "drain_4",
+    "step_overhead_ms",
+    "ten_step",
+    "idle_p50_ms",
+    "idle_p99_ms",
+    "signal_p50_ms",
+    "signal_p99_ms",
+    "backlog_200",
+    "backlog_400",
+    "backlog_kept",
+]
+
+
+def test_smallest_run_reports_every_metric(postgres_url: str, tmp_path: Path) -> None:
+    out, picture = tmp_path / "results.json", tmp_path / "scaling.png"
+    command = [
+        sys.executable, "-m", "benchmarks",
+        "--stores", ",".join(STORES),
+        "--items", "100",
+        "--repeat", "1",
+        "--backlogs", ",".join(map(str, BACKLOGS)),
+        "--samples", "3",
+        "--concurrency", "8",
+        "--pgbench-seconds", "1",
+        "--postgres-url", postgres_url,
+        "--out", str(out),
+        "--plot", str(picture),
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = json.loads(out.read_text())
+
+    assert list(doc["metrics"]) == METRICS
+    for name, entry in doc["metrics"].items():
+        assert entry["label"] and entry["unit"], name
+        for store in STORES:
+            median = entry[store]["median"]
+            assert isinstance(median, float) and math.isfinite(median) and median > 0, (name, store)
+            assert len(entry[store]["runs"]) == 1
+        if entry["ceiling"] is not None:
+            assert entry["ratio"] > 0, name
+    assert doc["ceilings"]["insert_tps"] > 0 and doc["ceilings"]["update_tps"] > 0
+    assert set(doc["claim_plan"]) == set(STORES)
+    assert "workflow_run" in doc["claim_plan"]["postgres"]
+    assert doc["machine"]["cpu_count"] >= 1 and doc["machine"]["postgres"]
+    assert doc["options"]["postgres_url"] is None  # a URL may carry a password
+    assert picture.read_bytes().startswith(b"\x89PNG")
+    assert "| metric" in done.stdout
