@@ -1,7 +1,8 @@
 """The handlers of ``simpleworkflow demo``, also runnable on their own.
 
 They pretend to do real work with short sleeps, so that the demo shows a worker
-interleaving runs, a run that fails twice and then succeeds, and one that fails for good,
+interleaving runs, a run that fails twice and then succeeds, one that fails for good, and
+a durable workflow (the onboarding of ``examples/onboarding.py``, with seconds for days),
 in a few seconds. Run them outside the demo with::
 
     simpleworkflow worker simpleworkflow.demo_app:app
@@ -22,6 +23,8 @@ THUMBNAIL = "demo.content.thumbnail.v1"
 EMAIL = "demo.notify.email.v1"
 CHARGE = "demo.billing.charge.v1"
 WEBHOOK = "demo.notify.webhook.v1"
+ONBOARD = "demo.accounts.onboard.v1"
+VERIFIED = "user.verified"
 
 #: Half a second, then one second: the retried run finishes within two seconds.
 FAST_RETRY = RetryPolicy(backoff="exponential", base=0.5, factor=2.0, jitter=0.1)
@@ -59,3 +62,32 @@ async def call_webhook(payload: dict[str, Any]) -> None:
     """Calls a webhook that refuses the request: a PermanentError, never retried."""
     await asyncio.sleep(0.05)
     raise PermanentError(f"{payload['url']} answered 410 Gone; retrying cannot help")
+
+
+#: The first attempt of each e-mail meets a busy provider: the step is retried.
+_MAIL_RETRY = RetryPolicy(backoff="fixed", base=0.5, jitter=0.0, max_attempts=3)
+_busy_once: set[tuple[str, str]] = set()
+
+
+def _send_mail(to: str, template: str) -> dict[str, str]:
+    if (to, template) not in _busy_once:
+        _busy_once.add((to, template))
+        raise ConnectionError(f"mail provider busy, {template!r} to {to} not sent")
+    return {"message_id": f"<{random.getrandbits(48):012x}@demo>"}
+
+
+@app.workflow(ONBOARD)
+async def onboard(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
+    """Onboards a user: steps, a durable sleep, a retried e-mail, a wait for a signal."""
+    user = await ctx.step("create-user", lambda: {"id": f"u_{random.getrandbits(32):08x}"})
+    await ctx.sleep("welcome-delay", payload.get("welcome_delay", "10m"))
+    await ctx.step("send-welcome", _send_mail, payload["email"], "welcome", retry=_MAIL_RETRY)
+    verified = await ctx.wait_for_event(
+        "email-verified",
+        event=VERIFIED,
+        match={"user_id": user["id"]},
+        timeout=payload.get("verify_within", "3d"),
+    )
+    if verified is None:
+        await ctx.step("nudge", _send_mail, payload["email"], "reminder", retry=_MAIL_RETRY)
+    return {"user_id": user["id"], "verified": verified is not None}

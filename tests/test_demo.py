@@ -48,6 +48,17 @@ def check_output(out: str) -> str:
     assert events.count("retried") == 2
     assert "error=ConnectionError: payment gateway timed out (attempt 1)" in trail.group(2)
     assert re.search(rf"^  simpleworkflow .*runs show {trail.group(1)}$", out, re.MULTILINE)
+    workflow = re.search(
+        r"Audit trail of run (\S+) \(demo\.accounts\.onboard\.v1\), a workflow:\n(.*?)\n\n",
+        out,
+        re.S,
+    )
+    assert workflow, out
+    steps = [line.split()[1] for line in workflow.group(2).splitlines()[1:]]
+    assert steps.count("resumed") == 3  # after the sleep, the e-mail's retry, the signal
+    assert steps[-3:] == ["started", "resumed", "succeeded"]
+    assert "signal_received" in steps
+    assert re.search(rf"^  simpleworkflow .*runs show {workflow.group(1)}$", out, re.MULTILINE)
     return trail.group(1)
 
 

@@ -7,9 +7,11 @@ their workflows are registered on a module-level app, as in any user's code.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import functools
 import importlib.util
+import inspect
 import re
 import subprocess
 import sys
@@ -22,6 +24,7 @@ from typing import Any
 import pytest
 from conftest import Store
 
+from simpleworkflow import demo_app
 from simpleworkflow.models import Event, RunStatus
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -162,6 +165,40 @@ def test_order_saga_ships_or_compensates_in_reverse_order(store: Store) -> None:
     assert saga.payments.refunded[stranded_id] == 4900
     assert stranded_id not in saga.inventory.reserved
     assert shipped_id in saga.inventory.reserved
+
+
+# -- the demo's copy ----------------------------------------------------------------------
+
+
+def durable_calls(fn: Any) -> list[tuple[str, str]]:
+    """The ``ctx.<call>("name", ...)`` calls of a function, in source order."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    calls = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "ctx"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+    ]
+    calls.sort(key=lambda node: (node.lineno, node.col_offset))
+    return [(node.func.attr, node.args[0].value) for node in calls]  # type: ignore[attr-defined]
+
+
+def test_the_demo_runs_the_onboarding_example_s_steps() -> None:
+    """``simpleworkflow demo`` cannot import examples/ once installed, so it has a short
+    copy of the onboarding workflow: it must make the same durable calls."""
+    example_calls = durable_calls(example("onboarding").onboard)
+    assert example_calls == durable_calls(demo_app.onboard)
+    assert [name for _, name in example_calls] == [
+        "create-user",
+        "welcome-delay",
+        "send-welcome",
+        "email-verified",
+        "nudge",
+    ]
 
 
 # -- as scripts, and as quoted in the docs ------------------------------------------------

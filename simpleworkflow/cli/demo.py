@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import inspect
 import json
+import logging
 import os
 import shlex
 import sys
@@ -34,11 +35,13 @@ from simpleworkflow.worker import IntentPoller
 
 #: How many intents of each type one demo writes, in the order they are written.
 BATCH = (
+    (demo_app.ONBOARD, 1),
     (demo_app.CHARGE, 2),
     (demo_app.WEBHOOK, 1),
     (demo_app.THUMBNAIL, 15),
     (demo_app.EMAIL, 12),
 )
+TOTAL = sum(count for _, count in BATCH)
 CONCURRENCY = 4
 TIMEOUT = 60.0
 REFRESH = 0.1
@@ -48,9 +51,10 @@ SAMPLE_PAYLOAD = shlex.quote(json.dumps({"content_id": "c_1"}))
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "demo",
-        help="see it work: a worker, 30 runs, retries and an audit trail, in seconds",
-        description="Run a worker for a few example handlers in this process, write 30 "
-        "intents, follow them to the end and show what the database recorded. Uses "
+        help=f"see it work: a worker, {TOTAL} runs, retries, a workflow and audit trails",
+        description="Run a worker for a few example handlers in this process, write "
+        f"{TOTAL} intents (one a durable workflow, which the demo signals), follow them to "
+        "the end and show what the database recorded. Uses "
         f"{config.DEFAULT_URL} unless told otherwise; running it again is fine.",
     )
     _common.add_store_options(parser)
@@ -59,12 +63,13 @@ def register(subparsers: Any) -> None:
 
 @dataclass
 class Outcome:
-    """What one demo produced: its runs as they ended, how long that took, and the audit
-    trail of the run that failed twice before it succeeded."""
+    """What one demo produced: its runs as they ended, how long that took, the audit
+    trail of the run that failed twice before it succeeded, and that of the workflow."""
 
     runs: list[Run]
     elapsed: float
     retried_events: list[Event]
+    workflow_events: list[Event]
 
     @property
     def finished(self) -> bool:
@@ -72,6 +77,10 @@ class Outcome:
 
 
 def run(args: argparse.Namespace) -> int:
+    # The report says what failed and why; unconfigured, the worker's warnings would say
+    # it again on stderr (through logging's last-resort handler). A configured root
+    # logger still receives them.
+    logging.getLogger("simpleworkflow").addHandler(logging.NullHandler())
     print(f"simpleworkflow demo on {migrate.describe_target(args)}\n")
     print("The handlers, from simpleworkflow/demo_app.py:")
     print(_handlers_table())
@@ -111,13 +120,36 @@ async def _run_demo(args: argparse.Namespace) -> Outcome:
                 f"\nWorker {poller.worker_id} is up (concurrency {CONCURRENCY}); "
                 f"wrote {len(started)} intents."
             )
-            runs = await _follow(client, started, worker, Progress(len(started), sys.stdout))
+            onboarding = next(run for run in started if run.type == demo_app.ONBOARD)
+            verifier = asyncio.create_task(_verify_when_waiting(client, onboarding.id))
+            try:
+                runs = await _follow(client, started, worker, Progress(len(started), sys.stdout))
+            finally:
+                verifier.cancel()
         finally:
             await _stop(poller, worker)
         elapsed = time.monotonic() - began
-        retried = next((run for run in runs if run.type == demo_app.CHARGE), None)
-        events = await client.events(retried.id) if retried else []
-        return Outcome(runs, elapsed, events)
+        return Outcome(
+            runs,
+            elapsed,
+            await _events_of_first(client, runs, demo_app.CHARGE),
+            await _events_of_first(client, runs, demo_app.ONBOARD),
+        )
+
+
+async def _events_of_first(client: AsyncClient, runs: list[Run], type_name: str) -> list[Event]:
+    run = next((run for run in runs if run.type == type_name), None)
+    return await client.events(run.id) if run else []
+
+
+async def _verify_when_waiting(client: AsyncClient, run_id: str) -> None:
+    """Play the user who clicks the link: signal the workflow once it waits for it."""
+    while True:
+        waiting = (await client.get(run_id)).waiting_for
+        if isinstance(waiting, dict) and waiting.get("event") == demo_app.VERIFIED:
+            await client.signal(run_id, demo_app.VERIFIED, {"user_id": waiting["match"]["user_id"]})
+            return
+        await asyncio.sleep(REFRESH)
 
 
 async def _produce(client: AsyncClient) -> list[Run]:
@@ -139,6 +171,11 @@ def _payload(type_name: str, i: int) -> dict[str, Any]:
         return {"to": f"user{i}@example.com", "template": "welcome"}
     if type_name == demo_app.CHARGE:
         return {"order_id": f"o_{i:03d}", "amount": 1990 + i, "currency": "EUR"}
+    if type_name == demo_app.ONBOARD:
+        # Seconds instead of minutes and days, and an address no earlier demo used (its
+        # first e-mail meets a busy provider, which the retry shows).
+        email = f"ada+{uuid.uuid4().hex[:6]}@example.com"
+        return {"email": email, "welcome_delay": "1s", "verify_within": "30s"}
     return {"url": "https://hooks.example.com/gone"}
 
 
@@ -236,11 +273,17 @@ def _report(outcome: Outcome, args: argparse.Namespace) -> None:
         print(f"Audit trail of run {retried[0].workflow_id} ({demo_app.CHARGE}):")
         print(audit_trail(retried))
         print()
+    workflow = outcome.workflow_events
+    if workflow:
+        print(f"Audit trail of run {workflow[0].workflow_id} ({demo_app.ONBOARD}), a workflow:")
+        print(audit_trail(workflow))
+        print()
     for run in outcome.runs:
         if run.type == demo_app.WEBHOOK and run.status is RunStatus.FAILED:
             print(f"Run {run.id} ({run.type}) failed at once, not retried:")
             print(f"  {_last_line(run.last_error)}\n")
-    print(_next_steps(args, retried[0].workflow_id if retried else "ID"))
+    workflow_id = workflow[0].workflow_id if workflow else "ID"
+    print(_next_steps(args, retried[0].workflow_id if retried else "ID", workflow_id))
 
 
 def _unfinished(outcome: Outcome) -> str:
@@ -299,7 +342,7 @@ def _summary_parts(data: dict[str, Any], start: datetime) -> Iterator[str]:
             continue
         if key == "error" and isinstance(value, dict):
             yield f"error={value.get('type')}: {value.get('message')}"
-        elif key.endswith(("_at", "_until")) and isinstance(value, str):
+        elif (key == "until" or key.endswith(("_at", "_until"))) and isinstance(value, str):
             yield f"{key}={_offset(value, start)}"
         else:
             yield f"{key}={value}"
@@ -321,11 +364,12 @@ def _last_line(text: str | None) -> str:
     return lines[-1].strip() if lines else "-"
 
 
-def _next_steps(args: argparse.Namespace, run_id: str) -> str:
+def _next_steps(args: argparse.Namespace, run_id: str, workflow_id: str) -> str:
     cmd = _command_prefix(args)
     steps = [
         ("every run, newest first (this demo's among them)", f"{cmd} runs list"),
         ("one run and its audit trail", f"{cmd} runs show {run_id}"),
+        ("the workflow's journal: each step's recorded result", f"{cmd} runs show {workflow_id}"),
         ("write one more intent...", f"{cmd} start {demo_app.THUMBNAIL} -p {SAMPLE_PAYLOAD}"),
         (
             "...and run a worker for it (Ctrl-C stops it)",
