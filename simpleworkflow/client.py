@@ -148,8 +148,8 @@ class _Requests:
         return self.backend.create_runs(news)
 
     def _started_many(self, runs: builtins.list[Run]) -> builtins.list[Run]:
-        for type_name in {run.type for run in runs}:
-            self.backend.notify_local("wake", type_name)
+        for wake in {_due(run) for run in runs}:
+            self.backend.notify_local("wake", wake)
         return runs
 
     def _list_query(
@@ -259,7 +259,7 @@ class Client(_Requests):
         )
         run, created = self._run(op)
         if created:
-            self.backend.notify_local("wake", run.type)
+            self.backend.notify_local("wake", _due(run))
         return run
 
     def start_many(self, requests: Iterable[StartRequest]) -> builtins.list[Run]:
@@ -379,7 +379,7 @@ class AsyncClient(_Requests):
         )
         run, created = await self._run(op)
         if created:
-            self.backend.notify_local("wake", run.type)
+            self.backend.notify_local("wake", _due(run))
         return run
 
     async def start_many(self, requests: Iterable[StartRequest]) -> builtins.list[Run]:
@@ -482,6 +482,11 @@ def needs_migration(backend: Backend, version: int | None, *, auto_migrate: bool
         f"version {latest} which this simpleworkflow needs; upgrade it with "
         "`simpleworkflow migrate`"
     )
+
+
+def _due(run: Run) -> str:
+    """A wake-up message for in-process workers: the run's type and when it is due."""
+    return f"{run.type} {run.run_at.timestamp()}"
 
 
 def _check_int(what: str, value: object, low: int, high: int) -> int:

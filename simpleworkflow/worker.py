@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import heapq
 import logging
 import os
 import random
 import signal
 import socket
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from simpleworkflow import durations, errors, execution, names
@@ -95,6 +98,8 @@ class IntentPoller:
         self._signal: asyncio.Event | None = None
         self._stopping = False
         self._woken = True
+        self._timer: asyncio.TimerHandle | None = None
+        self._due: list[float] = []  # loop times at which runs we heard of become due
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
 
     def workflow(self, type: str, **options: Any) -> Callable[[Any], Any]:
@@ -280,6 +285,7 @@ class IntentPoller:
             recorded = outcome is None or stopped or await outbox.record(outcome)
             if recorded and not stopped:
                 _log_outcome(lease, outcome)
+                self._wake_in(_due_in(outcome))
             if not recorded:
                 _log.warning(
                     "run %s: lease lost before its outcome was recorded; discarded", lease.run.id
@@ -345,12 +351,52 @@ class IntentPoller:
                 active.ctx._request_stop("lease lost")
 
     def _on_message(self, kind: str, value: str) -> None:
+        """A notification: ``cancel <run id>``, or ``wake [<type> [<due epoch>]]``."""
         if kind == "cancel":
             self._apply({value: CANCELLED} if value in self._active else {})
-        elif kind == "wake" and (not value or value in self._types):
+            return
+        type_name, _, due = value.partition(" ")
+        if kind != "wake" or (type_name and type_name not in self._types):
+            return
+        try:
+            delay = float(due) - time.time() if due else 0.0
+        except ValueError:
+            delay = 0.0
+        self._wake_in(delay)
+
+    def _wake_in(self, delay: float) -> None:
+        """Claim now, or when a run becomes due (a retry, a sleep, a delayed start)
+        rather than at the next poll."""
+        if delay <= 0:
             self._woken = True
             if self._signal is not None:
                 self._signal.set()
+            return
+        if self._loop is None or delay == float("inf"):
+            return
+        heapq.heappush(self._due, self._loop.time() + delay)
+        if len(self._due) > 4096:  # a flood of far-off times: keep the nearest
+            self._due = heapq.nsmallest(1024, self._due)
+        self._arm()
+
+    def _arm(self) -> None:
+        """Keep one timer, set for the earliest due time."""
+        if not self._due or self._loop is None:
+            return
+        first = self._due[0]
+        if self._timer is not None:
+            if self._timer.when() <= first:
+                return
+            self._timer.cancel()
+        self._timer = self._loop.call_at(first, self._timer_fired)
+
+    def _timer_fired(self) -> None:
+        self._timer = None
+        now = self._loop.time() if self._loop is not None else 0.0
+        while self._due and self._due[0] <= now + 0.001:
+            heapq.heappop(self._due)
+        self._wake_in(0.0)
+        self._arm()
 
     async def _reaper(self) -> None:
         """Turn leases that expired (their worker died or stalled) into failed attempts."""
@@ -410,6 +456,17 @@ class IntentPoller:
             released = await asyncio.gather(*releases, return_exceptions=True)
             _log.info("released %d unfinished runs", sum(r is True for r in released))
         await outbox.drained()
+
+
+def _due_in(outcome: object) -> float:
+    """Seconds until a run this worker just gave back is due again (inf: not at all)."""
+    if isinstance(outcome, Failure) and not outcome.final:
+        return max(outcome.delay, 0.001)
+    if isinstance(outcome, Suspension):
+        if outcome.run_at is not None:
+            return max((outcome.run_at - datetime.now(UTC)).total_seconds(), 0.001)
+        return max(outcome.delay, 0.001)
+    return float("inf")
 
 
 def _log_outcome(lease: Lease, outcome: object) -> None:

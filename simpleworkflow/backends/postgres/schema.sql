@@ -78,7 +78,8 @@ create index idx_workflow_run_lease_expiry
     where status = 'leased';
 
 -- Wake-ups for idle workers, for rows written by any client in any language:
--- channel 'simpleworkflow', payload 'wake <schema> <type>' or 'cancel <schema> <run id>'.
+-- channel 'simpleworkflow', payload 'wake <schema> <type> <due, epoch seconds>' or
+-- 'cancel <schema> <run id>'.
 -- The created event comes from the insert itself, so that runs written with plain SQL
 -- by any producer have the same audit trail as runs started through a client.
 create function {schema}workflow_run_notify_insert() returns trigger
@@ -88,8 +89,11 @@ begin
     select id, 'created', jsonb_build_object('type', type, 'priority', priority, 'run_at', run_at)
     from inserted_runs
     order by created_at, id;
-    perform pg_notify('simpleworkflow', 'wake ' || tg_table_schema || ' ' || t.type)
-    from (select distinct type from inserted_runs where status = 'pending') as t;
+    -- one wake-up per type, saying when its earliest new run is due
+    perform pg_notify('simpleworkflow', 'wake ' || tg_table_schema || ' ' || t.type
+                                        || ' ' || extract(epoch from t.due))
+    from (select type, min(run_at) as due from inserted_runs
+          where status = 'pending' group by type) as t;
     return null;
 end
 $$;
@@ -105,7 +109,8 @@ begin
     if new.status = 'cancelled' then
         perform pg_notify('simpleworkflow', 'cancel ' || tg_table_schema || ' ' || new.id);
     else
-        perform pg_notify('simpleworkflow', 'wake ' || tg_table_schema || ' ' || new.type);
+        perform pg_notify('simpleworkflow', 'wake ' || tg_table_schema || ' ' || new.type
+                                            || ' ' || extract(epoch from new.run_at));
     end if;
     return null;
 end

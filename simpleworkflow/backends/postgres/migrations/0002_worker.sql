@@ -11,7 +11,8 @@ create index idx_workflow_run_lease_expiry
     where status = 'leased';
 
 -- Wake-ups for idle workers, for rows written by any client in any language:
--- channel 'simpleworkflow', payload 'wake <schema> <type>' or 'cancel <schema> <run id>'.
+-- channel 'simpleworkflow', payload 'wake <schema> <type> <due, epoch seconds>' or
+-- 'cancel <schema> <run id>'.
 create function {schema}workflow_run_notify_insert() returns trigger
 language plpgsql as $$
 begin
@@ -32,7 +33,8 @@ begin
     if new.status = 'cancelled' then
         perform pg_notify('simpleworkflow', 'cancel ' || tg_table_schema || ' ' || new.id);
     else
-        perform pg_notify('simpleworkflow', 'wake ' || tg_table_schema || ' ' || new.type);
+        perform pg_notify('simpleworkflow', 'wake ' || tg_table_schema || ' ' || new.type
+                                            || ' ' || extract(epoch from new.run_at));
     end if;
     return null;
 end

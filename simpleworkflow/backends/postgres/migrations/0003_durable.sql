@@ -51,8 +51,11 @@ begin
     select id, 'created', jsonb_build_object('type', type, 'priority', priority, 'run_at', run_at)
     from inserted_runs
     order by created_at, id;
-    perform pg_notify('simpleworkflow', 'wake ' || tg_table_schema || ' ' || t.type)
-    from (select distinct type from inserted_runs where status = 'pending') as t;
+    -- one wake-up per type, saying when its earliest new run is due
+    perform pg_notify('simpleworkflow', 'wake ' || tg_table_schema || ' ' || t.type
+                                        || ' ' || extract(epoch from t.due))
+    from (select type, min(run_at) as due from inserted_runs
+          where status = 'pending' group by type) as t;
     return null;
 end
 $$;

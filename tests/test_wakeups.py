@@ -1,0 +1,97 @@
+"""Workers wake when a run becomes due, not at their next poll.
+
+Every worker here polls only every 60 s, so a run finished within a few seconds proves
+it was woken by a notification or by the worker's own timer for a run it gave back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from conftest import Store
+
+from simpleworkflow import App, RetryPolicy, RunStatus
+
+SLOW_POLL = 60.0
+
+
+async def run_until_done(app: App, store: Store, run_id: str, timeout: float = 15.0) -> float:
+    """Run a worker until the run ends; return how long that took."""
+    poller = app.poller(lease_duration=10, poll_interval=SLOW_POLL, concurrency=2)
+    task = asyncio.create_task(poller.run_async())
+    client = store.async_client()
+    started = time.monotonic()
+    try:
+        while time.monotonic() - started < timeout:
+            if (await client.get(run_id)).is_terminal:
+                return time.monotonic() - started
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"run {run_id} did not finish within {timeout}s")
+    finally:
+        poller.stop()
+        await task
+        await client.aclose()
+
+
+def test_a_retry_runs_when_due_not_at_the_next_poll(store: Store) -> None:
+    app = App(
+        store.url, schema=store.schema, retry=RetryPolicy(backoff="fixed", base=1.0, jitter=0)
+    )
+    attempts: list[int] = []
+
+    @app.workflow("wake.retry.v1")
+    def flaky(payload: Any, ctx: Any) -> str:
+        attempts.append(ctx.attempt)
+        if ctx.attempt == 1:
+            raise RuntimeError("first attempt fails")
+        return "ok"
+
+    run = store.client().start("wake.retry.v1")
+    took = asyncio.run(run_until_done(app, store, run.id))
+    assert attempts == [1, 2]
+    assert store.client().get(run.id).status is RunStatus.SUCCEEDED
+    assert took < 10, took
+
+
+def test_a_durable_sleep_resumes_when_due_not_at_the_next_poll(store: Store) -> None:
+    app = App(store.url, schema=store.schema)
+
+    @app.workflow("wake.sleep.v1")
+    async def sleepy(payload: Any, ctx: Any) -> str:
+        await ctx.sleep("nap", 1.0)
+        return "rested"
+
+    run = store.client().start("wake.sleep.v1")
+    took = asyncio.run(run_until_done(app, store, run.id))
+    assert store.client().get(run.id).result == "rested"
+    assert took < 10, took
+
+
+def test_a_delayed_start_runs_when_due_not_at_the_next_poll(store: Store) -> None:
+    app = App(store.url, schema=store.schema)
+
+    @app.workflow("wake.later.v1")
+    def later(payload: Any) -> str:
+        return "done"
+
+    async def scenario() -> float:
+        poller = app.poller(lease_duration=10, poll_interval=SLOW_POLL)
+        task = asyncio.create_task(poller.run_async())
+        await asyncio.sleep(0.5)  # the worker is idle when the run arrives
+        client = store.async_client()
+        run = await client.start("wake.later.v1", delay=1.5)
+        started = time.monotonic()
+        try:
+            while not (await client.get(run.id)).is_terminal:
+                assert time.monotonic() - started < 10, "the delayed run was not woken"
+                await asyncio.sleep(0.05)
+            return time.monotonic() - started
+        finally:
+            poller.stop()
+            await task
+            await client.aclose()
+
+    took = asyncio.run(scenario())
+    assert 1.0 < took < 10, took  # never before it is due
