@@ -31,7 +31,9 @@ def parse(argv: list[str]) -> tuple[suite.Options, Path, Path | None]:
     parser.add_argument("--repeat", type=int, help="runs of each case; the median is reported")
     parser.add_argument("--backlogs", help="backlog sizes, comma-separated")
     parser.add_argument("--samples", type=int, help="latency samples (SQLite takes at most 20)")
-    parser.add_argument("--concurrency", type=int, default=32, help="handler slots per worker")
+    parser.add_argument(
+        "--concurrency", type=int, default=100, help="handler slots per worker process (100)"
+    )
     parser.add_argument("--pgbench-seconds", type=float, help="duration of each pgbench run")
     parser.add_argument("--quick", action="store_true", help="small sizes, one repeat, no 1M")
     parser.add_argument("--postgres-url", help="use this server instead of starting one")

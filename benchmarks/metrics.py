@@ -51,6 +51,7 @@ FIXED = [
     Metric("drain_1", "drain, 1 worker process", "runs/s", "update", (">=", 8000)),
     Metric("drain_2", "drain, 2 worker processes", "runs/s", "update"),
     Metric("drain_4", "drain, 4 worker processes", "runs/s", "update"),
+    Metric("drain_1_default", "drain, 1 process, default concurrency", "runs/s", "update"),
     Metric("step_overhead_ms", "per-step overhead (journaled no-op)", "ms", "insert", ("<=", 0.25)),
     Metric("ten_step", "10-step workflows", "runs/s", "insert"),
     Metric("idle_p50_ms", "idle worker: insert to start, p50", "ms", "insert", ("<=", 2)),

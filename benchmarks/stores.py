@@ -94,8 +94,10 @@ class BenchStore:
     def last_event(self) -> int:
         return int(self.scalar("last_event"))
 
-    def successes(self, after: int) -> int:
-        return int(self.scalar("successes", after=after))
+    def successes(self, after: int) -> tuple[int, int]:
+        """Runs that succeeded in events after ``after``, and the last event id seen."""
+        count, last = self.execute("successes", after=after)[0]
+        return int(count), int(last)
 
     def window(self, after: int, runs: int) -> float:
         """Seconds from the first claim to the ``runs``-th success, events after ``after``."""

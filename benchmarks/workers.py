@@ -129,11 +129,11 @@ def _wait_for(store: BenchStore, pool: WorkerPool, after: int, runs: int, label:
     done, last_change = 0, time.monotonic()
     with tqdm(total=runs, desc=label, unit="run", leave=False, disable=None) as bar:
         while done < runs:
-            time.sleep(0.05)
-            now_done = min(store.successes(after), runs)
-            if now_done != done:
-                bar.update(now_done - done)
-                done, last_change = now_done, time.monotonic()
+            time.sleep(0.1)
+            count, after = store.successes(after)
+            if count:
+                bar.update(min(count, runs - done))
+                done, last_change = done + count, time.monotonic()
             elif time.monotonic() - last_change > STALL_SECONDS:
                 raise RuntimeError(f"{label}: no progress for {STALL_SECONDS:g}s:\n{pool.logs()}")
             pool.check()

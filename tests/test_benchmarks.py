@@ -23,6 +23,7 @@ METRICS = [
     "drain_1",
     "drain_2",
     "drain_4",
+    "drain_1_default",
     "step_overhead_ms",
     "ten_step",
     "idle_p50_ms",
