@@ -3,17 +3,23 @@
 It registers the benchmark's handlers and builds its poller, prints ``ready``, then waits
 for a line on stdin before it starts claiming: imports and connections stay out of the
 measured window, and several processes begin together. SIGTERM stops it gracefully.
+With ``PROFILE_ENV`` set to a path, the worker runs under cProfile and writes its
+statistics there when it stops (``python -m benchmarks.profile`` uses this).
 """
 
 from __future__ import annotations
 
+import cProfile
 import logging
+import os
 import sys
 import time
 from typing import Any
 
 from benchmarks import stores
 from simpleworkflow import App, Context
+
+PROFILE_ENV = "SIMPLEWORKFLOW_BENCH_PROFILE"
 
 
 async def _nothing() -> None:
@@ -54,7 +60,13 @@ def main(argv: list[str]) -> None:
     print("ready", flush=True)
     if sys.stdin.readline().strip() != "go":
         return
-    poller.run()
+    profile_to = os.environ.get(PROFILE_ENV)
+    if not profile_to:
+        poller.run()
+        return
+    profiler = cProfile.Profile()
+    profiler.runcall(poller.run)
+    profiler.dump_stats(profile_to)
 
 
 if __name__ == "__main__":

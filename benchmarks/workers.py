@@ -28,24 +28,29 @@ STALL_SECONDS = 60.0  # a drain that makes no progress this long has failed
 class WorkerPool:
     """``processes`` worker processes on ``store``, each with ``concurrency`` handler slots."""
 
-    def __init__(self, store: BenchStore, processes: int, concurrency: int) -> None:
+    def __init__(
+        self,
+        store: BenchStore,
+        processes: int,
+        concurrency: int,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.store = store
         self.processes = processes
         self.concurrency = concurrency
-        self._procs: list[subprocess.Popen[str]] = []
+        self.procs: list[subprocess.Popen[str]] = []
+        self._env = env or {}
         self._logs: list[Path] = []
         self._tmp = tempfile.TemporaryDirectory(prefix="bench-workers-")
 
     def __enter__(self) -> WorkerPool:
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(_ROOT), os.environ.get("PYTHONPATH", "")]),
-        }
+        path = os.pathsep.join([str(_ROOT), os.environ.get("PYTHONPATH", "")])
+        env = {**os.environ, "PYTHONPATH": path, **self._env}
         for number in range(self.processes):
             log = Path(self._tmp.name) / f"worker-{number}.log"
             self._logs.append(log)
             with log.open("w") as err:
-                self._procs.append(
+                self.procs.append(
                     subprocess.Popen(
                         [
                             sys.executable,
@@ -63,7 +68,7 @@ class WorkerPool:
                         cwd=_ROOT,
                     )
                 )
-        for proc in self._procs:
+        for proc in self.procs:
             assert proc.stdout is not None
             if proc.stdout.readline().strip() != "ready":
                 raise RuntimeError(f"a worker failed to start:\n{self.logs()}")
@@ -71,13 +76,13 @@ class WorkerPool:
 
     def go(self) -> None:
         """Release every worker at once."""
-        for proc in self._procs:
+        for proc in self.procs:
             assert proc.stdin is not None
             proc.stdin.write("go\n")
             proc.stdin.flush()
 
     def check(self) -> None:
-        for proc in self._procs:
+        for proc in self.procs:
             if proc.poll() is not None:
                 raise RuntimeError(f"a worker exited with {proc.returncode}:\n{self.logs()}")
 
@@ -87,10 +92,10 @@ class WorkerPool:
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        for proc in self._procs:
+        for proc in self.procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
-        for proc in self._procs:
+        for proc in self.procs:
             try:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
@@ -121,11 +126,11 @@ def drain(
         if load is not None:
             load()
         pool.go()
-        _wait_for(store, pool, after, runs, label)
+        wait_for(store, pool, after, runs, label)
     return runs / store.window(after, runs)
 
 
-def _wait_for(store: BenchStore, pool: WorkerPool, after: int, runs: int, label: str) -> None:
+def wait_for(store: BenchStore, pool: WorkerPool, after: int, runs: int, label: str) -> None:
     done, last_change = 0, time.monotonic()
     with tqdm(total=runs, desc=label, unit="run", leave=False, disable=None) as bar:
         while done < runs:

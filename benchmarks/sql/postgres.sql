@@ -47,3 +47,14 @@ offset %(n)s limit 1
 -- name: waiting
 select count(*) from {schema}workflow_run
 where type = %(type)s and status = 'pending' and waiting_for is not null
+
+-- name: batches
+-- Claim and completion transactions among the events after a cursor (one timestamp each).
+select count(distinct created_at) filter (where event_type = 'leased'),
+       count(distinct created_at) filter (where event_type = 'succeeded')
+from {schema}workflow_event
+where id > %(after)s
+
+-- name: server_pids
+-- Every process of the server (backends and background workers), to read their CPU time.
+select pid from pg_stat_activity

@@ -43,3 +43,11 @@ limit 1 offset :n
 -- name: waiting
 select count(*) from workflow_run
 where type = :type and status = 'pending' and waiting_for is not null
+
+-- name: batches
+-- Claim and completion transactions among the events after a cursor (one timestamp each,
+-- to the millisecond, so two transactions within one millisecond count once).
+select count(distinct created_at) filter (where event_type = 'leased'),
+       count(distinct created_at) filter (where event_type = 'succeeded')
+from workflow_event
+where id > :after

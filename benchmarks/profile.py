@@ -1,0 +1,124 @@
+"""Where the time goes: ``python -m benchmarks.profile start|drain [options]``.
+
+``start`` runs ``Client.start`` in a loop under cProfile in this process. ``drain`` runs
+one worker process under cProfile (see ``benchmarks.worker``) while it drains runs, and
+adds what a profile of one process cannot show: the CPU seconds the worker and the
+Postgres server each spent (read from ``/proc``, so only for a server on this machine),
+and how many claim and completion transactions the drain took. cProfile slows Python
+down, so read its output for the ranking of costs, not for the rates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import os
+import pstats
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from benchmarks import server, stores, workers
+from benchmarks.stores import BenchStore
+from benchmarks.worker import PROFILE_ENV
+
+
+def profile_start(store: BenchStore, runs: int, top: int) -> None:
+    with store.client() as client:
+        for _ in range(20):
+            client.start(stores.NOOP, {})
+        profiler = cProfile.Profile()
+        began = time.perf_counter()
+        profiler.enable()
+        for _ in range(runs):
+            client.start(stores.NOOP, {})
+        profiler.disable()
+        elapsed = time.perf_counter() - began
+    print(f"{runs} starts in {elapsed:.2f}s under cProfile ({runs / elapsed:,.0f}/s)")
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(top)
+
+
+def profile_drain(store: BenchStore, runs: int, concurrency: int, steps: int, top: int) -> None:
+    with tempfile.TemporaryDirectory(prefix="bench-profile-") as tmp:
+        stats_path = Path(tmp) / "worker.prof"
+        if steps:
+            store.load_runs(runs, stores.STEPS, f'{{"steps": {steps}}}')
+        else:
+            store.load_runs(runs)
+        after = store.last_event()
+        pool = workers.WorkerPool(store, 1, concurrency, env={PROFILE_ENV: str(stats_path)})
+        with pool:
+            pids = [proc.pid for proc in pool.procs] + _server_pids(store)
+            cpu_before, began = _cpu(pids), time.monotonic()
+            pool.go()
+            workers.wait_for(store, pool, after, runs, "drain")
+            wall = time.monotonic() - began
+            # Backends that connected during the drain count in full.
+            cpu_after = _cpu([proc.pid for proc in pool.procs] + _server_pids(store))
+        rate = runs / store.window(after, runs)
+        claims, completions = store.execute("batches", after=after)[0]
+        worker_pid = pool.procs[0].pid
+        print(f"{runs} runs ({steps} steps each) drained at {rate:,.0f}/s under cProfile")
+        print(
+            f"wall {wall:.2f}s; CPU: worker {cpu_after[worker_pid] - cpu_before[worker_pid]:.2f}s",
+            end="",
+        )
+        if store.kind == "postgres":
+            server_cpu = sum(
+                cpu_after[p] - cpu_before.get(p, 0.0) for p in cpu_after if p != worker_pid
+            )
+            print(f", Postgres server {server_cpu:.2f}s", end="")
+        print(f"\n{claims} claim transactions, {completions} completion transactions")
+        pstats.Stats(str(stats_path)).sort_stats("tottime").print_stats(top)
+
+
+def _server_pids(store: BenchStore) -> list[int]:
+    if store.kind != "postgres":
+        return []
+    return [int(row[0]) for row in store.execute("server_pids")]
+
+
+def _cpu(pids: list[int]) -> dict[int, float]:
+    """User plus system CPU seconds of each process still alive."""
+    tick = os.sysconf("SC_CLK_TCK")
+    found = {}
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            found[pid] = (int(fields[11]) + int(fields[12])) / tick
+    return found
+
+
+@contextlib.contextmanager
+def _store(kind: str, url: str | None) -> Iterator[BenchStore]:
+    with contextlib.ExitStack() as stack:
+        if kind == "postgres" and url is None:
+            url = stack.enter_context(server.private_postgres())
+        workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-profile-"))
+        store = BenchStore.fresh(kind, url, Path(workdir))
+        stack.callback(store.close)
+        yield store
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.profile", description=__doc__)
+    parser.add_argument("what", choices=["start", "drain"])
+    parser.add_argument("--store", choices=["postgres", "sqlite"], default="postgres")
+    parser.add_argument("--runs", type=int, default=5000)
+    parser.add_argument("--concurrency", type=int, default=100)
+    parser.add_argument("--steps", type=int, default=0, help="journaled steps per run (drain)")
+    parser.add_argument("--top", type=int, default=20, help="functions to list")
+    parser.add_argument("--postgres-url")
+    args = parser.parse_args(argv)
+    with _store(args.store, args.postgres_url) as store:
+        if args.what == "start":
+            profile_start(store, args.runs, args.top)
+        else:
+            profile_drain(store, args.runs, args.concurrency, args.steps, args.top)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
