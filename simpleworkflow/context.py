@@ -404,8 +404,12 @@ class Context:
 
     async def race(self, name: str, *branches: Awaitable[Any]) -> tuple[int, Any]:
         """Run ``branches`` concurrently; return ``(index, value)`` of the first to finish
-        and cancel the others. The winner is journaled, so a replay returns it again
+        and cancel the others. A branch that must wait (a sleep, a signal) does not finish
+        the race; when all of them wait, the run sleeps until the earliest wake-up and the
+        race goes on after it. The winner is journaled, so a replay returns it again
         without running any branch. Async bodies only."""
+        if not branches:
+            raise errors.InvalidArgument("race needs at least one branch")
         durable = self._need_durable()
         unique = durable.name(name)
         entry = await durable.begin(unique, "race", self.is_cancelled())
@@ -415,16 +419,20 @@ class Context:
             (await durable.load()).meet(entry.output["steps"])
             return int(entry.output["winner"]), entry.output["value"]
         recorded = durable.record_names()
-        tasks = [asyncio.ensure_future(branch) for branch in branches]
+        tasks: list[asyncio.Future[Any]] = [asyncio.ensure_future(b) for b in branches]
         try:
-            done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-            winner = min(done, key=tasks.index)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
-            value = winner.result()
+            winner = await _first_to_finish(tasks)
         finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
             durable.stop_recording(recorded)
+        suspended = [exc for exc in map(_suspension, tasks) if exc is not None]
+        if winner is None:
+            # Every branch waits: the run sleeps until the earliest of their wake-ups.
+            raise suspended[0]
+        durable.withdraw(suspended)  # the losers' waits are over: the race went on
+        value = winner.result()
         index = tasks.index(winner)
         output = {"winner": index, "value": value, "steps": sorted(recorded)}
         await durable.journal(unique, "race", output, events=[])
@@ -463,6 +471,25 @@ def _journaled_step(entry: JournalEntry) -> Any:
     if gave_up(entry):
         raise errors.StepFailed(entry.step_name, entry.attempts, entry.output["gave_up"])
     return entry.output
+
+
+async def _first_to_finish(tasks: list[asyncio.Future[Any]]) -> asyncio.Future[Any] | None:
+    """The first branch to return or raise (the lowest index among those finishing
+    together); a branch that suspends does not finish the race. ``None``: all suspended."""
+    waiting = set(tasks)
+    while waiting:
+        done, waiting = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        finished = [task for task in done if _suspension(task) is None]
+        if finished:
+            return min(finished, key=tasks.index)
+    return None
+
+
+def _suspension(task: asyncio.Future[Any]) -> errors.Suspend | None:
+    if not task.done() or task.cancelled():
+        return None
+    exc = task.exception()
+    return exc if isinstance(exc, errors.Suspend) else None
 
 
 def _discard(branch: Awaitable[Any]) -> None:

@@ -102,13 +102,18 @@ class Durable:
             raise errors.Cancelled("stop requested")
         replay = await self.load()
         entry = replay.lookup(name, kind)
+        for names in self._recordings:
+            names.add(name)  # a race notes what its branches met, not only what they wrote
         if entry is not None and answered(entry):
             return entry
-        # Parallel branches started in the same tick meet their journaled steps first,
-        # before this new step is judged against the journal.
-        for _ in range(3):
-            await asyncio.sleep(0)
-        replay.check_new(name)
+        # A race is judged by its branches: when one of them suspended, their steps are
+        # journaled but the race is not, and they are met only as the branches run again.
+        if kind != "race":
+            # Parallel branches started in the same tick meet their journaled steps
+            # first, before this new step is judged against the journal.
+            for _ in range(3):
+                await asyncio.sleep(0)
+            replay.check_new(name)
         deadline = self.lease.run.deadline
         if deadline is not None and self.db_now() >= deadline:
             raise errors.DeadlineExceeded(
@@ -217,6 +222,10 @@ class Durable:
     def suspend(self, exc: errors.Suspend) -> errors.Suspend:
         self.suspensions.append(exc)
         return exc
+
+    def withdraw(self, suspensions: list[errors.Suspend]) -> None:
+        """Forget suspensions that no longer hold (the branches of a race that lost)."""
+        self.suspensions = [s for s in self.suspensions if s not in suspensions]
 
     def suspension(self) -> Suspension:
         """The suspension to record: the earliest wake-up among those of this attempt."""

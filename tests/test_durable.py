@@ -281,6 +281,57 @@ def test_race_winner_is_journaled_and_replayed_without_running_branches(
     assert lifecycle(client, run_id).count("resumed") == 1
 
 
+def test_a_race_whose_branches_suspend_resumes_with_the_first_to_finish(
+    store: Store, app: App, client: Client
+) -> None:
+    @app.workflow("test.durable.racetimer.v1")
+    async def body(payload: Any, ctx: Context) -> Any:
+        reply = ctx.wait_for_event("reply", event="reply")
+        index, value = await ctx.race("reply or timer", reply, ctx.sleep("timer", 1.0))
+        return {"index": index, "value": value}
+
+    run_id = client.start("test.durable.racetimer.v1").id
+    with working(app):
+        wait_suspended(client, run_id, "sleep")
+        backend = store.backend()
+        try:
+            [report] = asyncio.run(replaycheck.check_runs(app, backend))
+        finally:
+            backend.close()
+        assert (report.run_id, report.verdict) == (run_id, replaycheck.OK), report.detail
+        run = wait_terminal(client, run_id)
+
+    assert run.status is RunStatus.SUCCEEDED, run.last_error
+    assert run.result == {"index": 1, "value": None}
+    steps = {s["name"]: s for s in journal(store, run_id)}
+    assert steps["reply or timer"]["output"]["winner"] == 1
+
+
+def test_a_branch_that_finishes_wins_over_one_that_waits(
+    app: App, client: Client, ledger: Ledger
+) -> None:
+    async def compute() -> str:
+        await asyncio.sleep(0.3)  # the wait beside it has suspended by now
+        ledger.note("compute")
+        return "computed"
+
+    @app.workflow("test.durable.racewait.v1")
+    async def body(payload: Any, ctx: Context) -> Any:
+        reply = ctx.wait_for_event("reply", event="reply")  # no timeout
+        index, value = await ctx.race("reply or compute", reply, ctx.step("compute", compute))
+        return {"index": index, "value": value}
+
+    run_id = client.start("test.durable.racewait.v1").id
+    with working(app):
+        run = wait_terminal(client, run_id)
+
+    assert run.status is RunStatus.SUCCEEDED, run.last_error
+    assert run.result == {"index": 1, "value": "computed"}
+    assert ledger.count("compute") == 1
+    events = lifecycle(client, run_id)
+    assert "waiting" not in events and "resumed" not in events, events
+
+
 def test_gather_with_a_retrying_branch_replays_its_journaled_siblings(
     store: Store, app: App, client: Client, ledger: Ledger
 ) -> None:
