@@ -42,6 +42,9 @@ def machine(versions: dict[str, str | None]) -> dict[str, Any]:
         "postgres": versions.get("postgres"),
         "sqlite": sqlite3.sqlite_version,
         "commit": _git("rev-parse", "--short", "HEAD"),
+        # Uncommitted changes to the engine or the suite: the commit alone does not say
+        # what was measured.
+        "dirty": bool(_git("status", "--porcelain", "--", "simpleworkflow", "benchmarks")),
     }
 
 
@@ -205,7 +208,7 @@ def _git(*args: str) -> str | None:
             capture_output=True,
             text=True,
             check=True,
-            cwd=Path(__file__).parent,
+            cwd=Path(__file__).parent.parent,
         )
     except (OSError, subprocess.CalledProcessError):
         return None
