@@ -278,7 +278,9 @@ class IntentPoller:
         assert self._executor is not None
         try:
             outcome = await execution.attempt(definition, lease, ctx, self._executor)
-            self._active[lease.run.id].finishing = True
+            own = self._own(lease)
+            if own is not None:
+                own.finishing = True
             # Stopped from outside (cancelled, lease lost, shutdown): nothing to record.
             # A timeout stops the handler too, but its failure is the outcome.
             stopped = ctx.stop_reason not in (None, execution.TIMED_OUT)
@@ -293,9 +295,17 @@ class IntentPoller:
         except Exception:
             _log.exception("run %s: worker error while running it", lease.run.id)
         finally:
-            self._active.pop(lease.run.id, None)
+            if self._own(lease) is not None:
+                del self._active[lease.run.id]
             if self._signal is not None:
                 self._signal.set()
+
+    def _own(self, lease: Lease) -> _Active | None:
+        """This attempt's entry. Once a suspension is recorded the run may be due at once
+        (a signal came) and claimed again by this worker before the attempt has cleaned
+        up: the entry under its id is then the next attempt's, which it must leave alone."""
+        active = self._active.get(lease.run.id)
+        return active if active is not None and active.lease is lease else None
 
     # -- leases ----------------------------------------------------------------------
 
