@@ -5,6 +5,8 @@ handlers on an :class:`App` and run an :class:`IntentPoller`; handlers receive a
 :class:`Context` for durable steps, sleeps, signals and children.
 """
 
+import logging
+
 from simpleworkflow.app import App
 from simpleworkflow.client import AsyncClient, Client
 from simpleworkflow.context import Context
@@ -24,6 +26,10 @@ from simpleworkflow.retry import RetryPolicy
 from simpleworkflow.worker import IntentPoller
 
 __version__ = "0.1.0"
+
+# A library logs; the application decides where to. Without this, warnings would reach
+# stderr through logging's last-resort handler in programs that never configured logging.
+logging.getLogger("simpleworkflow").addHandler(logging.NullHandler())
 
 __all__ = [
     "App",

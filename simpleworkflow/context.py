@@ -158,10 +158,13 @@ class Context:
                     value = await fn(*args, **kwargs)
                 else:
                     value = await asyncio.to_thread(fn, *args, **kwargs)
+                text = durable.encode(name, value)
             except Exception as exc:
                 raise await durable.failed(name, entry, retry, exc) from None
             attempts = (entry.attempts if entry is not None else 0) + 1
-            await durable.journal(name, "step", value, attempts=attempts, started_at=started_at)
+            await durable.journal(
+                name, "step", value, attempts=attempts, started_at=started_at, text=text
+            )
             return value
         finally:
             durable.ended()
@@ -183,10 +186,15 @@ class Context:
             value = fn(*args, **kwargs)
             if inspect.isawaitable(value):
                 value = self._bridge(_awaited(value))
+            text = durable.encode(name, value)
         except Exception as exc:
             raise self._bridge(durable.failed(name, entry, retry, exc)) from None
         attempts = (entry.attempts if entry is not None else 0) + 1
-        self._bridge(durable.journal(name, "step", value, attempts=attempts, started_at=started_at))
+        self._bridge(
+            durable.journal(
+                name, "step", value, attempts=attempts, started_at=started_at, text=text
+            )
+        )
         return value
 
     def sleep(self, name: str, duration: durations.Duration) -> Any:

@@ -144,10 +144,14 @@ class Durable:
         started_at: datetime | None = None,
         status: str = "completed",
         events: list[dict[str, Any]] | None = None,
+        text: str | None = None,
     ) -> None:
-        """Write a step's entry, fenced by the lease; abandon the attempt if it is lost."""
+        """Write a step's entry, fenced by the lease; abandon the attempt if it is lost.
+
+        ``text`` is ``output`` already encoded (see :meth:`encode`)."""
         replay = await self.load()
-        text = payloads.encode(output, what=f"output of step {name!r}")
+        if text is None:
+            text = self.encode(name, output)
         record = StepRecord(
             run_id=self.lease.run.id,
             token=self.lease.token,
@@ -168,6 +172,11 @@ class Durable:
         for names in self._recordings:
             names.add(name)
 
+    @staticmethod
+    def encode(name: str, output: Any) -> str:
+        """A step's output as JSON, or :class:`~simpleworkflow.errors.InvalidPayload`."""
+        return payloads.encode(output, what=f"output of step {name!r}")
+
     async def failed(
         self,
         name: str,
@@ -185,7 +194,9 @@ class Durable:
             return await self._retry_later(name, done, "step_deferred", delay, {"error": error})
         attempt = done + 1
         limit = policy.max_attempts or DEFAULT_STEP_POLICY.max_attempts or 1
-        if policy.retries(exc) and attempt < limit:
+        # An output no store can hold would be the same on every attempt.
+        retryable = policy.retries(exc) and not isinstance(exc, errors.InvalidPayload)
+        if retryable and attempt < limit:
             data = {"error": error, "attempt": attempt}
             return await self._retry_later(
                 name, attempt, "step_failed", policy.delay(attempt), data

@@ -18,15 +18,17 @@ and each message says what was wrong and what to do about it::
     ├── PermanentError              raised by a handler: fail the run now, never retry
     │   ├── DeadlineExceeded        the run's deadline passed; no further step starts
     │   ├── ReplayDivergence        the code no longer matches the run's journal
-    │   └── StepFailed              a step used up its retries
-    ├── ChildFailed                 a child run failed or was cancelled
+    │   ├── StepFailed              a step used up its retries
+    │   └── ChildFailed             a child run failed or was cancelled
+    ├── RetryAfter                  raised in a step: run it again later, no attempt counted
     └── HandlerTimeout              a handler ran past its timeout (retried like any error)
 
     BaseException
     ├── Cancelled                   raised in a handler by ctx.raise_if_cancelled()
-    └── Suspend                     (internal) the run waits: a sleep, a signal, a child
+    ├── Suspend                     (internal) the run waits: a sleep, a signal, a child
+    └── LeaseLost                   (internal) the worker lost the run's lease
 
-``Cancelled`` and ``Suspend`` derive from ``BaseException`` so that an
+``Cancelled``, ``Suspend`` and ``LeaseLost`` derive from ``BaseException`` so that an
 ``except Exception:`` in a workflow body cannot swallow them.
 """
 
@@ -122,8 +124,9 @@ class StepFailed(PermanentError):
         super().__init__(f"step {step!r} failed after {attempts} attempt(s): {message}")
 
 
-class ChildFailed(SimpleWorkflowError):
-    """A child run this workflow waited for ended failed or cancelled."""
+class ChildFailed(PermanentError):
+    """A child run this workflow waited for ended failed or cancelled. Retrying the parent
+    would meet the same recorded outcome, so it fails the parent unless the body catches it."""
 
     def __init__(self, child_id: str, status: str, error: str | None) -> None:
         self.child_id = child_id

@@ -46,9 +46,9 @@ class Replay:
         if self._unmet:
             expected = sorted(self._unmet, key=lambda n: self._entries[n].position)
             raise errors.ReplayDivergence(
-                f"step {name!r} is not in this run's journal, which expects "
-                f"{', '.join(repr(n) for n in expected[:5])} at this point; the workflow "
-                "code changed under a running workflow (renamed, removed or reordered steps)"
+                f"step {name!r} comes where this run's journal expects "
+                f"{', '.join(repr(n) for n in expected[:5])}; the workflow code changed "
+                "under a running workflow (renamed, removed or reordered steps)"
             )
 
     def position(self, name: str) -> int:

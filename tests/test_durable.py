@@ -722,6 +722,45 @@ def test_a_parent_waits_for_its_childs_result(store: Store, app: App, client: Cl
     assert "child_started" in events and "resumed" in events
 
 
+def test_a_step_whose_output_is_not_json_fails_at_once(
+    app: App, client: Client, ledger: Ledger
+) -> None:
+    @app.workflow("test.durable.setstep.v1")
+    def body(payload: Any, ctx: Context) -> Any:
+        ctx.step("tags", lambda: ledger.note("tags", {"a", "b"}))
+        ledger.note("after tags")
+
+    run_id = client.start("test.durable.setstep.v1").id
+    with working(app):
+        run = wait_terminal(client, run_id)
+
+    assert run.status is RunStatus.FAILED
+    assert "output of step 'tags' contains a set" in (run.last_error or "")
+    assert (ledger.count("tags"), ledger.count("after tags")) == (1, 0)
+    assert step_events(client, run_id) == [("step_failed", 1)]
+
+
+def test_an_uncaught_child_failure_fails_the_parent_without_retrying(
+    app: App, client: Client, ledger: Ledger
+) -> None:
+    @app.workflow("test.durable.badchild.v1")
+    def child(payload: Any, ctx: Context) -> Any:
+        raise errors.PermanentError("out of stock")
+
+    @app.workflow("test.durable.carelessparent.v1")
+    def parent(payload: Any, ctx: Context) -> Any:
+        ledger.note("parent attempt")
+        ctx.wait_child(ctx.start_child("test.durable.badchild.v1"))
+
+    run_id = client.start("test.durable.carelessparent.v1", max_attempts=3).id
+    with working(app):
+        run = wait_terminal(client, run_id)
+
+    assert run.status is RunStatus.FAILED
+    assert run.attempt == 1, "a ChildFailed retry would only replay the same outcome"
+    assert "ChildFailed" in (run.last_error or "")
+
+
 def test_a_failed_child_raises_child_failed_in_the_parent(app: App, client: Client) -> None:
     @app.workflow("test.durable.child.v1")
     def child(payload: Any, ctx: Context) -> Any:
@@ -1031,7 +1070,7 @@ def test_a_renamed_step_fails_the_run_with_replay_divergence(
         run = wait_terminal(client, run_id)
     assert run.status is RunStatus.FAILED
     assert "ReplayDivergence" in (run.last_error or "")
-    assert "step 'bill' is not in this run's journal" in (run.last_error or "")
+    assert "step 'bill' comes where this run's journal expects" in (run.last_error or "")
     assert (ledger.count("reserve"), ledger.count("charge")) == (1, 1)
     assert (ledger.count("bill"), ledger.count("ship")) == (0, 0)
     assert run.attempt == 1, "a divergence is permanent: no retry"
