@@ -48,17 +48,21 @@ class PostgresBackend(base.Backend):
 
     # -- execution -------------------------------------------------------------------
 
+    def _pool_options(self, name: str) -> dict[str, Any]:
+        """What both pools are made of; opened lazily, on first use."""
+        return {
+            "conninfo": self.url,
+            "min_size": 1,
+            "max_size": self._max_connections,
+            "kwargs": {"row_factory": dict_row},
+            "open": False,
+            "name": name,
+        }
+
     def _sync_pool(self) -> psycopg_pool.ConnectionPool[Any]:
         with self._lock:
             if self._pool is None:
-                pool = psycopg_pool.ConnectionPool(
-                    self.url,
-                    min_size=1,
-                    max_size=self._max_connections,
-                    kwargs={"row_factory": dict_row},
-                    open=False,
-                    name="simpleworkflow",
-                )
+                pool = psycopg_pool.ConnectionPool(**self._pool_options("simpleworkflow"))
                 with _translated("connecting to Postgres"):
                     pool.open(wait=True, timeout=10)
                 self._pool = pool
@@ -70,12 +74,7 @@ class PostgresBackend(base.Backend):
         async with self._alock:
             if self._apool is None:
                 pool = psycopg_pool.AsyncConnectionPool(
-                    self.url,
-                    min_size=1,
-                    max_size=self._max_connections,
-                    kwargs={"row_factory": dict_row},
-                    open=False,
-                    name="simpleworkflow-async",
+                    **self._pool_options("simpleworkflow-async")
                 )
                 with _translated("connecting to Postgres"):
                     await pool.open(wait=True, timeout=10)
