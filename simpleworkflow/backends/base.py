@@ -17,6 +17,7 @@ from typing import TypeVar
 
 from simpleworkflow.backends.journal_ops import JournalOps
 from simpleworkflow.backends.records import (
+    ATOMIC,
     CANCELLED,
     HELD,
     LOST,
@@ -43,6 +44,7 @@ from simpleworkflow.backends.worker_ops import WorkerOps
 T = TypeVar("T")
 
 __all__ = [
+    "ATOMIC",
     "CANCELLED",
     "HELD",
     "LOST",

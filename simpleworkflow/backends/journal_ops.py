@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from simpleworkflow.backends.core import StoreCore
-from simpleworkflow.backends.records import JournalEntry, Op, StepRecord
+from simpleworkflow.backends.records import ATOMIC, JournalEntry, Op, StepRecord
 
 
 class JournalOps(StoreCore):
@@ -58,6 +58,7 @@ class JournalOps(StoreCore):
         Returns ``(True, payload)``, ``None`` when no signal matches, and ``(False, None)``
         when the lease was lost.
         """
+        yield ATOMIC  # the signal is consumed only if its step is journaled
         rows = yield self.stmt(
             "consume_signal",
             run_id=step.run_id,

@@ -31,12 +31,22 @@ class Statement:
 Op = Generator[Statement, Rows, T]
 
 
-def drive(op: Op[T], run: Callable[[Statement], Rows]) -> T:
-    """Feed each statement an op yields to ``run`` until the op returns."""
+#: Yielded first by an op whose statements must commit together (a row lock held from
+#: one statement to the next, say). Other ops run each statement on its own, which on
+#: Postgres saves the round trips of BEGIN and COMMIT.
+ATOMIC = Statement("-- the statements that follow form one transaction")
+
+
+def drive(op: Op[T], run: Callable[[Statement], Rows], first: Statement | None = None) -> T:
+    """Feed each statement an op yields to ``run`` until the op returns.
+
+    ``first`` is a statement already taken from the op; ``ATOMIC`` markers are answered
+    here, since the caller decided about the transaction before driving.
+    """
     try:
-        statement = next(op)
+        statement = next(op) if first is None else first
         while True:
-            statement = op.send(run(statement))
+            statement = op.send([] if statement is ATOMIC else run(statement))
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
 

@@ -6,7 +6,7 @@ import json
 
 from simpleworkflow import errors
 from simpleworkflow.backends.core import StoreCore
-from simpleworkflow.backends.records import NewRun, Op, RunQuery, SignalSent
+from simpleworkflow.backends.records import ATOMIC, NewRun, Op, RunQuery, SignalSent
 from simpleworkflow.models import Event, Run
 
 
@@ -117,6 +117,7 @@ class RunOps(StoreCore):
         when there is no such run. The run row is locked first, so that a run suspending
         at the same moment sees the signal (see ``wake_suspended``).
         """
+        yield ATOMIC
         rows = yield self.stmt("lock_run", id=run_id)
         if not rows:
             return None

@@ -12,6 +12,7 @@ from typing import Any
 
 from simpleworkflow.backends.core import StoreCore
 from simpleworkflow.backends.records import (
+    ATOMIC,
     CANCELLED,
     HELD,
     LOST,
@@ -107,6 +108,7 @@ class WorkerOps(StoreCore):
 
     def finish(self, outcomes: Outcomes, worker_id: str, reason: str = "shutdown") -> Op[set[str]]:
         """Record outcomes of leased runs; return the ids whose lease was still held."""
+        yield ATOMIC  # a suspension's wake-up check must see its own update, locked
         accepted: set[str] = set()
         if outcomes.succeeded:
             items: list[dict[str, Any]] = [
@@ -157,6 +159,7 @@ class WorkerOps(StoreCore):
     ) -> Op[int]:
         """Turn expired leases of ``types`` (not owned by another runtime) into failed
         attempts, as ``decide`` says."""
+        yield ATOMIC  # the expired rows stay locked until they are recorded
         rows = yield self.stmt("expired_leases", types=types, limit=limit, runtime=runtime)
         if not rows:
             return 0

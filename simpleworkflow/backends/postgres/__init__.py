@@ -54,7 +54,7 @@ class PostgresBackend(base.Backend):
             "conninfo": self.url,
             "min_size": 1,
             "max_size": self._max_connections,
-            "kwargs": {"row_factory": dict_row},
+            "kwargs": {"row_factory": dict_row, "autocommit": True},
             "open": False,
             "name": name,
         }
@@ -81,6 +81,10 @@ class PostgresBackend(base.Backend):
                 self._apool = pool
             return self._apool
 
+    # Connections are in autocommit mode: a single-statement op (most of them, thanks to
+    # data-modifying CTEs) costs one round trip; ops that start with ATOMIC run inside
+    # an explicit transaction.
+
     def execute(self, op: base.Op[T], *, readonly: bool = False) -> T:
         with _translated("talking to Postgres"), self._sync_pool().connection() as conn:
 
@@ -88,7 +92,14 @@ class PostgresBackend(base.Backend):
                 cursor = conn.execute(statement.sql, statement.params)
                 return cursor.fetchall() if cursor.description else []
 
-            return base.drive(op, run)
+            try:
+                first = next(op)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            if first is not base.ATOMIC:
+                return base.drive(op, run, first)
+            with conn.transaction():
+                return base.drive(op, run, first)
 
     async def execute_async(self, op: base.Op[T], *, readonly: bool = False) -> T:
         pool = await self._async_pool()
@@ -96,10 +107,10 @@ class PostgresBackend(base.Backend):
             async with pool.connection() as conn:
                 try:
                     statement = next(op)
-                    while True:
-                        cursor = await conn.execute(statement.sql, statement.params)
-                        rows = await cursor.fetchall() if cursor.description else []
-                        statement = op.send(rows)
+                    if statement is not base.ATOMIC:
+                        return await _drive_async(conn, op, statement)
+                    async with conn.transaction():
+                        return await _drive_async(conn, op, statement)
                 except StopIteration as stop:
                     return stop.value  # type: ignore[no-any-return]
 
@@ -205,6 +216,20 @@ class PostgresBackend(base.Backend):
 
     def encode_params(self, params: dict[str, Any]) -> dict[str, Any]:
         return params
+
+
+async def _drive_async(conn: Any, op: base.Op[T], statement: base.Statement) -> T:
+    """The async twin of ``base.drive``: the driver's calls must be awaited."""
+    try:
+        while True:
+            if statement is base.ATOMIC:
+                statement = op.send([])
+                continue
+            cursor = await conn.execute(statement.sql, statement.params)
+            rows = await cursor.fetchall() if cursor.description else []
+            statement = op.send(rows)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
 
 
 @contextlib.contextmanager
