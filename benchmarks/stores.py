@@ -94,10 +94,9 @@ class BenchStore:
     def last_event(self) -> int:
         return int(self.scalar("last_event"))
 
-    def successes(self, after: int) -> tuple[int, int]:
-        """Runs that succeeded in events after ``after``, and the last event id seen."""
-        count, last = self.execute("successes", after=after)[0]
-        return int(count), int(last)
+    def successes(self, after: int) -> int:
+        """Runs that succeeded in the events after ``after``."""
+        return int(self.scalar("successes", after=after))
 
     def window(self, after: int, runs: int) -> float:
         """Seconds from the first claim to the ``runs``-th success, events after ``after``."""
