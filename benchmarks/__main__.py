@@ -65,8 +65,10 @@ def main(argv: list[str]) -> None:
     options, out, picture = parse(argv)
     doc = suite.run(options)
     print(report.table(doc))
-    for kind, plan in doc["claim_plan"].items():
-        print(f"\nclaim plan on {kind} at backlog {max(options.backlogs):,}:\n{plan}")
+    for kind, plans in doc["claim_plan"].items():
+        if options.backlogs:
+            largest = max(options.backlogs)
+            print(f"\nclaim plan on {kind} at backlog {largest:,}:\n{plans[str(largest)]}")
     report.write(doc, out)
     print(f"\nwrote {out}")
     if picture is not None and options.backlogs:

@@ -67,9 +67,11 @@ def backlog_metric(size: int) -> Metric:
     )
 
 
-#: Drain at the largest backlog over drain at the smallest: the issue wants >= 0.9.
+#: The slowest backlog's drain over the smallest's. The issue asks that 1M drain within
+#: 10 % of 10k; the slowest size is the stricter reading, since a dip at a middle size
+#: means the cost does grow with the backlog somewhere.
 BACKLOG_KEPT = Metric(
-    "backlog_kept", "drain at largest / smallest backlog", "ratio", None, (">=", 0.9)
+    "backlog_kept", "drain at slowest backlog / smallest", "ratio", None, (">=", 0.9)
 )
 
 

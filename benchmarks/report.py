@@ -53,7 +53,7 @@ def document(
     options: Options,
     ceilings: Ceilings | None,
     results: dict[str, dict[str, list[float]]],
-    plans: dict[str, str],
+    plans: dict[str, dict[str, str]],
     versions: dict[str, str | None],
     seconds: float,
     load: tuple[list[float], list[float]],

@@ -64,11 +64,9 @@ def run(options: Options) -> dict[str, Any]:
         )
         versions = {"postgres": stores.postgres_version(url) if url else None}
         results: dict[str, dict[str, list[float]]] = {}
-        plans: dict[str, str] = {}
+        plans: dict[str, dict[str, str]] = {}
         for kind in options.stores:
-            results[kind], plan = _one_store(kind, url, Path(tmp), options)
-            if plan:
-                plans[kind] = plan
+            results[kind], plans[kind] = _one_store(kind, url, Path(tmp), options)
     return report.document(
         options=options,
         ceilings=ceilings,
@@ -91,7 +89,8 @@ def _postgres(options: Options) -> Iterator[str | None]:
 
 def _one_store(
     kind: str, url: str | None, workdir: Path, options: Options
-) -> tuple[dict[str, list[float]], str | None]:
+) -> tuple[dict[str, list[float]], dict[str, str]]:
+    """Every case ``repeat`` times, then the backlog curve with the claim plan at each size."""
     figures: dict[str, list[float]] = defaultdict(list)
     steps = [(r, name, case) for r in range(options.repeat) for name, case in CASES]
     bar = tqdm(steps, desc=kind, unit="case", disable=None)
@@ -105,14 +104,12 @@ def _one_store(
         for metric, value in found.items():
             figures[metric].append(value)
             tqdm.write(f"{kind:8} {metric:18} {value:12,.3f}   (run {repeat + 1})")
-    plan = None
-    largest = max(options.backlogs, default=None)
+    plans = {}
     for size in options.backlogs:
         store = BenchStore.fresh(kind, url, workdir)
         try:
             backlog.load_backlog(store, size)
-            if size == largest:
-                plan = backlog.claim_plan(store, options.concurrency)
+            plans[str(size)] = backlog.claim_plan(store, options.concurrency)
             for repeat in range(options.repeat):
                 rate = backlog.drain_with_backlog(store, size, options.sizes)
                 figures[backlog_metric(size).name].append(rate)
@@ -120,9 +117,6 @@ def _one_store(
         finally:
             store.close()
     if len(options.backlogs) > 1:
-        small, large = min(options.backlogs), max(options.backlogs)
-        kept = statistics.median(figures[f"backlog_{large}"]) / statistics.median(
-            figures[f"backlog_{small}"]
-        )
-        figures[BACKLOG_KEPT.name].append(kept)
-    return dict(figures), plan
+        medians = [statistics.median(figures[f"backlog_{size}"]) for size in options.backlogs]
+        figures[BACKLOG_KEPT.name].append(min(medians) / medians[0])
+    return dict(figures), plans

@@ -66,7 +66,9 @@ def test_smallest_run_reports_every_metric(postgres_url: str, tmp_path: Path) ->
             assert entry["ratio"] > 0, name
     assert doc["ceilings"]["insert_tps"] > 0 and doc["ceilings"]["update_tps"] > 0
     assert set(doc["claim_plan"]) == set(STORES)
-    assert "workflow_run" in doc["claim_plan"]["postgres"]
+    for store in STORES:
+        assert list(doc["claim_plan"][store]) == [str(size) for size in BACKLOGS]
+    assert "workflow_run" in doc["claim_plan"]["postgres"]["400"]
     assert doc["machine"]["cpu_count"] >= 1 and doc["machine"]["postgres"]
     assert doc["options"]["postgres_url"] is None  # a URL may carry a password
     assert picture.read_bytes().startswith(b"\x89PNG")
