@@ -141,9 +141,13 @@ with candidates as (
       and r.deleted_at is null
       and r.type = any(%(types)s::text[])
       and (r.code_version is null or r.type || '@' || r.code_version = any(%(known)s::text[]))
-      and not exists (
-          select 1 from {schema}workflow_registry g
-          where g.workflow_name = r.type and (g.runtime <> %(runtime)s or not g.is_enabled)
+      -- Types another runtime owns, or paused: a hashed subplan read once per claim.
+      -- As an anti-join (or "<> all(array(...))") the planner takes a registry row for
+      -- the claimed type to filter out nearly every pending run, and then scans and sorts
+      -- them all instead of walking the claim index. workflow_name is never null.
+      and r.type not in (
+          select g.workflow_name from {schema}workflow_registry g
+          where g.runtime <> %(runtime)s or not g.is_enabled
       )
     order by r.priority, r.run_at
     limit %(limit)s
@@ -158,7 +162,9 @@ with candidates as (
         code_version = coalesce(r.code_version, %(versions)s::jsonb ->> r.type),
         updated_at = now()
     from candidates c
-    where r.id = c.id
+    -- The array makes this a primary-key lookup of the claimed ids; a bare join lets the
+    -- planner hash the candidates and scan the whole table.
+    where r.id = any(array(select id from candidates)) and r.id = c.id
     returning r.*, c.waiting_for as was_waiting_for, now() as db_now
 ), claim_events as (
     insert into {schema}workflow_event (workflow_id, event_type, data)
