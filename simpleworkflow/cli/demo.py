@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import inspect
 import json
-import logging
 import os
 import shlex
 import sys
@@ -77,10 +76,6 @@ class Outcome:
 
 
 def run(args: argparse.Namespace) -> int:
-    # The report says what failed and why; unconfigured, the worker's warnings would say
-    # it again on stderr (through logging's last-resort handler). A configured root
-    # logger still receives them.
-    logging.getLogger("simpleworkflow").addHandler(logging.NullHandler())
     print(f"simpleworkflow demo on {migrate.describe_target(args)}\n")
     print("The handlers, from simpleworkflow/demo_app.py:")
     print(_handlers_table())
