@@ -7,10 +7,14 @@ SQLite file), so tests never see each other's runs.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
 import os
 import sqlite3
 import tempfile
+import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +24,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 import pytest
 
-from simpleworkflow import AsyncClient, Client, config
+from simpleworkflow import App, AsyncClient, Client, IntentPoller, config
 from simpleworkflow.backends import Backend, open_backend
 
 _schema_numbers = itertools.count()
@@ -166,3 +170,32 @@ def make_database(postgres_url: str) -> Iterator[Callable[[], str]]:
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         for name in made:
             conn.execute(f'drop database if exists "{name}" with (force)'.encode())
+
+
+@contextlib.contextmanager
+def poller_thread(app: App, **options: Any) -> Iterator[IntentPoller]:
+    """Run an ``IntentPoller`` for ``app`` on a thread until the block ends, then stop it
+    cleanly; an error that ended the poller is raised here."""
+    poller = IntentPoller(app, **options)
+    failure: list[BaseException] = []
+
+    def main() -> None:
+        try:
+            asyncio.run(poller.run_async())
+        except BaseException as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=main, name=f"poller-{poller.worker_id}", daemon=True)
+    thread.start()
+    try:
+        yield poller
+    finally:
+        deadline = time.monotonic() + 15
+        while thread.is_alive() and time.monotonic() < deadline:
+            # A no-op until the poller's loop runs, so repeat it; the loop may close meanwhile.
+            with contextlib.suppress(RuntimeError):
+                poller.stop()
+            thread.join(0.1)
+        assert not thread.is_alive(), "the poller did not stop within 15 s"
+    if failure:
+        raise failure[0]

@@ -15,12 +15,11 @@ import json
 import threading
 import time
 import types
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any, cast
 
 import pytest
-from conftest import Store
+from conftest import Store, poller_thread
 from worker_app import wait_until
 
 from simpleworkflow import Client, RunStatus, errors, replaycheck
@@ -70,32 +69,9 @@ def app(store: Store) -> App:
     return App(store.url, schema=store.schema, retry=QUICK)
 
 
-@contextlib.contextmanager
-def working(app: App, **options: Any) -> Iterator[IntentPoller]:
-    """Run a poller for ``app`` on a thread until the block ends, then stop it cleanly."""
-    options = {"type_prefixes": ["test.%"], "poll_interval": 0.1, **options}
-    poller = IntentPoller(app, **options)
-    failure: list[BaseException] = []
-
-    def main() -> None:
-        try:
-            asyncio.run(poller.run_async())
-        except BaseException as exc:
-            failure.append(exc)
-
-    thread = threading.Thread(target=main, name=f"poller-{poller.worker_id}", daemon=True)
-    thread.start()
-    try:
-        yield poller
-    finally:
-        deadline = time.monotonic() + 15
-        while thread.is_alive() and time.monotonic() < deadline:
-            with contextlib.suppress(RuntimeError):  # the loop may not run yet, or be closed
-                poller.stop()
-            thread.join(0.1)
-        assert not thread.is_alive(), "the poller did not stop within 15 s"
-    if failure:
-        raise failure[0]
+def working(app: App, **options: Any) -> contextlib.AbstractContextManager[IntentPoller]:
+    """A poller for ``app`` on a thread for the length of a ``with`` block."""
+    return poller_thread(app, **{"type_prefixes": ["test.%"], "poll_interval": 0.1, **options})
 
 
 def lifecycle(client: Client, run_id: str) -> list[str]:

@@ -11,11 +11,10 @@ import contextlib
 import dataclasses
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import Store
+from conftest import Store, poller_thread
 from worker_app import wait_until
 
 from simpleworkflow import Client, RunStatus, errors
@@ -59,33 +58,9 @@ def app(store: Store) -> App:
     return App(store.url, schema=store.schema, retry=QUICK_RETRY)
 
 
-@contextlib.contextmanager
-def working(app: App, **options: Any) -> Iterator[IntentPoller]:
-    """Run a poller for ``app`` on a thread until the block ends, then stop it cleanly."""
-    options = {"type_prefixes": ["test.%"], "poll_interval": 0.2, **options}
-    poller = IntentPoller(app, **options)
-    failure: list[BaseException] = []
-
-    def main() -> None:
-        try:
-            asyncio.run(poller.run_async())
-        except BaseException as exc:
-            failure.append(exc)
-
-    thread = threading.Thread(target=main, name=f"poller-{poller.worker_id}", daemon=True)
-    thread.start()
-    try:
-        yield poller
-    finally:
-        deadline = time.monotonic() + 15
-        while thread.is_alive() and time.monotonic() < deadline:
-            # A no-op until the poller's loop runs, so repeat it; the loop may close meanwhile.
-            with contextlib.suppress(RuntimeError):
-                poller.stop()
-            thread.join(0.1)
-        assert not thread.is_alive(), "the poller did not stop within 15 s"
-    if failure:
-        raise failure[0]
+def working(app: App, **options: Any) -> contextlib.AbstractContextManager[IntentPoller]:
+    """A poller for ``app`` on a thread for the length of a ``with`` block."""
+    return poller_thread(app, **{"type_prefixes": ["test.%"], "poll_interval": 0.2, **options})
 
 
 def lifecycle(client: Client, run_id: str) -> list[str]:
