@@ -58,33 +58,6 @@ class _Requests:
         self._schema_ok = not needed
         return needed
 
-    def _start_op(
-        self,
-        type: str,
-        payload: Any,
-        *,
-        idempotency_key: str | None,
-        priority: int,
-        run_at: datetime | None,
-        delay: durations.Duration | None,
-        max_attempts: int | None,
-        deadline: datetime | durations.Duration | None = None,
-        parent_id: str | None = None,
-    ) -> Op[tuple[Run, bool]]:
-        return self.backend.create_run(
-            self._new_run(
-                type,
-                payload,
-                idempotency_key=idempotency_key,
-                priority=priority,
-                run_at=run_at,
-                delay=delay,
-                max_attempts=max_attempts,
-                deadline=deadline,
-                parent_id=parent_id,
-            )
-        )
-
     def _new_run(
         self,
         type: str,
@@ -247,7 +220,7 @@ class Client(_Requests):
         A repeated ``idempotency_key`` returns the run that already holds it and
         writes nothing.
         """
-        op = self._start_op(
+        new = self._new_run(
             type,
             {} if payload is None else payload,
             idempotency_key=idempotency_key,
@@ -257,7 +230,7 @@ class Client(_Requests):
             max_attempts=max_attempts,
             deadline=deadline,
         )
-        run, created = self._run(op)
+        run, created = self._run(self.backend.create_run(new))
         if created:
             self.backend.notify_local("wake", _due(run))
         return run
@@ -367,7 +340,7 @@ class AsyncClient(_Requests):
         deadline: datetime | durations.Duration | None = None,
     ) -> Run:
         """Record the intent to run ``type`` with ``payload``; see :meth:`Client.start`."""
-        op = self._start_op(
+        new = self._new_run(
             type,
             {} if payload is None else payload,
             idempotency_key=idempotency_key,
@@ -377,7 +350,7 @@ class AsyncClient(_Requests):
             max_attempts=max_attempts,
             deadline=deadline,
         )
-        run, created = await self._run(op)
+        run, created = await self._run(self.backend.create_run(new))
         if created:
             self.backend.notify_local("wake", _due(run))
         return run
