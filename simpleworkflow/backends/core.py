@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import functools
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -36,9 +37,18 @@ class StoreCore(abc.ABC):
     def then(self, query: str, /, **params: Any) -> Op[None]:
         """Run the follow-ups of ``query`` (``<query>_then_...``), for stores that cannot
         chain writes inside one statement; Postgres has none."""
-        prefix = query + "_then_"
-        for name in sorted(name for name in self.q if name.startswith(prefix)):
+        for name in self._followups.get(query, ()):
             yield self.stmt(name, **params)
+
+    @functools.cached_property
+    def _followups(self) -> dict[str, list[str]]:
+        """``{query: [its follow-ups in order]}``, worked out once rather than per call."""
+        found: dict[str, list[str]] = {}
+        for name in sorted(self.q):
+            query, then, _ = name.partition("_then_")
+            if then:
+                found.setdefault(query, []).append(name)
+        return found
 
     def run_from_row(self, row: Mapping[str, Any]) -> Run:
         opt_time = self.opt_time
