@@ -13,7 +13,6 @@ import binascii
 import builtins
 import json
 import time
-import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any, TypeVar
@@ -115,7 +114,7 @@ class _Requests:
                     "start_many takes (type, payload) pairs or dicts of start() arguments, "
                     f"not {type(request).__name__}"
                 )
-            news.append((str(uuid.uuid4()), new))
+            news.append((names.new_run_id(), new))
         if not news:
             raise errors.InvalidArgument("start_many needs at least one run to start")
         return self.backend.create_runs(news)

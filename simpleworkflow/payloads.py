@@ -18,27 +18,35 @@ from simpleworkflow import errors
 DEFAULT_MAX_BYTES = 1024 * 1024
 
 
-def _converter(what: str) -> Callable[[Any], Any]:
-    """A ``json.dumps`` hook: dataclasses and pydantic models become plain JSON."""
+class _NotJSON(Exception):
+    """Raised by the encoder's hook for a value it cannot convert."""
 
-    def convert(value: Any) -> Any:
-        return _convert(value, what)
-
-    return convert
+    def __init__(self, value: Any) -> None:
+        self.value = value
 
 
-def _convert(value: Any, what: str) -> Any:
+def _to_json(value: Any) -> Any:
+    """The encoder's hook: dataclasses and pydantic models become plain JSON."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
     model_dump = getattr(value, "model_dump", None)
     if callable(model_dump) and not isinstance(value, type):
         return model_dump(mode="json")
+    raise _NotJSON(value)
+
+
+# One encoder for every call: json.dumps with options builds a new one each time, which
+# costs more than encoding a small payload.
+_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"), default=_to_json)
+
+
+def _not_json(value: Any, what: str) -> errors.InvalidPayload:
     hint = ""
     if isinstance(value, bytes | bytearray | memoryview):
         hint = "; encode bytes as text first (base64, or .decode() for text)"
     elif isinstance(value, set | frozenset):
         hint = "; use a list instead of a set"
-    raise errors.InvalidPayload(
+    return errors.InvalidPayload(
         f"{what} contains a {type(value).__name__}, which is not JSON{hint}"
     )
 
@@ -46,10 +54,10 @@ def _convert(value: Any, what: str) -> Any:
 def encode(value: Any, *, what: str = "payload", max_bytes: int = DEFAULT_MAX_BYTES) -> str:
     """Return ``value`` as compact JSON text, or raise a clear :class:`InvalidPayload`."""
     try:
-        text = json.dumps(value, default=_converter(what), allow_nan=False, separators=(",", ":"))
+        text = _ENCODER.encode(value)
+    except _NotJSON as exc:
+        raise _not_json(exc.value, what) from None
     except ValueError as exc:
-        if isinstance(exc, errors.InvalidPayload):
-            raise
         if "ircular" in str(exc):
             raise errors.InvalidPayload(f"{what} contains a reference cycle") from None
         where = _find(value, what, lambda v: isinstance(v, float) and not math.isfinite(v))

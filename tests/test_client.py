@@ -102,6 +102,30 @@ def test_start_returns_the_stored_pending_run(producer: Producer) -> None:
     assert producer.get(run.id) == run
 
 
+def test_started_runs_are_what_the_store_holds_with_every_option(producer: Producer) -> None:
+    # start and start_many build the returned run from the request and the few columns the
+    # store sends back; it must be the very row a later get() reads.
+    options: dict[str, Any] = {
+        "priority": -7,
+        "delay": 12.345678,
+        "max_attempts": 9,
+        "deadline": 3600.5,
+    }
+    payload = {"b": [1, 2.5, None, True], "a": {"nested": "é ✓"}}
+    one = producer.start(TYPE, payload, idempotency_key="one", **options)
+    many = producer.start_many(
+        [
+            {"type": TYPE, "payload": payload, "idempotency_key": "two", **options},
+            {"type": TYPE, "payload": [3], "run_at": datetime(2030, 1, 2, 3, 4, 5, 6789, UTC)},
+            (TYPE, None),
+        ]
+    )
+    for run in [one, *many]:
+        assert producer.get(run.id) == run
+    assert (one.priority, one.max_attempts, one.idempotency_key) == (-7, 9, "one")
+    assert one.deadline is not None and one.deadline > one.run_at > one.created_at
+
+
 def test_start_without_payload_stores_an_empty_object(producer: Producer) -> None:
     run = producer.start(TYPE)
     assert run.payload == {}

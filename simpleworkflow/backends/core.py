@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import abc
 import functools
+import json
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from simpleworkflow.backends.records import Op, RegistryEntry, Statement
+from simpleworkflow.backends.records import NewRun, Op, RegistryEntry, Statement
 from simpleworkflow.models import Event, Run, RunStatus
+
+#: What the schema gives a run started without ``max_attempts`` (``coalesce(..., 3)``).
+DEFAULT_MAX_ATTEMPTS = 3
 
 
 class StoreCore(abc.ABC):
@@ -73,6 +77,31 @@ class StoreCore(abc.ABC):
             parent_id=None if row.get("parent_id") is None else str(row["parent_id"]),
             deadline=opt_time(row.get("deadline")),
             code_version=row.get("code_version"),
+        )
+
+    def created_run(self, new: NewRun, row: Mapping[str, Any]) -> Run:
+        """The run just inserted for ``new``: the store sends back only the columns it
+        decided (id, times); the rest is what the client asked for and the defaults."""
+        created_at = self.decode_time(row["created_at"])
+        return Run(
+            id=str(row["id"]),
+            type=new.type,
+            payload=json.loads(new.payload),
+            status=RunStatus.PENDING,
+            priority=new.priority,
+            run_at=self.decode_time(row["run_at"]),
+            idempotency_key=new.idempotency_key,
+            attempt=0,
+            max_attempts=DEFAULT_MAX_ATTEMPTS if new.max_attempts is None else new.max_attempts,
+            leased_by=None,
+            lease_until=None,
+            last_error=None,
+            result=None,
+            created_at=created_at,
+            updated_at=self.decode_time(row["updated_at"]),
+            deleted_at=None,
+            parent_id=new.parent_id,
+            deadline=self.opt_time(row["deadline"]),
         )
 
     def event_from_row(self, row: Mapping[str, Any]) -> Event:

@@ -28,7 +28,7 @@ class RunOps(StoreCore):
             deadline_in=new.deadline_seconds,
         )
         if rows:
-            return self.run_from_row(rows[0]), True
+            return self.created_run(new, rows[0]), True
         return (yield from self._existing_by_key(new)), False
 
     def create_runs(self, news: list[tuple[str, NewRun]]) -> Op[list[Run]]:
@@ -36,7 +36,12 @@ class RunOps(StoreCore):
         in request order, the existing run for each key already taken."""
         items = [_item(run_id, new) for run_id, new in news]
         rows = yield self.stmt("create_runs", items=json.dumps(items))
-        by_id = {str(row["id"]): self.run_from_row(row) for row in rows}
+        stored = {str(row["id"]): row for row in rows}
+        by_id = {
+            run_id: self.created_run(new, stored[run_id])
+            for run_id, new in news
+            if run_id in stored
+        }
         missing = [new.idempotency_key for run_id, new in news if run_id not in by_id]
         by_key: dict[str | None, Run] = {}
         if missing:
@@ -132,16 +137,24 @@ class RunOps(StoreCore):
 
 
 def _item(run_id: str, new: NewRun) -> dict[str, object]:
-    return {
+    """One run of a ``create_runs`` batch; options left out are read as null."""
+    item: dict[str, object] = {
         "id": run_id,
         "type": new.type,
         "payload": new.payload,
-        "idempotency_key": new.idempotency_key,
         "priority": new.priority,
-        "run_at": None if new.run_at is None else new.run_at.isoformat(),
         "delay": new.delay_seconds,
-        "max_attempts": new.max_attempts,
-        "parent_id": new.parent_id,
-        "deadline": None if new.deadline is None else new.deadline.isoformat(),
-        "deadline_in": new.deadline_seconds,
     }
+    if new.idempotency_key is not None:
+        item["idempotency_key"] = new.idempotency_key
+    if new.run_at is not None:
+        item["run_at"] = new.run_at.isoformat()
+    if new.max_attempts is not None:
+        item["max_attempts"] = new.max_attempts
+    if new.parent_id is not None:
+        item["parent_id"] = new.parent_id
+    if new.deadline is not None:
+        item["deadline"] = new.deadline.isoformat()
+    if new.deadline_seconds is not None:
+        item["deadline_in"] = new.deadline_seconds
+    return item

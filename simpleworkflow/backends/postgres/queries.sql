@@ -20,7 +20,8 @@ insert into {schema}workflow_schema_version (version, name) values (%(version)s,
 select pg_advisory_xact_lock(hashtext(%(key)s))
 
 -- name: create_run
--- The created event is written by the insert trigger (migration 0003).
+-- The created event is written by the insert trigger (migration 0003). Only what the
+-- store decides is sent back; the client knows the rest of the row.
 insert into {schema}workflow_run
     (type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline)
 values (
@@ -31,7 +32,7 @@ values (
     coalesce(%(deadline)s::timestamptz, now() + make_interval(secs => %(deadline_in)s))
 )
 on conflict (idempotency_key) do nothing
-returning *
+returning id, run_at, deadline, created_at, updated_at
 
 -- name: create_runs
 -- Many runs in one statement; ids come from the client so rows can be matched to items.
@@ -46,7 +47,7 @@ from jsonb_to_recordset(%(items)s::jsonb)
          run_at timestamptz, delay float8, max_attempts integer, parent_id uuid,
          deadline timestamptz, deadline_in float8)
 on conflict (idempotency_key) do nothing
-returning *
+returning id, run_at, deadline, created_at, updated_at
 
 -- name: get_runs_by_keys
 select * from {schema}workflow_run where idempotency_key = any(%(keys)s::text[])

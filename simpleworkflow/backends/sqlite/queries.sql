@@ -17,7 +17,8 @@ select version from workflow_schema_version order by version
 insert into workflow_schema_version (version, name) values (:version, :name)
 
 -- name: create_run
--- The created event is written by the insert trigger (migration 0003).
+-- The created event is written by the insert trigger (migration 0003). Only what the
+-- store decides is sent back; the client knows the rest of the row.
 insert into workflow_run
     (type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline)
 values (
@@ -28,7 +29,7 @@ values (
     coalesce(:deadline, strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :deadline_in || ' seconds'))
 )
 on conflict (idempotency_key) do nothing
-returning *
+returning id, run_at, deadline, created_at, updated_at
 
 -- name: create_runs
 -- Many runs in one statement; ids come from the client so rows can be matched to items.
@@ -49,7 +50,7 @@ from json_each(:items) as i
 where true
 order by i.key
 on conflict (idempotency_key) do nothing
-returning *
+returning id, run_at, deadline, created_at, updated_at
 
 -- name: get_runs_by_keys
 select * from workflow_run where idempotency_key in (select value from json_each(:keys))
