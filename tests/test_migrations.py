@@ -377,11 +377,18 @@ def test_the_idempotency_key_is_unique_in_the_table(store: Store) -> None:
     assert store.count() == 3
 
 
-def test_deleting_a_run_deletes_its_events(store: Store) -> None:
+def test_deleting_runs_deletes_their_events_and_journal_only(store: Store) -> None:
     with store.client() as client:
-        run = client.start("a.b.v1")
-    store.sql("delete from workflow_run where id = ?", run.id)
-    assert store.count("workflow_event") == 0
+        gone, gone_too, kept = (client.start("a.b.v1") for _ in range(3))
+    for run in (gone, gone_too, kept):
+        store.sql(
+            "insert into workflow_step (run_id, step_name, position) values (?, 'charge', 0)",
+            run.id,
+        )
+    store.sql("delete from workflow_run where id in (?, ?)", gone.id, gone_too.id)
+    assert store.count("workflow_event") == 1  # kept's created event
+    assert store.count("workflow_step") == 1
+    assert str(store.sql("select run_id from workflow_step")[0][0]) == kept.id
 
 
 # -- clients and schema versions --------------------------------------------------------

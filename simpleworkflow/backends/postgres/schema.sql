@@ -53,7 +53,8 @@ create index idx_workflow_run_created
 
 create table {schema}workflow_event (
     id          bigint generated always as identity primary key,
-    workflow_id uuid not null references {schema}workflow_run (id) on delete cascade,
+    -- no foreign key: the run's delete trigger removes these rows (migration 0004)
+    workflow_id uuid not null,
     event_type  text not null,
     data        jsonb not null default '{}'::jsonb,
     created_at  timestamptz not null default now()
@@ -132,7 +133,8 @@ create index idx_workflow_run_parent
 
 -- One row per completed step (and per step still retrying, to count its attempts).
 create table {schema}workflow_step (
-    run_id       uuid not null references {schema}workflow_run (id) on delete cascade,
+    -- no foreign key: the run's delete trigger removes these rows (migration 0004)
+    run_id       uuid not null,
     step_name    text not null,
     kind         text not null default 'step',
     position     integer not null,
@@ -159,3 +161,19 @@ create table {schema}workflow_signal (
 create index idx_workflow_signal_pending
     on {schema}workflow_signal (run_id, event, id)
     where consumed_at is null;
+
+-- Audit and journal rows go with their run (in place of foreign keys, which would lock
+-- the run for every row inserted).
+create function {schema}workflow_run_delete_children() returns trigger
+language plpgsql as $$
+begin
+    delete from {schema_name}.workflow_event e using deleted_runs d where e.workflow_id = d.id;
+    delete from {schema_name}.workflow_step s using deleted_runs d where s.run_id = d.id;
+    return null;
+end
+$$;
+
+create trigger workflow_run_delete_children
+    after delete on {schema}workflow_run
+    referencing old table as deleted_runs
+    for each statement execute function {schema}workflow_run_delete_children();
