@@ -84,7 +84,7 @@ class StoreCore(abc.ABC):
         decided (id, times); the rest is what the client asked for and the defaults."""
         created_at = self.decode_time(row["created_at"])
         return Run(
-            id=str(row["id"]),
+            id=row["id"],  # text already
             type=new.type,
             payload=json.loads(new.payload),
             status=RunStatus.PENDING,

@@ -36,7 +36,7 @@ class RunOps(StoreCore):
         in request order, the existing run for each key already taken."""
         items = [_item(run_id, new) for run_id, new in news]
         rows = yield self.stmt("create_runs", items=json.dumps(items))
-        stored = {str(row["id"]): row for row in rows}
+        stored = {row["id"]: row for row in rows}
         by_id = {
             run_id: self.created_run(new, stored[run_id])
             for run_id, new in news

@@ -32,7 +32,7 @@ values (
     coalesce(%(deadline)s::timestamptz, now() + make_interval(secs => %(deadline_in)s))
 )
 on conflict (idempotency_key) do nothing
-returning id, run_at, deadline, created_at, updated_at
+returning id::text as id, run_at, deadline, created_at, updated_at
 
 -- name: create_runs
 -- Many runs in one statement; ids come from the client so rows can be matched to items.
@@ -47,7 +47,7 @@ from jsonb_to_recordset(%(items)s::jsonb)
          run_at timestamptz, delay float8, max_attempts integer, parent_id uuid,
          deadline timestamptz, deadline_in float8)
 on conflict (idempotency_key) do nothing
-returning id, run_at, deadline, created_at, updated_at
+returning id::text as id, run_at, deadline, created_at, updated_at
 
 -- name: get_runs_by_keys
 select * from {schema}workflow_run where idempotency_key = any(%(keys)s::text[])
