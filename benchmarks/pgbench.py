@@ -4,6 +4,10 @@ Two custom scripts, one statement per transaction, one client, prepared statemen
 single-row insert (what starting a run is at heart) and a single-row update by primary
 key (what claiming and completing one is). Every figure of the suite is also shown as a
 share of these, so that a result from a faster or slower disk still reads the same.
+
+A third script sends the very statement ``Client.start`` sends, into a migrated schema
+(with its indexes and the trigger that writes the ``created`` event): how fast the server
+takes one start, whatever the client.
 """
 
 from __future__ import annotations
@@ -17,6 +21,10 @@ from pathlib import Path
 
 import psycopg
 from tqdm import tqdm
+
+from benchmarks.stores import NOOP
+from simpleworkflow import Client
+from simpleworkflow.backends.records import NewRun
 
 _SETUP = [
     "drop schema if exists bench_pgbench cascade",
@@ -33,6 +41,7 @@ _SCRIPTS = {
     "update": "\\set id random(1, 100000)\n"
     "update bench_pgbench.updates set v = v + 1, at = now() where id = :id;\n",
 }
+_RUNS_SCHEMA = "bench_pgbench_runs"
 _TPS = re.compile(r"^tps = ([0-9.]+)", re.MULTILINE)
 
 
@@ -44,10 +53,13 @@ class Ceilings:
     update_tps: float | None
     pgbench: str | None
     seconds: float
+    #: pgbench sending simple-workflow's own start statement (trigger and all), which
+    #: tells the cost of the schema apart from the cost of the client.
+    start_tps: float | None = None
 
 
 def measure(url: str, pgbench: str | None, seconds: float) -> Ceilings:
-    """Run both scripts for ``seconds`` each against the server at ``url``."""
+    """Run the scripts for ``seconds`` each against the server at ``url``."""
     if pgbench is None:
         return Ceilings(None, None, None, seconds)
     with psycopg.connect(url, autocommit=True) as conn:
@@ -56,14 +68,28 @@ def measure(url: str, pgbench: str | None, seconds: float) -> Ceilings:
     version = subprocess.run(
         [pgbench, "--version"], capture_output=True, text=True, check=True
     ).stdout.strip()
+    scripts = dict(_SCRIPTS, start=_start_script(url))
     try:
         results = {
-            name: _run(pgbench, url, name, script, seconds) for name, script in _SCRIPTS.items()
+            name: _run(pgbench, url, name, script, seconds) for name, script in scripts.items()
         }
     finally:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(b"drop schema if exists bench_pgbench cascade")
-    return Ceilings(results["insert"], results["update"], version, seconds)
+            conn.execute(f"drop schema if exists {_RUNS_SCHEMA} cascade".encode())
+    return Ceilings(results["insert"], results["update"], version, seconds, results["start"])
+
+
+def _start_script(url: str) -> str:
+    """The statement ``Client.start(type, {})`` sends, with its parameters inlined."""
+    with Client(url, schema=_RUNS_SCHEMA) as client:
+        client.migrate()
+        statement = next(client.backend.create_run(NewRun(type=NOOP, payload="{}")))
+    with psycopg.connect(url) as conn:
+        text = psycopg.ClientCursor(conn).mogrify(statement.sql, statement.params)
+    # pgbench reads one statement per line: drop the comments, then join the lines.
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith("--")]
+    return " ".join(" ".join(lines).split()) + ";\n"
 
 
 def _run(pgbench: str, url: str, name: str, script: str, seconds: float) -> float:

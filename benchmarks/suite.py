@@ -67,6 +67,8 @@ def run(options: Options) -> dict[str, Any]:
         plans: dict[str, dict[str, str]] = {}
         for kind in options.stores:
             results[kind], plans[kind] = _one_store(kind, url, Path(tmp), options)
+        if ceilings is not None and ceilings.start_tps is not None and "postgres" in results:
+            results["postgres"]["pgbench_start"] = [ceilings.start_tps]
     return report.document(
         options=options,
         ceilings=ceilings,
