@@ -205,7 +205,7 @@ class IntentPoller:
         claim_more = True  # the last claim filled every free slot: there may be more
         pause = 0.2
         while not self._stopping:
-            free = self.concurrency - len(self._active)
+            free = self._free_slots()
             if free > 0 and (claim_more or self._woken):
                 self._woken = False
                 try:
@@ -225,6 +225,13 @@ class IntentPoller:
                 await asyncio.wait_for(self._signal.wait(), self.poll_interval)
             except TimeoutError:
                 self._woken = True
+
+    def _free_slots(self) -> int:
+        """Slots for new runs. A run whose handler has returned no longer holds one while
+        its outcome is written, so the next claim overlaps that write instead of waiting
+        for it; at most ``concurrency`` such writes are waited for at a time."""
+        running = sum(1 for active in self._active.values() if not active.finishing)
+        return min(self.concurrency - running, 2 * self.concurrency - len(self._active))
 
     def _claim_request(self, limit: int) -> Claim:
         definitions = [self.app.definitions[t] for t in self._types]
@@ -281,6 +288,8 @@ class IntentPoller:
             own = self._own(lease)
             if own is not None:
                 own.finishing = True
+                if self._signal is not None:  # a slot is free for the next claim
+                    self._signal.set()
             # Stopped from outside (cancelled, lease lost, shutdown): nothing to record.
             # A timeout stops the handler too, but its failure is the outcome.
             stopped = ctx.stop_reason not in (None, execution.TIMED_OUT)

@@ -13,6 +13,7 @@ import threading
 import time
 from typing import Any
 
+import psycopg
 import pytest
 from conftest import Store, poller_thread
 from worker_app import wait_until
@@ -270,6 +271,41 @@ def test_a_handler_past_its_timeout_fails_and_is_told_to_stop(
         assert "HandlerTimeout" in (run.last_error or "")
         assert "longer than its 0.3s timeout" in (run.last_error or "")
     assert lifecycle(client, sync_id)[-4:] == ["retried", "leased", "started", "failed"]
+
+
+def test_the_next_claim_does_not_wait_for_the_last_outcome_to_be_written(
+    store: Store, app: App, client: Client, ledger: Ledger
+) -> None:
+    """A returned handler frees its slot while its outcome is still being written."""
+    if store.kind != "postgres":
+        pytest.skip("holds a row lock from another connection, which SQLite does not have")
+    release_first = threading.Event()
+
+    @app.workflow("test.slot.v1")
+    def handler(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        ledger.note("start", ctx)
+        if payload["n"] == 1:
+            assert release_first.wait(15)
+        return payload
+
+    first = client.start("test.slot.v1", {"n": 1}).id
+    with working(app, concurrency=1):
+        wait_until(lambda: ledger.events(first) == ["start"], 15, lambda: "first never started")
+        with psycopg.connect(store.url) as blocker:
+            # The first run's outcome cannot be written while this lock is held.
+            blocker.execute(
+                f'select 1 from "{store.schema}".workflow_run where id = %s for update', (first,)
+            )
+            second = client.start("test.slot.v1", {"n": 2}).id
+            release_first.set()
+            wait_until(
+                lambda: ledger.events(second) == ["start"],
+                15,
+                lambda: "the second run waited for the first one's outcome to be written",
+            )
+            assert client.get(first).status is RunStatus.LEASED  # still being written
+        assert wait_terminal(client, first).status is RunStatus.SUCCEEDED
+        assert wait_terminal(client, second).status is RunStatus.SUCCEEDED
 
 
 # -- cancellation ------------------------------------------------------------------------
