@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from simpleworkflow import durations, errors, names, payloads
 from simpleworkflow.backends.records import JournalEntry, NewRun, StepRecord
-from simpleworkflow.durable import FOREVER, Durable
+from simpleworkflow.durable import FOREVER, Durable, StepJournal
 from simpleworkflow.models import Run
 from simpleworkflow.replay import answered, gave_up
 from simpleworkflow.retry import RetryPolicy
@@ -49,6 +49,7 @@ class Context:
         lease: Lease | None = None,
         backend: Backend | None = None,
         async_body: bool = True,
+        steps: StepJournal | None = None,
     ) -> None:
         self.run = run
         self.worker_id = worker_id
@@ -59,7 +60,7 @@ class Context:
         self._async_body = async_body
         self._loop = asyncio.get_running_loop()
         self._backend = backend
-        self._durable = Durable(lease, backend) if lease is not None and backend else None
+        self._durable = Durable(lease, backend, steps) if lease is not None and backend else None
 
     # -- identity --------------------------------------------------------------------
 

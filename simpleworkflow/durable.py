@@ -13,11 +13,13 @@ import asyncio
 import json
 import time
 import traceback
+from collections.abc import Hashable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from simpleworkflow import durations, errors, payloads
 from simpleworkflow.backends.records import JournalEntry, Lease, StepRecord, Suspension
+from simpleworkflow.groupcommit import GroupCommit
 from simpleworkflow.replay import Replay, answered
 from simpleworkflow.retry import DEFAULT_STEP_POLICY, RetryPolicy
 
@@ -28,12 +30,30 @@ if TYPE_CHECKING:
 FOREVER = datetime(9999, 1, 1, tzinfo=UTC)
 
 
+class StepJournal(GroupCommit[StepRecord]):
+    """Journal entries of the steps of every run on a worker, group-committed: under load
+    the steps of many runs share a statement and a commit."""
+
+    what = "the journal entry"
+
+    def __init__(self, backend: Backend) -> None:
+        super().__init__()
+        self._backend = backend
+
+    def key(self, item: StepRecord) -> Hashable:
+        return (item.run_id, item.name)
+
+    async def write(self, items: list[StepRecord]) -> set[Hashable]:
+        return set(await self._backend.execute_async(self._backend.record_steps(items)))
+
+
 class Durable:
     """Replay state and journal writes of one attempt of one run."""
 
-    def __init__(self, lease: Lease, backend: Backend) -> None:
+    def __init__(self, lease: Lease, backend: Backend, steps: StepJournal | None = None) -> None:
         self.lease = lease
         self.backend = backend
+        self._steps = steps  # the worker's group commit of journal entries, if any
         self.replay: Replay | None = None
         self._loading: asyncio.Future[Replay] | None = None
         self._started = time.monotonic()
@@ -164,7 +184,11 @@ class Durable:
             started_at=started_at,
             events=_default_events(name, kind, started_at) if events is None else events,
         )
-        if not await self.backend.execute_async(self.backend.record_step(record)):
+        if self._steps is not None:
+            recorded = await self._steps.record(record)
+        else:
+            recorded = await self.backend.execute_async(self.backend.record_step(record))
+        if not recorded:
             raise errors.LeaseLost(name)
         replay.remember(
             JournalEntry(name, kind, record.position, status, json.loads(text), attempts)

@@ -1,17 +1,15 @@
-"""Group commit: outcomes of many runs written in one transaction.
-
-Handlers that finish while a write is in flight queue up; the next write takes them all.
-Each caller learns whether its outcome counted (its lease was still held).
-"""
+"""The worker's outbox: outcomes of many runs group-committed, a batch per transaction."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 from simpleworkflow import errors
 from simpleworkflow.backends.base import Backend, Failure, Outcomes, Success, Suspension
+from simpleworkflow.groupcommit import GroupCommit
 
 _log = logging.getLogger("simpleworkflow.worker")
 
@@ -27,63 +25,20 @@ class Release:
 Item = Success | Failure | Release | Suspension
 
 
-class Outbox:
+class Outbox(GroupCommit[Item]):
+    """Outcomes are never given up on: a lost connection is retried until it passes."""
+
+    what = "the outcome"
+
     def __init__(self, backend: Backend, worker_id: str) -> None:
+        super().__init__()
         self._backend = backend
         self._worker_id = worker_id
-        self._queue: list[tuple[Item, asyncio.Future[bool]]] = []
-        self._ready = asyncio.Event()
-        self._idle = asyncio.Event()
-        self._idle.set()
 
-    async def record(self, item: Item) -> bool:
-        """Queue ``item`` and wait until it is committed; False if the lease was lost.
+    def key(self, item: Item) -> Hashable:
+        return item.run_id
 
-        Raises what the store raised if it refused this outcome (not a lost connection:
-        those are retried until they pass).
-        """
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._queue.append((item, future))
-        self._idle.clear()
-        self._ready.set()
-        return await future
-
-    async def drained(self) -> None:
-        """Return once everything queued so far has been written."""
-        await self._idle.wait()
-
-    async def run(self) -> None:
-        """The writer task: flush whatever is queued, one transaction per batch."""
-        while True:
-            await self._ready.wait()
-            self._ready.clear()
-            batch, self._queue = self._queue, []
-            if batch:
-                await self._flush(batch)
-            if not self._queue:
-                self._idle.set()
-
-    async def _flush(self, batch: list[tuple[Item, asyncio.Future[bool]]]) -> None:
-        try:
-            accepted = await self._write([item for item, _ in batch])
-        except Exception as exc:
-            # The store refused the batch for a reason retrying cannot cure. Write the
-            # outcomes one by one, so that one bad outcome fails alone; its caller gets the
-            # error, and its run, no longer heartbeated, is retried once its lease expires.
-            # Letting the error end this task would leave every later caller waiting.
-            if len(batch) > 1:
-                for entry in batch:
-                    await self._flush([entry])
-                return
-            _log.error("cannot record the outcome of run %s: %r", batch[0][0].run_id, exc)
-            if not batch[0][1].done():
-                batch[0][1].set_exception(exc)
-            return
-        for item, future in batch:
-            if not future.done():
-                future.set_result(item.run_id in accepted)
-
-    async def _write(self, items: list[Item]) -> set[str]:
+    async def write(self, items: list[Item]) -> set[Hashable]:
         outcomes = Outcomes(
             succeeded=[i for i in items if isinstance(i, Success)],
             failed=[i for i in items if isinstance(i, Failure)],
@@ -94,7 +49,7 @@ class Outbox:
         while True:
             try:
                 op = self._backend.finish(outcomes, self._worker_id)
-                return await self._backend.execute_async(op)
+                return set(await self._backend.execute_async(op))
             except errors.StoreUnavailable as exc:
                 # Outcomes are fenced by lease token, so writing them late is safe: a
                 # lease lost meanwhile just makes the write a no-op.

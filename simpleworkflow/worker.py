@@ -37,6 +37,7 @@ from simpleworkflow.backends.base import (
 )
 from simpleworkflow.client import auto_migrates, needs_migration
 from simpleworkflow.context import Context
+from simpleworkflow.durable import StepJournal
 from simpleworkflow.outbox import Outbox, Release
 
 _log = logging.getLogger("simpleworkflow.worker")
@@ -93,6 +94,7 @@ class IntentPoller:
             database_url or self.app.database_url, schema=schema or self.app.schema
         )
         self._active: dict[str, _Active] = {}
+        self._steps: StepJournal | None = None
         self._types: list[str] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._signal: asyncio.Event | None = None
@@ -165,8 +167,10 @@ class IntentPoller:
         await self._prepare_schema()
         await backend.execute_async(backend.register_types(self._types, RUNTIME))
         outbox = Outbox(backend, self.worker_id)
+        self._steps = StepJournal(backend)
         helpers = [
             asyncio.create_task(outbox.run(), name="outbox"),
+            asyncio.create_task(self._steps.run(), name="journal"),
             asyncio.create_task(self._heartbeats(), name="heartbeats"),
             asyncio.create_task(self._reaper(), name="reaper"),
             asyncio.create_task(backend.listen(self._on_message), name="listen"),
@@ -276,6 +280,7 @@ class IntentPoller:
             lease=lease,
             backend=self._backend,
             async_body=definition.is_async,
+            steps=self._steps,
         )
         task = asyncio.create_task(self._execute(lease, ctx, outbox), name=f"run-{lease.run.id}")
         self._active[lease.run.id] = _Active(lease, ctx, task)

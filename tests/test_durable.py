@@ -25,7 +25,7 @@ from worker_app import wait_until
 from simpleworkflow import Client, RunStatus, errors, replaycheck
 from simpleworkflow.app import App
 from simpleworkflow.backends import Backend
-from simpleworkflow.backends.records import Lease
+from simpleworkflow.backends.records import Claim, Lease, StepRecord
 from simpleworkflow.context import Context
 from simpleworkflow.durable import Durable
 from simpleworkflow.models import Run
@@ -175,6 +175,51 @@ def test_steps_in_a_loop_are_numbered_and_each_runs_once_across_resumes(
     names = ["add", "tick", "add#2", "tick#2", "add#3", "tick#3"]
     assert [s["name"] for s in journal(store, run_id)] == names
     assert lifecycle(client, run_id).count("resumed") == 3
+
+
+def test_steps_of_many_runs_are_journaled_together_each_fenced_by_its_lease(
+    store: Store, client: Client
+) -> None:
+    """The worker's group commit of journal entries: one batch, any runs, each checked."""
+    ids = [client.start("test.batch.v1", {"n": n}).id for n in range(3)]
+    backend: Backend = store.backend()
+    try:
+        claim = Claim(worker_id="w", types=("test.batch.v1",), limit=3, lease_seconds=30)
+        leases = {lease.run.id: lease for lease in backend.execute(backend.claim(claim))}
+        first, second, lost = (leases[run_id] for run_id in ids)
+
+        def record(lease: Lease, name: str, status: str = "completed", token: str = "") -> Any:
+            events = [{"type": "step_completed", "data": {"step": name}}]
+            return StepRecord(
+                lease.run.id, token or lease.token, name, "step", 0, json.dumps(name), 1,
+                status=status, events=events,
+            )  # fmt: skip
+
+        batch = [
+            record(first, "a"),
+            record(first, "b", status="retrying"),
+            record(second, "a"),
+            record(lost, "a", token="00000000-0000-4000-8000-000000000000"),
+        ]
+        assert backend.execute(backend.record_steps(batch)) == {
+            (first.run.id, "a"),
+            (first.run.id, "b"),
+            (second.run.id, "a"),
+        }
+        # A retrying entry is completed by a later batch; a completed one is never changed.
+        later = [record(first, "b"), record(second, "a", status="retrying")]
+        assert backend.execute(backend.record_steps(later)) == {(first.run.id, "b")}
+    finally:
+        backend.close()
+    assert [(s.step_name, s.status) for s in client.steps(ids[0])] == [
+        ("a", "completed"),
+        ("b", "completed"),
+    ]
+    assert [(s.step_name, s.status) for s in client.steps(ids[1])] == [("a", "completed")]
+    assert client.steps(ids[2]) == []
+    completed = [e.data["step"] for e in client.events(ids[0]) if e.event_type == "step_completed"]
+    assert completed == ["a", "b", "b"]
+    assert [e.event_type for e in client.events(ids[2])] == ["created", "leased", "started"]
 
 
 # -- parallel steps: gather and race -----------------------------------------------------

@@ -30,6 +30,36 @@ class JournalOps(StoreCore):
         rows = yield from self._record(step)
         return bool(rows)
 
+    def record_steps(self, steps: list[StepRecord]) -> Op[set[tuple[str, str]]]:
+        """Journal the steps of many runs in one transaction (group commit); return
+        ``(run id, step name)`` of those whose lease was held."""
+        if len(steps) == 1 or "record_steps" not in self.q:
+            if len(steps) > 1:
+                yield ATOMIC  # one commit for the batch
+            done = set()
+            for step in steps:
+                if (yield from self._record(step)):
+                    done.add((step.run_id, step.name))
+            return done
+        items = [
+            {
+                "n": n,
+                "run_id": step.run_id,
+                "token": step.token,
+                "name": step.name,
+                "kind": step.kind,
+                "position": step.position,
+                "status": step.status,
+                "output": step.output,
+                "attempts": step.attempts,
+                "started_at": None if step.started_at is None else step.started_at.isoformat(),
+                "events": step.events,
+            }
+            for n, step in enumerate(steps)
+        ]
+        rows = yield self.stmt("record_steps", items=json.dumps(items))
+        return {(row["run_id"], row["step_name"]) for row in rows}
+
     def _record(self, step: StepRecord) -> Op[list[dict[str, Any]]]:
         events = json.dumps(step.events)
         rows = yield self.stmt(

@@ -335,6 +335,40 @@ with lease as (
 )
 select run_id from saved
 
+-- name: record_steps
+-- Journal the steps of many runs at once (group commit), each fenced by its own lease.
+with items as (
+    select * from jsonb_to_recordset(%(items)s::jsonb)
+        as i(n integer, run_id uuid, token uuid, name text, kind text, position integer,
+             status text, output text, attempts integer, started_at timestamptz, events jsonb)
+), leased as (
+    select i.* from items i
+    join {schema}workflow_run r
+      on r.id = i.run_id and r.lease_token = i.token and r.status = 'leased'
+), saved as (
+    insert into {schema}workflow_step
+        (run_id, step_name, kind, position, status, output, attempts, started_at, completed_at)
+    select run_id, name, kind, position, status, output::jsonb, attempts,
+           coalesce(started_at, now()),
+           case when status = 'completed' then now() end
+    from leased
+    order by n
+    on conflict (run_id, step_name) do update
+    set status = excluded.status, output = excluded.output, attempts = excluded.attempts,
+        completed_at = excluded.completed_at
+    where {schema}workflow_step.status = 'retrying'
+    returning run_id, step_name
+), step_events as (
+    insert into {schema}workflow_event (workflow_id, event_type, data, created_at)
+    select s.run_id, e.value ->> 'type', e.value -> 'data',
+           coalesce((e.value ->> 'at')::timestamptz, now())
+    from saved s
+    join items i on i.run_id = s.run_id and i.name = s.step_name
+    cross join jsonb_array_elements(i.events) with ordinality as e(value, k)
+    order by i.n, e.k
+)
+select run_id::text as run_id, step_name from saved
+
 -- name: suspend_runs
 with outcomes as (
     select * from jsonb_to_recordset(%(items)s::jsonb)

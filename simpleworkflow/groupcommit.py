@@ -1,0 +1,89 @@
+"""Group commit: what many concurrent callers write goes to the store a batch at a time.
+
+Callers queue an item and wait; one writer task takes everything queued while the
+previous write was in flight and writes it in one transaction. Under load the batches
+grow by themselves, and a lone caller waits for no one. Each caller learns whether its
+item counted (a fenced write finds its lease gone and writes nothing).
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import logging
+from collections.abc import Hashable
+from typing import Generic, TypeVar
+
+from simpleworkflow import errors
+
+_log = logging.getLogger("simpleworkflow.worker")
+ItemT = TypeVar("ItemT")
+
+
+class GroupCommit(abc.ABC, Generic[ItemT]):
+    #: What an item is, for messages ("the outcome").
+    what = "the write"
+
+    def __init__(self) -> None:
+        self._queue: list[tuple[ItemT, asyncio.Future[bool]]] = []
+        self._ready = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @abc.abstractmethod
+    def key(self, item: ItemT) -> Hashable:
+        """What ``write`` reports back for an item it wrote."""
+
+    @abc.abstractmethod
+    async def write(self, items: list[ItemT]) -> set[Hashable]:
+        """Write ``items`` in one transaction; return the keys of those that counted."""
+
+    async def record(self, item: ItemT) -> bool:
+        """Queue ``item`` and wait until it is committed; False if it did not count.
+
+        Raises what the store raised if it refused this item, or could not be reached.
+        """
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._queue.append((item, future))
+        self._idle.clear()
+        self._ready.set()
+        return await future
+
+    async def drained(self) -> None:
+        """Return once everything queued so far has been written."""
+        await self._idle.wait()
+
+    async def run(self) -> None:
+        """The writer task: flush whatever is queued, one transaction per batch."""
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            batch, self._queue = self._queue, []
+            if batch:
+                await self._flush(batch)
+            if not self._queue:
+                self._idle.set()
+
+    async def _flush(self, batch: list[tuple[ItemT, asyncio.Future[bool]]]) -> None:
+        try:
+            accepted = await self.write([item for item, _ in batch])
+        except errors.StoreUnavailable as exc:
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        except Exception as exc:
+            # The store refused the batch for a reason retrying cannot cure. Write the
+            # items one by one, so that one bad item fails alone and its caller gets the
+            # error. Letting the error end this task would leave every later caller waiting.
+            if len(batch) > 1:
+                for entry in batch:
+                    await self._flush([entry])
+                return
+            _log.error("cannot record %s of %s: %r", self.what, self.key(batch[0][0]), exc)
+            if not batch[0][1].done():
+                batch[0][1].set_exception(exc)
+            return
+        for item, future in batch:
+            if not future.done():
+                future.set_result(self.key(item) in accepted)
