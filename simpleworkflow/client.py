@@ -120,8 +120,9 @@ class _Requests:
         return self.backend.create_runs(news)
 
     def _started_many(self, runs: builtins.list[Run]) -> builtins.list[Run]:
-        for wake in {_due(run) for run in runs}:
-            self.backend.notify_local("wake", wake)
+        # Runs of one batch mostly share their type and due time: one wake-up for each.
+        for type_name, due in {(run.type, run.run_at) for run in runs}:
+            self.backend.notify_local("wake", f"{type_name} {due.timestamp()}")
         return runs
 
     def _list_query(
