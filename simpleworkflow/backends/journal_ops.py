@@ -88,6 +88,24 @@ class JournalOps(StoreCore):
         Returns ``(True, payload)``, ``None`` when no signal matches, and ``(False, None)``
         when the lease was lost.
         """
+        if "consume_signal_journaled" in self.q:  # one statement does it all
+            rows = yield self.stmt(
+                "consume_signal_journaled",
+                run_id=step.run_id,
+                token=step.token,
+                name=step.name,
+                kind=step.kind,
+                position=step.position,
+                attempts=step.attempts,
+                started_at=step.started_at,
+                events=json.dumps(step.events),
+                event=event,
+                match=match,
+            )
+            if not rows:
+                return None
+            payload = self.decode_json(rows[0]["payload"])
+            return (True, payload) if rows[0]["saved"] else (False, None)
         yield ATOMIC  # the signal is consumed only if its step is journaled
         rows = yield self.stmt(
             "consume_signal",

@@ -440,20 +440,44 @@ where id = %(id)s
   and (waiting_for -> 'match' is null or %(payload)s::jsonb @> (waiting_for -> 'match'))
 returning id
 
--- name: consume_signal
-update {schema}workflow_signal s
-set consumed_at = now(), step_name = %(name)s
-from (
-    select s2.id from {schema}workflow_signal s2
-    where s2.run_id = %(run_id)s and s2.event = %(event)s and s2.consumed_at is null
-      and (%(match)s::jsonb is null or s2.payload @> %(match)s::jsonb)
-    order by s2.id
-    limit 1
-    for update
-) as c
-where s.id = c.id
-  and exists (
-      select 1 from {schema}workflow_run
-      where id = %(run_id)s and lease_token = %(token)s and status = 'leased'
-  )
-returning s.id, s.payload
+-- name: consume_signal_journaled
+-- Take the oldest matching signal and journal it as the wait's output: one statement, so
+-- a signal is consumed only together with its journal entry, in one round trip.
+with lease as (
+    select id from {schema}workflow_run
+    where id = %(run_id)s and lease_token = %(token)s and status = 'leased'
+), taken as (
+    update {schema}workflow_signal s
+    set consumed_at = now(), step_name = %(name)s
+    from (
+        select s2.id from {schema}workflow_signal s2
+        where s2.run_id = (select id from lease) and s2.event = %(event)s
+          and s2.consumed_at is null
+          and (%(match)s::jsonb is null or s2.payload @> %(match)s::jsonb)
+        order by s2.id
+        limit 1
+        for update
+    ) as c
+    where s.id = c.id
+    returning s.run_id, s.payload
+), saved as (
+    insert into {schema}workflow_step
+        (run_id, step_name, kind, position, status, output, attempts, started_at, completed_at)
+    select run_id, %(name)s, %(kind)s, %(position)s, 'completed',
+           jsonb_build_object('signal', payload), %(attempts)s,
+           coalesce(%(started_at)s::timestamptz, now()), now()
+    from taken
+    on conflict (run_id, step_name) do update
+    set status = excluded.status, output = excluded.output, attempts = excluded.attempts,
+        completed_at = excluded.completed_at
+    where {schema}workflow_step.status = 'retrying'
+    returning run_id
+), step_events as (
+    insert into {schema}workflow_event (workflow_id, event_type, data, created_at)
+    select s.run_id, e.value ->> 'type', e.value -> 'data',
+           coalesce((e.value ->> 'at')::timestamptz, now())
+    from saved s
+    cross join jsonb_array_elements(%(events)s::jsonb) with ordinality as e(value, n)
+    order by e.n
+)
+select t.payload, exists (select 1 from saved) as saved from taken t
