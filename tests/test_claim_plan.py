@@ -1,12 +1,17 @@
-"""The claim walks its partial index, however many runs wait (Postgres)."""
+"""The claim walks its partial index, however many runs wait; on SQLite no statement of
+a batch reads every run."""
 
 from __future__ import annotations
 
 import json
+import re
+import sqlite3
 
 import psycopg
 import pytest
 from conftest import Store
+
+from simpleworkflow import config
 
 TYPE = "bench.noop.v1"
 
@@ -40,3 +45,46 @@ def test_the_claim_reads_the_claim_index_not_every_pending_run(
     plan = "\n".join(row[0] for row in rows)
     assert "Index Scan using idx_workflow_run_claim" in plan, plan
     assert "Seq Scan on workflow_run" not in plan, plan
+
+
+# Statements a worker runs for every batch it claims and completes, with the follow-ups
+# SQLite runs after them. A full scan of workflow_run in any of them makes the drain as
+# slow as the backlog is long (the parent wake-up once read every pending run).
+SQLITE_BATCH_STATEMENTS = [
+    "claim",
+    "claim_then_1_events",
+    "claim_then_2_clear_waits",
+    "succeed_runs_then_1_events",
+    "succeed_runs_then_2_wake_parents",
+    "fail_runs",
+    "fail_runs_then_1_events",
+    "fail_runs_then_2_wake_parents",
+    "suspend_runs",
+    "suspend_runs_then_events",
+    "cancel_run_then_2_wake_parents",
+]
+
+
+@pytest.mark.parametrize("analyzed", [False, True])
+def test_no_sqlite_batch_statement_reads_every_run(store: Store, analyzed: bool) -> None:
+    if store.kind != "sqlite":
+        pytest.skip("a SQLite plan")
+    backend = store.backend()
+    with store.client() as client:
+        client.start_many([(TYPE, {}) for _ in range(2000)])
+    backend.close()
+    lite = sqlite3.connect(config.sqlite_path(store.url))
+    try:
+        if analyzed:
+            lite.execute("analyze")
+        names = [name for name in SQLITE_BATCH_STATEMENTS if name in backend.q]
+        assert names == SQLITE_BATCH_STATEMENTS, "a statement was renamed: update this list"
+        for name in names:
+            sql = backend.q[name]
+            params = {param: "[]" for param in re.findall(r"(?<!:):(\w+)", sql)}
+            rows = lite.execute("explain query plan " + sql, params).fetchall()
+            plan = [str(row[3]) for row in rows]
+            full_scans = [step for step in plan if re.fullmatch(r"SCAN (workflow_run|r|c)", step)]
+            assert not full_scans, f"{name} reads every run:\n" + "\n".join(plan)
+    finally:
+        lite.close()

@@ -99,11 +99,16 @@ select value, 'cancelled',
 from json_each(:ids)
 
 -- name: cancel_run_then_2_wake_parents
+-- Through parent_id, as succeed_runs_then_2_wake_parents; a parent cancelled with its
+-- children is no longer pending.
 update workflow_run
 set run_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
     updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
-where status = 'pending'
-  and json_extract(waiting_for, '$.child_id') in (select value from json_each(:ids))
+from (select c.id, c.parent_id from json_each(:ids) as i join workflow_run c on c.id = i.value)
+    as d
+where workflow_run.id = d.parent_id
+  and workflow_run.status = 'pending'
+  and json_extract(workflow_run.waiting_for, '$.child_id') = d.id
 
 -- name: delete_run
 update workflow_run
@@ -246,11 +251,16 @@ select r.id, 'succeeded', json_object('worker_id', r.leased_by, 'attempt', r.att
 from json_each(:ids) as i join workflow_run r on r.id = i.value
 
 -- name: succeed_runs_then_2_wake_parents
+-- A parent is found through its finished child's parent_id, by primary key, as on
+-- Postgres: matching waiting_for alone would read every pending run.
 update workflow_run
 set run_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
     updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
-where status = 'pending'
-  and json_extract(waiting_for, '$.child_id') in (select value from json_each(:ids))
+from (select c.id, c.parent_id from json_each(:ids) as i join workflow_run c on c.id = i.value)
+    as d
+where workflow_run.id = d.parent_id
+  and workflow_run.status = 'pending'
+  and json_extract(workflow_run.waiting_for, '$.child_id') = d.id
 
 -- name: fail_runs
 update workflow_run
@@ -286,14 +296,15 @@ join workflow_run r on r.id = json_extract(o.value, '$.id')
 where r.id in (select value from json_each(:ids))
 
 -- name: fail_runs_then_2_wake_parents
+-- Through parent_id, as succeed_runs_then_2_wake_parents.
 update workflow_run
 set run_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
     updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
-where status = 'pending'
-  and json_extract(waiting_for, '$.child_id') in (
-      select id from workflow_run
-      where status = 'failed' and id in (select value from json_each(:ids))
-  )
+from (select c.id, c.parent_id from json_each(:ids) as i join workflow_run c on c.id = i.value
+      where c.status = 'failed') as d
+where workflow_run.id = d.parent_id
+  and workflow_run.status = 'pending'
+  and json_extract(workflow_run.waiting_for, '$.child_id') = d.id
 
 -- name: release_runs
 update workflow_run
