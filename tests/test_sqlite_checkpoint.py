@@ -1,0 +1,55 @@
+"""SQLite: the write-ahead log reaches the database file without a commit waiting for it.
+
+A thread of the backend's own copies the WAL back (a checkpoint) after write
+transactions; SQLite's automatic checkpoint, inside a commit, is left for when the WAL
+has grown large. Reading the file with ``immutable=1`` ignores the WAL, so it shows only
+what has been checkpointed.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+
+import pytest
+from conftest import Store
+
+from simpleworkflow import config
+
+THREAD = "simpleworkflow-sqlite-checkpoint"
+
+
+def checkpointed_runs(path: str) -> int:
+    """Runs in the database file itself, not counting the WAL."""
+    try:
+        lite = sqlite3.connect(f"file:{path}?immutable=1", uri=True)
+        try:
+            return int(lite.execute("select count(*) from workflow_run").fetchone()[0])
+        finally:
+            lite.close()
+    except sqlite3.DatabaseError:  # read while a page was being copied: look again
+        return -1
+
+
+def test_a_few_writes_are_checkpointed_in_the_background(store: Store) -> None:
+    if store.kind != "sqlite":
+        pytest.skip("SQLite's write-ahead log")
+    path = config.sqlite_path(store.url)
+    with store.client() as client:
+        for _ in range(5):  # a few pages of WAL, far below any automatic checkpoint
+            client.start("test.checkpoint.v1", {})
+        deadline = time.monotonic() + 10
+        while checkpointed_runs(path) != 5 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert checkpointed_runs(path) == 5
+        assert any(t.name == THREAD for t in threading.enumerate())
+    assert not any(t.name == THREAD for t in threading.enumerate()), "close() left it running"
+
+
+def test_reads_alone_start_no_checkpoint_thread(store: Store) -> None:
+    if store.kind != "sqlite":
+        pytest.skip("SQLite's write-ahead log")
+    with store.client() as client:
+        client.list()
+        assert not any(t.name == THREAD for t in threading.enumerate())
