@@ -88,3 +88,24 @@ def test_no_sqlite_batch_statement_reads_every_run(store: Store, analyzed: bool)
             assert not full_scans, f"{name} reads every run:\n" + "\n".join(plan)
     finally:
         lite.close()
+
+
+@pytest.mark.parametrize("analyzed", [False, True])
+def test_the_sqlite_version_report_reads_only_versioned_runs(store: Store, analyzed: bool) -> None:
+    """unknown_versions holds the worker's one SQLite connection while it runs."""
+    if store.kind != "sqlite":
+        pytest.skip("a SQLite plan")
+    backend = store.backend()
+    with store.client() as client:
+        client.start_many([(TYPE, {}) for _ in range(2000)])
+    backend.close()
+    lite = sqlite3.connect(config.sqlite_path(store.url))
+    try:
+        if analyzed:
+            lite.execute("analyze")
+        params = {"types": json.dumps([TYPE]), "known": json.dumps([f"{TYPE}@1"])}
+        rows = lite.execute("explain query plan " + backend.q["unknown_versions"], params)
+        plan = [str(row[3]) for row in rows.fetchall()]
+    finally:
+        lite.close()
+    assert any("USING INDEX idx_workflow_run_versioned" in step for step in plan), plan

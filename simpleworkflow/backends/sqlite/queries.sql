@@ -196,6 +196,7 @@ update workflow_run set waiting_for = null
 where waiting_for is not null and id in (select value from json_each(:ids))
 
 -- name: unknown_versions
+-- Reads only idx_workflow_run_versioned (0004): never-claimed runs have no code version.
 select type, code_version, count(*) as runs
 from workflow_run
 where status = 'pending' and run_at <= strftime('%Y-%m-%d %H:%M:%f', 'now')

@@ -101,6 +101,10 @@ create index idx_workflow_signal_pending
     on workflow_signal (run_id, event, id)
     where consumed_at is null;
 
+create index idx_workflow_run_versioned
+    on workflow_run (type, code_version, run_at)
+    where status = 'pending' and deleted_at is null and code_version is not null;
+
 -- The created event comes from the insert itself, so that runs written with plain SQL
 -- have the same audit trail as runs started through a client.
 create trigger workflow_run_created
