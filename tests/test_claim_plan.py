@@ -47,18 +47,22 @@ def test_the_claim_reads_the_claim_index_not_every_pending_run(
     assert "Seq Scan on workflow_run" not in plan, plan
 
 
-# Statements a worker runs for every batch it claims and completes, with the follow-ups
-# SQLite runs after them. A full scan of workflow_run in any of them makes the drain as
-# slow as the backlog is long (the parent wake-up once read every pending run).
+# Statements a worker runs for the batches it claims, extends and completes, with the
+# follow-ups SQLite runs after them. Each must find its rows by index, not read through
+# workflow_run: the parent wake-up once read every pending run (the drain slowed with the
+# backlog), and succeed_runs every leased run against every outcome.
 SQLITE_BATCH_STATEMENTS = [
     "claim",
     "claim_then_1_events",
     "claim_then_2_clear_waits",
+    "heartbeat",
+    "succeed_runs",
     "succeed_runs_then_1_events",
     "succeed_runs_then_2_wake_parents",
     "fail_runs",
     "fail_runs_then_1_events",
     "fail_runs_then_2_wake_parents",
+    "release_runs",
     "suspend_runs",
     "suspend_runs_then_events",
     "cancel_run_then_2_wake_parents",
@@ -84,8 +88,8 @@ def test_no_sqlite_batch_statement_reads_every_run(store: Store, analyzed: bool)
             params = {param: "[]" for param in re.findall(r"(?<!:):(\w+)", sql)}
             rows = lite.execute("explain query plan " + sql, params).fetchall()
             plan = [str(row[3]) for row in rows]
-            full_scans = [step for step in plan if re.fullmatch(r"SCAN (workflow_run|r|c)", step)]
-            assert not full_scans, f"{name} reads every run:\n" + "\n".join(plan)
+            scans = [step for step in plan if re.match(r"SCAN (workflow_run|r|c)\b", step)]
+            assert not scans, f"{name} reads through workflow_run:\n" + "\n".join(plan)
     finally:
         lite.close()
 

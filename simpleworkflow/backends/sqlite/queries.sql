@@ -210,13 +210,14 @@ group by type, code_version
 update workflow_run
 set lease_until = strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :lease || ' seconds'),
     updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
-where status = 'leased'
-  and exists (
-      select 1 from json_each(:items) as l
-      where json_extract(l.value, '$.id') = workflow_run.id
-        and json_extract(l.value, '$.token') = workflow_run.lease_token
-  )
-returning id
+from (
+    select json_extract(value, '$.id') as id, json_extract(value, '$.token') as token
+    from json_each(:items)
+) as l
+where workflow_run.id = l.id
+  and workflow_run.lease_token = l.token
+  and workflow_run.status = 'leased'
+returning workflow_run.id
 
 -- name: heartbeat_then_events
 insert into workflow_event (workflow_id, event_type, data)
@@ -231,20 +232,23 @@ from json_each(:items) as l
 left join workflow_run r on r.id = json_extract(l.value, '$.id')
 
 -- name: succeed_runs
+-- Each outcome finds its run by primary key. (Matching every leased run against the whole
+-- batch cost leased runs x outcomes JSON lookups: ~7 ms for 100 of 100.)
 update workflow_run
 set status = 'succeeded',
-    result = (select json_extract(o.value, '$.result') from json_each(:items) as o
-              where json_extract(o.value, '$.id') = workflow_run.id),
+    result = o.result,
     lease_until = null,
     lease_token = null,
     updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
-where status = 'leased'
-  and exists (
-      select 1 from json_each(:items) as o
-      where json_extract(o.value, '$.id') = workflow_run.id
-        and json_extract(o.value, '$.token') = workflow_run.lease_token
-  )
-returning id
+from (
+    select json_extract(value, '$.id') as id, json_extract(value, '$.token') as token,
+           json_extract(value, '$.result') as result
+    from json_each(:items)
+) as o
+where workflow_run.id = o.id
+  and workflow_run.lease_token = o.token
+  and workflow_run.status = 'leased'
+returning workflow_run.id
 
 -- name: succeed_runs_then_1_events
 insert into workflow_event (workflow_id, event_type, data)
@@ -311,13 +315,14 @@ where workflow_run.id = d.parent_id
 update workflow_run
 set status = 'pending', leased_by = null, lease_until = null, lease_token = null,
     updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
-where status = 'leased'
-  and exists (
-      select 1 from json_each(:items) as o
-      where json_extract(o.value, '$.id') = workflow_run.id
-        and json_extract(o.value, '$.token') = workflow_run.lease_token
-  )
-returning id
+from (
+    select json_extract(value, '$.id') as id, json_extract(value, '$.token') as token
+    from json_each(:items)
+) as o
+where workflow_run.id = o.id
+  and workflow_run.lease_token = o.token
+  and workflow_run.status = 'leased'
+returning workflow_run.id
 
 -- name: release_runs_then_events
 insert into workflow_event (workflow_id, event_type, data)
