@@ -28,7 +28,11 @@ T = TypeVar("T")
 _PACKAGE = __name__
 _log = logging.getLogger(__name__)
 
-# At most one background checkpoint per this many seconds, after write transactions.
+# After a checkpoint of a WAL this small (pages; SQLite's own threshold), the next waits
+# CHECKPOINT_INTERVAL seconds, so that a trickle of writes is not synced one by one. A
+# larger WAL is checkpointed again as soon as there are new commits: under sustained
+# writes only a checkpointer that catches up lets the writer start the WAL over.
+SMALL_WAL_PAGES = 1_000
 CHECKPOINT_INTERVAL = 0.1
 # Pages in the WAL at which a commit checkpoints by itself after all, should the
 # background checkpoints fall behind (SQLite's default is 1,000; pages are 4 KiB).
@@ -241,10 +245,12 @@ class _Checkpointer:
                         conn = sqlite3.connect(
                             self._path, timeout=self._busy_timeout, isolation_level=None
                         )
-                    conn.execute("pragma wal_checkpoint(passive)").fetchall()
+                    row = conn.execute("pragma wal_checkpoint(passive)").fetchone()
+                    pages = int(row[1])
                 except sqlite3.Error as exc:  # the next commit's poke tries again
                     _log.debug("background checkpoint of %s failed: %s", self._path, exc)
-                if self._stop.wait(CHECKPOINT_INTERVAL):
+                    pages = 0
+                if pages < SMALL_WAL_PAGES and self._stop.wait(CHECKPOINT_INTERVAL):
                     return
         finally:
             if conn is not None:
