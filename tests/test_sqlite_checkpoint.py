@@ -1,4 +1,5 @@
-"""SQLite: the write-ahead log reaches the database file without a commit waiting for it.
+"""SQLite: the write-ahead log reaches the database file without a commit waiting for it,
+and the backend's connection keeps its temporary files in memory.
 
 A thread of the backend's own copies the WAL back (a checkpoint) after write
 transactions; SQLite's automatic checkpoint, inside a commit, is left for when the WAL
@@ -16,6 +17,7 @@ import pytest
 from conftest import Store
 
 from simpleworkflow import config
+from simpleworkflow.backends.base import Op, Rows, Statement
 
 THREAD = "simpleworkflow-sqlite-checkpoint"
 
@@ -53,3 +55,19 @@ def test_reads_alone_start_no_checkpoint_thread(store: Store) -> None:
     with store.client() as client:
         client.list()
         assert not any(t.name == THREAD for t in threading.enumerate())
+
+
+def test_statement_journals_stay_in_memory(store: Store) -> None:
+    """A batch's inserts change hundreds of pages; their undo copies must not go to disk."""
+    if store.kind != "sqlite":
+        pytest.skip("a SQLite setting")
+    backend = store.backend()
+    try:
+        rows = backend.execute(_pragma("temp_store"), readonly=True)
+    finally:
+        backend.close()
+    assert rows == [{"temp_store": 2}]  # 2 is MEMORY
+
+
+def _pragma(name: str) -> Op[Rows]:
+    return (yield Statement(f"pragma {name}"))

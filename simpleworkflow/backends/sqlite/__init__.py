@@ -78,6 +78,10 @@ class SQLiteBackend(base.Backend):
             # A checkpointer inherited through fork has no thread in this process.
             self._checkpointer = None
             conn.execute("pragma synchronous = normal")
+            # Statement journals in memory: a batch's event inserts change a few hundred
+            # pages, and past 64 KiB SQLite spilled their undo copies to a file in
+            # /var/tmp, in every claim and completion.
+            conn.execute("pragma temp_store = memory")
             conn.execute("pragma foreign_keys = on")
             conn.execute("pragma case_sensitive_like = on")
             # jsonb @> for signal matching, with the same meaning as on Postgres.
