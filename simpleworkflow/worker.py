@@ -43,6 +43,9 @@ from simpleworkflow.outbox import Outbox, Release
 _log = logging.getLogger("simpleworkflow.worker")
 RUNTIME = "python"
 STOP_WAIT = 1.0  # seconds a handler told to stop at shutdown has before its run is released
+# How often a worker on a store without cross-process notifications (SQLite) checks
+# whether another process wrote to it: a shared-memory read, so cheap to do this often.
+WATCH_INTERVAL = 0.005
 
 
 @dataclass
@@ -74,6 +77,7 @@ class IntentPoller:
         database_url: str | None = None,
         schema: str | None = None,
         poll_interval: durations.Duration = 1.0,
+        watch_interval: durations.Duration = WATCH_INTERVAL,
         shutdown_grace: durations.Duration = 30.0,
         heartbeat_events: bool = True,
         backend: Backend | None = None,
@@ -88,6 +92,7 @@ class IntentPoller:
             raise errors.InvalidArgument("concurrency must be a positive integer")
         self.concurrency = concurrency
         self.poll_interval = durations.to_seconds(poll_interval, what="poll_interval")
+        self.watch_interval = durations.to_seconds(watch_interval, what="watch_interval")
         self.shutdown_grace = durations.to_seconds(shutdown_grace, what="shutdown_grace")
         self.heartbeat_events = heartbeat_events
         self._backend = backend or open_backend(
@@ -178,6 +183,9 @@ class IntentPoller:
         ]
         if not backend.has_notifications:
             helpers.append(asyncio.create_task(self._watch_leases(), name="lease-watch"))
+            if self.watch_interval > 0:
+                watch = backend.watch_changes(self._on_change, self.watch_interval)
+                helpers.append(asyncio.create_task(watch, name="change-watch"))
         _log.info(
             "worker %s claiming %s on %s (concurrency %d)",
             self.worker_id,
@@ -387,6 +395,10 @@ class IntentPoller:
         except ValueError:
             delay = 0.0
         self._wake_in(delay)
+
+    def _on_change(self) -> None:
+        """Another connection wrote to the store (SQLite): there may be new work."""
+        self._wake_in(0.0)
 
     def _wake_in(self, delay: float) -> None:
         """Claim now, or when a run becomes due (a retry, a sleep, a delayed start)

@@ -202,7 +202,8 @@ def test_worker_drains_runs_then_stops_on_sigterm(
     run_cli(store, capsys, "registry", "set", REFUND, "--runtime", "python")
     run_cli(store, capsys, "registry", "pause", REFUND)
 
-    options = ["--poll-interval", "0.1", "--grace", "5s", "--worker-id", "cli-test-1"]
+    options = ["--poll-interval", "0.1", "--watch-interval", "10ms", "--grace", "5s"]
+    options += ["--worker-id", "cli-test-1"]
     worker = subprocess.Popen(
         [str(SCRIPT), "-d", store.url, "--schema", store.schema, "worker", "jobs:app", *options],
         cwd=tmp_path,

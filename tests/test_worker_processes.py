@@ -452,3 +452,16 @@ def test_idle_postgres_worker_wakes_for_a_run_inserted_with_plain_sql(
             wait_status(client, run_id, RunStatus.SUCCEEDED, timeout=5)
     finally:
         workers.close()
+
+
+def test_idle_worker_in_another_process_picks_up_a_new_run_long_before_its_next_poll(
+    store: Store, client: Client, workers: Workers, ledger: Ledger
+) -> None:
+    # Postgres wakes it with a notification; on SQLite it sees the file change.
+    poll = 30.0
+    idle = workers.start("w-idle", "alpha.%", poll=poll)
+    time.sleep(0.5)  # past its first claim: idle until woken or 30 s from now
+    for _ in range(3):
+        run_id = client.start("alpha.x.v1", {}).id
+        wait_status(client, run_id, RunStatus.SUCCEEDED, timeout=poll / 2)
+    assert len(ledger.entries("done")) == 3, idle.log()

@@ -104,6 +104,16 @@ class Backend(RunOps, WorkerOps, JournalOps):
         """
         await asyncio.Event().wait()
 
+    async def watch_changes(self, on_change: Callable[[], None], interval: float) -> None:
+        """Call ``on_change()`` soon after another connection commits, checking every
+        ``interval`` seconds, until cancelled.
+
+        For stores whose :meth:`listen` does not hear other processes' writes (SQLite):
+        a cheap check, so that an idle worker need not wait for its next poll. Stores with
+        notifications never call it.
+        """
+        await asyncio.Event().wait()
+
     def notify_local(self, kind: str, value: str) -> None:
         """Wake this process's listeners after a commit (for stores without triggers)."""
 

@@ -80,6 +80,12 @@ def _add_poller_options(parser: argparse.ArgumentParser) -> None:
         help="look for due runs at least this often when idle (default: 1s)",
     )
     parser.add_argument(
+        "--watch-interval",
+        metavar="DURATION",
+        help="SQLite: check this often whether another process wrote to the file, "
+        "0 to rely on the poll alone (default: 5ms)",
+    )
+    parser.add_argument(
         "--grace",
         dest="shutdown_grace",
         metavar="DURATION",
@@ -100,6 +106,7 @@ POLLER_OPTIONS = (
     "lease_duration",
     "worker_id",
     "poll_interval",
+    "watch_interval",
     "shutdown_grace",
     "heartbeat_events",
 )
@@ -107,6 +114,7 @@ POLLER_OPTIONS = (
 DURATION_FLAGS = {
     "lease_duration": "--lease",
     "poll_interval": "--poll-interval",
+    "watch_interval": "--watch-interval",
     "shutdown_grace": "--grace",
 }
 

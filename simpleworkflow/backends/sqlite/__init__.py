@@ -134,6 +134,46 @@ class SQLiteBackend(base.Backend):
         finally:
             wakeups.unsubscribe(self._key, deliver)
 
+    async def watch_changes(self, on_change: Callable[[], None], interval: float) -> None:
+        """Call ``on_change()`` when another connection has committed to the file.
+
+        ``PRAGMA data_version`` on a connection of its own changes whenever any other
+        connection, in this process or another, commits a change to the database. In WAL
+        mode reading it when nothing changed looks at the shared-memory index only (two
+        lock calls, no read of the file; after a change, one page from the OS's cache),
+        so it is cheap enough to check every few milliseconds on the event loop. This
+        process's own writes come from another connection and count as changes too: the
+        worker then looks once for work and finds none, which is cheap.
+        """
+        if self.path == ":memory:":  # private to its connection: no one else writes it
+            await asyncio.Event().wait()
+            return
+        conn = await asyncio.to_thread(self._watch_connection)
+        try:
+            last = _data_version(conn)
+            while True:
+                await asyncio.sleep(interval)
+                version = _data_version(conn)
+                if version != last:
+                    last = version
+                    on_change()
+        finally:
+            conn.close()
+
+    def _watch_connection(self) -> sqlite3.Connection:
+        try:
+            # No busy timeout: the check must never block the event loop. A check that
+            # finds the file busy counts as a change (see _data_version).
+            conn = sqlite3.connect(
+                self.path, timeout=0, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as exc:
+            raise errors.StoreUnavailable(
+                f"cannot open SQLite database {self.path!r}: {exc}"
+            ) from exc
+        _data_version(conn)  # opens the file now, off the event loop
+        return conn
+
     def notify_local(self, kind: str, value: str) -> None:
         wakeups.publish(self._key, kind, value)
 
@@ -280,6 +320,15 @@ def _enable_wal(conn: sqlite3.Connection, path: str, timeout: float) -> bool:
                     f"cannot open SQLite database {path!r}: {exc}; retry"
                 ) from exc
             time.sleep(0.01)
+
+
+def _data_version(conn: sqlite3.Connection) -> int:
+    """The connection's ``data_version``; -1 (a change) when the file is busy."""
+    try:
+        row = conn.execute("pragma data_version").fetchone()
+    except sqlite3.OperationalError:
+        return -1
+    return int(row[0])
 
 
 def _encode(value: Any) -> Any:
