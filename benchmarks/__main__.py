@@ -30,7 +30,7 @@ def parse(argv: list[str]) -> tuple[suite.Options, Path, Path | None]:
     parser.add_argument("--items", type=int, help="runs per throughput case (5000; quick 1000)")
     parser.add_argument("--repeat", type=int, help="runs of each case; the median is reported")
     parser.add_argument("--backlogs", help="backlog sizes, comma-separated")
-    parser.add_argument("--samples", type=int, help="latency samples (SQLite takes at most 20)")
+    parser.add_argument("--samples", type=int, help="latency samples per repeat")
     parser.add_argument(
         "--concurrency", type=int, default=100, help="handler slots per worker process (100)"
     )

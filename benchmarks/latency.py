@@ -3,8 +3,9 @@
 One worker process, idle between samples. Handlers stamp ``time.time()`` into their
 result; the sample is that stamp minus the producer's clock just before its call (same
 machine, same clock). On Postgres the worker is woken by ``LISTEN/NOTIFY``; SQLite has no
-notifications across processes, so there the worker finds new work on its next poll
-(``poll_interval``, 1 s by default) and fewer samples are taken.
+notifications across processes, so there the worker notices the producer's commit by
+checking the file's ``data_version`` every ``watch_interval`` (5 ms by default). The
+random pause between samples lands each one at a random point of that cycle.
 """
 
 from __future__ import annotations
@@ -22,33 +23,21 @@ from benchmarks.stores import BenchStore
 from benchmarks.workers import WorkerPool
 
 SETTLE = 1.0  # seconds for a released worker to reach its idle wait
-SQLITE_SAMPLES = 20
-POLL_INTERVAL = 1.0  # the worker's default, which the benchmark keeps
 
 
-def samples_for(store: BenchStore, samples: int) -> int:
-    return samples if store.kind == "postgres" else min(samples, SQLITE_SAMPLES)
-
-
-def _pause(store: BenchStore) -> None:
-    """Let the worker go idle again before the next sample.
-
-    On SQLite the pause also lands the sample at a random point of the worker's poll
-    cycle; a fixed pause would always hit the same point of it.
-    """
-    extra = random.uniform(0, POLL_INTERVAL) if store.kind == "sqlite" else 0.0
-    time.sleep(random.uniform(0.02, 0.06) + extra)
+def _pause() -> None:
+    """Let the worker go idle again before the next sample."""
+    time.sleep(random.uniform(0.02, 0.06))
 
 
 def idle_pickup(store: BenchStore, samples: int, concurrency: int) -> dict[str, float]:
     """Insert to handler start with the worker idle before each insert."""
-    count = samples_for(store, samples)
     latencies = []
     with WorkerPool(store, 1, concurrency) as pool, store.client() as client:
         pool.go()
         time.sleep(SETTLE)
-        for _ in tqdm(range(count), desc="idle pick-up", leave=False, disable=None):
-            _pause(store)
+        for _ in tqdm(range(samples), desc="idle pick-up", leave=False, disable=None):
+            _pause()
             began = time.time()
             run = client.start(stores.LATENCY, {})
             result = _result(client, run.id, pool)
@@ -58,14 +47,13 @@ def idle_pickup(store: BenchStore, samples: int, concurrency: int) -> dict[str, 
 
 def signal_resume(store: BenchStore, samples: int, concurrency: int) -> dict[str, float]:
     """``Client.signal`` to the body continuing after its ``wait_for_event``."""
-    count = samples_for(store, samples)
     latencies = []
     with WorkerPool(store, 1, concurrency) as pool, store.client() as client:
-        runs = client.start_many([(stores.SIGNAL, {})] * count)
+        runs = client.start_many([(stores.SIGNAL, {})] * samples)
         pool.go()
-        _wait_until(lambda: store.scalar("waiting", type=stores.SIGNAL) == count, pool)
+        _wait_until(lambda: store.scalar("waiting", type=stores.SIGNAL) == samples, pool)
         for run in tqdm(runs, desc="signal to resume", leave=False, disable=None):
-            _pause(store)
+            _pause()
             began = time.time()
             client.signal(run.id, "go", {})
             result = _result(client, run.id, pool)
