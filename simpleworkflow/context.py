@@ -364,6 +364,13 @@ class Context:
             child = await backend.execute_async(backend.get_run(child_id), readonly=True)
             if child is None:
                 raise errors.RunNotFound(child_id)
+            if child.parent_id != self.run.id:
+                # Only a run's own children wake it when they finish: waiting for any
+                # other run would never end.
+                raise errors.InvalidArgument(
+                    f"run {child_id} is not a child of this run; wait_child waits only for "
+                    "runs started with ctx.start_child in this workflow"
+                )
             if not child.is_terminal:
                 raise durable.suspend(
                     errors.Suspend(

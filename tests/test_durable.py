@@ -715,6 +715,19 @@ def test_a_signal_to_an_unknown_or_finished_run_is_refused(app: App, client: Cli
 # -- children ----------------------------------------------------------------------------
 
 
+def test_waiting_for_a_run_that_is_not_a_child_is_refused(app: App, client: Client) -> None:
+    @app.workflow("test.durable.stranger.v1")
+    async def body(payload: Any, ctx: Context) -> Any:
+        return await ctx.wait_child(payload["other"])
+
+    other = client.start("test.durable.unclaimed.v1").id  # no handler: stays pending
+    run_id = client.start("test.durable.stranger.v1", {"other": other}, max_attempts=1).id
+    with working(app):
+        run = wait_terminal(client, run_id)
+    assert run.status is RunStatus.FAILED
+    assert "is not a child of this run" in (run.last_error or "")
+
+
 def test_a_parent_waits_for_its_childs_result(store: Store, app: App, client: Client) -> None:
     @app.workflow("test.durable.child.v1")
     async def child(payload: Any, ctx: Context) -> Any:
