@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 import uuid
 
 from simpleworkflow import errors
@@ -105,13 +106,15 @@ def validate_event(event: object) -> str:
 
 
 def new_run_id() -> str:
-    """A random (version 4) UUID in its text form, for ids the client picks itself.
+    """A new run id: a time-ordered UUID (version 7, RFC 9562) in its text form.
 
-    Twice as fast as ``str(uuid.uuid4())``, which matters when starting runs by the
-    thousand.
+    Ids that grow with time land at the right edge of every index keyed by them (the
+    primary key, the audit trail's ``(workflow_id, id)``), so a table of millions of runs
+    takes new ones without reading and writing pages all over its indexes. The first 48
+    bits are the Unix time in milliseconds, the last 74 random.
     """
-    raw = bytearray(os.urandom(16))
-    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
-    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
+    raw = bytearray((time.time_ns() // 1_000_000).to_bytes(6, "big") + os.urandom(10))
+    raw[6] = (raw[6] & 0x0F) | 0x70  # version 7
+    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 9562 variant
     h = raw.hex()
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"

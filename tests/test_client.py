@@ -126,6 +126,18 @@ def test_started_runs_are_what_the_store_holds_with_every_option(producer: Produ
     assert one.deadline is not None and one.deadline > one.run_at > one.created_at
 
 
+def test_run_ids_grow_with_time(producer: Producer) -> None:
+    # Time-ordered ids keep the indexes keyed by run id appending at one end.
+    ids = []
+    for _ in range(3):  # ids of one millisecond are in random order, so space the calls
+        ids.append(producer.start(TYPE).id)
+        time.sleep(0.002)
+        ids.append(producer.start_many([(TYPE, {})])[0].id)
+        time.sleep(0.002)
+    assert all(uuid.UUID(run_id).version == 7 for run_id in ids)
+    assert ids == sorted(ids)
+
+
 def test_start_without_payload_stores_an_empty_object(producer: Producer) -> None:
     run = producer.start(TYPE)
     assert run.payload == {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from simpleworkflow import errors
+from simpleworkflow import errors, names
 from simpleworkflow.backends.core import StoreCore
 from simpleworkflow.backends.records import ATOMIC, NewRun, Op, RunQuery, SignalSent
 from simpleworkflow.models import Event, Run
@@ -16,6 +16,7 @@ class RunOps(StoreCore):
         run that holds the key and write nothing."""
         rows = yield self.stmt(
             "create_run",
+            id=names.new_run_id(),
             type=new.type,
             payload=new.payload,
             idempotency_key=new.idempotency_key,

@@ -21,11 +21,12 @@ select pg_advisory_xact_lock(hashtext(%(key)s))
 
 -- name: create_run
 -- The created event is written by the insert trigger (migration 0003). Only what the
--- store decides is sent back; the client knows the rest of the row.
+-- store decides is sent back; the client knows the rest of the row. The client picks
+-- the id (time-ordered, see names.new_run_id); plain SQL inserts get the column default.
 insert into {schema}workflow_run
-    (type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline)
+    (id, type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline)
 values (
-    %(type)s, %(payload)s::jsonb, %(idempotency_key)s, %(priority)s,
+    %(id)s::uuid, %(type)s, %(payload)s::jsonb, %(idempotency_key)s, %(priority)s,
     coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s)),
     coalesce(%(max_attempts)s, 3),
     %(parent_id)s::uuid,

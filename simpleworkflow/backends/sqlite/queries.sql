@@ -18,11 +18,12 @@ insert into workflow_schema_version (version, name) values (:version, :name)
 
 -- name: create_run
 -- The created event is written by the insert trigger (migration 0003). Only what the
--- store decides is sent back; the client knows the rest of the row.
+-- store decides is sent back; the client knows the rest of the row. The client picks
+-- the id (time-ordered, see names.new_run_id); plain SQL inserts get the column default.
 insert into workflow_run
-    (type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline)
+    (id, type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline)
 values (
-    :type, :payload, :idempotency_key, :priority,
+    :id, :type, :payload, :idempotency_key, :priority,
     coalesce(:run_at, strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :delay || ' seconds')),
     coalesce(:max_attempts, 3),
     :parent_id,
