@@ -121,8 +121,8 @@ class _Requests:
 
     def _started_many(self, runs: builtins.list[Run]) -> builtins.list[Run]:
         # Runs of one batch mostly share their type and due time: one wake-up for each.
-        for type_name, due in {(run.type, run.run_at) for run in runs}:
-            self.backend.notify_local("wake", f"{type_name} {due.timestamp()}")
+        for wake in {(run.type, run.run_at, run.created_at) for run in runs}:
+            self.backend.notify_local("wake", _wake(*wake))
         return runs
 
     def _list_query(
@@ -459,7 +459,13 @@ def needs_migration(backend: Backend, version: int | None, *, auto_migrate: bool
 
 def _due(run: Run) -> str:
     """A wake-up message for in-process workers: the run's type and when it is due."""
-    return f"{run.type} {run.run_at.timestamp()}"
+    return _wake(run.type, run.run_at, run.created_at)
+
+
+def _wake(type_name: str, run_at: datetime, created_at: datetime) -> str:
+    """``<type>`` for a run due at once, ``<type> <due epoch>`` for one due later: a due
+    time is on the database's clock, which the worker's need not match."""
+    return f"{type_name} {run_at.timestamp()}" if run_at > created_at else type_name
 
 
 def _check_int(what: str, value: object, low: int, high: int) -> int:

@@ -10,6 +10,8 @@ import asyncio
 import time
 from typing import Any
 
+import psycopg
+import pytest
 from conftest import Store
 
 from simpleworkflow import App, RetryPolicy, RunStatus
@@ -95,3 +97,22 @@ def test_a_delayed_start_runs_when_due_not_at_the_next_poll(store: Store) -> Non
 
     took = asyncio.run(scenario())
     assert 1.0 < took < 10, took  # never before it is due
+
+
+def test_wake_ups_name_a_due_time_only_for_runs_due_later(store: Store) -> None:
+    """A worker never compares its clock with the database's for work that is due now."""
+    if store.kind != "postgres":
+        pytest.skip("SQLite has no notifications; its workers watch the file instead")
+
+    with psycopg.connect(store.url, autocommit=True) as listener:
+        listener.execute("listen simpleworkflow")
+        with store.client() as client:
+            client.start("test.wake.now.v1")
+            client.start("test.wake.later.v1", delay=3600)
+            client.start_many([("test.wake.many.v1", {})])
+        payloads = [note.payload for note in listener.notifies(timeout=2, stop_after=3)]
+    assert payloads[0] == f"wake {store.schema} test.wake.now.v1"
+    kind, schema, type_name, due = payloads[1].split(" ")
+    assert (kind, schema, type_name) == ("wake", store.schema, "test.wake.later.v1")
+    assert 3590 < float(due) - time.time() < 3610
+    assert payloads[2] == f"wake {store.schema} test.wake.many.v1"

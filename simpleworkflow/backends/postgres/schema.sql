@@ -2,8 +2,22 @@
 -- database from 0001 gives exactly this.
 create schema if not exists {schema_name};
 
+-- A UUID version 7 (RFC 9562): 48 bits of Unix milliseconds, then random bits.
+create function {schema}workflow_uuid_v7() returns uuid
+language sql volatile parallel safe as $$
+    select encode(
+        set_bit(set_bit(
+            overlay(uuid_send(gen_random_uuid())
+                    placing substring(int8send((extract(epoch from clock_timestamp()) * 1000)::bigint)
+                                      from 3)
+                    from 1 for 6),
+            52, 1), 53, 1),
+        'hex')::uuid
+$$;
+
 create table {schema}workflow_run (
-    id              uuid primary key default gen_random_uuid(),
+    -- time-ordered ids (migration 0005): new runs append to the indexes keyed by id
+    id              uuid primary key default {schema}workflow_uuid_v7(),
     type            text not null,
     payload         jsonb not null default '{}'::jsonb,
     status          text not null default 'pending'
@@ -79,8 +93,9 @@ create index idx_workflow_run_lease_expiry
     where status = 'leased';
 
 -- Wake-ups for idle workers, for rows written by any client in any language:
--- channel 'simpleworkflow', payload 'wake <schema> <type> <due, epoch seconds>' or
--- 'cancel <schema> <run id>'.
+-- channel 'simpleworkflow', payload 'wake <schema> <type>' for runs due now,
+-- 'wake <schema> <type> <due, epoch seconds>' for runs due later (a worker's clock is
+-- never compared with the database's for work that is due), or 'cancel <schema> <run id>'.
 -- The created event comes from the insert itself, so that runs written with plain SQL
 -- by any producer have the same audit trail as runs started through a client.
 create function {schema}workflow_run_notify_insert() returns trigger
@@ -90,9 +105,11 @@ begin
     select id, 'created', jsonb_build_object('type', type, 'priority', priority, 'run_at', run_at)
     from inserted_runs
     order by created_at, id;
-    -- one wake-up per type, saying when its earliest new run is due
+    -- one wake-up per type, saying when its earliest new run is due if that is later
     perform pg_notify('simpleworkflow', 'wake ' || tg_table_schema || ' ' || t.type
-                                        || ' ' || extract(epoch from t.due))
+                                        || case when t.due > now()
+                                                then ' ' || extract(epoch from t.due)
+                                                else '' end)
     from (select type, min(run_at) as due from inserted_runs
           where status = 'pending' group by type) as t;
     return null;
@@ -111,7 +128,9 @@ begin
         perform pg_notify('simpleworkflow', 'cancel ' || tg_table_schema || ' ' || new.id);
     else
         perform pg_notify('simpleworkflow', 'wake ' || tg_table_schema || ' ' || new.type
-                                            || ' ' || extract(epoch from new.run_at));
+                                            || case when new.run_at > now()
+                                                    then ' ' || extract(epoch from new.run_at)
+                                                    else '' end);
     end if;
     return null;
 end
