@@ -42,6 +42,7 @@ _SCRIPTS = {
     "update bench_pgbench.updates set v = v + 1, at = now() where id = :id;\n",
 }
 _RUNS_SCHEMA = "bench_pgbench_runs"
+_ID_STAND_IN = "00000000-0000-7000-8000-000000000000"
 _TPS = re.compile(r"^tps = ([0-9.]+)", re.MULTILINE)
 
 
@@ -81,12 +82,20 @@ def measure(url: str, pgbench: str | None, seconds: float) -> Ceilings:
 
 
 def _start_script(url: str) -> str:
-    """The statement ``Client.start(type, {})`` sends, with its parameters inlined."""
+    """The statement ``Client.start(type, {})`` sends, with its parameters inlined.
+
+    The client sends a new time-ordered id each time; in a script repeated as it is, the
+    schema's own generator of such ids stands in for it.
+    """
     with Client(url, schema=_RUNS_SCHEMA) as client:
         client.migrate()
         statement = next(client.backend.create_run(NewRun(type=NOOP, payload="{}")))
+    params = dict(statement.params, id=_ID_STAND_IN)
     with psycopg.connect(url) as conn:
-        text = psycopg.ClientCursor(conn).mogrify(statement.sql, statement.params)
+        text = psycopg.ClientCursor(conn).mogrify(statement.sql, params)
+    literal = f"'{_ID_STAND_IN}'::uuid"
+    assert literal in text, text
+    text = text.replace(literal, f"{_RUNS_SCHEMA}.workflow_uuid_v7()")
     # pgbench reads one statement per line: drop the comments, then join the lines.
     lines = [line for line in text.splitlines() if not line.lstrip().startswith("--")]
     return " ".join(" ".join(lines).split()) + ";\n"
