@@ -11,6 +11,7 @@ import asyncio
 import base64
 import binascii
 import builtins
+import itertools
 import json
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -100,7 +101,15 @@ class _Requests:
         return new
 
     def _many_op(self, requests: Iterable[StartRequest]) -> Op[builtins.list[Run]]:
-        news = []
+        news = self._checked(requests)
+        first = next(news, None)
+        if first is None:
+            raise errors.InvalidArgument("start_many needs at least one run to start")
+        # The rest are checked as the store takes them: a bad one rolls back the batch.
+        return self.backend.create_runs(itertools.chain([first], news))
+
+    def _checked(self, requests: Iterable[StartRequest]) -> Iterator[tuple[str, NewRun]]:
+        """``(new run id, checked request)`` for each of ``start_many``'s requests."""
         for request in requests:
             if isinstance(request, tuple):
                 type_name, payload = request
@@ -114,10 +123,7 @@ class _Requests:
                     "start_many takes (type, payload) pairs or dicts of start() arguments, "
                     f"not {type(request).__name__}"
                 )
-            news.append((names.new_run_id(), new))
-        if not news:
-            raise errors.InvalidArgument("start_many needs at least one run to start")
-        return self.backend.create_runs(news)
+            yield names.new_run_id(), new
 
     def _started_many(self, runs: builtins.list[Run]) -> builtins.list[Run]:
         # Runs of one batch mostly share their type and due time: one wake-up for each.

@@ -665,7 +665,31 @@ def test_start_many_refuses_a_bad_request_and_stores_nothing(
         producer.start_many([])
     with pytest.raises(errors.InvalidArgument):
         producer.start_many(["content.thumbnail.v1"])
+    # A large batch is written in chunks, checked as they go: a bad request far down
+    # rolls back the chunks already written.
+    batch: list[Any] = [(TYPE, {"n": n}) for n in range(1000)]
+    batch[900] = (TYPE, {"bad": float("nan")})
+    with pytest.raises(errors.InvalidPayload, match=r"payload\['bad'\] is NaN"):
+        producer.start_many(batch)
     assert store.count() == 0
+    assert store.count("workflow_event") == 0
+    assert len(producer.start_many(batch[:300])) == 300  # the connection is fine after it
+
+
+def test_a_large_start_many_keeps_order_and_idempotency_across_chunks(
+    store: Store, producer: Producer
+) -> None:
+    taken = producer.start(TYPE, {"n": -1}, idempotency_key="k-700")
+    batch: list[Any] = [
+        {"type": TYPE, "payload": {"n": n}, "idempotency_key": f"k-{n % 600}"} for n in range(1000)
+    ]
+    batch[700]["idempotency_key"] = "k-700"
+    runs = producer.start_many(batch)
+    assert [run.payload["n"] for run in runs[:600]] == list(range(600))
+    assert [run.id for run in runs[600:]] == [
+        taken.id if n == 700 else runs[n % 600].id for n in range(600, 1000)
+    ]
+    assert store.count() == 601
 
 
 def test_deadline_is_stored_from_a_duration_or_a_datetime(producer: Producer) -> None:

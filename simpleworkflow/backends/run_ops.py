@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+from collections.abc import Iterable
 
 from simpleworkflow import errors, names
 from simpleworkflow.backends.core import StoreCore
-from simpleworkflow.backends.records import ATOMIC, NewRun, Op, RunQuery, SignalSent
+from simpleworkflow.backends.records import (
+    ATOMIC,
+    NewRun,
+    Op,
+    Rows,
+    RunQuery,
+    SignalSent,
+    Statement,
+    Stream,
+)
 from simpleworkflow.models import Event, Run
+
+#: Runs per statement when create_runs streams a large batch.
+CHUNK = 200
 
 
 class RunOps(StoreCore):
@@ -32,24 +46,43 @@ class RunOps(StoreCore):
             return self.created_run(new, rows[0]), True
         return (yield from self._existing_by_key(new)), False
 
-    def create_runs(self, news: list[tuple[str, NewRun]]) -> Op[list[Run]]:
-        """Insert many runs in one statement, ``(new id, request)`` each; return the runs
-        in request order, the existing run for each key already taken."""
-        items = [_item(run_id, new) for run_id, new in news]
-        rows = yield self.stmt("create_runs", items=json.dumps(items))
-        stored = {row["id"]: row for row in rows}
-        by_id = {
-            run_id: self.created_run(new, stored[run_id])
-            for run_id, new in news
-            if run_id in stored
-        }
-        missing = [new.idempotency_key for run_id, new in news if run_id not in by_id]
+    def create_runs(self, news: Iterable[tuple[str, NewRun]]) -> Op[list[Run]]:
+        """Insert many runs, ``(new id, request)`` each, in one transaction; return the
+        runs in request order, the existing run for each key already taken.
+
+        A large batch goes as several statements of ``CHUNK`` runs, streamed: on Postgres
+        the next chunk is checked and encoded, and the last one's rows decoded, while the
+        server inserts. ``news`` is read only as each chunk is built.
+        """
+        pending = iter(news)
+        head = list(itertools.islice(pending, CHUNK + 1))
+        requests: dict[str, NewRun] = {}
+        by_id: dict[str, Run] = {}
+
+        def take(rows: Rows) -> None:
+            for row in rows:
+                by_id[row["id"]] = self.created_run(requests[row["id"]], row)
+
+        def chunk(batch: list[tuple[str, NewRun]]) -> Statement:
+            requests.update(batch)
+            items = [_item(run_id, new) for run_id, new in batch]
+            return self.stmt("create_runs", items=json.dumps(items))
+
+        if len(head) <= CHUNK:
+            take((yield chunk(head)))
+        else:
+            yield ATOMIC  # all or nothing, as one statement would be
+            rest = itertools.chain(head, pending)
+            chunks = iter(lambda: list(itertools.islice(rest, CHUNK)), [])
+            yield Stream("-- create_runs, chunked", statements=map(chunk, chunks), take=take)
+        ordered = list(requests.items())
+        missing = [new.idempotency_key for run_id, new in ordered if run_id not in by_id]
         by_key: dict[str | None, Run] = {}
         if missing:
             found = yield self.stmt("get_runs_by_keys", keys=missing)
             by_key = {row["idempotency_key"]: self.run_from_row(row) for row in found}
         runs = []
-        for run_id, new in news:
+        for run_id, new in ordered:
             run = by_id.get(run_id) or by_key.get(new.idempotency_key)
             if run is None:
                 raise errors.StoreUnavailable(

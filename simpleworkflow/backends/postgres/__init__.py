@@ -92,14 +92,27 @@ class PostgresBackend(base.Backend):
                 cursor = conn.execute(statement.sql, statement.params)
                 return cursor.fetchall() if cursor.description else []
 
+            def stream(batch: base.Stream) -> None:
+                with conn.pipeline():
+                    sent: Any = None
+                    for statement in batch.statements:  # the op builds it meanwhile
+                        rows = _rows(sent)
+                        sent = conn.cursor()
+                        sent.execute(statement.sql, statement.params)
+                        if rows is not None:
+                            batch.take(rows)  # while the server runs the next one
+                    last = _rows(sent)
+                    if last is not None:
+                        batch.take(last)
+
             try:
                 first = next(op)
             except StopIteration as stop:
                 return stop.value  # type: ignore[no-any-return]
             if first is not base.ATOMIC:
-                return base.drive(op, run, first)
+                return base.drive(op, run, first, stream)
             with conn.transaction():
-                return base.drive(op, run, first)
+                return base.drive(op, run, first, stream)
 
     async def execute_async(self, op: base.Op[T], *, readonly: bool = False) -> T:
         pool = await self._async_pool()
@@ -218,6 +231,17 @@ class PostgresBackend(base.Backend):
         return params
 
 
+def _rows(cursor: Any) -> base.Rows | None:
+    """The rows of a statement sent in pipeline mode (None for no statement). Its
+    description is known only once its results are in, so fetch first."""
+    if cursor is None:
+        return None
+    try:
+        return cursor.fetchall()  # type: ignore[no-any-return]
+    except psycopg.ProgrammingError:  # a statement that returns no rows
+        return []
+
+
 async def _drive_async(conn: Any, op: base.Op[T], statement: base.Statement) -> T:
     """The async twin of ``base.drive``: the driver's calls must be awaited."""
     try:
@@ -225,11 +249,39 @@ async def _drive_async(conn: Any, op: base.Op[T], statement: base.Statement) -> 
             if statement is base.ATOMIC:
                 statement = op.send([])
                 continue
+            if isinstance(statement, base.Stream):
+                await _stream_async(conn, statement)
+                statement = op.send([])
+                continue
             cursor = await conn.execute(statement.sql, statement.params)
             rows = await cursor.fetchall() if cursor.description else []
             statement = op.send(rows)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
+
+
+async def _stream_async(conn: Any, batch: base.Stream) -> None:
+    """The async twin of the pipelined ``stream`` in ``execute``."""
+    async with conn.pipeline():
+        sent: Any = None
+        for statement in batch.statements:
+            rows = await _rows_async(sent)
+            sent = conn.cursor()
+            await sent.execute(statement.sql, statement.params)
+            if rows is not None:
+                batch.take(rows)
+        last = await _rows_async(sent)
+        if last is not None:
+            batch.take(last)
+
+
+async def _rows_async(cursor: Any) -> base.Rows | None:
+    if cursor is None:
+        return None
+    try:
+        return await cursor.fetchall()  # type: ignore[no-any-return]
+    except psycopg.ProgrammingError:
+        return []
 
 
 @contextlib.contextmanager
