@@ -66,6 +66,7 @@ SQLITE_BATCH_STATEMENTS = [
     "suspend_runs",
     "suspend_runs_then_events",
     "cancel_run_then_2_wake_parents",
+    "get_runs_by_keys",  # not a worker's: start_many's look-up of keys already taken
 ]
 
 

@@ -54,7 +54,12 @@ on conflict (idempotency_key) do nothing
 returning id, run_at, deadline, created_at, updated_at
 
 -- name: get_runs_by_keys
-select * from workflow_run where idempotency_key in (select value from json_each(:keys))
+-- After ANALYZE, SQLite's statistics count every keyless run as one repeated key and
+-- judge the index useless: it would read the whole table. Start from the keys, and look
+-- each one up in the index.
+select r.* from json_each(:keys) as k
+cross join workflow_run as r indexed by idx_workflow_run_idempotency
+where r.idempotency_key = k.value
 
 -- name: get_run_by_key
 select * from workflow_run where idempotency_key = :idempotency_key
