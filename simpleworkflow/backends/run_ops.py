@@ -22,6 +22,8 @@ from simpleworkflow.models import Event, Run
 
 #: Runs per statement when create_runs streams a large batch.
 CHUNK = 200
+#: The first chunk is small, so that the server starts inserting sooner.
+FIRST_CHUNK = 50
 
 
 class RunOps(StoreCore):
@@ -50,9 +52,10 @@ class RunOps(StoreCore):
         """Insert many runs, ``(new id, request)`` each, in one transaction; return the
         runs in request order, the existing run for each key already taken.
 
-        A large batch goes as several statements of ``CHUNK`` runs, streamed: on Postgres
-        the next chunk is checked and encoded, and the last one's rows decoded, while the
-        server inserts. ``news`` is read only as each chunk is built.
+        A large batch goes as several statements of ``CHUNK`` runs (the first of
+        ``FIRST_CHUNK``), streamed: on Postgres the next chunk is checked and encoded, and
+        the last one's rows decoded, while the server inserts. ``news`` is read only as
+        each chunk is built.
         """
         pending = iter(news)
         head = list(itertools.islice(pending, CHUNK + 1))
@@ -73,7 +76,8 @@ class RunOps(StoreCore):
         else:
             yield ATOMIC  # all or nothing, as one statement would be
             rest = itertools.chain(head, pending)
-            chunks = iter(lambda: list(itertools.islice(rest, CHUNK)), [])
+            first = list(itertools.islice(rest, FIRST_CHUNK))
+            chunks = itertools.chain([first], iter(lambda: list(itertools.islice(rest, CHUNK)), []))
             yield Stream("-- create_runs, chunked", statements=map(chunk, chunks), take=take)
         ordered = list(requests.items())
         missing = [new.idempotency_key for run_id, new in ordered if run_id not in by_id]
