@@ -114,3 +114,21 @@ def test_the_sqlite_version_report_reads_only_versioned_runs(store: Store, analy
     finally:
         lite.close()
     assert any("USING INDEX idx_workflow_run_versioned" in step for step in plan), plan
+
+
+def test_the_postgres_version_report_reads_only_versioned_runs(store: Store) -> None:
+    """unknown_versions runs beside the claims: it must not count every due run."""
+    if store.kind != "postgres":
+        pytest.skip("a Postgres plan")
+    with store.client() as client:
+        for _ in range(20):
+            client.start_many([(TYPE, {}) for _ in range(1000)])
+    backend = store.backend()
+    params = {"types": [TYPE], "known": [f"{TYPE}@1"]}
+    with psycopg.connect(store.url) as conn:
+        conn.execute(f'analyze "{store.schema}".workflow_run'.encode())
+        rows = conn.execute(("explain " + backend.q["unknown_versions"]).encode(), params)
+        plan = "\n".join(row[0] for row in rows.fetchall())
+    backend.close()
+    assert "idx_workflow_run_versioned" in plan, plan
+    assert "idx_workflow_run_claim" not in plan and "Seq Scan" not in plan, plan

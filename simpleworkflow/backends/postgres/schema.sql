@@ -61,6 +61,12 @@ create index idx_workflow_run_deleted_at
     on {schema}workflow_run (deleted_at)
     where deleted_at is not null;
 
+-- The worker's report of due runs on code versions it lacks reads only runs that have
+-- a code version (migration 0007).
+create index idx_workflow_run_versioned
+    on {schema}workflow_run (type, code_version, run_at)
+    where status = 'pending' and deleted_at is null and code_version is not null;
+
 -- Listings page newest first.
 create index idx_workflow_run_created
     on {schema}workflow_run (created_at desc, id desc);
