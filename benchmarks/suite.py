@@ -107,16 +107,21 @@ def _one_store(
             figures[metric].append(value)
             tqdm.write(f"{kind:8} {metric:18} {value:12,.3f}   (run {repeat + 1})")
     plans = {}
-    for size in options.backlogs:
-        store = BenchStore.fresh(kind, url, workdir)
-        try:
+    # Every size is loaded first, then the sizes are drained in turn, once per repeat:
+    # a slow spell of the machine then hits every size alike, not one of them.
+    backlogs: dict[int, BenchStore] = {}
+    try:
+        for size in options.backlogs:
+            store = backlogs[size] = BenchStore.fresh(kind, url, workdir)
             backlog.load_backlog(store, size)
             plans[str(size)] = backlog.claim_plan(store, options.concurrency)
-            for repeat in range(options.repeat):
+        for repeat in range(options.repeat):
+            for size, store in backlogs.items():
                 rate = backlog.drain_with_backlog(store, size, options.sizes)
                 figures[backlog_metric(size).name].append(rate)
                 tqdm.write(f"{kind:8} backlog {size:<10,} {rate:12,.3f}   (run {repeat + 1})")
-        finally:
+    finally:
+        for store in backlogs.values():
             store.close()
     if len(options.backlogs) > 1:
         medians = [statistics.median(figures[f"backlog_{size}"]) for size in options.backlogs]

@@ -6,11 +6,6 @@ create schema {schema_name}
 -- name: drop_schema
 drop schema if exists {schema_name} cascade
 
--- name: load_runs
--- Due runs of one type in one statement: the insert trigger writes their created events.
-insert into {schema}workflow_run (type, payload)
-select %(type)s, %(payload)s::jsonb from generate_series(1, %(count)s)
-
 -- name: load_sleeping
 -- Runs that sleep for a day, as a durable ctx.sleep leaves them.
 insert into {schema}workflow_run (type, payload, run_at, waiting_for, code_version)

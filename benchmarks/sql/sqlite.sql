@@ -1,11 +1,5 @@
 -- Statements the benchmark runs on SQLite, by name.
 
--- name: load_runs
--- Due runs of one type in one statement: the insert trigger writes their created events.
-with recursive n(i) as (select 1 union all select i + 1 from n where i < :count)
-insert into workflow_run (type, payload)
-select :type, :payload from n
-
 -- name: load_sleeping
 -- Runs that sleep for a day, as a durable ctx.sleep leaves them.
 with recursive n(i) as (select 1 union all select i + 1 from n where i < :count)
