@@ -3,9 +3,11 @@ a batch reads every run."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sqlite3
+from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -70,8 +72,12 @@ SQLITE_BATCH_STATEMENTS = [
 ]
 
 
-@pytest.mark.parametrize("analyzed", [False, True])
-def test_no_sqlite_batch_statement_reads_every_run(store: Store, analyzed: bool) -> None:
+@contextlib.contextmanager
+def sqlite_with_runs(
+    store: Store, analyzed: bool
+) -> Iterator[tuple[dict[str, str], sqlite3.Connection]]:
+    """The store's queries and a connection to its file, after 2,000 runs were started
+    (and ANALYZE run, if ``analyzed``). SQLite only."""
     if store.kind != "sqlite":
         pytest.skip("a SQLite plan")
     backend = store.backend()
@@ -82,37 +88,32 @@ def test_no_sqlite_batch_statement_reads_every_run(store: Store, analyzed: bool)
     try:
         if analyzed:
             lite.execute("analyze")
-        names = [name for name in SQLITE_BATCH_STATEMENTS if name in backend.q]
+        yield backend.q, lite
+    finally:
+        lite.close()
+
+
+@pytest.mark.parametrize("analyzed", [False, True])
+def test_no_sqlite_batch_statement_reads_every_run(store: Store, analyzed: bool) -> None:
+    with sqlite_with_runs(store, analyzed) as (queries, lite):
+        names = [name for name in SQLITE_BATCH_STATEMENTS if name in queries]
         assert names == SQLITE_BATCH_STATEMENTS, "a statement was renamed: update this list"
         for name in names:
-            sql = backend.q[name]
+            sql = queries[name]
             params = {param: "[]" for param in re.findall(r"(?<!:):(\w+)", sql)}
             rows = lite.execute("explain query plan " + sql, params).fetchall()
             plan = [str(row[3]) for row in rows]
             scans = [step for step in plan if re.match(r"SCAN (workflow_run|r|c)\b", step)]
             assert not scans, f"{name} reads through workflow_run:\n" + "\n".join(plan)
-    finally:
-        lite.close()
 
 
 @pytest.mark.parametrize("analyzed", [False, True])
 def test_the_sqlite_version_report_reads_only_versioned_runs(store: Store, analyzed: bool) -> None:
     """unknown_versions holds the worker's one SQLite connection while it runs."""
-    if store.kind != "sqlite":
-        pytest.skip("a SQLite plan")
-    backend = store.backend()
-    with store.client() as client:
-        client.start_many([(TYPE, {}) for _ in range(2000)])
-    backend.close()
-    lite = sqlite3.connect(config.sqlite_path(store.url))
-    try:
-        if analyzed:
-            lite.execute("analyze")
+    with sqlite_with_runs(store, analyzed) as (queries, lite):
         params = {"types": json.dumps([TYPE]), "known": json.dumps([f"{TYPE}@1"])}
-        rows = lite.execute("explain query plan " + backend.q["unknown_versions"], params)
+        rows = lite.execute("explain query plan " + queries["unknown_versions"], params)
         plan = [str(row[3]) for row in rows.fetchall()]
-    finally:
-        lite.close()
     assert any("USING INDEX idx_workflow_run_versioned" in step for step in plan), plan
 
 
