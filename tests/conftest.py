@@ -71,6 +71,15 @@ class Store:
     def backend(self) -> Backend:
         return open_backend(self.url, schema=self.schema)
 
+    def migrate(self) -> Store:
+        """Bring the store's schema to the latest version; return the store."""
+        backend = self.backend()
+        try:
+            backend.migrate()
+        finally:
+            backend.close()
+        return self
+
     def client(self, **options: Any) -> Client:
         return Client(self.url, schema=self.schema, **options)
 
@@ -134,12 +143,7 @@ def empty_store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
 @pytest.fixture
 def store(empty_store: Store) -> Store:
     """A migrated store, parametrised over every backend."""
-    backend = empty_store.backend()
-    try:
-        backend.migrate()
-    finally:
-        backend.close()
-    return empty_store
+    return empty_store.migrate()
 
 
 @pytest.fixture

@@ -24,13 +24,7 @@ TYPE = "test.lost.v1"
 
 @pytest.fixture
 def pg_store(make_database: Callable[[], str]) -> Store:
-    store = Store("postgres", make_database(), schema="workflow")
-    backend = store.backend()
-    try:
-        backend.migrate()
-    finally:
-        backend.close()
-    return store
+    return Store("postgres", make_database(), schema="workflow").migrate()
 
 
 def end_other_connections(url: str) -> int:

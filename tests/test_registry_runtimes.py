@@ -150,12 +150,7 @@ def shared(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
     else:
         make_database: Callable[[], str] = request.getfixturevalue("make_database")
         store = Store("postgres", make_database(), schema="workflow")
-    backend = store.backend()
-    try:
-        backend.migrate()
-    finally:
-        backend.close()
-    return store
+    return store.migrate()
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from typing import Any
 
 import psycopg
 import pytest
+import test_seed_sql as seed_sql
 from conftest import Store
 from worker_app import BLOCKING_TYPE, Ledger, wait_until
 
@@ -400,20 +401,6 @@ def test_sigterm_finishes_short_handlers_and_releases_long_ones(
 
 # -- wake-ups ----------------------------------------------------------------------------
 
-SEED_CREATE = """
-insert into workflow.workflow_run (
-  type,
-  payload,
-  idempotency_key
-) values (
-  'content.thumbnail.v1',
-  '{"content_id":"c_123", "width": 300, "height": 300}',
-  'content:c_123:thumbnail:300x300'
-)
-on conflict (idempotency_key) do nothing
-returning id;
-"""
-
 
 def test_idle_postgres_worker_wakes_for_a_run_inserted_with_plain_sql(
     make_database: Callable[[], str], ledger: Ledger, tmp_path: Path
@@ -439,7 +426,7 @@ def test_idle_postgres_worker_wakes_for_a_run_inserted_with_plain_sql(
             )
             time.sleep(0.5)  # past its first claim: idle until woken or 60 s from now
             inserted = time.monotonic()
-            row = conn.execute(SEED_CREATE).fetchone()
+            row = conn.execute(seed_sql.CREATE).fetchone()
             assert row is not None
             run_id = str(row[0])
             wait_until(
