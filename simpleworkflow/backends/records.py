@@ -75,7 +75,10 @@ def drive(
             if statement is ATOMIC:
                 rows: Rows = []
             elif isinstance(statement, Stream):
-                (stream or (lambda s: stream_in_turn(s, run)))(statement)
+                if stream is None:
+                    stream_in_turn(statement, run)
+                else:
+                    stream(statement)
                 rows = []
             else:
                 rows = run(statement)
