@@ -25,6 +25,13 @@ if TYPE_CHECKING:
 
 FORMAT_VERSION = 1
 COLOURS = {"postgres": "tab:blue", "sqlite": "tab:orange"}
+#: How the "vs pgbench" column names each ceiling.
+CEILING_WORDS = {
+    "insert": "inserts",
+    "update": "updates",
+    "idle_insert_p50": "idle inserts (p50)",
+    "idle_insert_p99": "idle inserts (p99)",
+}
 
 
 def load_average() -> list[float]:
@@ -176,9 +183,10 @@ def _ratio(entry: dict[str, Any]) -> str:
     ratio = entry["ratio"]
     if ratio is None:
         return ""
+    ceiling = CEILING_WORDS.get(entry["ceiling"], entry["ceiling"])
     if entry["unit"] == "ms":
-        return f"{ratio:.1f} {entry['ceiling']}s"
-    return f"{ratio:.0%} of {entry['ceiling']}s"
+        return f"{ratio:.1f} {ceiling}"
+    return f"{ratio:.0%} of {ceiling}"
 
 
 def _cpu_model() -> str | None:

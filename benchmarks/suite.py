@@ -67,8 +67,8 @@ def run(options: Options) -> dict[str, Any]:
         plans: dict[str, dict[str, str]] = {}
         for kind in options.stores:
             results[kind], plans[kind] = _one_store(kind, url, Path(tmp), options)
-        if ceilings is not None and ceilings.start_tps is not None and "postgres" in results:
-            results["postgres"]["pgbench_start"] = [ceilings.start_tps]
+        if ceilings is not None and "postgres" in results:
+            results["postgres"].update(_pgbench_rows(ceilings))
     return report.document(
         options=options,
         ceilings=ceilings,
@@ -78,6 +78,18 @@ def run(options: Options) -> dict[str, Any]:
         seconds=time.time() - started,
         load=(load_before, report.load_average()),
     )
+
+
+def _pgbench_rows(ceilings: pgbench.Ceilings) -> dict[str, list[float]]:
+    """The table's pgbench rows, shown in the Postgres column: what the server does with
+    the same work when the client is pgbench."""
+    rows = {
+        "pgbench_start": ceilings.start_tps,
+        "pgbench_start_many": ceilings.start_many_tps,
+        "pgbench_idle_p50_ms": ceilings.idle_insert_p50_ms,
+        "pgbench_idle_p99_ms": ceilings.idle_insert_p99_ms,
+    }
+    return {name: [value] for name, value in rows.items() if value is not None}
 
 
 @contextlib.contextmanager

@@ -21,6 +21,7 @@ METRICS = [
     "start_one",
     "start_many",
     "pgbench_start",
+    "pgbench_start_many",
     "drain_1",
     "drain_2",
     "drain_4",
@@ -29,6 +30,8 @@ METRICS = [
     "ten_step",
     "idle_p50_ms",
     "idle_p99_ms",
+    "pgbench_idle_p50_ms",
+    "pgbench_idle_p99_ms",
     "signal_p50_ms",
     "signal_p99_ms",
     "backlog_200",
@@ -60,7 +63,7 @@ def test_smallest_run_reports_every_metric(postgres_url: str, tmp_path: Path) ->
     for name, entry in doc["metrics"].items():
         assert entry["label"] and entry["unit"], name
         for store in STORES:
-            if name == "pgbench_start" and store == "sqlite":  # pgbench is Postgres only
+            if name.startswith("pgbench_") and store == "sqlite":  # pgbench is Postgres only
                 assert entry[store]["median"] is None
                 continue
             median = entry[store]["median"]
@@ -69,7 +72,8 @@ def test_smallest_run_reports_every_metric(postgres_url: str, tmp_path: Path) ->
         if entry["ceiling"] is not None:
             assert entry["ratio"] > 0, name
     assert doc["ceilings"]["insert_tps"] > 0 and doc["ceilings"]["update_tps"] > 0
-    assert doc["ceilings"]["start_tps"] > 0
+    assert doc["ceilings"]["start_tps"] > 0 and doc["ceilings"]["start_many_tps"] > 0
+    assert 0 < doc["ceilings"]["idle_insert_p50_ms"] <= doc["ceilings"]["idle_insert_p99_ms"]
     assert set(doc["claim_plan"]) == set(STORES)
     for store in STORES:
         assert list(doc["claim_plan"][store]) == [str(size) for size in BACKLOGS]
