@@ -23,6 +23,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from tqdm import tqdm
@@ -84,9 +85,9 @@ def measure(url: str, pgbench: str | None, seconds: float) -> Ceilings:
         [pgbench, "--version"], capture_output=True, text=True, check=True
     ).stdout.strip()
     try:
-        with Client(url, schema=_RUNS_SCHEMA) as client:
+        with Client(url, schema=_RUNS_SCHEMA) as client, psycopg.connect(url) as conn:
             client.migrate()
-            start, start_many = _start_script(client, url), _start_many_script(client, url)
+            start, start_many = _start_script(client, conn), _start_many_script(client, conn)
         scripts = dict(_SCRIPTS, start=start, start_many=start_many)
         tps = {name: _run(pgbench, url, name, script, seconds) for name, script in scripts.items()}
         idle = _idle_latencies(pgbench, url, seconds)
@@ -106,13 +107,13 @@ def measure(url: str, pgbench: str | None, seconds: float) -> Ceilings:
     )
 
 
-def _start_script(client: Client, url: str) -> str:
+def _start_script(client: Client, conn: psycopg.Connection[Any]) -> str:
     """The statement ``Client.start(type, {})`` sends, with its parameters inlined."""
     statement = next(client.backend.create_run(NewRun(type=NOOP, payload="{}")))
-    return _line(url, statement) + "\n"
+    return _line(conn, statement) + "\n"
 
 
-def _start_many_script(client: Client, url: str) -> str:
+def _start_many_script(client: Client, conn: psycopg.Connection[Any]) -> str:
     """The statements ``Client.start_many`` sends for 1,000 runs: one transaction of
     several chunks (see ``run_ops.create_runs``)."""
     op = client.backend.create_runs(
@@ -121,19 +122,18 @@ def _start_many_script(client: Client, url: str) -> str:
     assert next(op) is ATOMIC
     stream = op.send([])
     assert isinstance(stream, Stream), stream
-    lines = [_line(url, statement) for statement in stream.statements]
+    lines = [_line(conn, statement) for statement in stream.statements]
     return "\n".join(["begin;", *lines, "commit;", ""])
 
 
-def _line(url: str, statement: Statement) -> str:
+def _line(conn: psycopg.Connection[Any], statement: Statement) -> str:
     """One statement with its parameters inlined, on one line (pgbench reads a statement
     per line). The client sends new time-ordered ids each time; in a script repeated as
     it is, the schema's own generator of such ids stands in for them."""
     params = dict(statement.params)
     if "id" in params:
         params["id"] = _ID_STAND_IN
-    with psycopg.connect(url) as conn:
-        text = psycopg.ClientCursor(conn).mogrify(statement.sql, params)
+    text = psycopg.ClientCursor(conn).mogrify(statement.sql, params)
     generated = f"{_RUNS_SCHEMA}.workflow_uuid_v7()"
     literal, column = f"'{_ID_STAND_IN}'::uuid", "select i.id,"
     assert (literal in text) != (column in text), text
