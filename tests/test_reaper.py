@@ -46,12 +46,12 @@ def test_expired_lease_of_another_runtimes_type_is_left_to_that_runtime(store: S
         expire_lease(store, run.id, "go-worker-1")
 
         reaped = backend.execute(backend.reap_expired([TYPE], 10, retry_now, "python"))
-        assert reaped == 0
+        assert reaped == []
         assert client.get(run.id).status.value == "leased"
 
         backend.execute(backend.set_registry(TYPE, "python", None))
         reaped = backend.execute(backend.reap_expired([TYPE], 10, retry_now, "python"))
-        assert reaped == 1
+        assert [f.run_id for f in reaped] == [run.id]
         after = client.get(run.id)
         assert (after.status.value, after.attempt) == ("pending", 1)
         assert [e.event_type for e in client.events(run.id)][-1] == "retried"
