@@ -2,7 +2,7 @@
 
 One event loop does all the bookkeeping: a claim loop that leases as many runs as there
 are free slots in one statement, a heartbeat task that extends every held lease in one
-statement, a reaper that turns expired leases (crashed workers) into failed attempts,
+statement, a reaper that recovers expired leases (crashed workers, see ``recovery``),
 a listener for wake-ups and cancellations, and the outbox that group-commits outcomes.
 Sync handlers run in a thread pool, async ones on the loop.
 """
@@ -14,7 +14,6 @@ import concurrent.futures
 import heapq
 import logging
 import os
-import random
 import signal
 import socket
 import time
@@ -23,7 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from simpleworkflow import durations, errors, execution, names
+from simpleworkflow import durations, errors, execution, names, recovery
 from simpleworkflow.app import App, Definition
 from simpleworkflow.backends import Backend, open_backend
 from simpleworkflow.backends.base import (
@@ -33,12 +32,13 @@ from simpleworkflow.backends.base import (
     Claim,
     Failure,
     Lease,
+    Release,
     Suspension,
 )
 from simpleworkflow.client import auto_migrates, needs_migration
 from simpleworkflow.context import Context
 from simpleworkflow.durable import StepJournal
-from simpleworkflow.outbox import Outbox, Release
+from simpleworkflow.outbox import Outbox
 
 _log = logging.getLogger("simpleworkflow.worker")
 RUNTIME = "python"
@@ -177,7 +177,9 @@ class IntentPoller:
             asyncio.create_task(outbox.run(), name="outbox"),
             asyncio.create_task(self._steps.run(), name="journal"),
             asyncio.create_task(self._heartbeats(), name="heartbeats"),
-            asyncio.create_task(self._reaper(), name="reaper"),
+            asyncio.create_task(
+                recovery.reap(backend, self._types, RUNTIME, self._on_recovered), name="reaper"
+            ),
             asyncio.create_task(backend.listen(self._on_message), name="listen"),
             asyncio.create_task(self._report_unknown_versions(), name="versions"),
         ]
@@ -241,7 +243,10 @@ class IntentPoller:
     def _free_slots(self) -> int:
         """Slots for new runs. A run whose handler has returned no longer holds one while
         its outcome is written, so the next claim overlaps that write instead of waiting
-        for it; at most ``concurrency`` such writes are waited for at a time."""
+        for it; at most ``concurrency`` such writes are waited for at a time. A suspect
+        (see ``recovery``) runs alone: while it runs there are none."""
+        if any(active.lease.isolated for active in self._active.values()):
+            return 0
         running = sum(1 for active in self._active.values() if not active.finishing)
         return min(self.concurrency - running, 2 * self.concurrency - len(self._active))
 
@@ -255,6 +260,7 @@ class IntentPoller:
             runtime=RUNTIME,
             versions={d.type: d.version for d in definitions},
             known=tuple(f"{d.type}@{v}" for d in definitions for v in d.known_versions),
+            alone=not self._active,
         )
 
     async def _claim(self, limit: int) -> list[Lease]:
@@ -319,6 +325,8 @@ class IntentPoller:
         finally:
             if self._own(lease) is not None:
                 del self._active[lease.run.id]
+                # Empty now: the moment to take a suspect, if one waits (see recovery).
+                self._woken = self._woken or not self._active
             if self._signal is not None:
                 self._signal.set()
 
@@ -434,43 +442,11 @@ class IntentPoller:
         self._wake_in(0.0)
         self._arm()
 
-    async def _reaper(self) -> None:
-        """Turn leases that expired (their worker died or stalled) into failed attempts."""
-        interval = max(1.0, min(self.lease_duration / 2, 30.0))
-        while True:
-            try:
-                op = self._backend.reap_expired(self._types, 100, self._expired, RUNTIME)
-                reaped = await self._backend.execute_async(op)
-            except errors.StoreUnavailable as exc:
-                _log.warning("reaping expired leases failed (%s)", exc)
-                reaped = 0
-            if reaped:
-                _log.info("recovered %d runs whose lease expired", reaped)
-                self._on_message("wake", "")
-                continue
-            await asyncio.sleep(interval * (0.8 + 0.4 * random.random()))
-
-    def _expired(self, row: Mapping[str, Any]) -> Failure:
-        definition = self.app.definitions[row["type"]]
-        failures = row["attempt"] + 1
-        final = failures >= row["max_attempts"]
-        message = (
-            f"lease expired: worker {row['leased_by']} stopped renewing it "
-            "(it crashed, was killed, or stalled)"
-        )
-        token = row["lease_token"]
-        return Failure(
-            run_id=str(row["id"]),
-            token=None if token is None else str(token),
-            final=final,
-            delay=0.0 if final else definition.retry.delay(failures),
-            error=message,
-            data={
-                "reason": "lease_expired",
-                "worker_id": row["leased_by"],
-                "error": {"type": "LeaseExpired", "message": message},
-            },
-        )
+    def _on_recovered(self, failures: list[Failure]) -> None:
+        """The reaper gave runs back: claim them when due (on SQLite no notification says
+        so; other processes see the file change)."""
+        for failure in failures:
+            self._wake_in(_due_in(failure))
 
     # -- shutdown --------------------------------------------------------------------
 

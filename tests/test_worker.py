@@ -426,9 +426,14 @@ def test_an_outcome_the_store_refuses_fails_alone_and_the_run_is_retried(
     assert [(r.status, r.result) for r in finished] == [(RunStatus.SUCCEEDED, 1)] * 2 + [
         (RunStatus.SUCCEEDED, 2)
     ] + [(RunStatus.SUCCEEDED, 1)] * 2
-    assert ledger.attempts("start", poison) == [1, 2]
+    # Its lease expired as if its worker had died: not charged while it shared the worker
+    # with others, then charged once it ran alone (see recovery).
+    assert ledger.attempts("start", poison) == [1, 1, 2]
     retried = [e for e in client.events(poison) if e.event_type == "retried"]
-    assert [e.data["reason"] for e in retried] == ["lease_expired"]
+    assert [(e.data["reason"], e.data["charged"]) for e in retried] == [
+        ("lease_expired", False),
+        ("lease_expired", True),
+    ]
 
 
 def test_writes_with_a_stale_lease_token_are_rejected(store: Store, client: Client) -> None:

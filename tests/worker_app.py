@@ -14,6 +14,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -29,6 +30,9 @@ from simpleworkflow.worker import IntentPoller
 app = App(retry=RetryPolicy(backoff="fixed", base=0.2, jitter=0))
 QUICK_TYPES = ("alpha.x.v1", "beta.y.v1", "gamma.z.v1", "content.thumbnail.v1")
 BLOCKING_TYPE = "slow.task.v1"
+CRASH_TYPE = "crash.task.v1"  # blocks like BLOCKING_TYPE, with the default retry policy
+POISON_TYPE = "poison.task.v1"  # kills its worker process, every time
+HEALTHY_TYPE = "poison.neighbour.v1"  # half a second of work
 
 
 class Ledger:
@@ -47,6 +51,7 @@ class Ledger:
             "prefixes": self.prefixes,
             "attempt": ctx.attempt,
             "pid": os.getpid(),
+            "at": time.time(),
             **extra,
         }
         data = (json.dumps(line) + "\n").encode()
@@ -112,6 +117,24 @@ def blocking(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
             time.sleep(0.02)
     LEDGER.write("end", ctx)
     return {"worker": ctx.worker_id, "attempt": ctx.attempt}
+
+
+app.register(CRASH_TYPE, blocking, retry=RetryPolicy())
+
+
+@app.workflow(POISON_TYPE)
+def poison(payload: Any, ctx: Context) -> None:
+    LEDGER.write("start", ctx)
+    time.sleep(0.2)  # the runs claimed with it have started: they die with it
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@app.workflow(HEALTHY_TYPE)
+def neighbour(payload: Any, ctx: Context) -> dict[str, Any]:
+    LEDGER.write("start", ctx)
+    time.sleep(0.5)
+    LEDGER.write("end", ctx)
+    return {"worker": ctx.worker_id}
 
 
 # -- helpers for the tests that drive these workers -------------------------------------
