@@ -7,6 +7,9 @@ In an ``async def`` body every durable call is awaited (``await ctx.step(...)``)
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextvars
+import functools
 import inspect
 import json
 import random as _random
@@ -50,6 +53,7 @@ class Context:
         backend: Backend | None = None,
         async_body: bool = True,
         steps: StepJournal | None = None,
+        executor: concurrent.futures.Executor | None = None,
     ) -> None:
         self.run = run
         self.worker_id = worker_id
@@ -58,6 +62,7 @@ class Context:
         self._stop_reason: str | None = None
         self._on_stop: list[Callable[[], Any]] = []
         self._async_body = async_body
+        self._executor = executor  # for plain def steps of an async body (None: the loop's)
         self._loop = asyncio.get_running_loop()
         self._backend = backend
         self._durable = Durable(lease, backend, steps) if lease is not None and backend else None
@@ -158,7 +163,8 @@ class Context:
                 if inspect.iscoroutinefunction(fn):
                     value = await fn(*args, **kwargs)
                 else:
-                    value = await asyncio.to_thread(fn, *args, **kwargs)
+                    call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+                    value = await self._loop.run_in_executor(self._executor, call)
                 text = durable.encode(name, value)
             except Exception as exc:
                 raise await durable.failed(name, entry, retry, exc) from None

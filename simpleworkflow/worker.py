@@ -4,26 +4,26 @@ One event loop does all the bookkeeping: a claim loop that leases as many runs a
 are free slots in one statement, a heartbeat task that extends every held lease in one
 statement, a reaper that recovers expired leases (crashed workers, see ``recovery``),
 a listener for wake-ups and cancellations, and the outbox that group-commits outcomes.
-Sync handlers run in a thread pool, async ones on the loop.
+Sync handlers run in a thread pool, async ones on the loop; ``shutdown`` stops them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import heapq
 import logging
 import os
 import signal
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from simpleworkflow import durations, errors, execution, names, recovery
+from simpleworkflow import durations, errors, execution, names, recovery, shutdown
 from simpleworkflow.app import App, Definition
+from simpleworkflow.attempts import Attempt, Threads, TrackedExecutor, charge_to
 from simpleworkflow.backends import Backend, open_backend
 from simpleworkflow.backends.base import (
     CANCELLED,
@@ -32,7 +32,6 @@ from simpleworkflow.backends.base import (
     Claim,
     Failure,
     Lease,
-    Release,
     Suspension,
 )
 from simpleworkflow.client import auto_migrates, needs_migration
@@ -42,20 +41,9 @@ from simpleworkflow.outbox import Outbox
 
 _log = logging.getLogger("simpleworkflow.worker")
 RUNTIME = "python"
-STOP_WAIT = 1.0  # seconds a handler told to stop at shutdown has before its run is released
 # How often a worker on a store without cross-process notifications (SQLite) checks
 # whether another process wrote to it: a shared-memory read, so cheap to do this often.
 WATCH_INTERVAL = 0.005
-
-
-@dataclass
-class _Active:
-    lease: Lease
-    ctx: Context
-    task: asyncio.Task[None]
-    # The handler returned and its outcome is being written: a lease check that reads
-    # the run after that write commits finds the lease gone, which is not a lost lease.
-    finishing: bool = False
 
 
 class IntentPoller:
@@ -98,7 +86,7 @@ class IntentPoller:
         self._backend = backend or open_backend(
             database_url or self.app.database_url, schema=schema or self.app.schema
         )
-        self._active: dict[str, _Active] = {}
+        self._active: dict[str, Attempt] = {}
         self._steps: StepJournal | None = None
         self._types: list[str] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -107,7 +95,10 @@ class IntentPoller:
         self._woken = True
         self._timer: asyncio.TimerHandle | None = None
         self._due: list[float] = []  # loop times at which runs we heard of become due
-        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._executor: TrackedExecutor | None = None  # sync handlers
+        self._step_executor: TrackedExecutor | None = None  # sync steps of async bodies
+        self._exiting = False  # run() ends the process: what still runs stops with it
+        self._draining: list[Attempt] = []  # at shutdown: attempts that may still run
 
     def workflow(self, type: str, **options: Any) -> Callable[[Any], Any]:
         """Register a handler on this poller's app; see :meth:`App.workflow`."""
@@ -121,27 +112,31 @@ class IntentPoller:
     # -- running ---------------------------------------------------------------------
 
     def run(self) -> None:
-        """Work until SIGTERM or SIGINT, then shut down gracefully; a second signal exits now."""
+        """Work until SIGTERM or SIGINT, then shut down gracefully; a second signal exits now.
+
+        Returns (or exits) within ``shutdown_grace`` plus a few seconds, whatever the
+        handlers' threads do: see ``shutdown``."""
+        self._exiting = True
         asyncio.run(self._run_with_signals())
-        if self._executor is not None and any(
-            thread.is_alive() for thread in getattr(self._executor, "_threads", ())
-        ):
-            # A sync handler ignored the stop request; its lease is already released.
-            _log.warning("exiting with sync handlers still running; their runs were released")
-            logging.shutdown()
-            os._exit(0)
+        current = threading.current_thread()
+        if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not current):
+            # Threads no attempt owned (a handler's own): waiting for them could take forever.
+            _log.warning("exiting with threads of handlers still running")
+            _exit_now()
 
     async def _run_with_signals(self) -> None:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._on_signal, signum)
+        # The loop is ours: threads a handler starts with asyncio.to_thread count as its
+        # attempt's, and the loop's teardown waits for none of them.
+        loop.set_default_executor(TrackedExecutor(name="simpleworkflow-default", join=False))
         await self.run_async()
 
     def _on_signal(self, signum: int) -> None:
         if self._stopping:
             _log.warning("second %s: exiting at once", signal.Signals(signum).name)
-            logging.shutdown()
-            os._exit(1)
+            _exit_now(1)
         _log.info("%s: finishing running handlers, then stopping", signal.Signals(signum).name)
         self._request_stop()
 
@@ -165,9 +160,8 @@ class IntentPoller:
             )
         self._loop = asyncio.get_running_loop()
         self._signal = asyncio.Event()
-        self._executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=self.concurrency, thread_name_prefix="simpleworkflow-handler"
-        )
+        self._executor = TrackedExecutor(self.concurrency, name="simpleworkflow-handler")
+        self._step_executor = TrackedExecutor(name="simpleworkflow-step")
         backend = self._backend
         await self._prepare_schema()
         await backend.execute_async(backend.register_types(self._types, RUNTIME))
@@ -198,13 +192,39 @@ class IntentPoller:
         try:
             await self._claim_loop(outbox)
         finally:
-            await self._drain(outbox)
+            running = await self._stop_attempts(outbox)
             for task in helpers:
                 task.cancel()
             await asyncio.gather(*helpers, return_exceptions=True)
             self._executor.shutdown(wait=False, cancel_futures=True)
+            self._step_executor.shutdown(wait=False, cancel_futures=True)
             await backend.aclose()
+            if running:
+                shutdown.Lingering(
+                    backend, self.worker_id, self.lease_duration, running, self.heartbeat_events
+                ).start()
             _log.info("worker %s stopped", self.worker_id)
+
+    async def _stop_attempts(self, outbox: Outbox) -> list[Attempt]:
+        """Shut down gracefully (see ``shutdown``); return the attempts still running.
+        A worker process exits here under them; embedded, they keep their runs leased
+        until their code returns."""
+        attempts = self._draining = list(self._active.values())
+        running = await shutdown.drain(attempts, outbox, self.shutdown_grace, exiting=self._exiting)
+        if running and self._exiting:
+            _log.warning(
+                "exiting with %d handlers still running; their runs are due again in %gs",
+                len(running),
+                shutdown.EXIT_DELAY,
+            )
+            _exit_now()
+        if running:
+            _log.warning(
+                "%d handlers still running after the worker stopped; their runs stay "
+                "leased until they return",
+                len(running),
+            )
+        return running
 
     async def _prepare_schema(self) -> None:
         backend = self._backend
@@ -295,11 +315,16 @@ class IntentPoller:
             backend=self._backend,
             async_body=definition.is_async,
             steps=self._steps,
+            executor=self._step_executor,
         )
-        task = asyncio.create_task(self._execute(lease, ctx, outbox), name=f"run-{lease.run.id}")
-        self._active[lease.run.id] = _Active(lease, ctx, task)
+        threads = Threads()
+        task = asyncio.create_task(
+            self._execute(lease, ctx, outbox, threads), name=f"run-{lease.run.id}"
+        )
+        self._active[lease.run.id] = Attempt(lease, ctx, task, threads)
 
-    async def _execute(self, lease: Lease, ctx: Context, outbox: Outbox) -> None:
+    async def _execute(self, lease: Lease, ctx: Context, outbox: Outbox, threads: Threads) -> None:
+        charge_to(threads)
         definition: Definition = self.app.definitions[lease.run.type]
         assert self._executor is not None
         try:
@@ -330,7 +355,7 @@ class IntentPoller:
             if self._signal is not None:
                 self._signal.set()
 
-    def _own(self, lease: Lease) -> _Active | None:
+    def _own(self, lease: Lease) -> Attempt | None:
         """This attempt's entry. Once a suspension is recorded the run may be due at once
         (a signal came) and claimed again by this worker before the attempt has cleaned
         up: the entry under its id is then the next attempt's, which it must leave alone."""
@@ -372,11 +397,15 @@ class IntentPoller:
             self._apply(states)
 
     def _held(self) -> list[tuple[str, str]]:
-        return [
-            (run_id, active.lease.token)
-            for run_id, active in self._active.items()
-            if not (active.ctx.is_cancelled() or active.finishing)
-        ]
+        """Leases to keep: those of attempts whose code runs, also when asked to stop at
+        shutdown (until it has stopped, the run must not expire into other hands)."""
+        attempts = [*(a for a in self._draining if not a.stopped), *self._active.values()]
+        held = {
+            a.lease.run.id: a.lease.token
+            for a in attempts
+            if not (a.finishing or a.ctx.stop_reason in ("cancelled", "lease lost"))
+        }
+        return list(held.items())
 
     def _apply(self, states: Mapping[str, str]) -> None:
         for run_id, state in states.items():
@@ -448,27 +477,6 @@ class IntentPoller:
         for failure in failures:
             self._wake_in(_due_in(failure))
 
-    # -- shutdown --------------------------------------------------------------------
-
-    async def _drain(self, outbox: Outbox) -> None:
-        """Let running handlers finish within the grace period, then give the rest back."""
-        tasks = [active.task for active in self._active.values()]
-        if tasks:
-            _log.info("waiting up to %gs for %d handlers", self.shutdown_grace, len(tasks))
-            await asyncio.wait(tasks, timeout=self.shutdown_grace)
-        leftovers = list(self._active.values())
-        for active in leftovers:
-            active.ctx._request_stop("shutdown")
-        if leftovers:
-            # Handlers that honour the request get a moment to stop before their runs are
-            # given back; once ``run`` returns, the process exits under whatever still runs.
-            await asyncio.wait([a.task for a in leftovers], timeout=STOP_WAIT)
-        releases = [outbox.record(Release(a.lease.run.id, a.lease.token)) for a in leftovers]
-        if releases:
-            released = await asyncio.gather(*releases, return_exceptions=True)
-            _log.info("released %d unfinished runs", sum(r is True for r in released))
-        await outbox.drained()
-
 
 def _due_in(outcome: object) -> float:
     """Seconds until a run this worker just gave back is due again (inf: not at all)."""
@@ -479,6 +487,12 @@ def _due_in(outcome: object) -> float:
             return max((outcome.run_at - datetime.now(UTC)).total_seconds(), 0.001)
         return max(outcome.delay, 0.001)
     return float("inf")
+
+
+def _exit_now(status: int = 0) -> None:
+    """End the process without waiting for threads that may never return."""
+    logging.shutdown()
+    os._exit(status)
 
 
 def _log_outcome(lease: Lease, outcome: object) -> None:
