@@ -118,9 +118,9 @@ class IntentPoller:
         handlers' threads do: see ``shutdown``."""
         self._exiting = True
         asyncio.run(self._run_with_signals())
-        current = threading.current_thread()
-        if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not current):
-            # Threads no attempt owned (a handler's own): waiting for them could take forever.
+        if _threads_outlive(shutdown.STOP_WAIT):
+            # Threads no attempt owned (a handler's own): the interpreter's exit would wait
+            # for them, maybe forever.
             _log.warning("exiting with threads of handlers still running")
             _exit_now()
 
@@ -487,6 +487,17 @@ def _due_in(outcome: object) -> float:
             return max((outcome.run_at - datetime.now(UTC)).total_seconds(), 0.001)
         return max(outcome.delay, 0.001)
     return float("inf")
+
+
+def _threads_outlive(timeout: float) -> bool:
+    """Whether threads the interpreter would wait for at exit are still running after
+    ``timeout`` seconds (idle threads of the pools end at once)."""
+    deadline = time.monotonic() + timeout
+    current = threading.current_thread()
+    others = [t for t in threading.enumerate() if t is not current and not t.daemon]
+    for thread in others:
+        thread.join(max(deadline - time.monotonic(), 0.0))
+    return any(thread.is_alive() for thread in others)
 
 
 def _exit_now(status: int = 0) -> None:
