@@ -160,6 +160,7 @@ class IntentPoller:
             )
         self._loop = asyncio.get_running_loop()
         self._signal = asyncio.Event()
+        self._draining = []
         self._executor = TrackedExecutor(self.concurrency, name="simpleworkflow-handler")
         self._step_executor = TrackedExecutor(name="simpleworkflow-step")
         backend = self._backend

@@ -14,6 +14,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -99,16 +100,17 @@ def test_an_embedded_worker_keeps_a_run_leased_until_its_stubborn_handler_return
         release.wait(30)  # deaf to the stop request
 
     run_id = client.start("test.stubborn.v1").id
-    with poller_thread(app, shutdown_grace=0.5, lease_duration=1, poll_interval=0.2):
+    with poller_thread(app, shutdown_grace=0.5, lease_duration=2, poll_interval=0.2):
         assert started.wait(15)
         stopping = time.monotonic()
     assert time.monotonic() - stopping < 0.5 + MARGIN
 
-    # The worker has stopped, the handler's thread has not: the run stays leased (its
-    # lease kept alive past several lease durations), so no other worker may take it.
-    time.sleep(3)
+    # The worker has stopped, the handler's thread has not: the run stays leased, its
+    # lease kept alive past two lease durations, so that no other worker may take it.
+    time.sleep(4)
     run = client.get(run_id)
     assert (run.status, run.attempt) == (RunStatus.LEASED, 0), lifecycle(client, run_id)
+    assert run.lease_until is not None and run.lease_until > datetime.now(UTC)
     release.set()
     wait_until(
         lambda: client.get(run_id).status is RunStatus.PENDING,
