@@ -160,10 +160,10 @@ class Context:
                         value = await fn(*args, **kwargs)
                     else:
                         value = await asyncio.to_thread(fn, *args, **kwargs)
-                races.note(durable.db_now())
+                races.note_now(durable.db_now)
                 text = durable.encode(name, value)
             except Exception as exc:
-                races.note(durable.db_now())
+                races.note_now(durable.db_now)
                 raise await durable.failed(name, entry, retry, exc) from None
             attempts = (entry.attempts if entry is not None else 0) + 1
             await durable.journal(

@@ -16,7 +16,7 @@ import contextlib
 import json
 import time
 import traceback
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -149,19 +149,19 @@ class Durable:
             )
         return entry
 
-    @contextlib.contextmanager
-    def calling(self) -> Iterator[None]:
+    def calling(self) -> contextlib.AbstractContextManager[None]:
         """Around every durable call of an async body: the attempt settles only once none
         is under way, and a race waits for a branch while it reads the store."""
+        return _Call(self, races.reading())
+
+    def _enter(self) -> None:
         self._inflight += 1
         self._settled.clear()
-        try:
-            with races.reading():
-                yield
-        finally:
-            self._inflight -= 1
-            if self._inflight == 0:
-                self._settled.set()
+
+    def _exit(self) -> None:
+        self._inflight -= 1
+        if self._inflight == 0:
+            self._settled.set()
 
     async def settle(self) -> None:
         """Wait until no durable call of this attempt is under way (parallel branches):
@@ -309,6 +309,25 @@ class Durable:
 
     def _wake_time(self, exc: errors.Suspend) -> datetime:
         return exc.run_at or self.db_now() + timedelta(seconds=exc.delay)
+
+
+class _Call:
+    """One durable call under way (see :meth:`Durable.calling`); a class, not a generator,
+    since every step of every run enters one."""
+
+    def __init__(self, durable: Durable, reads: contextlib.AbstractContextManager[None]) -> None:
+        self._durable = durable
+        self._reads = reads
+
+    def __enter__(self) -> None:
+        self._durable._enter()
+        self._reads.__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self._reads.__exit__(None, None, None)
+        finally:
+            self._durable._exit()
 
 
 def _default_events(name: str, kind: str, started_at: datetime | None) -> list[dict[str, Any]]:

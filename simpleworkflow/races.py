@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -82,32 +82,39 @@ def note(at: datetime | None) -> None:
         clock.at = at
 
 
-@contextlib.contextmanager
-def reading() -> Iterator[None]:
+def note_now(now: Callable[[], datetime]) -> None:
+    """:func:`note` the time ``now()``, computed only inside a race."""
+    if _current.get() is not None:
+        note(now())
+
+
+def reading() -> contextlib.AbstractContextManager[None]:
     """Around a durable call's reads and writes of the store (not around user code)."""
     clock = _current.get()
-    if clock is None:
-        yield
-        return
-    clock._count(1)
-    try:
-        yield
-    finally:
-        clock._count(-1)
+    return _NOTHING if clock is None else _Reads(clock, 1)
 
 
-@contextlib.contextmanager
-def not_reading() -> Iterator[None]:
+def not_reading() -> contextlib.AbstractContextManager[None]:
     """Inside :func:`reading`, around what only happens now: a step's own code, say."""
     clock = _current.get()
-    if clock is None:
-        yield
-        return
-    clock._count(-1)
-    try:
-        yield
-    finally:
-        clock._count(1)
+    return _NOTHING if clock is None else _Reads(clock, -1)
+
+
+_NOTHING = contextlib.nullcontext()  # outside races: every step pays for these calls
+
+
+class _Reads:
+    """Changes a branch's count of durable calls reading the store, for a ``with`` block."""
+
+    def __init__(self, clock: Clock, change: int) -> None:
+        self._clock = clock
+        self._change = change
+
+    def __enter__(self) -> None:
+        self._clock._count(self._change)
+
+    def __exit__(self, *exc: object) -> None:
+        self._clock._count(-self._change)
 
 
 class Race:
