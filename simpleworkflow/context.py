@@ -7,6 +7,7 @@ In an ``async def`` body every durable call is awaited (``await ctx.step(...)``)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
 import random as _random
@@ -16,7 +17,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from simpleworkflow import durations, errors, names, payloads
+from simpleworkflow import durations, errors, names, payloads, races
 from simpleworkflow.backends.records import JournalEntry, NewRun, StepRecord
 from simpleworkflow.durable import FOREVER, Durable, StepJournal
 from simpleworkflow.models import Run
@@ -148,27 +149,27 @@ class Context:
         kwargs: dict[str, Any],
         retry: RetryPolicy | None,
     ) -> Any:
-        entry = await durable.begin(name, "step", self.is_cancelled())
-        if entry is not None and answered(entry):
-            return _journaled_step(entry)
-        started_at = durable.db_now()
-        durable.started()
-        try:
+        with durable.calling():
+            entry = await durable.begin(name, "step", self.is_cancelled())
+            if entry is not None and answered(entry):
+                return _journaled_step(entry)
+            started_at = durable.db_now()
             try:
-                if inspect.iscoroutinefunction(fn):
-                    value = await fn(*args, **kwargs)
-                else:
-                    value = await asyncio.to_thread(fn, *args, **kwargs)
+                with races.not_reading():  # the step's code: what it does happens now
+                    if inspect.iscoroutinefunction(fn):
+                        value = await fn(*args, **kwargs)
+                    else:
+                        value = await asyncio.to_thread(fn, *args, **kwargs)
+                races.note_now(durable.db_now)
                 text = durable.encode(name, value)
             except Exception as exc:
+                races.note_now(durable.db_now)
                 raise await durable.failed(name, entry, retry, exc) from None
             attempts = (entry.attempts if entry is not None else 0) + 1
             await durable.journal(
                 name, "step", value, attempts=attempts, started_at=started_at, text=text
             )
             return value
-        finally:
-            durable.ended()
 
     def _step_sync(
         self,
@@ -221,6 +222,7 @@ class Context:
         else:
             until = datetime.fromisoformat(entry.output["until"])
         if durable.db_now() >= until:
+            races.note(until)  # it ended then, however late this replay comes
             return
         raise durable.suspend(
             errors.Suspend(
@@ -269,6 +271,7 @@ class Context:
             return got["signal"]
         if durable.db_now() >= until:
             await durable.journal(unique, "wait", {"timeout": True}, events=[])
+            races.note(until)  # the timeout happened then
             return None
         waiting: dict[str, Any] = {"kind": "signal", "step": unique, "event": event}
         if match is not None:
@@ -298,9 +301,10 @@ class Context:
         got = await backend.execute_async(backend.consume_signal(record, event, match))
         if got is None:
             return None
-        held, payload = got
+        held, payload, sent_at = got
         if not held:
             raise errors.LeaseLost(name)
+        races.note(sent_at)  # a race is won by the signal sent first, not read first
         output = {"signal": payload}
         replay.remember(_entry(name, "wait", record.position, output))
         return output
@@ -381,6 +385,7 @@ class Context:
                         run_at=FOREVER,
                     )
                 )
+            races.note(child.updated_at)  # when it finished
             outcome = {
                 "status": child.status.value,
                 "result": child.result,
@@ -419,40 +424,43 @@ class Context:
         return value
 
     async def race(self, name: str, *branches: Awaitable[Any]) -> tuple[int, Any]:
-        """Run ``branches`` concurrently; return ``(index, value)`` of the first to finish
-        and cancel the others. A branch that must wait (a sleep, a signal) does not finish
-        the race; when all of them wait, the run sleeps until the earliest wake-up and the
-        race goes on after it. The winner is journaled, so a replay returns it again
-        without running any branch. Async bodies only."""
+        """Run ``branches`` concurrently; return ``(index, value)`` of the one whose
+        outcome happened first, and cancel the others.
+
+        A branch that must wait (a sleep, a signal, a child) does not finish the race;
+        when all of them wait, the run is suspended in all their waits and wakes when any
+        of them can go on. Several branches may then finish in the same replay (a signal
+        came, and a timer ran out since): the winner is the one whose signal, timer, child
+        or step came first by the database's clock. The winner is journaled, so a replay
+        returns it again without running any branch. Async bodies only."""
         if not branches:
             raise errors.InvalidArgument("race needs at least one branch")
         durable = self._need_durable()
         unique = durable.name(name)
-        entry = await durable.begin(unique, "race", self.is_cancelled())
-        if entry is not None:
-            for branch in branches:
-                _discard(branch)
-            (await durable.load()).meet(entry.output["steps"])
-            return int(entry.output["winner"]), entry.output["value"]
-        recorded = durable.record_names()
-        tasks: list[asyncio.Future[Any]] = [asyncio.ensure_future(b) for b in branches]
-        try:
-            winner = await _first_to_finish(tasks)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            durable.stop_recording(recorded)
-        suspended = [exc for exc in map(_suspension, tasks) if exc is not None]
-        if winner is None:
-            # Every branch waits: the run sleeps until the earliest of their wake-ups.
-            raise suspended[0]
-        durable.withdraw(suspended)  # the losers' waits are over: the race went on
-        value = winner.result()
-        index = tasks.index(winner)
-        output = {"winner": index, "value": value, "steps": sorted(recorded)}
-        await durable.journal(unique, "race", output, events=[])
-        return index, value
+        with durable.calling():
+            entry = await durable.begin(unique, "race", self.is_cancelled())
+            if entry is not None:
+                for branch in branches:
+                    _discard(branch)
+                (await durable.load()).meet(entry.output["steps"])
+                return int(entry.output["winner"]), entry.output["value"]
+            recorded = durable.record_names()
+            race = races.Race(branches, durable.db_now)
+            index = None
+            try:
+                with races.not_reading():  # the branches read for themselves
+                    index = await race.winner()
+            finally:
+                await race.close(index)
+                durable.stop_recording(recorded)
+            if index is None:
+                raise race.suspensions()[0]  # every wait is recorded (Durable.suspension)
+            durable.withdraw(race.suspensions())  # the losers' waits are over
+            races.note(race.clocks[index].at)  # for a race this one is a branch of
+            value = race.tasks[index].result()
+            output = {"winner": index, "value": value, "steps": sorted(recorded)}
+            await durable.journal(unique, "race", output, events=[])
+            return index, value
 
     # -- plumbing --------------------------------------------------------------------
 
@@ -466,7 +474,7 @@ class Context:
     ) -> Any:
         """Await ``coro`` in an async body; run it on the worker's loop from a sync one."""
         if self._async_body:
-            return _converted(coro, convert) if convert else coro
+            return _counted(self._durable, coro, convert)
         value = self._bridge(coro)
         return convert(value) if convert else value
 
@@ -474,8 +482,13 @@ class Context:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
 
-async def _converted(coro: Coroutine[Any, Any, Any], convert: Callable[[Any], Any]) -> Any:
-    return convert(await coro)
+async def _counted(
+    durable: Durable | None, coro: Coroutine[Any, Any, Any], convert: Callable[[Any], Any] | None
+) -> Any:
+    """``coro`` as one durable call of an async body (see :meth:`Durable.calling`)."""
+    with durable.calling() if durable is not None else contextlib.nullcontext():
+        value = await coro
+    return convert(value) if convert else value
 
 
 async def _awaited(value: Awaitable[T]) -> T:
@@ -487,25 +500,6 @@ def _journaled_step(entry: JournalEntry) -> Any:
     if gave_up(entry):
         raise errors.StepFailed(entry.step_name, entry.attempts, entry.output["gave_up"])
     return entry.output
-
-
-async def _first_to_finish(tasks: list[asyncio.Future[Any]]) -> asyncio.Future[Any] | None:
-    """The first branch to return or raise (the lowest index among those finishing
-    together); a branch that suspends does not finish the race. ``None``: all suspended."""
-    waiting = set(tasks)
-    while waiting:
-        done, waiting = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-        finished = [task for task in done if _suspension(task) is None]
-        if finished:
-            return min(finished, key=tasks.index)
-    return None
-
-
-def _suspension(task: asyncio.Future[Any]) -> errors.Suspend | None:
-    if not task.done() or task.cancelled():
-        return None
-    exc = task.exception()
-    return exc if isinstance(exc, errors.Suspend) else None
 
 
 def _discard(branch: Awaitable[Any]) -> None:

@@ -4,12 +4,15 @@ Each call first asks the replay state whether its step is journaled; a journaled
 returns its recorded output at once. Otherwise the step runs and its output is written
 to the journal in one fenced transaction before the body continues. A call that must
 wait (a sleep, a signal, a child, a step's backoff) raises ``Suspend``; the worker then
-gives the run back with ``run_at`` at the wake-up time.
+gives the run back with ``run_at`` at the earliest wake-up time and ``waiting_for``
+holding every wait the body is suspended in (parallel branches may wait for several
+things at once), so that whichever comes first wakes it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import traceback
@@ -17,7 +20,7 @@ from collections.abc import Hashable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from simpleworkflow import durations, errors, payloads
+from simpleworkflow import durations, errors, payloads, races
 from simpleworkflow.backends.records import JournalEntry, Lease, StepRecord, Suspension
 from simpleworkflow.groupcommit import GroupCommit
 from simpleworkflow.replay import Replay, answered
@@ -60,8 +63,10 @@ class Durable:
         self._inflight = 0
         self._settled = asyncio.Event()
         self._settled.set()
-        self.suspensions: list[errors.Suspend] = []
+        # Each wait with the race branch it was met in: a lost branch's waits are over.
+        self._waits: list[tuple[errors.Suspend, races.Clock | None]] = []
         self._uses: dict[str, int] = {}
+        self._order: dict[str, int] = {}  # the order in which the code called each name
         self._recordings: list[set[str]] = []
 
     def name(self, name: str) -> str:
@@ -74,7 +79,9 @@ class Durable:
             raise errors.InvalidArgument(f"step name must be 1 to 200 characters, not {name!r}")
         count = self._uses.get(name, 0) + 1
         self._uses[name] = count
-        return name if count == 1 else f"{name}#{count}"
+        unique = name if count == 1 else f"{name}#{count}"
+        self._order[unique] = len(self._order)
+        return unique
 
     def record_names(self) -> set[str]:
         """Start collecting the names journaled from now on (for a race)."""
@@ -125,6 +132,7 @@ class Durable:
         for names in self._recordings:
             names.add(name)  # a race notes what its branches met, not only what they wrote
         if entry is not None and answered(entry):
+            races.note(entry.completed_at)
             return entry
         # A race is judged by its branches: when one of them suspended, their steps are
         # journaled but the race is not, and they are met only as the branches run again.
@@ -141,18 +149,25 @@ class Durable:
             )
         return entry
 
-    def started(self) -> None:
+    def calling(self) -> contextlib.AbstractContextManager[None]:
+        """Around every durable call of an async body: the attempt settles only once none
+        is under way, and a race waits for a branch while it reads the store."""
+        return _Call(self, races.reading())
+
+    def _enter(self) -> None:
         self._inflight += 1
         self._settled.clear()
 
-    def ended(self) -> None:
+    def _exit(self) -> None:
         self._inflight -= 1
         if self._inflight == 0:
             self._settled.set()
 
     async def settle(self) -> None:
-        """Wait until no step of this attempt is still running (parallel branches)."""
-        await self._settled.wait()
+        """Wait until no durable call of this attempt is under way (parallel branches):
+        a branch still reading the store may yet suspend, and its wait must be recorded."""
+        while self._inflight:
+            await self._settled.wait()
 
     async def journal(
         self,
@@ -255,28 +270,64 @@ class Durable:
     # -- suspension ------------------------------------------------------------------
 
     def suspend(self, exc: errors.Suspend) -> errors.Suspend:
-        self.suspensions.append(exc)
+        self._waits.append((exc, races.current()))
         return exc
 
     def withdraw(self, suspensions: list[errors.Suspend]) -> None:
-        """Forget suspensions that no longer hold (the branches of a race that lost)."""
-        self.suspensions = [s for s in self.suspensions if s not in suspensions]
+        """Forget these waits: the branches of a race that lost. (Those met on a losing
+        branch's clock are forgotten anyway; this also covers tasks the branch did not
+        start itself, such as those of an ``asyncio.gather(...)`` passed as a branch.)"""
+        self._waits = [(exc, clock) for exc, clock in self._waits if exc not in suspensions]
+
+    @property
+    def suspended(self) -> bool:
+        """True when the body waits for something (in a branch that has not lost a race)."""
+        return bool(self._live_waits())
+
+    def _live_waits(self) -> list[errors.Suspend]:
+        live = [exc for exc, clock in self._waits if clock is None or not clock.given_up()]
+        return sorted(live, key=lambda exc: self._order.get(exc.step, len(self._order)))
 
     def suspension(self) -> Suspension:
-        """The suspension to record: the earliest wake-up among those of this attempt."""
-        chosen = min(self.suspensions, key=self._wake_time)
+        """The suspension to record: every wait of this attempt, due at the earliest."""
+        waits = self._live_waits() or [exc for exc, _ in self._waits]
+        times = [self._wake_time(exc) for exc in waits]
+        first = waits[times.index(min(times))]
+        waiting_for = first.waiting_for
+        if len(waits) > 1:
+            waiting_for = {"kind": "any", "waits": [exc.waiting_for for exc in waits]}
+            if min(times) < FOREVER:
+                waiting_for["until"] = min(times).isoformat()
         return Suspension(
             run_id=self.lease.run.id,
             token=self.lease.token,
-            event=chosen.event,
-            data={"step": chosen.step, **chosen.data},
-            run_at=chosen.run_at,
-            delay=chosen.delay,
-            waiting_for=chosen.waiting_for,
+            events=[{"type": exc.event, "data": {"step": exc.step, **exc.data}} for exc in waits],
+            run_at=first.run_at,
+            delay=first.delay,
+            waiting_for=waiting_for,
         )
 
     def _wake_time(self, exc: errors.Suspend) -> datetime:
         return exc.run_at or self.db_now() + timedelta(seconds=exc.delay)
+
+
+class _Call:
+    """One durable call under way (see :meth:`Durable.calling`); a class, not a generator,
+    since every step of every run enters one."""
+
+    def __init__(self, durable: Durable, reads: contextlib.AbstractContextManager[None]) -> None:
+        self._durable = durable
+        self._reads = reads
+
+    def __enter__(self) -> None:
+        self._durable._enter()
+        self._reads.__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self._reads.__exit__(None, None, None)
+        finally:
+            self._durable._exit()
 
 
 def _default_events(name: str, kind: str, started_at: datetime | None) -> list[dict[str, Any]]:

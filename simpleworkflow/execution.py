@@ -43,10 +43,10 @@ async def attempt(
     except (errors.Cancelled, errors.LeaseLost):
         return None
     except Exception as exc:
-        if durable is not None and durable.suspensions:
+        if durable is not None and durable.suspended:
             return await _suspended(ctx)  # a parallel branch suspended first
         return failure(definition, lease, exc, ctx.worker_id)
-    if durable is not None and durable.suspensions:
+    if durable is not None and durable.suspended:
         # The body swallowed a suspension (gather(return_exceptions=True) ...): it has
         # not really finished, so it waits and replays like any other.
         return await _suspended(ctx)

@@ -91,15 +91,14 @@ def wait_terminal(client: Client, run_id: str, timeout: float = 20) -> Run:
 
 
 def wait_suspended(client: Client, run_id: str, kind: str, timeout: float = 15) -> Run:
-    """Wait until the run is pending and waits for ``kind`` ("sleep", "signal", "child")."""
+    """Wait until the run is pending and waits for ``kind`` ("sleep", "signal", "child"),
+    alone or among other waits (``{"kind": "any", "waits": [...]}``)."""
 
     def suspended() -> bool:
         run = client.get(run_id)
-        return (
-            run.status is RunStatus.PENDING
-            and isinstance(run.waiting_for, dict)
-            and run.waiting_for.get("kind") == kind
-        )
+        waiting = run.waiting_for if isinstance(run.waiting_for, dict) else {}
+        waits = waiting.get("waits", [waiting]) if waiting.get("kind") == "any" else [waiting]
+        return run.status is RunStatus.PENDING and any(w.get("kind") == kind for w in waits)
 
     def describe() -> str:
         run = client.get(run_id)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from datetime import datetime
 from typing import Any
 
 from simpleworkflow.backends.core import StoreCore
@@ -21,6 +22,7 @@ class JournalOps(StoreCore):
                 status=row["status"],
                 output=self.decode_json(row["output"]),
                 attempts=row["attempts"],
+                completed_at=self.opt_time(row["completed_at"]),
             )
             for row in rows
         ]
@@ -81,12 +83,12 @@ class JournalOps(StoreCore):
 
     def consume_signal(
         self, step: StepRecord, event: str, match: str | None
-    ) -> Op[tuple[bool, Any] | None]:
+    ) -> Op[tuple[bool, Any, datetime | None] | None]:
         """Take the oldest unconsumed signal ``event`` whose payload contains ``match`` and
         journal it as ``step``'s output, in one transaction.
 
-        Returns ``(True, payload)``, ``None`` when no signal matches, and ``(False, None)``
-        when the lease was lost.
+        Returns ``(True, payload, the time it was sent)``, ``None`` when no signal
+        matches, and ``(False, None, None)`` when the lease was lost.
         """
         if "consume_signal_journaled" in self.q:  # one statement does it all
             rows = yield self.stmt(
@@ -105,7 +107,8 @@ class JournalOps(StoreCore):
             if not rows:
                 return None
             payload = self.decode_json(rows[0]["payload"])
-            return (True, payload) if rows[0]["saved"] else (False, None)
+            sent_at = self.decode_time(rows[0]["created_at"])
+            return (True, payload, sent_at) if rows[0]["saved"] else (False, None, None)
         yield ATOMIC  # the signal is consumed only if its step is journaled
         rows = yield self.stmt(
             "consume_signal",
@@ -120,4 +123,5 @@ class JournalOps(StoreCore):
         payload = self.decode_json(rows[0]["payload"])
         output = json.dumps({"signal": payload})
         saved = yield from self._record(dataclasses.replace(step, output=output))
-        return (True, payload) if saved else (False, None)
+        sent_at = self.decode_time(rows[0]["created_at"])
+        return (True, payload, sent_at) if saved else (False, None, None)

@@ -170,16 +170,22 @@ class Suspension:
     """A run that gives its lease back until ``run_at`` (or ``delay`` seconds from now).
 
     ``waiting_for`` is stored on the run for operators, and tells what may wake it early:
-    ``{"event": ..., "match": ...}`` for a signal, ``{"child_id": ...}`` for a child.
+    ``{"event": ..., "match": ...}`` for a signal, ``{"child_id": ...}`` for a child, or
+    ``{"kind": "any", "waits": [...]}`` for several at once. ``events`` are the audit
+    events to write, one per wait: ``{"type": "sleeping", "data": {...}}``.
     """
 
     run_id: str
     token: str
-    event: str  # "sleeping", "waiting", "step_failed" ...
-    data: dict[str, Any]
+    events: list[dict[str, Any]]
     run_at: datetime | None = None
     delay: float = 0.0
     waiting_for: dict[str, Any] | None = None
+
+    @property
+    def event(self) -> str:
+        """What the run waits for, in a word or a few (``waiting, sleeping``), for logs."""
+        return ", ".join(event["type"] for event in self.events)
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +224,7 @@ class JournalEntry:
     status: str  # "completed" or "retrying"
     output: Any
     attempts: int
+    completed_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -94,7 +94,12 @@ with recursive tree (id) as (
     set run_at = now(), updated_at = now()
     from cancelled c
     where p.id = c.parent_id and p.status = 'pending'
-      and p.waiting_for ->> 'child_id' = c.id::text
+      and exists (
+          select 1
+          from jsonb_array_elements(coalesce(p.waiting_for -> 'waits',
+                                             jsonb_build_array(p.waiting_for))) as w
+          where w ->> 'child_id' = c.id::text
+      )
       and not exists (select 1 from cancelled x where x.id = p.id)
 )
 select id from cancelled order by id = %(id)s::uuid desc
@@ -234,7 +239,12 @@ with outcomes as (
     set run_at = now(), updated_at = now()
     from done d
     where p.id = d.parent_id and p.status = 'pending'
-      and p.waiting_for ->> 'child_id' = d.id::text
+      and exists (
+          select 1
+          from jsonb_array_elements(coalesce(p.waiting_for -> 'waits',
+                                             jsonb_build_array(p.waiting_for))) as w
+          where w ->> 'child_id' = d.id::text
+      )
 )
 select id from done
 
@@ -261,7 +271,12 @@ with outcomes as (
     set run_at = now(), updated_at = now()
     from done d
     where d.status = 'failed' and p.id = d.parent_id and p.status = 'pending'
-      and p.waiting_for ->> 'child_id' = d.id::text
+      and exists (
+          select 1
+          from jsonb_array_elements(coalesce(p.waiting_for -> 'waits',
+                                             jsonb_build_array(p.waiting_for))) as w
+          where w ->> 'child_id' = d.id::text
+      )
 ), fail_events as (
     insert into {schema}workflow_event (workflow_id, event_type, data)
     select d.id, case when d.status = 'failed' then 'failed' else 'retried' end,
@@ -302,9 +317,14 @@ limit %(limit)s
 for update skip locked
 
 -- Durable execution: the journal, suspension, signals, children.
+--
+-- waiting_for holds one wait ({"kind": "signal", "event": ...}, {"kind": "child",
+-- "child_id": ...} ...) or, for a run waiting in parallel branches, {"kind": "any",
+-- "waits": [one wait each]}. The statements that wake a run (here, and woken_parents
+-- above) read both as one list: coalesce(waiting_for -> 'waits', jsonb_build_array(...)).
 
 -- name: load_journal
-select step_name, kind, position, status, output, attempts
+select step_name, kind, position, status, output, attempts, completed_at
 from {schema}workflow_step
 where run_id = %(run_id)s
 order by position
@@ -371,10 +391,11 @@ with items as (
 select run_id::text as run_id, step_name from saved
 
 -- name: suspend_runs
+-- One event per wait the run is suspended in (o.events), each with the run's due time.
 with outcomes as (
     select * from jsonb_to_recordset(%(items)s::jsonb)
         as o(id uuid, token uuid, run_at timestamptz, delay float8, waiting_for jsonb,
-             event text, data jsonb)
+             events jsonb)
 ), done as (
     update {schema}workflow_run r
     set status = 'pending',
@@ -388,31 +409,37 @@ with outcomes as (
     returning r.id, r.run_at
 ), suspend_events as (
     insert into {schema}workflow_event (workflow_id, event_type, data)
-    select d.id, o.event, o.data || jsonb_build_object('until', d.run_at)
-    from done d join outcomes o on o.id = d.id
+    select d.id, e.value ->> 'type', (e.value -> 'data') || jsonb_build_object('until', d.run_at)
+    from done d
+    join outcomes o on o.id = d.id
+    cross join jsonb_array_elements(o.events) with ordinality as e(value, n)
+    order by d.id, e.n
 )
 select id from done
 
 -- name: wake_suspended
 -- Second statement of a suspension: a signal or child result that arrived while the run
--- was still leased wakes it at once (the run row lock orders this against senders).
+-- was still leased wakes it at once (the run row lock orders this against senders), for
+-- any of the waits it suspended in.
 update {schema}workflow_run r
 set run_at = now(), updated_at = now()
 where r.id = any(%(ids)s::uuid[])
   and r.status = 'pending'
   and r.run_at > now()
-  and (
-      exists (
-          select 1 from {schema}workflow_signal s
-          where s.run_id = r.id and s.consumed_at is null
-            and s.event = r.waiting_for ->> 'event'
-            and (r.waiting_for -> 'match' is null or s.payload @> (r.waiting_for -> 'match'))
-      )
-      or exists (
-          select 1 from {schema}workflow_run c
-          where c.id = (r.waiting_for ->> 'child_id')::uuid
-            and c.status in ('succeeded', 'failed', 'cancelled')
-      )
+  and exists (
+      select 1
+      from jsonb_array_elements(coalesce(r.waiting_for -> 'waits',
+                                         jsonb_build_array(r.waiting_for))) as w
+      where exists (
+                select 1 from {schema}workflow_signal s
+                where s.run_id = r.id and s.consumed_at is null
+                  and s.event = w ->> 'event'
+                  and (w -> 'match' is null or s.payload @> (w -> 'match'))
+            )
+         -- A scalar subquery, looked up by key for each wait: as "exists" the planner
+         -- may hash every finished run instead.
+         or (select c.status from {schema}workflow_run c
+             where c.id = (w ->> 'child_id')::uuid) in ('succeeded', 'failed', 'cancelled')
   )
 returning r.id
 
@@ -432,14 +459,20 @@ with signal as (
 select id from signal
 
 -- name: wake_for_signal
-update {schema}workflow_run
+-- Wakes the run if any of the waits it is suspended in takes this signal.
+update {schema}workflow_run r
 set run_at = now(), updated_at = now()
-where id = %(id)s
-  and status = 'pending'
-  and run_at > now()
-  and waiting_for ->> 'event' = %(event)s
-  and (waiting_for -> 'match' is null or %(payload)s::jsonb @> (waiting_for -> 'match'))
-returning id
+where r.id = %(id)s
+  and r.status = 'pending'
+  and r.run_at > now()
+  and exists (
+      select 1
+      from jsonb_array_elements(coalesce(r.waiting_for -> 'waits',
+                                         jsonb_build_array(r.waiting_for))) as w
+      where w ->> 'event' = %(event)s
+        and (w -> 'match' is null or %(payload)s::jsonb @> (w -> 'match'))
+  )
+returning r.id
 
 -- name: consume_signal_journaled
 -- Take the oldest matching signal and journal it as the wait's output: one statement, so
@@ -460,7 +493,7 @@ with lease as (
         for update
     ) as c
     where s.id = c.id
-    returning s.run_id, s.payload
+    returning s.run_id, s.payload, s.created_at
 ), saved as (
     insert into {schema}workflow_step
         (run_id, step_name, kind, position, status, output, attempts, started_at, completed_at)
@@ -481,4 +514,4 @@ with lease as (
     cross join jsonb_array_elements(%(events)s::jsonb) with ordinality as e(value, n)
     order by e.n
 )
-select t.payload, exists (select 1 from saved) as saved from taken t
+select t.payload, t.created_at, exists (select 1 from saved) as saved from taken t

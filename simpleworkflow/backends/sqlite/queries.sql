@@ -114,7 +114,12 @@ from (select c.id, c.parent_id from json_each(:ids) as i join workflow_run c on 
     as d
 where workflow_run.id = d.parent_id
   and workflow_run.status = 'pending'
-  and json_extract(workflow_run.waiting_for, '$.child_id') = d.id
+  and exists (
+      select 1
+      from json_each(coalesce(workflow_run.waiting_for -> '$.waits',
+                              json_array(json(workflow_run.waiting_for)))) as w
+      where w.value ->> '$.child_id' = d.id
+  )
 
 -- name: delete_run
 update workflow_run
@@ -271,7 +276,12 @@ from (select c.id, c.parent_id from json_each(:ids) as i join workflow_run c on 
     as d
 where workflow_run.id = d.parent_id
   and workflow_run.status = 'pending'
-  and json_extract(workflow_run.waiting_for, '$.child_id') = d.id
+  and exists (
+      select 1
+      from json_each(coalesce(workflow_run.waiting_for -> '$.waits',
+                              json_array(json(workflow_run.waiting_for)))) as w
+      where w.value ->> '$.child_id' = d.id
+  )
 
 -- name: fail_runs
 update workflow_run
@@ -315,7 +325,12 @@ from (select c.id, c.parent_id from json_each(:ids) as i join workflow_run c on 
       where c.status = 'failed') as d
 where workflow_run.id = d.parent_id
   and workflow_run.status = 'pending'
-  and json_extract(workflow_run.waiting_for, '$.child_id') = d.id
+  and exists (
+      select 1
+      from json_each(coalesce(workflow_run.waiting_for -> '$.waits',
+                              json_array(json(workflow_run.waiting_for)))) as w
+      where w.value ->> '$.child_id' = d.id
+  )
 
 -- name: release_runs
 update workflow_run
@@ -350,9 +365,15 @@ order by lease_until
 limit :limit
 
 -- Durable execution: the journal, suspension, signals, children.
+--
+-- waiting_for holds one wait ({"kind": "signal", "event": ...}, {"kind": "child",
+-- "child_id": ...} ...) or, for a run waiting in parallel branches, {"kind": "any",
+-- "waits": [one wait each]}. The statements that wake a run (here, and the wake_parents
+-- follow-ups above) read both as one list with json_each(coalesce(waiting_for ->
+-- '$.waits', json_array(json(waiting_for)))).
 
 -- name: load_journal
-select step_name, kind, position, status, output, attempts
+select step_name, kind, position, status, output, attempts, completed_at
 from workflow_step
 where run_id = :run_id
 order by position
@@ -400,13 +421,16 @@ where workflow_run.id = o.id
 returning workflow_run.id
 
 -- name: suspend_runs_then_events
+-- One event per wait the run is suspended in, each with the run's due time.
 insert into workflow_event (workflow_id, event_type, data)
-select r.id, json_extract(o.value, '$.event'),
-       json_patch(json_extract(o.value, '$.data'),
+select r.id, json_extract(e.value, '$.type'),
+       json_patch(json_extract(e.value, '$.data'),
                   json_object('until', replace(r.run_at, ' ', 'T') || '+00:00'))
 from json_each(:items) as o
 join workflow_run r on r.id = json_extract(o.value, '$.id')
+cross join json_each(o.value, '$.events') as e
 where r.id in (select value from json_each(:ids))
+order by o.key, e.key
 
 -- name: wake_suspended
 update workflow_run
@@ -415,19 +439,22 @@ set run_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
 where id in (select value from json_each(:ids))
   and status = 'pending'
   and run_at > strftime('%Y-%m-%d %H:%M:%f', 'now')
-  and (
-      exists (
-          select 1 from workflow_signal s
-          where s.run_id = workflow_run.id and s.consumed_at is null
-            and s.event = json_extract(workflow_run.waiting_for, '$.event')
-            and (workflow_run.waiting_for -> '$.match' is null
-                 or json_contains(s.payload, workflow_run.waiting_for -> '$.match'))
-      )
-      or exists (
-          select 1 from workflow_run c
-          where c.id = json_extract(workflow_run.waiting_for, '$.child_id')
-            and c.status in ('succeeded', 'failed', 'cancelled')
-      )
+  and exists (
+      select 1
+      from json_each(coalesce(workflow_run.waiting_for -> '$.waits',
+                              json_array(json(workflow_run.waiting_for)))) as w
+      where exists (
+                select 1 from workflow_signal s
+                where s.run_id = workflow_run.id and s.consumed_at is null
+                  and s.event = w.value ->> '$.event'
+                  and (w.value -> '$.match' is null
+                       or json_contains(s.payload, w.value -> '$.match'))
+            )
+         or exists (
+                select 1 from workflow_run c
+                where c.id = w.value ->> '$.child_id'
+                  and c.status in ('succeeded', 'failed', 'cancelled')
+            )
   )
 returning id
 
@@ -445,14 +472,19 @@ select :id, 'signal_received', json_object('event', :event, 'signal_id', value)
 from json_each(:ids)
 
 -- name: wake_for_signal
+-- Wakes the run if any of the waits it is suspended in takes this signal.
 update workflow_run
 set run_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
     updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
 where id = :id
   and status = 'pending'
   and run_at > strftime('%Y-%m-%d %H:%M:%f', 'now')
-  and json_extract(waiting_for, '$.event') = :event
-  and (waiting_for -> '$.match' is null or json_contains(:payload, waiting_for -> '$.match'))
+  and exists (
+      select 1
+      from json_each(coalesce(waiting_for -> '$.waits', json_array(json(waiting_for)))) as w
+      where w.value ->> '$.event' = :event
+        and (w.value -> '$.match' is null or json_contains(:payload, w.value -> '$.match'))
+  )
 returning id
 
 -- name: consume_signal
@@ -469,4 +501,4 @@ where id = (
       select 1 from workflow_run
       where id = :run_id and lease_token = :token and status = 'leased'
   )
-returning id, payload
+returning id, payload, created_at
