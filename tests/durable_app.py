@@ -110,6 +110,22 @@ async def nap(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
     return {"before": before, "after": after, "worker": ctx.worker_id}
 
 
+async def _begun(ctx: Context, k: int, pause: float) -> int:
+    LEDGER.write("step", ctx, step=f"m{k}", at=time.time())
+    if pause:
+        await asyncio.sleep(pause)
+    return k
+
+
+@app.workflow("durable.many.v1")
+async def many_steps(payload: dict[str, Any], ctx: Context) -> int:
+    """``payload["steps"]`` short steps in a row, each noting in the ledger, with the time,
+    that it began; ``payload["pause"]`` seconds inside each (none by default)."""
+    for k in range(payload["steps"]):
+        await ctx.step(f"m{k}", _begun, ctx, k, payload.get("pause", 0.0))
+    return int(payload["steps"])
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--worker-id", required=True)
