@@ -98,11 +98,13 @@ where status in ('pending', 'leased')
 returning id
 
 -- name: cancel_run_then_1_events
+-- A descendant's event names the parent it was cancelled through, as on Postgres.
 insert into workflow_event (workflow_id, event_type, data)
-select value, 'cancelled',
-       case when value = :id then json(:data)
-            else json_object('reason', 'parent cancelled') end
-from json_each(:ids)
+select i.value, 'cancelled',
+       case when i.value = :id then json(:data)
+            else json_object('reason', 'parent cancelled', 'parent_id', r.parent_id) end
+from json_each(:ids) as i join workflow_run r on r.id = i.value
+order by i.key
 
 -- name: cancel_run_then_2_wake_parents
 -- Through parent_id, as succeed_runs_then_2_wake_parents; a parent cancelled with its
