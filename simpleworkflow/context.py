@@ -60,7 +60,11 @@ class Context:
         self._async_body = async_body
         self._loop = asyncio.get_running_loop()
         self._backend = backend
-        self._durable = Durable(lease, backend, steps) if lease is not None and backend else None
+        self._durable = (
+            Durable(lease, backend, steps, stop=self._request_stop)
+            if lease is not None and backend
+            else None
+        )
 
     # -- identity --------------------------------------------------------------------
 

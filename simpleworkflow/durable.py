@@ -13,12 +13,19 @@ import asyncio
 import json
 import time
 import traceback
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from simpleworkflow import durations, errors, payloads
-from simpleworkflow.backends.records import JournalEntry, Lease, StepRecord, Suspension
+from simpleworkflow.backends.records import (
+    CANCELLED,
+    HELD,
+    JournalEntry,
+    Lease,
+    StepRecord,
+    Suspension,
+)
 from simpleworkflow.groupcommit import GroupCommit
 from simpleworkflow.replay import Replay, answered
 from simpleworkflow.retry import DEFAULT_STEP_POLICY, RetryPolicy
@@ -32,13 +39,15 @@ FOREVER = datetime(9999, 1, 1, tzinfo=UTC)
 
 class StepJournal(GroupCommit[StepRecord]):
     """Journal entries of the steps of every run on a worker, group-committed: under load
-    the steps of many runs share a statement and a commit."""
+    the steps of many runs share a statement and a commit. On a store without
+    notifications it also batches the status checks made before steps (``checks``)."""
 
     what = "the journal entry"
 
     def __init__(self, backend: Backend) -> None:
         super().__init__()
         self._backend = backend
+        self.checks = LeaseCheck(backend)
 
     def key(self, item: StepRecord) -> Hashable:
         return (item.run_id, item.name)
@@ -46,14 +55,43 @@ class StepJournal(GroupCommit[StepRecord]):
     async def write(self, items: list[StepRecord]) -> set[Hashable]:
         return set(await self._backend.execute_async(self._backend.record_steps(items)))
 
+    async def run(self) -> None:
+        await asyncio.gather(super().run(), self.checks.run())
+
+
+class LeaseCheck(GroupCommit[tuple[str, str]]):
+    """Whether runs are still leased, ``(run id, token)`` each, read a batch at a time: the
+    checks of many runs' next steps share one read (and one hop to the store's thread)."""
+
+    what = "the lease check"
+
+    def __init__(self, backend: Backend) -> None:
+        super().__init__()
+        self._backend = backend
+
+    def key(self, item: tuple[str, str]) -> Hashable:
+        return item[0]
+
+    async def write(self, items: list[tuple[str, str]]) -> set[Hashable]:
+        op = self._backend.lease_states(items)
+        states = await self._backend.execute_async(op, readonly=True)
+        return {run_id for run_id, state in states.items() if state == HELD}
+
 
 class Durable:
     """Replay state and journal writes of one attempt of one run."""
 
-    def __init__(self, lease: Lease, backend: Backend, steps: StepJournal | None = None) -> None:
+    def __init__(
+        self,
+        lease: Lease,
+        backend: Backend,
+        steps: StepJournal | None = None,
+        stop: Callable[[str], None] | None = None,
+    ) -> None:
         self.lease = lease
         self.backend = backend
         self._steps = steps  # the worker's group commit of journal entries, if any
+        self._stop = stop  # asks the attempt to stop, with a reason (Context._request_stop)
         self.replay: Replay | None = None
         self._loading: asyncio.Future[Replay] | None = None
         self._started = time.monotonic()
@@ -139,7 +177,31 @@ class Durable:
             raise errors.DeadlineExceeded(
                 f"the run's deadline ({deadline.isoformat()}) passed before step {name!r}"
             )
+        if not self.backend.has_notifications:
+            await self._check_held()
         return entry
+
+    async def _check_held(self) -> None:
+        """Stop here if the run was cancelled (or its lease lost) while the worker had not
+        heard of it yet.
+
+        Without notifications between processes (SQLite) a worker learns of a cancel from
+        another process only at its next look at its leases; reading the run's status
+        before each new step (a local read) means no step begins once ``cancel()`` has
+        returned. Postgres workers hear of a cancel by notification instead.
+        """
+        run_id = self.lease.run.id
+        lease = (run_id, self.lease.token)
+        if self._steps is not None and await self._steps.checks.record(lease):
+            return
+        op = self.backend.lease_states([lease])  # alone, or to learn why it is not held
+        state = (await self.backend.execute_async(op, readonly=True)).get(run_id)
+        if state == HELD:
+            return
+        reason = "cancelled" if state == CANCELLED else "lease lost"
+        if self._stop is not None:
+            self._stop(reason)  # as the worker would at its next look
+        raise errors.Cancelled(reason)
 
     def started(self) -> None:
         self._inflight += 1

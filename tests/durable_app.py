@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -124,6 +125,17 @@ async def many_steps(payload: dict[str, Any], ctx: Context) -> int:
     for k in range(payload["steps"]):
         await ctx.step(f"m{k}", _begun, ctx, k, payload.get("pause", 0.0))
     return int(payload["steps"])
+
+
+@app.workflow("durable.gated.v1")
+async def gated(payload: dict[str, Any], ctx: Context) -> None:
+    """A step, then a wait outside any step until the file ``payload["gate"]`` exists,
+    then another step."""
+    await ctx.step("before", _noted, ctx, "before", 1)
+    LEDGER.write("gate", ctx)
+    while not os.path.exists(payload["gate"]):
+        await asyncio.sleep(0.01)
+    await ctx.step("after", _noted, ctx, "after", 2)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -23,6 +23,7 @@ from worker_app import Ledger, wait_until
 from simpleworkflow import Client, RunStatus
 
 MANY = "durable.many.v1"
+GATED = "durable.gated.v1"
 TERMINAL = {"succeeded", "failed", "cancelled"}
 
 
@@ -122,3 +123,36 @@ def test_lease_rescues_racing_a_frozen_worker_leave_nothing_after_the_end(
             for e in client.events(run_id)
         )
     assert rescued, f"no run was rescued: the test raced nothing\n{rescuer.log()}"
+
+
+
+def test_no_step_begins_once_cancel_has_returned(
+    store: Store, client: Client, workers: Workers, ledger: Ledger, tmp_path: Path
+) -> None:
+    """Runs wait between two steps (outside any step) for a gate the test opens right
+    after ``cancel()`` returned; no second step may begin.
+
+    On SQLite the worker learns of another process's cancel only at its next look at its
+    leases (every half second), so it now reads the run's status before each step. On
+    Postgres the cancel's notification reaches the worker a moment after the commit; the
+    gate opens a moment after that, so the second step is not expected to begin there
+    either, though Postgres promises only the notification. Either way nothing is
+    journaled after the cancel.
+    """
+    worker = workers.start("w-1")
+    gate = tmp_path / "gate"
+    run_ids = [client.start(GATED, {"gate": str(gate)}).id for _ in range(4)]
+    wait_until(
+        lambda: len(ledger.entries("gate")) == len(run_ids),
+        30,
+        lambda: f"at the gate: {len(ledger.entries('gate'))}\n{worker.log()}",
+    )
+    for run_id in run_ids:
+        assert client.cancel(run_id)
+    gate.touch()
+    wait_finished(client, run_ids)
+    time.sleep(1.0)  # longer than a SQLite worker takes to notice a cancel by itself
+    for run_id in run_ids:
+        assert_fenced(client, run_id)
+        begun = [e["step"] for e in ledger.entries("step", run=run_id)]
+        assert begun == ["before"], f"steps begun: {begun}"
