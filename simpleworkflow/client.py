@@ -494,10 +494,10 @@ def _check_delay(delay: durations.Duration | None) -> float:
 def _check_key(key: object) -> str | None:
     if key is None:
         return None
-    if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH or "\x00" in key:
+    if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH or names.unstorable(key):
         raise errors.InvalidArgument(
             f"idempotency_key must be a non-empty string of at most {MAX_KEY_LENGTH} "
-            f"characters without NUL, not {key!r:.80}"
+            f"characters without NUL characters or lone surrogates, not {key!r:.80}"
         )
     return key
 

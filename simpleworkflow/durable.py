@@ -17,7 +17,7 @@ from collections.abc import Callable, Hashable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from simpleworkflow import durations, errors, payloads
+from simpleworkflow import durations, errors, names, payloads
 from simpleworkflow.backends.records import (
     CANCELLED,
     HELD,
@@ -108,20 +108,19 @@ class Durable:
         Called when the durable call is made, not when it is awaited, so numbering follows
         the order of the calls in the code, also for parallel steps.
         """
-        if not isinstance(name, str) or not name or len(name) > 200:
-            raise errors.InvalidArgument(f"step name must be 1 to 200 characters, not {name!r}")
+        names.validate_step_name(name)
         count = self._uses.get(name, 0) + 1
         self._uses[name] = count
         return name if count == 1 else f"{name}#{count}"
 
     def record_names(self) -> set[str]:
         """Start collecting the names journaled from now on (for a race)."""
-        names: set[str] = set()
-        self._recordings.append(names)
-        return names
+        recorded: set[str] = set()
+        self._recordings.append(recorded)
+        return recorded
 
-    def stop_recording(self, names: set[str]) -> None:
-        self._recordings.remove(names)
+    def stop_recording(self, recorded: set[str]) -> None:
+        self._recordings.remove(recorded)
 
     def db_now(self) -> datetime:
         """The database's time: its clock at the claim plus the time elapsed since."""
@@ -160,8 +159,8 @@ class Durable:
             raise errors.Cancelled("stop requested")
         replay = await self.load()
         entry = replay.lookup(name, kind)
-        for names in self._recordings:
-            names.add(name)  # a race notes what its branches met, not only what they wrote
+        for recorded in self._recordings:
+            recorded.add(name)  # a race notes what its branches met, not only what they wrote
         if entry is not None and answered(entry):
             return entry
         # A race is judged by its branches: when one of them suspended, their steps are
@@ -255,8 +254,8 @@ class Durable:
         replay.remember(
             JournalEntry(name, kind, record.position, status, json.loads(text), attempts)
         )
-        for names in self._recordings:
-            names.add(name)
+        for journaled in self._recordings:
+            journaled.add(name)
 
     @staticmethod
     def encode(name: str, output: Any) -> str:
@@ -274,7 +273,13 @@ class Durable:
         retry, or :class:`~simpleworkflow.errors.StepFailed` when no attempt is left."""
         policy = policy or DEFAULT_STEP_POLICY
         done = entry.attempts if entry is not None else 0
-        error = {"type": type(exc).__name__, "message": str(exc)[:2000]}
+        # Made storable as a run's errors are: a message the journal or the suspension
+        # could not hold would fail this write, and the step would run again as a retry
+        # of the whole run.
+        error = {
+            "type": payloads.storable(type(exc).__name__),
+            "message": payloads.storable(str(exc))[:2000],
+        }
         if isinstance(exc, errors.RetryAfter):
             delay = durations.to_seconds(exc.delay, what="retry delay")  # type: ignore[arg-type]
             return await self._retry_later(name, done, "step_deferred", delay, {"error": error})
@@ -287,8 +292,8 @@ class Durable:
             return await self._retry_later(
                 name, attempt, "step_failed", policy.delay(attempt), data
             )
-        message = f"{type(exc).__name__}: {exc}"[:2000]
-        error["traceback"] = "".join(traceback.format_exception(exc))[-8000:]
+        message = payloads.storable(f"{type(exc).__name__}: {exc}")[:2000]
+        error["traceback"] = payloads.storable("".join(traceback.format_exception(exc)))[-8000:]
         data = {"step": name, "attempt": attempt, "final": True, "error": error}
         # Journaled as given up, so that every later replay (after a compensation's
         # sleep or retry, say) raises the same StepFailed instead of running it again.
@@ -338,7 +343,10 @@ class Durable:
         )
 
     def _wake_time(self, exc: errors.Suspend) -> datetime:
-        return exc.run_at or self.db_now() + timedelta(seconds=exc.delay)
+        if exc.run_at is not None:
+            return exc.run_at
+        now = self.db_now()  # a delay past FOREVER (RetryAfter(1e300)) must not overflow
+        return now + timedelta(seconds=min(exc.delay, (FOREVER - now).total_seconds()))
 
 
 def _default_events(name: str, kind: str, started_at: datetime | None) -> list[dict[str, Any]]:

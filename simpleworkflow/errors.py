@@ -9,7 +9,7 @@ and each message says what was wrong and what to do about it::
     │   ├── InvalidTypeName         not <domain>.<subdomain>.<action>.vN
     │   ├── InvalidPayload          not JSON, NaN, bytes, NUL characters ...
     │   │   └── PayloadTooLarge     over the configured size limit
-    │   └── InvalidArgument         priority, delay, cursor, limit ...
+    │   └── InvalidArgument         priority, delay, cursor, limit, key, step name ...
     ├── RunNotFound (LookupError)   no run with that id
     ├── RunFinished                 a signal to a run that has already finished
     ├── WaitTimeout (TimeoutError)  wait() ran out of time; the run goes on
@@ -21,7 +21,8 @@ and each message says what was wrong and what to do about it::
     │   ├── StepFailed              a step used up its retries
     │   └── ChildFailed             a child run failed or was cancelled
     ├── RetryAfter                  raised in a step: run it again later, no attempt counted
-    └── HandlerTimeout              a handler ran past its timeout (retried like any error)
+    ├── HandlerTimeout              a handler ran past its timeout (retried like any error)
+    └── OutcomeRefused              the store refused what an attempt produced; the run fails
 
     BaseException
     ├── Cancelled                   raised in a handler by ctx.raise_if_cancelled()
@@ -100,6 +101,12 @@ class PermanentError(SimpleWorkflowError):
 
 class HandlerTimeout(SimpleWorkflowError, TimeoutError):
     """A handler ran longer than the timeout of its workflow definition."""
+
+
+class OutcomeRefused(SimpleWorkflowError):
+    """The store refused to record what an attempt produced (its result, error or
+    suspension) even with its text made storable. Never raised to a caller: the worker
+    fails the run with it, as its recorded error, instead of leaving the run to its lease."""
 
 
 class Cancelled(BaseException):

@@ -575,6 +575,7 @@ BAD_STARTS: list[tuple[str, dict[str, Any], type[errors.InvalidInput], str | Non
     ("key-int", {"idempotency_key": 5}, errors.InvalidArgument, "idempotency_key"),
     ("key-long", {"idempotency_key": "k" * 513}, errors.InvalidArgument, "idempotency_key"),
     ("key-nul", {"idempotency_key": f"a{NUL}b"}, errors.InvalidArgument, "idempotency_key"),
+    ("key-surrogate", {"idempotency_key": "a\udc80b"}, errors.InvalidArgument, "surrogate"),
     (
         "both-times",
         {"delay": 5, "run_at": datetime(2030, 1, 1, tzinfo=UTC)},

@@ -125,7 +125,6 @@ def test_lease_rescues_racing_a_frozen_worker_leave_nothing_after_the_end(
     assert rescued, f"no run was rescued: the test raced nothing\n{rescuer.log()}"
 
 
-
 def test_no_step_begins_once_cancel_has_returned(
     store: Store, client: Client, workers: Workers, ledger: Ledger, tmp_path: Path
 ) -> None:
