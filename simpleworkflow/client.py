@@ -125,9 +125,14 @@ class _Requests:
                 )
             yield names.new_run_id(), new
 
+    def _started(self, run: Run) -> Run:
+        if run.created:
+            self.backend.notify_local("wake", _due(run))
+        return run
+
     def _started_many(self, runs: builtins.list[Run]) -> builtins.list[Run]:
         # Runs of one batch mostly share their type and due time: one wake-up for each.
-        for wake in {(run.type, run.run_at, run.created_at) for run in runs}:
+        for wake in {(run.type, run.run_at, run.created_at) for run in runs if run.created}:
             self.backend.notify_local("wake", _wake(*wake))
         return runs
 
@@ -223,8 +228,9 @@ class Client(_Requests):
     ) -> Run:
         """Record the intent to run ``type`` with ``payload``; return the stored run.
 
-        A repeated ``idempotency_key`` returns the run that already holds it and
-        writes nothing.
+        The run's ``created`` is True. A repeated ``idempotency_key`` returns the run that
+        already holds it and writes nothing (``created`` is then False); held by a run of
+        another type, it raises :class:`~simpleworkflow.errors.IdempotencyConflict`.
         """
         new = self._new_run(
             type,
@@ -236,10 +242,7 @@ class Client(_Requests):
             max_attempts=max_attempts,
             deadline=deadline,
         )
-        run, created = self._run(self.backend.create_run(new))
-        if created:
-            self.backend.notify_local("wake", _due(run))
-        return run
+        return self._started(self._run(self.backend.create_run(new)))
 
     def start_many(self, requests: Iterable[StartRequest]) -> builtins.list[Run]:
         """Start many runs in one statement: ``(type, payload)`` pairs, or dicts of
@@ -356,10 +359,7 @@ class AsyncClient(_Requests):
             max_attempts=max_attempts,
             deadline=deadline,
         )
-        run, created = await self._run(self.backend.create_run(new))
-        if created:
-            self.backend.notify_local("wake", _due(run))
-        return run
+        return self._started(await self._run(self.backend.create_run(new)))
 
     async def start_many(self, requests: Iterable[StartRequest]) -> builtins.list[Run]:
         """Start many runs in one statement; see :meth:`Client.start_many`."""

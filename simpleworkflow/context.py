@@ -344,7 +344,7 @@ class Context:
             max_attempts=max_attempts,
             parent_id=self.run.id,
         )
-        child, _ = await backend.execute_async(backend.create_run(new))
+        child = await backend.execute_async(backend.create_run(new))
         backend.notify_local("wake", type)
         data = {"step": unique, "child_id": child.id, "type": type}
         await durable.journal(
