@@ -1,11 +1,13 @@
 """Idempotency keys reused, as a producer sees it: another payload finds the original run
 and says so; another workflow type is a conflict. Both stores, both clients (the
-``producer`` fixture of test_client.py).
+``producer`` fixture of test_client.py), plus the soft delete's and the heartbeat's
+audit events, which the two stores must write alike.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -13,6 +15,7 @@ from conftest import Store
 from test_client import AsyncFace, Producer
 
 from simpleworkflow import Client, errors
+from simpleworkflow.backends.records import Claim
 
 TYPE = "billing.invoice.send.v1"
 OTHER = "billing.invoice.void.v1"
@@ -85,3 +88,37 @@ def test_a_conflict_in_start_many_stores_none_of_the_batch(
             ]
         )
     assert store.count() == 1 and store.count("workflow_event") == 1
+
+
+# -- audit events both stores write alike ------------------------------------------------
+
+
+def test_a_soft_delete_is_recorded_in_the_audit_trail_once(producer: Producer) -> None:
+    run = producer.start(TYPE)
+    assert producer.delete(run.id) is True
+    assert producer.delete(run.id) is False
+    events = producer.events(run.id)
+    assert [e.event_type for e in events] == ["created", "deleted"]
+    assert events[-1].data == {}
+
+
+LeaseOf = Callable[[float], Any]
+
+
+@pytest.mark.parametrize(
+    ("seconds", "written"), [(3.0, "3"), (2.5, "2.5"), (30, "30")], ids=["3.0", "2.5", "30"]
+)
+def test_a_heartbeat_records_the_extension_as_the_same_number_on_both_stores(
+    store: Store, client: Client, seconds: float, written: str
+) -> None:
+    run_id = client.start(TYPE).id
+    backend = store.backend()
+    try:
+        claim = Claim(worker_id="w", types=(TYPE,), limit=1, lease_seconds=30)
+        (lease,) = backend.execute(backend.claim(claim))
+        backend.execute(backend.heartbeat("w", [(run_id, lease.token)], seconds, True))
+    finally:
+        backend.close()
+    [beat] = [e for e in client.events(run_id) if e.event_type == "heartbeat"]
+    assert json.dumps(beat.data["extended_by_seconds"]) == written
+    assert beat.data["worker_id"] == "w"

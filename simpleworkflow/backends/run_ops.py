@@ -148,10 +148,12 @@ class RunOps(StoreCore):
         return cancelled
 
     def delete_run(self, run_id: str) -> Op[bool | None]:
-        """Soft-delete a run. ``None``: no such run; ``False``: already deleted."""
+        """Soft-delete a run, with its ``deleted`` event. ``None``: no such run;
+        ``False``: already deleted."""
         rows = yield self.stmt("delete_run", id=run_id)
         if not rows:
             return False if (yield from self._exists(run_id)) else None
+        yield from self.then("delete_run", id=run_id)
         return True
 
     def _exists(self, run_id: str) -> Op[bool]:

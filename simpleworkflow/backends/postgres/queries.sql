@@ -100,10 +100,16 @@ with recursive tree (id) as (
 select id from cancelled order by id = %(id)s::uuid desc
 
 -- name: delete_run
-update {schema}workflow_run
-set deleted_at = now(), updated_at = now()
-where id = %(id)s and deleted_at is null
-returning id
+with deleted as (
+    update {schema}workflow_run
+    set deleted_at = now(), updated_at = now()
+    where id = %(id)s and deleted_at is null
+    returning id
+), deleted_events as (
+    insert into {schema}workflow_event (workflow_id, event_type, data)
+    select id, 'deleted', '{}'::jsonb from deleted
+)
+select id from deleted
 
 -- name: list_events
 select * from {schema}workflow_event where workflow_id = %(id)s order by id

@@ -125,6 +125,9 @@ set deleted_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
 where id = :id and deleted_at is null
 returning id
 
+-- name: delete_run_then_events
+insert into workflow_event (workflow_id, event_type, data) values (:id, 'deleted', '{}')
+
 -- name: list_events
 select * from workflow_event where workflow_id = :id order by id
 
@@ -228,8 +231,13 @@ where workflow_run.id = l.id
 returning workflow_run.id
 
 -- name: heartbeat_then_events
+-- Whole seconds as an integer (3, not 3.0), as Postgres writes a float8 in jsonb.
 insert into workflow_event (workflow_id, event_type, data)
-select value, 'heartbeat', json_object('extended_by_seconds', :lease, 'worker_id', :worker_id)
+select value, 'heartbeat',
+       json_object('extended_by_seconds',
+                   case when :lease = cast(:lease as integer) then cast(:lease as integer)
+                        else :lease end,
+                   'worker_id', :worker_id)
 from json_each(:ids)
 where :with_events
 
