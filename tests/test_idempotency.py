@@ -7,7 +7,7 @@ audit events, which the two stores must write alike.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -100,9 +100,6 @@ def test_a_soft_delete_is_recorded_in_the_audit_trail_once(producer: Producer) -
     events = producer.events(run.id)
     assert [e.event_type for e in events] == ["created", "deleted"]
     assert events[-1].data == {}
-
-
-LeaseOf = Callable[[float], Any]
 
 
 @pytest.mark.parametrize(
