@@ -169,6 +169,14 @@ class _Requests:
         runs = runs[: query.limit - 1]
         return RunPage(runs=runs, next_cursor=_encode_cursor(runs[-1]))
 
+    def _cancel_op(self, run_id: str, reason: str | None) -> Op[builtins.list[str] | None]:
+        if reason is not None and (not isinstance(reason, str) or names.unstorable(reason)):
+            raise errors.InvalidArgument(
+                "a cancel's reason must be text without NUL characters or lone surrogates, "
+                f"not {reason!r:.80}"
+            )
+        return self.backend.cancel_run(names.normalize_run_id(run_id), reason)
+
     def _cancelled(self, run_id: str, cancelled: builtins.list[str] | None) -> bool:
         for cancelled_id in self._found(run_id, cancelled):
             self.backend.notify_local("cancel", cancelled_id)
@@ -275,7 +283,7 @@ class Client(_Requests):
     def cancel(self, run_id: str, *, reason: str | None = None) -> bool:
         """Cancel a pending or leased run; ``False`` if it had already finished."""
         run_id = names.normalize_run_id(run_id)
-        return self._cancelled(run_id, self._run(self.backend.cancel_run(run_id, reason)))
+        return self._cancelled(run_id, self._run(self._cancel_op(run_id, reason)))
 
     def signal(self, run_id: str, event: str, payload: Any = None) -> SignalSent:
         """Store signal ``event`` for a run; a ``wait_for_event`` in it consumes it, whether
@@ -390,7 +398,7 @@ class AsyncClient(_Requests):
     async def cancel(self, run_id: str, *, reason: str | None = None) -> bool:
         """Cancel a pending or leased run; ``False`` if it had already finished."""
         run_id = names.normalize_run_id(run_id)
-        return self._cancelled(run_id, await self._run(self.backend.cancel_run(run_id, reason)))
+        return self._cancelled(run_id, await self._run(self._cancel_op(run_id, reason)))
 
     async def signal(self, run_id: str, event: str, payload: Any = None) -> SignalSent:
         """Store signal ``event`` for a run; see :meth:`Client.signal`."""

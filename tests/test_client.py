@@ -502,6 +502,17 @@ def test_cancel_a_finished_run_changes_nothing(
     assert [e.event_type for e in producer.events(run.id)] == ["created"]
 
 
+@pytest.mark.parametrize("reason", ["a\x00b", "a\udc80b", 7], ids=["nul", "surrogate", "int"])
+def test_a_cancel_reason_no_store_can_hold_is_refused(
+    store: Store, producer: Producer, reason: Any
+) -> None:
+    run = producer.start(TYPE)
+    with pytest.raises(errors.InvalidArgument, match="reason"):
+        producer.cancel(run.id, reason=reason)
+    assert producer.get(run.id).status is RunStatus.PENDING
+    assert [e.event_type for e in producer.events(run.id)] == ["created"]
+
+
 # -- wait -------------------------------------------------------------------------------
 
 
