@@ -125,9 +125,14 @@ class _Requests:
                 )
             yield names.new_run_id(), new
 
+    def _started(self, run: Run) -> Run:
+        if run.created:
+            self.backend.notify_local("wake", _due(run))
+        return run
+
     def _started_many(self, runs: builtins.list[Run]) -> builtins.list[Run]:
         # Runs of one batch mostly share their type and due time: one wake-up for each.
-        for wake in {(run.type, run.run_at, run.created_at) for run in runs}:
+        for wake in {(run.type, run.run_at, run.created_at) for run in runs if run.created}:
             self.backend.notify_local("wake", _wake(*wake))
         return runs
 
@@ -163,6 +168,14 @@ class _Requests:
             return RunPage(runs=runs, next_cursor=None)
         runs = runs[: query.limit - 1]
         return RunPage(runs=runs, next_cursor=_encode_cursor(runs[-1]))
+
+    def _cancel_op(self, run_id: str, reason: str | None) -> Op[builtins.list[str] | None]:
+        if reason is not None and (not isinstance(reason, str) or names.unstorable(reason)):
+            raise errors.InvalidArgument(
+                "a cancel's reason must be text without NUL characters or lone surrogates, "
+                f"not {reason!r:.80}"
+            )
+        return self.backend.cancel_run(names.normalize_run_id(run_id), reason)
 
     def _cancelled(self, run_id: str, cancelled: builtins.list[str] | None) -> bool:
         for cancelled_id in self._found(run_id, cancelled):
@@ -223,8 +236,9 @@ class Client(_Requests):
     ) -> Run:
         """Record the intent to run ``type`` with ``payload``; return the stored run.
 
-        A repeated ``idempotency_key`` returns the run that already holds it and
-        writes nothing.
+        The run's ``created`` is True. A repeated ``idempotency_key`` returns the run that
+        already holds it and writes nothing (``created`` is then False); held by a run of
+        another type, it raises :class:`~simpleworkflow.errors.IdempotencyConflict`.
         """
         new = self._new_run(
             type,
@@ -236,10 +250,7 @@ class Client(_Requests):
             max_attempts=max_attempts,
             deadline=deadline,
         )
-        run, created = self._run(self.backend.create_run(new))
-        if created:
-            self.backend.notify_local("wake", _due(run))
-        return run
+        return self._started(self._run(self.backend.create_run(new)))
 
     def start_many(self, requests: Iterable[StartRequest]) -> builtins.list[Run]:
         """Start many runs in one statement: ``(type, payload)`` pairs, or dicts of
@@ -272,7 +283,7 @@ class Client(_Requests):
     def cancel(self, run_id: str, *, reason: str | None = None) -> bool:
         """Cancel a pending or leased run; ``False`` if it had already finished."""
         run_id = names.normalize_run_id(run_id)
-        return self._cancelled(run_id, self._run(self.backend.cancel_run(run_id, reason)))
+        return self._cancelled(run_id, self._run(self._cancel_op(run_id, reason)))
 
     def signal(self, run_id: str, event: str, payload: Any = None) -> SignalSent:
         """Store signal ``event`` for a run; a ``wait_for_event`` in it consumes it, whether
@@ -356,10 +367,7 @@ class AsyncClient(_Requests):
             max_attempts=max_attempts,
             deadline=deadline,
         )
-        run, created = await self._run(self.backend.create_run(new))
-        if created:
-            self.backend.notify_local("wake", _due(run))
-        return run
+        return self._started(await self._run(self.backend.create_run(new)))
 
     async def start_many(self, requests: Iterable[StartRequest]) -> builtins.list[Run]:
         """Start many runs in one statement; see :meth:`Client.start_many`."""
@@ -390,7 +398,7 @@ class AsyncClient(_Requests):
     async def cancel(self, run_id: str, *, reason: str | None = None) -> bool:
         """Cancel a pending or leased run; ``False`` if it had already finished."""
         run_id = names.normalize_run_id(run_id)
-        return self._cancelled(run_id, await self._run(self.backend.cancel_run(run_id, reason)))
+        return self._cancelled(run_id, await self._run(self._cancel_op(run_id, reason)))
 
     async def signal(self, run_id: str, event: str, payload: Any = None) -> SignalSent:
         """Store signal ``event`` for a run; see :meth:`Client.signal`."""
@@ -494,10 +502,10 @@ def _check_delay(delay: durations.Duration | None) -> float:
 def _check_key(key: object) -> str | None:
     if key is None:
         return None
-    if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH or "\x00" in key:
+    if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH or names.unstorable(key):
         raise errors.InvalidArgument(
             f"idempotency_key must be a non-empty string of at most {MAX_KEY_LENGTH} "
-            f"characters without NUL, not {key!r:.80}"
+            f"characters without NUL characters or lone surrogates, not {key!r:.80}"
         )
     return key
 

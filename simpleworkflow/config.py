@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import urllib.parse
 
 from simpleworkflow import errors
 
@@ -10,6 +11,8 @@ ENV_VAR = "SIMPLEWORKFLOW_DATABASE_URL"
 SCHEMA_ENV_VAR = "SIMPLEWORKFLOW_SCHEMA"
 DEFAULT_URL = "sqlite:///simpleworkflow.db"
 DEFAULT_SCHEMA = "workflow"
+#: The values of a SQLite URL's ``synchronous`` option; the first is the default.
+SQLITE_SYNCHRONOUS = ("full", "normal")
 
 
 def database_url(url: str | None = None) -> str:
@@ -23,8 +26,9 @@ def schema_name(schema: str | None = None) -> str:
 
 
 def sqlite_path(url: str) -> str:
-    """The file of a ``sqlite:///relative.db`` or ``sqlite:////absolute.db`` URL."""
-    path = url.removeprefix("sqlite://")
+    """The file of a ``sqlite:///relative.db`` or ``sqlite:////absolute.db`` URL (a ``?``
+    starts the options that may follow it)."""
+    path = url.removeprefix("sqlite://").partition("?")[0]
     if not path.startswith("/"):
         raise errors.ConfigurationError(
             f"cannot read SQLite URL {url!r}: write sqlite:///relative/path.db or "
@@ -34,6 +38,31 @@ def sqlite_path(url: str) -> str:
     if not path:
         raise errors.ConfigurationError(f"SQLite URL {url!r} names no file")
     return path
+
+
+def sqlite_synchronous(url: str) -> str:
+    """SQLite's ``synchronous`` setting: ``full`` unless the URL ends ``?synchronous=normal``.
+
+    FULL syncs the write-ahead log at every commit, so an acknowledged start, step or
+    outcome survives a power cut or an OS crash. NORMAL syncs it only at checkpoints: faster
+    commits, and the last ones may be lost on a power cut (never on a crash of the process).
+    """
+    query = url.partition("?")[2]
+    options = urllib.parse.parse_qs(query, keep_blank_values=True) if query else {}
+    unknown = sorted(set(options) - {"synchronous"})
+    if unknown:
+        raise errors.ConfigurationError(
+            f"unknown option {unknown[0]!r} in SQLite URL {url!r}; the one option is "
+            "synchronous=full (the default) or synchronous=normal"
+        )
+    value = options.get("synchronous", ["full"])[-1].lower()
+    if value not in SQLITE_SYNCHRONOUS:
+        raise errors.ConfigurationError(
+            f"synchronous={value!r} in SQLite URL {url!r}: use synchronous=full (the "
+            "default: nothing acknowledged is lost on a power cut) or synchronous=normal "
+            "(faster commits; the last ones may be lost on a power cut)"
+        )
+    return value
 
 
 def scheme(url: str) -> str:

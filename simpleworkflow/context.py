@@ -61,7 +61,11 @@ class Context:
         self._async_body = async_body
         self._loop = asyncio.get_running_loop()
         self._backend = backend
-        self._durable = Durable(lease, backend, steps) if lease is not None and backend else None
+        self._durable = (
+            Durable(lease, backend, steps, stop=self._request_stop)
+            if lease is not None and backend
+            else None
+        )
 
     # -- identity --------------------------------------------------------------------
 
@@ -203,11 +207,13 @@ class Context:
         """Sleep durably: the run gives its slot back and resumes on any worker afterwards.
 
         The wake-up time is journaled, so a replay waits for the same moment."""
+        names.validate_step_name(name)
         seconds = durations.to_seconds(duration, what="sleep duration")
         return self._durable_call(self._sleep(name, None, seconds))
 
     def sleep_until(self, name: str, when: datetime) -> Any:
         """Sleep durably until ``when`` (a timezone-aware datetime)."""
+        names.validate_step_name(name)
         if not isinstance(when, datetime) or when.tzinfo is None:
             raise errors.InvalidArgument("sleep_until needs a timezone-aware datetime")
         return self._durable_call(self._sleep(name, when, 0.0))
@@ -247,6 +253,7 @@ class Context:
 
         Signals are stored, so one sent before the wait began is consumed too (the
         oldest matching one first)."""
+        names.validate_step_name(name)
         names.validate_event(event)
         match_text = None if match is None else payloads.encode(match, what="match")
         seconds = None if timeout is None else durations.to_seconds(timeout, what="timeout")
@@ -320,10 +327,9 @@ class Context:
     ) -> Any:
         """Start a child run once (journaled), and return its id."""
         names.validate_type(type)
+        step = names.validate_step_name(name or f"child:{type}")
         text = payloads.encode({} if payload is None else payload)
-        return self._durable_call(
-            self._start_child(name or f"child:{type}", type, text, priority, max_attempts)
-        )
+        return self._durable_call(self._start_child(step, type, text, priority, max_attempts))
 
     async def _start_child(
         self, name: str, type: str, payload: str, priority: int, max_attempts: int | None
@@ -342,7 +348,7 @@ class Context:
             max_attempts=max_attempts,
             parent_id=self.run.id,
         )
-        child, _ = await backend.execute_async(backend.create_run(new))
+        child = await backend.execute_async(backend.create_run(new))
         backend.notify_local("wake", type)
         data = {"step": unique, "child_id": child.id, "type": type}
         await durable.journal(
@@ -357,7 +363,8 @@ class Context:
         """Wait durably for a child run; return its result, or raise
         :class:`~simpleworkflow.errors.ChildFailed` if it failed or was cancelled."""
         child_id = names.normalize_run_id(child_id)
-        return self._durable_call(self._wait_child(name or f"child-result:{child_id}", child_id))
+        step = names.validate_step_name(name or f"child-result:{child_id}")
+        return self._durable_call(self._wait_child(step, child_id))
 
     async def _wait_child(self, name: str, child_id: str) -> Any:
         durable = self._need_durable()
@@ -400,6 +407,7 @@ class Context:
 
     def now(self, name: str = "@now") -> Any:
         """The database's current time, recorded on first execution and replayed after."""
+        names.validate_step_name(name)
         return self._durable_call(
             self._recorded(name, "now", lambda d: d.db_now().isoformat()),
             convert=datetime.fromisoformat,
@@ -407,10 +415,12 @@ class Context:
 
     def uuid(self, name: str = "@uuid") -> Any:
         """A random UUID (string), recorded on first execution and replayed after."""
+        names.validate_step_name(name)
         return self._durable_call(self._recorded(name, "uuid", lambda d: str(_uuid.uuid4())))
 
     def random(self, name: str = "@random") -> Any:
         """A random float in [0, 1), recorded on first execution and replayed after."""
+        names.validate_step_name(name)
         return self._durable_call(self._recorded(name, "random", lambda d: _random.random()))
 
     async def _recorded(self, name: str, kind: str, make: Callable[[Durable], Any]) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 from datetime import datetime
@@ -51,6 +52,10 @@ class Run:
     deadline: datetime | None = None
     #: The code version of the handler the run started on (set at its first claim).
     code_version: str | None = None
+    #: Set only on what ``start`` and ``start_many`` return: True when the call created
+    #: the run, False when its idempotency key was held already and the run that holds it
+    #: came back. ``None`` on runs read back. Not part of the run's equality.
+    created: bool | None = dataclasses.field(default=None, compare=False)
 
     @property
     def is_terminal(self) -> bool:
@@ -62,6 +67,8 @@ class Run:
         for name in self.__slots__:
             value = getattr(self, name)
             out[name] = value.isoformat() if isinstance(value, datetime) else value
+        if self.created is None:
+            del out["created"]  # a run read back, not one a start returned
         out["status"] = self.status.value
         return out
 

@@ -105,6 +105,27 @@ def validate_event(event: object) -> str:
     return event
 
 
+MAX_STEP_NAME = 200
+#: What no store can hold in text: NUL (Postgres refuses it) and lone surrogates (not
+#: Unicode text at all; neither driver can encode them).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def unstorable(text: str) -> bool:
+    """Whether ``text`` holds a character no store can hold (NUL, a lone surrogate)."""
+    return _UNSTORABLE.search(text) is not None
+
+
+def validate_step_name(name: object) -> str:
+    """Return ``name`` if it can name a durable call (a step, sleep, wait, child ...)."""
+    if not isinstance(name, str) or not name or len(name) > MAX_STEP_NAME or unstorable(name):
+        raise errors.InvalidArgument(
+            f"step name must be 1 to {MAX_STEP_NAME} characters, without NUL characters or "
+            f"lone surrogates (which no store can hold), not {name!r:.80}"
+        )
+    return name
+
+
 def new_run_id() -> str:
     """A new run id: a time-ordered UUID (version 7, RFC 9562) in its text form.
 

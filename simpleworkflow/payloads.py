@@ -108,6 +108,33 @@ def _check_text(value: Any, text: str, what: str) -> None:
             )
 
 
+def storable(text: str) -> str:
+    """``text`` as every store accepts it: NUL and lone surrogates written as escapes.
+
+    For what the engine itself records about an attempt (error messages, tracebacks):
+    handlers' exceptions may hold either (binary data, undecodable file names), Postgres
+    refuses both, and a write that fails would leave the run leased. Payloads and results
+    are refused instead (see :func:`encode`), since changing them would change the data.
+    """
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+
+
+def scrub(value: Any) -> Any:
+    """``value`` with its strings made :func:`storable` and whatever JSON cannot hold
+    (NaN, datetimes, objects) written as text: the engine's records made writable."""
+    if isinstance(value, str):
+        return storable(value)
+    if value is None or isinstance(value, bool | int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, dict):
+        return {storable(str(key)): scrub(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [scrub(item) for item in value]
+    return storable(str(value))
+
+
 def decode(text: str | None) -> Any:
     """Parse JSON text read back from a store (``None`` stays ``None``)."""
     return None if text is None else json.loads(text)

@@ -306,7 +306,7 @@ class IntentPoller:
             # Stopped from outside (cancelled, lease lost, shutdown): nothing to record.
             # A timeout stops the handler too, but its failure is the outcome.
             stopped = ctx.stop_reason not in (None, execution.TIMED_OUT)
-            recorded = outcome is None or stopped or await outbox.record(outcome)
+            recorded = outcome is None or stopped or await outbox.deliver(outcome)
             if recorded and not stopped:
                 _log_outcome(lease, outcome)
                 self._wake_in(_due_in(outcome))

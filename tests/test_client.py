@@ -502,6 +502,17 @@ def test_cancel_a_finished_run_changes_nothing(
     assert [e.event_type for e in producer.events(run.id)] == ["created"]
 
 
+@pytest.mark.parametrize("reason", ["a\x00b", "a\udc80b", 7], ids=["nul", "surrogate", "int"])
+def test_a_cancel_reason_no_store_can_hold_is_refused(
+    store: Store, producer: Producer, reason: Any
+) -> None:
+    run = producer.start(TYPE)
+    with pytest.raises(errors.InvalidArgument, match="reason"):
+        producer.cancel(run.id, reason=reason)
+    assert producer.get(run.id).status is RunStatus.PENDING
+    assert [e.event_type for e in producer.events(run.id)] == ["created"]
+
+
 # -- wait -------------------------------------------------------------------------------
 
 
@@ -575,6 +586,7 @@ BAD_STARTS: list[tuple[str, dict[str, Any], type[errors.InvalidInput], str | Non
     ("key-int", {"idempotency_key": 5}, errors.InvalidArgument, "idempotency_key"),
     ("key-long", {"idempotency_key": "k" * 513}, errors.InvalidArgument, "idempotency_key"),
     ("key-nul", {"idempotency_key": f"a{NUL}b"}, errors.InvalidArgument, "idempotency_key"),
+    ("key-surrogate", {"idempotency_key": "a\udc80b"}, errors.InvalidArgument, "surrogate"),
     (
         "both-times",
         {"delay": 5, "run_at": datetime(2030, 1, 1, tzinfo=UTC)},

@@ -879,7 +879,7 @@ def test_cancelling_a_parent_cancels_its_pending_and_sleeping_children(
         assert child_run.status is RunStatus.CANCELLED
         assert child_run.waiting_for is None
         cancelled = [e for e in client.events(child_id) if e.event_type == "cancelled"]
-        assert len(cancelled) == 1 and cancelled[0].data["reason"] == "parent cancelled"
+        assert [e.data for e in cancelled] == [{"reason": "parent cancelled", "parent_id": run_id}]
     assert (
         "resumed"
         not in lifecycle(client, sleeping)[lifecycle(client, sleeping).index("sleeping") :]

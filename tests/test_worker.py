@@ -400,9 +400,12 @@ def test_heartbeats_keep_long_handlers_from_being_taken_over(
         assert {e.data["worker_id"] for e in heartbeats} == {run.leased_by}
 
 
-def test_an_outcome_the_store_refuses_fails_alone_and_the_run_is_retried(
+def test_an_outcome_the_store_refuses_fails_alone_and_fails_its_run_at_once(
     store: Store, app: App, client: Client, ledger: Ledger
 ) -> None:
+    """The refused outcome is written alone, so the others of its batch count; its run is
+    failed with OutcomeRefused rather than left leased until the lease expires."""
+
     @app.workflow("test.batch.v1")
     def batch(payload: Any, ctx: Context) -> int:
         ledger.note("start", ctx)
@@ -424,11 +427,14 @@ def test_an_outcome_the_store_refuses_fails_alone_and_the_run_is_retried(
         finished = [wait_terminal(client, run_id) for run_id in runs]
 
     assert [(r.status, r.result) for r in finished] == [(RunStatus.SUCCEEDED, 1)] * 2 + [
-        (RunStatus.SUCCEEDED, 2)
+        (RunStatus.FAILED, None)
     ] + [(RunStatus.SUCCEEDED, 1)] * 2
-    assert ledger.attempts("start", poison) == [1, 2]
-    retried = [e for e in client.events(poison) if e.event_type == "retried"]
-    assert [e.data["reason"] for e in retried] == ["lease_expired"]
+    assert ledger.attempts("start", poison) == [1]
+    events = client.events(poison)
+    [failed] = [e for e in events if e.event_type == "failed"]
+    assert failed.data["error"]["type"] == "simpleworkflow.errors.OutcomeRefused"
+    assert "the store refused this outcome" in failed.data["error"]["message"]
+    assert not [e for e in events if e.data.get("reason") == "lease_expired"]
 
 
 def test_writes_with_a_stale_lease_token_are_rejected(store: Store, client: Client) -> None:

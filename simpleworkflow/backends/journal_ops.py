@@ -60,7 +60,13 @@ class JournalOps(StoreCore):
             for n, step in enumerate(steps)
         ]
         rows = yield self.stmt("record_steps", items=json.dumps(items))
-        return {(row["run_id"], row["step_name"]) for row in rows}
+        done = {(row["run_id"], row["step_name"]) for row in rows}
+        # The batch skips runs whose row another transaction holds locked (see the
+        # statement); one at a time, each of those waits for the lock, then is fenced.
+        for step in steps:
+            if (step.run_id, step.name) not in done and (yield from self._record(step)):
+                done.add((step.run_id, step.name))
+        return done
 
     def _record(self, step: StepRecord) -> Op[list[dict[str, Any]]]:
         events = json.dumps(step.events)

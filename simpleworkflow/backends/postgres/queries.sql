@@ -105,10 +105,16 @@ with recursive tree (id) as (
 select id from cancelled order by id = %(id)s::uuid desc
 
 -- name: delete_run
-update {schema}workflow_run
-set deleted_at = now(), updated_at = now()
-where id = %(id)s and deleted_at is null
-returning id
+with deleted as (
+    update {schema}workflow_run
+    set deleted_at = now(), updated_at = now()
+    where id = %(id)s and deleted_at is null
+    returning id
+), deleted_events as (
+    insert into {schema}workflow_event (workflow_id, event_type, data)
+    select id, 'deleted', '{}'::jsonb from deleted
+)
+select id from deleted
 
 -- name: list_events
 select * from {schema}workflow_event where workflow_id = %(id)s order by id
@@ -331,9 +337,14 @@ order by position
 
 -- name: record_step
 -- Journal a step (fenced by the lease) with its audit events, in one statement.
+-- The lease is checked under FOR SHARE, which conflicts with the row lock of an UPDATE
+-- (FOR KEY SHARE would not): a cancel or a lease rescue that has changed the run but not
+-- committed makes this wait, and then read the run as it left it. A plain read would see
+-- the run still leased, and journal the step after the run's terminal event.
 with lease as (
     select id from {schema}workflow_run
     where id = %(run_id)s and lease_token = %(token)s and status = 'leased'
+    for share
 ), saved as (
     insert into {schema}workflow_step
         (run_id, step_name, kind, position, status, output, attempts, started_at, completed_at)
@@ -357,15 +368,22 @@ with lease as (
 select run_id from saved
 
 -- name: record_steps
--- Journal the steps of many runs at once (group commit), each fenced by its own lease.
+-- Journal the steps of many runs at once (group commit), each fenced by its own lease,
+-- checked under FOR SHARE as in record_step. A run whose row is locked by an UPDATE (a
+-- cancel, a rescue, a heartbeat or an outcome in flight) is skipped rather than waited
+-- for: holding the share locks of some runs while waiting for another could deadlock
+-- with a batched UPDATE that locks them in another order. The caller journals skipped
+-- steps one at a time with record_step, which waits.
 with items as (
     select * from jsonb_to_recordset(%(items)s::jsonb)
         as i(n integer, run_id uuid, token uuid, name text, kind text, position integer,
              status text, output text, attempts integer, started_at timestamptz, events jsonb)
+), locked as (
+    select r.id, r.lease_token from {schema}workflow_run r
+    where r.id = any(array(select run_id from items)) and r.status = 'leased'
+    for share skip locked
 ), leased as (
-    select i.* from items i
-    join {schema}workflow_run r
-      on r.id = i.run_id and r.lease_token = i.token and r.status = 'leased'
+    select i.* from items i join locked r on r.id = i.run_id and r.lease_token = i.token
 ), saved as (
     insert into {schema}workflow_step
         (run_id, step_name, kind, position, status, output, attempts, started_at, completed_at)
@@ -478,8 +496,10 @@ returning r.id
 -- Take the oldest matching signal and journal it as the wait's output: one statement, so
 -- a signal is consumed only together with its journal entry, in one round trip.
 with lease as (
+    -- FOR SHARE: see record_step.
     select id from {schema}workflow_run
     where id = %(run_id)s and lease_token = %(token)s and status = 'leased'
+    for share
 ), taken as (
     update {schema}workflow_signal s
     set consumed_at = now(), step_name = %(name)s

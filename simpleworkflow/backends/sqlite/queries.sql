@@ -98,11 +98,13 @@ where status in ('pending', 'leased')
 returning id
 
 -- name: cancel_run_then_1_events
+-- A descendant's event names the parent it was cancelled through, as on Postgres.
 insert into workflow_event (workflow_id, event_type, data)
-select value, 'cancelled',
-       case when value = :id then json(:data)
-            else json_object('reason', 'parent cancelled') end
-from json_each(:ids)
+select i.value, 'cancelled',
+       case when i.value = :id then json(:data)
+            else json_object('reason', 'parent cancelled', 'parent_id', r.parent_id) end
+from json_each(:ids) as i join workflow_run r on r.id = i.value
+order by i.key
 
 -- name: cancel_run_then_2_wake_parents
 -- Through parent_id, as succeed_runs_then_2_wake_parents; a parent cancelled with its
@@ -127,6 +129,9 @@ set deleted_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
     updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
 where id = :id and deleted_at is null
 returning id
+
+-- name: delete_run_then_events
+insert into workflow_event (workflow_id, event_type, data) values (:id, 'deleted', '{}')
 
 -- name: list_events
 select * from workflow_event where workflow_id = :id order by id
@@ -231,8 +236,13 @@ where workflow_run.id = l.id
 returning workflow_run.id
 
 -- name: heartbeat_then_events
+-- Whole seconds as an integer (3, not 3.0), as Postgres writes a float8 in jsonb.
 insert into workflow_event (workflow_id, event_type, data)
-select value, 'heartbeat', json_object('extended_by_seconds', :lease, 'worker_id', :worker_id)
+select value, 'heartbeat',
+       json_object('extended_by_seconds',
+                   case when :lease = cast(:lease as integer) then cast(:lease as integer)
+                        else :lease end,
+                   'worker_id', :worker_id)
 from json_each(:ids)
 where :with_events
 
