@@ -769,7 +769,7 @@ def test_a_step_whose_output_is_not_json_fails_at_once(
         run = wait_terminal(client, run_id)
 
     assert run.status is RunStatus.FAILED
-    assert "output of step 'tags' contains a set" in (run.last_error or "")
+    assert "output of step 'tags': a value of type set is not JSON" in (run.last_error or "")
     assert (ledger.count("tags"), ledger.count("after tags")) == (1, 0)
     assert step_events(client, run_id) == [("step_failed", 1)]
 

@@ -278,7 +278,7 @@ def test_a_result_that_is_not_json_fails_the_run_at_once(
 
     assert (run.status, run.attempt, run.result) == (RunStatus.FAILED, 1, None)
     assert ledger.attempts("start", run_id) == [1]
-    assert "result contains a set, which is not JSON" in (run.last_error or "")
+    assert 'result["tags"]: a value of type set is not JSON' in (run.last_error or "")
     assert "use a list instead" in (run.last_error or "")
 
 
