@@ -190,7 +190,7 @@ class IntentPoller:
             "worker %s claiming %s on %s (concurrency %d)",
             self.worker_id,
             ", ".join(self._types),
-            backend.name,
+            backend.location,
             self.concurrency,
         )
         try:
@@ -209,6 +209,14 @@ class IntentPoller:
         version = await backend.execute_async(backend.schema_version(), readonly=True)
         if needs_migration(backend, version, auto_migrate=auto_migrates(backend, None)):
             await asyncio.to_thread(backend.migrate)
+            if version is None:
+                # A worker started in the wrong directory makes a new file and idles.
+                _log.warning(
+                    "created a new, empty database at %s: no runs wait in it. If your runs "
+                    "are in another database, stop this worker and point it there (-d, "
+                    "$SIMPLEWORKFLOW_DATABASE_URL, or the directory it runs in)",
+                    backend.location,
+                )
 
     # -- claiming --------------------------------------------------------------------
 

@@ -100,8 +100,9 @@ def test_postgres_without_schema_says_to_migrate(
     empty_store: Store, capsys: pytest.CaptureFixture[str]
 ) -> None:
     result = run_cli(empty_store, capsys, "runs", "list")
-    if empty_store.kind == "sqlite":  # the embedded store creates its schema on first use
-        assert result.code == 0
+    if empty_store.kind == "sqlite":  # no file: listing runs must not make one
+        assert (result.code, result.out) == (2, "")
+        assert "no database at" in result.err
         return
     assert result.code == 2
     assert "simpleworkflow migrate" in result.err

@@ -32,7 +32,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.sql:
         return _print_sql(args)
-    with _common.client_for(args) as client:
+    with _common.client_for(args, create=True) as client:
         applied = client.migrate()
         latest = client.backend.latest_version
     where = describe_target(args)

@@ -86,7 +86,9 @@ def list_entries(args: argparse.Namespace) -> int:
 def set_entry(args: argparse.Namespace) -> int:
     name = names.validate_type(args.type)
     runtime = _checked_runtime(args.runtime)
-    entry = _execute(args, lambda backend: backend.set_registry(name, runtime, args.description))
+    entry = _execute(
+        args, lambda backend: backend.set_registry(name, runtime, args.description), create=True
+    )
     if args.json:
         _output.emit_json(entry_dict(entry))
     else:
@@ -126,9 +128,11 @@ def _switch(args: argparse.Namespace) -> RegistryEntry:
     return entry
 
 
-def _execute(args: argparse.Namespace, make_op: Callable[[Backend], Op[T]]) -> T:
+def _execute(
+    args: argparse.Namespace, make_op: Callable[[Backend], Op[T]], *, create: bool = False
+) -> T:
     """Run one registry op, creating or upgrading the schema where the client would."""
-    with _common.client_for(args) as client:
+    with _common.client_for(args, create=create) as client:
         backend = client.backend
         version = backend.execute(backend.schema_version(), readonly=True)
         if needs_migration(backend, version, auto_migrate=auto_migrates(backend, None)):

@@ -65,7 +65,9 @@ def _app_of(target: App | IntentPoller) -> App:
 
 async def _check(app: App, args: argparse.Namespace) -> list[ReplayReport]:
     """Check on ``-d``/``--schema`` if given, else where the app (or environment) points."""
-    backend = open_backend(args.database_url or app.database_url, schema=args.schema or app.schema)
+    url = args.database_url or app.database_url
+    _common.require_existing_file(url)
+    backend = open_backend(url, schema=args.schema or app.schema)
     try:
         # A missing or old schema is an error (exit 2), never "nothing to check": a
         # pipeline pointed at the wrong database must not pass.

@@ -38,6 +38,7 @@ class PostgresBackend(base.Backend):
     def __init__(self, url: str, *, schema: str = "workflow", max_connections: int = 10) -> None:
         self.url = url
         self.schema = schema
+        self.location = f"{config.mask_url(url)} schema {schema}"
         self._quoted = queries.quote_schema(schema)
         self.q = queries.load(_PACKAGE, "queries.sql", self._quoted)
         self._migrations = queries.migration_files(_PACKAGE)

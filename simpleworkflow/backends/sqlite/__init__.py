@@ -46,6 +46,9 @@ class SQLiteBackend(base.Backend):
 
     def __init__(self, path: str, *, busy_timeout: float = 30.0) -> None:
         self.path = path
+        self.location = (
+            "a private in-memory database" if path == ":memory:" else os.path.abspath(path)
+        )
         self.q = queries.load(_PACKAGE, "queries.sql", None)
         self._migrations = queries.migration_files(_PACKAGE)
         self.latest_version = self._migrations[-1][0]
