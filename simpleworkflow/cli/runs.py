@@ -24,9 +24,10 @@ def _add_list(commands: Any) -> None:
         "--status",
         "-s",
         action="append",
-        choices=[s.value for s in models.RunStatus],
+        choices=[*(s.value for s in models.RunStatus), *models.WAITING_STATES],
         metavar="STATUS",
-        help="only runs in this status: pending, leased, succeeded, failed or cancelled "
+        help="only runs in this status: pending, leased, succeeded, failed or cancelled, or "
+        "a pending run that is sleeping, waiting-signal, waiting-child or retrying "
         "(repeat for several)",
     )
     parser.add_argument(
@@ -44,7 +45,9 @@ def _add_list(commands: Any) -> None:
 
 
 def _add_show(commands: Any) -> None:
-    parser = commands.add_parser("show", help="one run, its journal and its audit trail")
+    parser = commands.add_parser(
+        "show", help="one run, its journal, its signals and its audit trail"
+    )
     parser.add_argument("run_id", metavar="ID")
     _common.add_common_options(parser)
     parser.set_defaults(handler=show)
@@ -127,20 +130,23 @@ def show(args: argparse.Namespace) -> int:
     with _common.client_for(args) as client:
         run = client.get(args.run_id)
         steps = client.steps(run.id)
+        signals = client.signals(run.id)
         events = client.events(run.id)
     if args.json:
         _output.emit_json(
             {
                 "run": run.to_dict(),
                 "steps": [_output.step_dict(step) for step in steps],
+                "signals": [s.to_dict() for s in signals],
                 "events": [e.to_dict() for e in events],
             }
         )
         return 0
     print(_output.run_fields(run))
     if steps:
-        print()
-        print(_output.steps_table(steps))
+        print(f"\n{_output.steps_table(steps)}")
+    if signals:
+        print(f"\n{_output.signals_table(signals)}")
     print()
     print(_output.events_table(events) if events else "no events")
     return 0
@@ -201,7 +207,8 @@ def signal(args: argparse.Namespace) -> int:
         )
     else:
         print(
-            f"signal {args.event!r} stored for run {run_id}; it is not waiting for it now, "
-            "and its next wait for it will consume it"
+            f"signal {args.event!r} stored for run {run_id}; no wait of the run took it now, so "
+            f"it stays stored until a wait_for_event({args.event!r}) whose match its payload "
+            "satisfies consumes it (`simpleworkflow runs show` lists the run's signals)"
         )
     return 0
