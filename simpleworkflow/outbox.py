@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from simpleworkflow import errors
 from simpleworkflow.backends.base import Backend, Failure, Outcomes, Success, Suspension
 from simpleworkflow.groupcommit import GroupCommit
+from simpleworkflow.wording import plural
 
 _log = logging.getLogger("simpleworkflow.worker")
 
@@ -53,6 +54,8 @@ class Outbox(GroupCommit[Item]):
             except errors.StoreUnavailable as exc:
                 # Outcomes are fenced by lease token, so writing them late is safe: a
                 # lease lost meanwhile just makes the write a no-op.
-                _log.warning("cannot record %d outcomes yet (%s); retrying", len(items), exc)
+                _log.warning(
+                    "cannot record %s yet (%s); retrying", plural(len(items), "outcome"), exc
+                )
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, 5.0)

@@ -184,7 +184,7 @@ def test_replay_check_passes_the_same_steps_and_blocks_a_renamed_one(
         result = replay_check(store, capsys, app)
         assert result.code == 0, result.out + result.err
         assert f"{waiting_run}  {cli_durable_app.SIGNUP}  ok" in result.out
-        assert result.out.rstrip().endswith("1 runs checked: 1 ok; ok to deploy")
+        assert result.out.rstrip().endswith("1 run checked: 1 ok; ok to deploy")
 
     renamed = replay_check(store, capsys, "renamed", "--json")
     assert renamed.code == 1

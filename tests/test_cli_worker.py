@@ -8,6 +8,7 @@ SIGTERM, on a SQLite file and on a Postgres schema.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -269,5 +270,28 @@ def test_worker_drains_runs_then_stops_on_sigterm(
         worker.kill()
         stderr = worker.communicate()[1]
     assert "INFO simpleworkflow.worker: worker cli-test-1 claiming" in stderr
-    assert "SIGTERM" in stderr and "worker cli-test-1 stopped" in stderr
+    assert (
+        "SIGTERM: finishing running handlers, then stopping (a second Ctrl-C or SIGTERM "
+        "exits at once)" in stderr
+    )
+    assert "worker cli-test-1 stopped" in stderr
     assert "Traceback" not in stderr
+    assert succeeded_in_log(stderr) == {INVOICE: 3}
+
+
+def succeeded_in_log(log: str) -> dict[str, int]:
+    """The successes a worker's INFO lines report, by type: a run named alone, or a count."""
+    counts: dict[str, int] = {}
+    for line in log.splitlines():
+        if " INFO simpleworkflow.worker: " not in line:
+            continue
+        alone = re.search(r": run \S+ \((\S+)\) succeeded on attempt \d+$", line)
+        if alone:
+            counts[alone[1]] = counts.get(alone[1], 0) + 1
+        summed = re.search(r": (\d+) runs succeeded \((.*)\)$", line)
+        if summed:
+            parts = dict(part.split(": ") for part in summed[2].split(", "))
+            assert sum(map(int, parts.values())) == int(summed[1]) > 1, line
+            for type_name, n in parts.items():
+                counts[type_name] = counts.get(type_name, 0) + int(n)
+    return counts

@@ -509,7 +509,7 @@ def test_a_step_out_of_attempts_fails_the_run_unless_the_body_compensates(
 
     assert failed.status is RunStatus.FAILED
     assert "StepFailed" in (failed.last_error or "")
-    assert "'ship' failed after 2 attempt(s)" in (failed.last_error or "")
+    assert "'ship' failed after 2 attempts" in (failed.last_error or "")
     assert failed.attempt == 1, "a step out of attempts fails the run at once"
     assert ledger.count("shipping") == 2
     assert ledger.count("after ship") == 0

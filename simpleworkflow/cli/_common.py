@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import os
 from collections.abc import Iterator
+from typing import Any
 
 from simpleworkflow import config, errors
 from simpleworkflow.client import Client
@@ -31,6 +32,17 @@ def add_store_options(parser: argparse.ArgumentParser, *, top_level: bool = Fals
         help=f"Postgres schema holding the tables (default: ${config.SCHEMA_ENV_VAR}, "
         f"else {config.DEFAULT_SCHEMA})",
     )
+
+
+def add_commands(parser: argparse.ArgumentParser, *, dest: str, metavar: str) -> Any:
+    """The sub-commands of ``parser``; given none, the command prints its help (exit 0)."""
+
+    def show_help(args: argparse.Namespace) -> int:
+        parser.print_help()
+        return 0
+
+    parser.set_defaults(handler=show_help)
+    return parser.add_subparsers(dest=dest, required=False, metavar=metavar)
 
 
 def add_common_options(parser: argparse.ArgumentParser) -> None:

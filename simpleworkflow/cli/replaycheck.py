@@ -20,6 +20,7 @@ from simpleworkflow.backends import open_backend
 from simpleworkflow.cli import _common, _output, worker
 from simpleworkflow.client import needs_migration
 from simpleworkflow.replaycheck import ReplayReport
+from simpleworkflow.wording import plural
 from simpleworkflow.worker import IntentPoller
 
 #: Verdicts that stop a deploy. An ``error`` too: a replay that crashed proves nothing.
@@ -90,4 +91,5 @@ def report_text(reports: Sequence[ReplayReport]) -> str:
     counts = Counter(r.verdict for r in reports)
     tally = ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items()))
     verdict = "ok to deploy" if passed(reports) else "NOT safe to deploy"
-    return f"{_output.table(COLUMNS, rows)}\n\n{len(reports)} runs checked: {tally}; {verdict}"
+    checked = plural(len(reports), "run")
+    return f"{_output.table(COLUMNS, rows)}\n\n{checked} checked: {tally}; {verdict}"

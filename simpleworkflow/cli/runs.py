@@ -11,15 +11,22 @@ from simpleworkflow.cli import _common, _output, start
 
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
-        "runs", help="list, show, cancel, delete, wait for and signal runs"
+        "runs",
+        help="list, show, cancel, delete, wait for and signal runs",
+        description="Look at runs and act on them. Each ACTION has its own --help.",
     )
-    commands = parser.add_subparsers(dest="runs_command", required=True, metavar="ACTION")
+    commands = _common.add_commands(parser, dest="runs_command", metavar="ACTION")
     for add in (_add_list, _add_show, _add_cancel, _add_delete, _add_wait, _add_signal):
         add(commands)
 
 
 def _add_list(commands: Any) -> None:
-    parser = commands.add_parser("list", help="list runs, newest first")
+    parser = commands.add_parser(
+        "list",
+        help="list runs, newest first",
+        description="List runs, newest first, a page at a time; --status also takes what a "
+        "pending run waits for (sleeping, waiting-signal, waiting-child, retrying).",
+    )
     parser.add_argument(
         "--status",
         "-s",
@@ -46,7 +53,10 @@ def _add_list(commands: Any) -> None:
 
 def _add_show(commands: Any) -> None:
     parser = commands.add_parser(
-        "show", help="one run, its journal, its signals and its audit trail"
+        "show",
+        help="one run, its journal, its signals and its audit trail",
+        description="Every field of the run, then its journal (a workflow's steps), the "
+        "signals sent to it, and its audit trail.",
     )
     parser.add_argument("run_id", metavar="ID")
     _common.add_common_options(parser)
@@ -54,7 +64,12 @@ def _add_show(commands: Any) -> None:
 
 
 def _add_cancel(commands: Any) -> None:
-    parser = commands.add_parser("cancel", help="cancel a pending or leased run")
+    parser = commands.add_parser(
+        "cancel",
+        help="cancel a pending or leased run",
+        description="Cancel a pending or leased run and its unfinished children; a run that "
+        "has already finished is left as it is (exit 0).",
+    )
     parser.add_argument("run_id", metavar="ID")
     parser.add_argument("--reason", "-r", help="recorded in the cancelled event")
     _common.add_common_options(parser)
@@ -63,7 +78,10 @@ def _add_cancel(commands: Any) -> None:
 
 def _add_delete(commands: Any) -> None:
     parser = commands.add_parser(
-        "delete", help="soft-delete a run: hidden from claims and listings"
+        "delete",
+        help="soft-delete a run: hidden from claims and listings",
+        description="Soft-delete a run: workers no longer claim it and listings hide it "
+        "(runs list --all shows it); its status does not change.",
     )
     parser.add_argument("run_id", metavar="ID")
     _common.add_common_options(parser)
