@@ -180,8 +180,8 @@ class _Requests:
             raise errors.RunNotFound(run_id)
         if isinstance(outcome, str):
             raise errors.RunFinished(
-                f"run {run_id} has already {outcome}; signal {event!r} was not stored "
-                "(signals are for runs that are pending or running)"
+                f"run {run_id} has already finished ({outcome}); signal {event!r} was not "
+                "stored (signals are for runs that are pending or running)"
             )
         if outcome.woke:
             self.backend.notify_local("wake", "")

@@ -110,7 +110,7 @@ def test_signal_wakes_a_waiting_run_then_a_finished_run_refuses_it(
 
     late = run_cli(store, capsys, "runs", "signal", waiting_run, "confirm")
     assert late.code == 2
-    assert "has already succeeded" in late.err
+    assert "has already finished (succeeded)" in late.err
     assert late.err.count("\n") == 1
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from simpleworkflow import models
+from simpleworkflow import models, names
 from simpleworkflow.cli import _common, _output, start
 
 
@@ -125,6 +125,12 @@ def _add_signal(commands: Any) -> None:
     parser.set_defaults(handler=signal)
 
 
+def _run_id(args: argparse.Namespace) -> str:
+    """The run id given, checked before any database is opened: a malformed id is
+    refused as such, even where there is no database."""
+    return names.normalize_run_id(args.run_id)
+
+
 def list_runs(args: argparse.Namespace) -> int:
     with _common.client_for(args) as client:
         page = client.list(
@@ -145,8 +151,9 @@ def list_runs(args: argparse.Namespace) -> int:
 
 
 def show(args: argparse.Namespace) -> int:
+    run_id = _run_id(args)
     with _common.client_for(args) as client:
-        run = client.get(args.run_id)
+        run = client.get(run_id)
         steps = client.steps(run.id)
         signals = client.signals(run.id)
         events = client.events(run.id)
@@ -172,9 +179,10 @@ def show(args: argparse.Namespace) -> int:
 
 def cancel(args: argparse.Namespace) -> int:
     """Cancel; finding the run already finished is an answer, not an error (exit 0)."""
+    run_id = _run_id(args)
     with _common.client_for(args) as client:
-        cancelled = client.cancel(args.run_id, reason=args.reason)
-        run = client.get(args.run_id)
+        cancelled = client.cancel(run_id, reason=args.reason)
+        run = client.get(run_id)
     if args.json:
         _output.emit_json({"id": run.id, "cancelled": cancelled, "status": run.status.value})
     elif cancelled:
@@ -185,9 +193,10 @@ def cancel(args: argparse.Namespace) -> int:
 
 
 def delete(args: argparse.Namespace) -> int:
+    run_id = _run_id(args)
     with _common.client_for(args) as client:
-        deleted = client.delete(args.run_id)
-        run = client.get(args.run_id)
+        deleted = client.delete(run_id)
+        run = client.get(run_id)
     if args.json:
         _output.emit_json({"id": run.id, "deleted": deleted, "status": run.status.value})
     elif deleted:
@@ -199,8 +208,9 @@ def delete(args: argparse.Namespace) -> int:
 
 def wait(args: argparse.Namespace) -> int:
     """Exit 0 when the run succeeded and 1 when it did not, so scripts can chain on it."""
+    run_id = _run_id(args)
     with _common.client_for(args) as client:
-        run = client.wait(args.run_id, timeout=args.timeout)
+        run = client.wait(run_id, timeout=args.timeout)
     if args.json:
         _output.emit_json(run.to_dict())
     else:
@@ -212,9 +222,9 @@ def wait(args: argparse.Namespace) -> int:
 
 def signal(args: argparse.Namespace) -> int:
     payload = start.parse_payload(start.read_payload_text(args.payload))
+    run_id = _run_id(args)
     with _common.client_for(args) as client:
-        sent = client.signal(args.run_id, args.event, payload)
-        run_id = client.get(args.run_id).id
+        sent = client.signal(run_id, args.event, payload)
     if args.json:
         _output.emit_json(
             {"run_id": run_id, "event": args.event, "signal_id": sent.signal_id, "woke": sent.woke}
