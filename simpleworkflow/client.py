@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from simpleworkflow import durations, errors, names, payloads
 from simpleworkflow.backends import Backend, open_backend
 from simpleworkflow.backends.base import JournalEntry, NewRun, Op, RunQuery, SignalSent
-from simpleworkflow.models import Event, Run, RunPage, RunStatus
+from simpleworkflow.models import WAITING_STATES, Event, Run, RunPage, RunStatus, Signal
 
 T = TypeVar("T")
 #: What ``start_many`` takes for each run: ``(type, payload)`` or a dict of start() arguments.
@@ -146,14 +146,15 @@ class _Requests:
         limit: int,
         cursor: str | None,
     ) -> RunQuery:
-        statuses: tuple[str, ...] | None = None
-        if status is not None:
-            raw = [status] if isinstance(status, str) else builtins.list(status)
-            statuses = tuple(_check_status(s) for s in raw)
+        raw = [] if status is None else [status] if isinstance(status, str) else [*status]
+        states = [_check_status(s) for s in raw]
+        waits = tuple(WAITING_STATES[s] for s in states if s in WAITING_STATES)
         after_created_at, after_id = _decode_cursor(cursor) if cursor else (None, None)
         return RunQuery(
             type_like=None if type_prefix is None else names.like_pattern(type_prefix),
-            statuses=statuses,
+            statuses=tuple(s for s in states if s not in WAITING_STATES),
+            waits=waits,
+            retrying="retry" in waits,
             created_after=_check_time("created_after", created_after),
             created_before=_check_time("created_before", created_before),
             include_deleted=bool(include_deleted),
@@ -192,8 +193,8 @@ class _Requests:
             raise errors.RunNotFound(run_id)
         if isinstance(outcome, str):
             raise errors.RunFinished(
-                f"run {run_id} has already {outcome}; signal {event!r} was not stored "
-                "(signals are for runs that are pending or running)"
+                f"run {run_id} has already finished ({outcome}); signal {event!r} was not "
+                "stored (signals are for runs that are pending or running)"
             )
         if outcome.woke:
             self.backend.notify_local("wake", "")
@@ -274,7 +275,11 @@ class Client(_Requests):
         limit: int = 50,
         cursor: str | None = None,
     ) -> RunPage:
-        """One page of runs, newest first; pass ``page.next_cursor`` for the next one."""
+        """One page of runs, newest first; pass ``page.next_cursor`` for the next one.
+
+        ``status`` takes stored statuses and the states of pending runs that wait
+        (``sleeping``, ``waiting-signal``, ``waiting-child``, ``retrying``); a run in any
+        of those given is listed."""
         query = self._list_query(
             type_prefix, status, created_after, created_before, include_deleted, limit, cursor
         )
@@ -305,6 +310,11 @@ class Client(_Requests):
         """The run's journal: its durable calls in the order they first ran."""
         run = self.get(run_id)
         return self._run(self.backend.load_journal(run.id), readonly=True)
+
+    def signals(self, run_id: str) -> builtins.list[Signal]:
+        """The signals sent to the run, oldest first, consumed or still waiting for a wait."""
+        run = self.get(run_id)
+        return self._run(self.backend.list_signals(run.id), readonly=True)
 
     def wait(self, run_id: str, timeout: durations.Duration | None = None) -> Run:
         """Block until the run is succeeded, failed or cancelled, and return it."""
@@ -420,6 +430,11 @@ class AsyncClient(_Requests):
         run = await self.get(run_id)
         return await self._run(self.backend.load_journal(run.id), readonly=True)
 
+    async def signals(self, run_id: str) -> builtins.list[Signal]:
+        """The signals sent to the run; see :meth:`Client.signals`."""
+        run = await self.get(run_id)
+        return await self._run(self.backend.list_signals(run.id), readonly=True)
+
     async def wait(self, run_id: str, timeout: durations.Duration | None = None) -> Run:
         """Wait until the run is succeeded, failed or cancelled, and return it."""
         deadline = _deadline(timeout)
@@ -511,10 +526,13 @@ def _check_key(key: object) -> str | None:
 
 
 def _check_status(status: object) -> str:
+    """A stored status, or one of the states of a waiting run (``sleeping`` ...)."""
+    if status in WAITING_STATES:
+        return str(status)
     try:
         return RunStatus(str(status)).value
     except ValueError:
-        known = ", ".join(s.value for s in RunStatus)
+        known = ", ".join([*(s.value for s in RunStatus), *WAITING_STATES])
         raise errors.InvalidArgument(f"unknown status {status!r}; use one of {known}") from None
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import urllib.parse
 
 from simpleworkflow import errors
@@ -72,6 +73,55 @@ def scheme(url: str) -> str:
     if url.startswith("sqlite://"):
         return "sqlite"
     raise errors.ConfigurationError(
-        f"unknown database URL {url!r}: use postgresql://user:pass@host/db or "
+        f"unknown database URL {mask_url(url)!r}: use postgresql://user:pass@host/db or "
         f"sqlite:///path.db (set {ENV_VAR} or pass the URL)"
     )
+
+
+#: Query parameters of a Postgres URL whose values are secrets (libpq's names).
+SECRET_PARAMETERS = frozenset({"password", "sslpassword"})
+MASK = "***"
+
+
+def mask_url(url: str) -> str:
+    """``url`` fit to print: the password in its user info and the values of secret query
+    parameters (``?password=``) replaced by ``***``.
+
+    Every URL the library shows (in a message, an error, a log line) goes through here.
+    """
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:  # unreadable (a stray bracket): hide whatever follows a colon
+        return re.sub(r"(//[^/@:]*):[^/@]*@", rf"\1:{MASK}@", url)
+    # Text replaced in place: urlunsplit would rewrite what it need not (sqlite:///x.db).
+    if parts.password:
+        userinfo, _, host = parts.netloc.rpartition("@")
+        masked = f"{userinfo.partition(':')[0]}:{MASK}@{host}"
+        url = url.replace(f"//{parts.netloc}", f"//{masked}", 1)
+    if parts.query:
+        query = "&".join(_masked_parameter(item) for item in parts.query.split("&"))
+        url = url.replace(f"?{parts.query}", f"?{query}", 1)
+    return url
+
+
+def _masked_parameter(item: str) -> str:
+    name, equals, value = item.partition("=")
+    if equals and value and urllib.parse.unquote(name).lower() in SECRET_PARAMETERS:
+        return f"{name}={MASK}"
+    return item
+
+
+def describe(url: str | None = None, schema: str | None = None) -> str:
+    """Which database a command or worker works on, for people: the SQLite file's absolute
+    path, or the Postgres URL (credentials masked) and schema."""
+    resolved = database_url(url)
+    if scheme(resolved) == "sqlite":
+        return sqlite_file(resolved) or "a private in-memory SQLite database"
+    return f"{mask_url(resolved)} schema {schema_name(schema)}"
+
+
+def sqlite_file(url: str) -> str | None:
+    """The absolute path of a SQLite URL's file, without query parameters; ``None`` for
+    ``sqlite:///:memory:``."""
+    path = sqlite_path(url).partition("?")[0]
+    return None if path == ":memory:" else os.path.abspath(path)

@@ -39,6 +39,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from simpleworkflow.wording import plural
+
 
 class SimpleWorkflowError(Exception):
     """Base class of every error raised by simpleworkflow."""
@@ -144,7 +146,7 @@ class StepFailed(PermanentError):
     def __init__(self, step: str, attempts: int, message: str) -> None:
         self.step = step
         self.attempts = attempts
-        super().__init__(f"step {step!r} failed after {attempts} attempt(s): {message}")
+        super().__init__(f"step {step!r} failed after {plural(attempts, 'attempt')}: {message}")
 
 
 class ChildFailed(PermanentError):

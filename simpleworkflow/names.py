@@ -36,13 +36,39 @@ def validate_type(name: object) -> str:
         )
     if not _TYPE_RE.fullmatch(name):
         raise errors.InvalidTypeName(
-            f"invalid workflow type {name!r}: use dotted lowercase segments ending in a "
-            "version, like 'content.thumbnail.v1' or 'billing.invoice.send.v2' "
-            "(letters, digits and '_' only; each segment starts with a letter)"
+            f"invalid workflow type {name!r}: {broken_rule(name)}; write dotted lowercase "
+            "segments ending in a version, like 'content.thumbnail.v1' or "
+            "'billing.invoice.send.v2'"
         )
     if len(_KNOWN_VALID) < _KNOWN_VALID_LIMIT:
         _KNOWN_VALID.add(name)
     return name
+
+
+_VERSION_RE = re.compile(r"^v[0-9]+$")
+_SEGMENT_RE = re.compile(rf"^{_SEGMENT}$")
+
+
+def broken_rule(name: str) -> str:
+    """The first rule of type names that ``name`` breaks, said plainly."""
+    if not name:
+        return "it is empty"
+    if name != name.lower():
+        return "it has upper-case letters (type names are all lower case)"
+    segments = name.split(".")
+    if "" in segments:
+        return "it has an empty segment (a leading, trailing or doubled '.')"
+    if not _VERSION_RE.fullmatch(segments[-1]):
+        return f"it must end in a version segment such as '.v1', not {segments[-1]!r}"
+    if len(segments) < 3:
+        return "it needs at least two segments before the version, like 'content.thumbnail'"
+    for segment in segments[:-1]:
+        if not _SEGMENT_RE.fullmatch(segment):
+            return (
+                f"segment {segment!r} must start with a letter and hold only letters, "
+                "digits and '_'"
+            )
+    return "it is not <domain>.<subdomain>.<action>.vN"
 
 
 def prefix_stem(prefix: str) -> str:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from simpleworkflow import errors, payloads
 from simpleworkflow.backends.base import Backend, Failure, Outcomes, Success, Suspension
 from simpleworkflow.groupcommit import GroupCommit
+from simpleworkflow.wording import plural
 
 _log = logging.getLogger("simpleworkflow.worker")
 
@@ -84,7 +85,9 @@ class Outbox(GroupCommit[Item]):
             except errors.StoreUnavailable as exc:
                 # Outcomes are fenced by lease token, so writing them late is safe: a
                 # lease lost meanwhile just makes the write a no-op.
-                _log.warning("cannot record %d outcomes yet (%s); retrying", len(items), exc)
+                _log.warning(
+                    "cannot record %s yet (%s); retrying", plural(len(items), "outcome"), exc
+                )
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, 5.0)
 

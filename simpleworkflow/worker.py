@@ -39,6 +39,8 @@ from simpleworkflow.client import auto_migrates, needs_migration
 from simpleworkflow.context import Context
 from simpleworkflow.durable import StepJournal
 from simpleworkflow.outbox import Outbox, Release
+from simpleworkflow.outcome_log import OutcomeLog
+from simpleworkflow.wording import plural
 
 _log = logging.getLogger("simpleworkflow.worker")
 RUNTIME = "python"
@@ -108,6 +110,7 @@ class IntentPoller:
         self._timer: asyncio.TimerHandle | None = None
         self._due: list[float] = []  # loop times at which runs we heard of become due
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._outcomes = OutcomeLog(_log)
 
     def workflow(self, type: str, **options: Any) -> Callable[[Any], Any]:
         """Register a handler on this poller's app; see :meth:`App.workflow`."""
@@ -142,7 +145,11 @@ class IntentPoller:
             _log.warning("second %s: exiting at once", signal.Signals(signum).name)
             logging.shutdown()
             os._exit(1)
-        _log.info("%s: finishing running handlers, then stopping", signal.Signals(signum).name)
+        _log.info(
+            "%s: finishing running handlers, then stopping (a second Ctrl-C or SIGTERM exits "
+            "at once)",
+            signal.Signals(signum).name,
+        )
         self._request_stop()
 
     def stop(self) -> None:
@@ -190,7 +197,7 @@ class IntentPoller:
             "worker %s claiming %s on %s (concurrency %d)",
             self.worker_id,
             ", ".join(self._types),
-            backend.name,
+            backend.location,
             self.concurrency,
         )
         try:
@@ -202,6 +209,7 @@ class IntentPoller:
             await asyncio.gather(*helpers, return_exceptions=True)
             self._executor.shutdown(wait=False, cancel_futures=True)
             await backend.aclose()
+            self._outcomes.flush()
             _log.info("worker %s stopped", self.worker_id)
 
     async def _prepare_schema(self) -> None:
@@ -209,6 +217,14 @@ class IntentPoller:
         version = await backend.execute_async(backend.schema_version(), readonly=True)
         if needs_migration(backend, version, auto_migrate=auto_migrates(backend, None)):
             await asyncio.to_thread(backend.migrate)
+            if version is None:
+                # A worker started in the wrong directory makes a new file and idles.
+                _log.warning(
+                    "created a new, empty database at %s: no runs wait in it. If your runs "
+                    "are in another database, stop this worker and point it there (-d, "
+                    "$SIMPLEWORKFLOW_DATABASE_URL, or the directory it runs in)",
+                    backend.location,
+                )
 
     # -- claiming --------------------------------------------------------------------
 
@@ -271,9 +287,9 @@ class IntentPoller:
                 rows = []
             for type_name, version, count in rows:
                 _log.warning(
-                    "%d due runs of %s started on code version %r, which this worker does "
+                    "%s of %s started on code version %r, which this worker does "
                     "not have (it knows %s); deploy a worker that knows it, or cancel them",
-                    count,
+                    plural(count, "due run"),
                     type_name,
                     version,
                     ", ".join(self.app.definitions[type_name].known_versions),
@@ -308,7 +324,7 @@ class IntentPoller:
             stopped = ctx.stop_reason not in (None, execution.TIMED_OUT)
             recorded = outcome is None or stopped or await outbox.deliver(outcome)
             if recorded and not stopped:
-                _log_outcome(lease, outcome)
+                self._outcomes.record(lease, outcome)
                 self._wake_in(_due_in(outcome))
             if not recorded:
                 _log.warning(
@@ -445,7 +461,7 @@ class IntentPoller:
                 _log.warning("reaping expired leases failed (%s)", exc)
                 reaped = 0
             if reaped:
-                _log.info("recovered %d runs whose lease expired", reaped)
+                _log.info("recovered %s whose lease expired", plural(reaped, "run"))
                 self._on_message("wake", "")
                 continue
             await asyncio.sleep(interval * (0.8 + 0.4 * random.random()))
@@ -478,7 +494,9 @@ class IntentPoller:
         """Let running handlers finish within the grace period, then give the rest back."""
         tasks = [active.task for active in self._active.values()]
         if tasks:
-            _log.info("waiting up to %gs for %d handlers", self.shutdown_grace, len(tasks))
+            _log.info(
+                "waiting up to %gs for %s", self.shutdown_grace, plural(len(tasks), "handler")
+            )
             await asyncio.wait(tasks, timeout=self.shutdown_grace)
         leftovers = list(self._active.values())
         for active in leftovers:
@@ -490,7 +508,8 @@ class IntentPoller:
         releases = [outbox.record(Release(a.lease.run.id, a.lease.token)) for a in leftovers]
         if releases:
             released = await asyncio.gather(*releases, return_exceptions=True)
-            _log.info("released %d unfinished runs", sum(r is True for r in released))
+            count = sum(r is True for r in released)
+            _log.info("released %s", plural(count, "unfinished run"))
         await outbox.drained()
 
 
@@ -503,34 +522,6 @@ def _due_in(outcome: object) -> float:
             return max((outcome.run_at - datetime.now(UTC)).total_seconds(), 0.001)
         return max(outcome.delay, 0.001)
     return float("inf")
-
-
-def _log_outcome(lease: Lease, outcome: object) -> None:
-    """One line per finished attempt: DEBUG when it went well, INFO/WARNING when not."""
-    run = lease.run
-    if isinstance(outcome, Failure):
-        message = outcome.data.get("error", {}).get("message", "")
-        if outcome.final:
-            _log.warning(
-                "run %s (%s) failed for good on attempt %d: %s",
-                run.id,
-                run.type,
-                run.attempt + 1,
-                message,
-            )
-        else:
-            _log.info(
-                "run %s (%s) attempt %d failed: %s; retrying in %.1fs",
-                run.id,
-                run.type,
-                run.attempt + 1,
-                message,
-                outcome.delay,
-            )
-    elif isinstance(outcome, Suspension):
-        _log.debug("run %s (%s) suspended: %s", run.id, run.type, outcome.event)
-    elif outcome is not None:
-        _log.debug("run %s (%s) succeeded", run.id, run.type)
 
 
 def _checked_prefix(prefix: str) -> str:

@@ -108,7 +108,12 @@ class RunQuery:
     """Filters and paging for a listing; ``None`` means "any"."""
 
     type_like: str | None = None
+    #: Stored statuses, and kinds of wait (``sleep``, ``signal``, ``child``, ``retry``) a
+    #: pending run is suspended in; a run in any of them is listed.
     statuses: tuple[str, ...] | None = None
+    waits: tuple[str, ...] | None = None
+    #: Also list pending runs due again after a failed attempt.
+    retrying: bool = False
     created_after: datetime | None = None
     created_before: datetime | None = None
     include_deleted: bool = False

@@ -19,7 +19,7 @@ from simpleworkflow.backends.records import (
     Statement,
     Stream,
 )
-from simpleworkflow.models import Event, Run
+from simpleworkflow.models import Event, Run, Signal
 
 #: Runs per statement when create_runs streams a large batch.
 CHUNK = 200
@@ -122,7 +122,10 @@ class RunOps(StoreCore):
         rows = yield self.stmt(
             "list_runs",
             type_like=query.type_like,
-            statuses=list(query.statuses) if query.statuses else None,
+            filtered=bool(query.statuses or query.waits or query.retrying),
+            statuses=list(query.statuses or ()),
+            waits=list(query.waits or ()),
+            retrying=query.retrying,
             created_after=query.created_after,
             created_before=query.created_before,
             include_deleted=query.include_deleted,
@@ -163,6 +166,22 @@ class RunOps(StoreCore):
     def list_events(self, run_id: str) -> Op[list[Event]]:
         rows = yield self.stmt("list_events", id=run_id)
         return [self.event_from_row(row) for row in rows]
+
+    def list_signals(self, run_id: str) -> Op[list[Signal]]:
+        """The run's signals, oldest first: those a wait consumed, and those still stored."""
+        rows = yield self.stmt("list_signals", id=run_id)
+        return [
+            Signal(
+                id=int(row["id"]),
+                run_id=str(row["run_id"]),
+                event=row["event"],
+                payload=self.decode_json(row["payload"]),
+                created_at=self.decode_time(row["created_at"]),
+                consumed_at=self.opt_time(row["consumed_at"]),
+                step_name=row["step_name"],
+            )
+            for row in rows
+        ]
 
     def send_signal(self, run_id: str, event: str, payload: str) -> Op[SignalSent | str | None]:
         """Store a signal for a run and wake it if it waits for one like it.

@@ -60,9 +60,20 @@ select * from {schema}workflow_run where idempotency_key = %(idempotency_key)s
 select * from {schema}workflow_run where id = %(id)s
 
 -- name: list_runs
+-- The states asked for are alternatives: a stored status, a pending run suspended in a
+-- wait of one of these kinds (alone, or as one of the waits of kind "any"), or a pending
+-- run due again after a failed attempt.
 select * from {schema}workflow_run
 where (%(type_like)s::text is null or type like %(type_like)s)
-  and (%(statuses)s::text[] is null or status = any(%(statuses)s::text[]))
+  and (not %(filtered)s
+       or status = any(%(statuses)s::text[])
+       or (status = 'pending'
+           and (waiting_for ->> 'kind' = any(%(waits)s::text[])
+                or exists (select 1 from jsonb_array_elements(
+                               case when jsonb_typeof(waiting_for -> 'waits') = 'array'
+                                    then waiting_for -> 'waits' end) as w(wait)
+                           where w.wait ->> 'kind' = any(%(waits)s::text[]))))
+       or (%(retrying)s and status = 'pending' and waiting_for is null and attempt > 0))
   and (%(created_after)s::timestamptz is null or created_at >= %(created_after)s)
   and (%(created_before)s::timestamptz is null or created_at < %(created_before)s)
   and (%(include_deleted)s or deleted_at is null)
@@ -118,6 +129,10 @@ select id from deleted
 
 -- name: list_events
 select * from {schema}workflow_event where workflow_id = %(id)s order by id
+
+-- name: list_signals
+select id, run_id, event, payload, created_at, consumed_at, step_name
+from {schema}workflow_signal where run_id = %(id)s order by id
 
 -- Worker statements. Every write for a leased run is fenced: it matches only while the
 -- run still carries the lease token the worker was given when it claimed the run.

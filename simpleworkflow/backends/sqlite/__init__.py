@@ -52,6 +52,9 @@ class SQLiteBackend(base.Backend):
         self.path = path
         # A pragma takes no parameters: the statement is chosen, never built.
         self._synchronous = _SYNCHRONOUS[synchronous]
+        self.location = (
+            "a private in-memory database" if path == ":memory:" else os.path.abspath(path)
+        )
         self.q = queries.load(_PACKAGE, "queries.sql", None)
         self._migrations = queries.migration_files(_PACKAGE)
         self.latest_version = self._migrations[-1][0]

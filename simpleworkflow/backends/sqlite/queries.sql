@@ -68,9 +68,19 @@ select * from workflow_run where idempotency_key = :idempotency_key
 select * from workflow_run where id = :id
 
 -- name: list_runs
+-- The states asked for are alternatives: a stored status, a pending run suspended in a
+-- wait of one of these kinds (alone, or as one of the waits of kind "any"), or a pending
+-- run due again after a failed attempt.
 select * from workflow_run
 where (:type_like is null or type like :type_like escape '\')
-  and (:statuses is null or status in (select value from json_each(:statuses)))
+  and (not :filtered
+       or status in (select value from json_each(:statuses))
+       or (status = 'pending' and waiting_for is not null
+           and (json_extract(waiting_for, '$.kind') in (select value from json_each(:waits))
+                or exists (select 1 from json_each(waiting_for, '$.waits') as w
+                           where json_extract(w.value, '$.kind')
+                                 in (select value from json_each(:waits)))))
+       or (:retrying and status = 'pending' and waiting_for is null and attempt > 0))
   and (:created_after is null or created_at >= :created_after)
   and (:created_before is null or created_at < :created_before)
   and (:include_deleted or deleted_at is null)
@@ -135,6 +145,10 @@ insert into workflow_event (workflow_id, event_type, data) values (:id, 'deleted
 
 -- name: list_events
 select * from workflow_event where workflow_id = :id order by id
+
+-- name: list_signals
+select id, run_id, event, payload, created_at, consumed_at, step_name
+from workflow_signal where run_id = :id order by id
 
 -- Worker statements. Every write for a leased run is fenced: it matches only while the
 -- run still carries the lease token the worker was given when it claimed the run.
