@@ -223,7 +223,7 @@ class Context:
         unique = durable.name(name)
         entry = await durable.begin(unique, "sleep", self.is_cancelled())
         if entry is None:
-            until = when or durable.db_now() + _seconds(seconds)
+            until = _whole_ms(when or durable.db_now() + _seconds(seconds))
             await durable.journal(unique, "sleep", {"until": until.isoformat()}, events=[])
         else:
             until = datetime.fromisoformat(entry.output["until"])
@@ -268,7 +268,7 @@ class Context:
         if entry is not None and entry.status == "completed":
             return entry.output.get("signal")
         if entry is None:
-            until = FOREVER if timeout is None else durable.db_now() + _seconds(timeout)
+            until = FOREVER if timeout is None else _whole_ms(durable.db_now() + _seconds(timeout))
             started = {"until": until.isoformat(), "event": event}
             await durable.journal(unique, "wait", started, status="retrying", events=[])
         else:
@@ -519,6 +519,14 @@ def _discard(branch: Awaitable[Any]) -> None:
 
 def _seconds(seconds: float) -> timedelta:
     return timedelta(seconds=seconds)
+
+
+def _whole_ms(when: datetime) -> datetime:
+    """``when`` rounded up to the millisecond. SQLite keeps times to the millisecond,
+    rounding to the nearest: a wake-up time finer than that could be stored early, and the
+    run claimed before its sleep ends, only to suspend again."""
+    spare = when.microsecond % 1000
+    return when if spare == 0 else when + timedelta(microseconds=1000 - spare)
 
 
 def _entry(name: str, kind: str, position: int, output: Any) -> JournalEntry:
