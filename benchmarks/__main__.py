@@ -37,6 +37,18 @@ def parse(argv: list[str]) -> tuple[suite.Options, Path, Path | None]:
     parser.add_argument("--pgbench-seconds", type=float, help="duration of each pgbench run")
     parser.add_argument("--quick", action="store_true", help="small sizes, one repeat, no 1M")
     parser.add_argument("--postgres-url", help="use this server instead of starting one")
+    parser.add_argument(
+        "--cases",
+        help="run only the throughput/latency cases whose names contain one of these "
+        "comma-separated words (e.g. 'steps' or 'start one,drain, 1'); pgbench and the "
+        "backlog curve still run unless --pgbench-seconds 0 and --backlogs ''",
+    )
+    parser.add_argument(
+        "--sqlite-synchronous",
+        choices=["full", "normal"],
+        default="full",
+        help="SQLite's synchronous setting, given in the store's URL (full, the default)",
+    )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/latest.json"))
     parser.add_argument("--plot", type=Path, default=Path("docs/performance-scaling.png"))
     parser.add_argument("--no-plot", action="store_true")
@@ -54,6 +66,8 @@ def parse(argv: list[str]) -> tuple[suite.Options, Path, Path | None]:
         concurrency=args.concurrency,
         pgbench_seconds=args.pgbench_seconds,
         postgres_url=args.postgres_url,
+        cases=[c.strip() for c in (args.cases or "").split(",") if c.strip()],
+        sqlite_synchronous=args.sqlite_synchronous,
     )
     unknown = set(options.stores) - {"postgres", "sqlite"}
     if unknown:

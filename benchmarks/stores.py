@@ -48,8 +48,11 @@ class BenchStore:
         self._lite: sqlite3.Connection | None = None
 
     @classmethod
-    def fresh(cls, kind: str, postgres_url: str | None, workdir: Path) -> BenchStore:
-        """A new, migrated store of ``kind`` (``postgres`` or ``sqlite``)."""
+    def fresh(
+        cls, kind: str, postgres_url: str | None, workdir: Path, synchronous: str = "full"
+    ) -> BenchStore:
+        """A new, migrated store of ``kind`` (``postgres`` or ``sqlite``); a SQLite file
+        runs with ``synchronous`` as its URL says."""
         number = next(_numbers)
         schema = f"bench_{os.getpid()}_{number}"
         if kind == "postgres":
@@ -57,7 +60,8 @@ class BenchStore:
             store = cls(kind, postgres_url, schema)
             store.execute("create_schema")
         else:
-            store = cls(kind, f"sqlite:///{workdir / f'{schema}.db'}", "workflow")
+            query = "" if synchronous == "full" else f"?synchronous={synchronous}"
+            store = cls(kind, f"sqlite:///{workdir / f'{schema}.db'}{query}", "workflow")
         backend = store.backend()
         try:
             backend.migrate()

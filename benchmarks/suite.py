@@ -12,7 +12,7 @@ import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,10 @@ class Options:
     concurrency: int
     pgbench_seconds: float
     postgres_url: str | None
+    #: Words naming the cases to run (all when empty): a case runs if its name has one.
+    cases: list[str] = field(default_factory=list)
+    #: SQLite's ``synchronous`` setting, passed in the store's URL.
+    sqlite_synchronous: str = "full"
 
     @property
     def sizes(self) -> Sizes:
@@ -60,7 +64,9 @@ def run(options: Options) -> dict[str, Any]:
     load_before = report.load_average()
     with _postgres(options) as url, tempfile.TemporaryDirectory(prefix="bench-sqlite-") as tmp:
         ceilings = (
-            pgbench.measure(url, server.pgbench_path(), options.pgbench_seconds) if url else None
+            pgbench.measure(url, server.pgbench_path(), options.pgbench_seconds)
+            if url and options.pgbench_seconds > 0
+            else None
         )
         versions = {"postgres": stores.postgres_version(url) if url else None}
         results: dict[str, dict[str, list[float]]] = {}
@@ -106,11 +112,12 @@ def _one_store(
 ) -> tuple[dict[str, list[float]], dict[str, str]]:
     """Every case ``repeat`` times, then the backlog curve with the claim plan at each size."""
     figures: dict[str, list[float]] = defaultdict(list)
-    steps = [(r, name, case) for r in range(options.repeat) for name, case in CASES]
+    chosen = [(name, case) for name, case in CASES if _chosen(name, options.cases)]
+    steps = [(r, name, case) for r in range(options.repeat) for name, case in chosen]
     bar = tqdm(steps, desc=kind, unit="case", disable=None)
     for repeat, name, case in bar:
         bar.set_postfix_str(name)
-        store = BenchStore.fresh(kind, url, workdir)
+        store = BenchStore.fresh(kind, url, workdir, options.sqlite_synchronous)
         try:
             found = case(store, options)
         finally:
@@ -124,7 +131,9 @@ def _one_store(
     backlogs: dict[int, BenchStore] = {}
     try:
         for size in options.backlogs:
-            store = backlogs[size] = BenchStore.fresh(kind, url, workdir)
+            store = backlogs[size] = BenchStore.fresh(
+                kind, url, workdir, options.sqlite_synchronous
+            )
             backlog.load_backlog(store, size)
             plans[str(size)] = backlog.claim_plan(store, options.concurrency)
         for repeat in range(options.repeat):
@@ -139,3 +148,8 @@ def _one_store(
         medians = [statistics.median(figures[f"backlog_{size}"]) for size in options.backlogs]
         figures[BACKLOG_KEPT.name].append(min(medians) / medians[0])
     return dict(figures), plans
+
+
+def _chosen(name: str, words: list[str]) -> bool:
+    """Whether case ``name`` is among those asked for (every case when none is named)."""
+    return not words or any(word in name for word in words)

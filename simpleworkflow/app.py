@@ -104,7 +104,7 @@ class App:
             retry=retry or self.retry,
             timeout=None if timeout is None else durations.to_seconds(timeout, what="timeout"),
             is_async=asyncio.iscoroutinefunction(fn),
-            takes_context=_positional_count(fn) >= 2,
+            takes_context=takes_context(type, fn),
             version=version,
             compatible=tuple(compatible),
         )
@@ -139,12 +139,43 @@ class App:
         return IntentPoller(app=self, **options)
 
 
-def _positional_count(fn: Callable[..., Any]) -> int:
+def takes_context(type_name: str, fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` is called as ``fn(payload, ctx)`` rather than ``fn(payload)``.
+
+    A handler that can be called neither way is refused here, when it is registered:
+    called by a worker, it would fail every attempt with a ``TypeError`` that looks like
+    a transient error and is retried for minutes.
+    """
+    if not callable(fn):
+        raise errors.ConfigurationError(
+            f"the handler of {type_name!r} must be a function (def or async def), not {fn!r:.60}"
+        )
     try:
-        parameters = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return 2
-    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters):
-        return 2
-    return sum(1 for p in parameters if p.kind in kinds)
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # some builtins do not say: call them with both
+        return True
+    if _binds(signature, 2):
+        return True
+    if _binds(signature, 1):
+        return False
+    raise errors.ConfigurationError(
+        f"the handler of {type_name!r}, {_describe(fn, signature)}, cannot be called with the "
+        "payload: a handler takes the payload, and may take a Context second, as in "
+        "`def handler(payload)` or `def handler(payload, ctx)`"
+    )
+
+
+def _binds(signature: inspect.Signature, positional: int) -> bool:
+    try:
+        signature.bind(*range(positional))
+    except TypeError:
+        return False
+    return True
+
+
+def _describe(fn: Callable[..., Any], signature: inspect.Signature) -> str:
+    """``name(params) (file, line N)``, as a traceback would point at it."""
+    name = getattr(fn, "__qualname__", None) or type(fn).__name__
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    where = "" if code is None else f" ({code.co_filename}, line {code.co_firstlineno})"
+    return f"{name}{signature}{where}"

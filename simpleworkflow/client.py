@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from simpleworkflow import durations, errors, names, payloads
 from simpleworkflow.backends import Backend, open_backend
 from simpleworkflow.backends.base import JournalEntry, NewRun, Op, RunQuery, SignalSent
-from simpleworkflow.models import Event, Run, RunPage, RunStatus
+from simpleworkflow.models import WAITING_STATES, Event, Run, RunPage, RunStatus, Signal
 
 T = TypeVar("T")
 #: What ``start_many`` takes for each run: ``(type, payload)`` or a dict of start() arguments.
@@ -125,9 +125,14 @@ class _Requests:
                 )
             yield names.new_run_id(), new
 
+    def _started(self, run: Run) -> Run:
+        if run.created:
+            self.backend.notify_local("wake", _due(run))
+        return run
+
     def _started_many(self, runs: builtins.list[Run]) -> builtins.list[Run]:
         # Runs of one batch mostly share their type and due time: one wake-up for each.
-        for wake in {(run.type, run.run_at, run.created_at) for run in runs}:
+        for wake in {(run.type, run.run_at, run.created_at) for run in runs if run.created}:
             self.backend.notify_local("wake", _wake(*wake))
         return runs
 
@@ -141,14 +146,15 @@ class _Requests:
         limit: int,
         cursor: str | None,
     ) -> RunQuery:
-        statuses: tuple[str, ...] | None = None
-        if status is not None:
-            raw = [status] if isinstance(status, str) else builtins.list(status)
-            statuses = tuple(_check_status(s) for s in raw)
+        raw = [] if status is None else [status] if isinstance(status, str) else [*status]
+        states = [_check_status(s) for s in raw]
+        waits = tuple(WAITING_STATES[s] for s in states if s in WAITING_STATES)
         after_created_at, after_id = _decode_cursor(cursor) if cursor else (None, None)
         return RunQuery(
             type_like=None if type_prefix is None else names.like_pattern(type_prefix),
-            statuses=statuses,
+            statuses=tuple(s for s in states if s not in WAITING_STATES),
+            waits=waits,
+            retrying="retry" in waits,
             created_after=_check_time("created_after", created_after),
             created_before=_check_time("created_before", created_before),
             include_deleted=bool(include_deleted),
@@ -163,6 +169,14 @@ class _Requests:
             return RunPage(runs=runs, next_cursor=None)
         runs = runs[: query.limit - 1]
         return RunPage(runs=runs, next_cursor=_encode_cursor(runs[-1]))
+
+    def _cancel_op(self, run_id: str, reason: str | None) -> Op[builtins.list[str] | None]:
+        if reason is not None and (not isinstance(reason, str) or names.unstorable(reason)):
+            raise errors.InvalidArgument(
+                "a cancel's reason must be text without NUL characters or lone surrogates, "
+                f"not {reason!r:.80}"
+            )
+        return self.backend.cancel_run(names.normalize_run_id(run_id), reason)
 
     def _cancelled(self, run_id: str, cancelled: builtins.list[str] | None) -> bool:
         for cancelled_id in self._found(run_id, cancelled):
@@ -179,8 +193,8 @@ class _Requests:
             raise errors.RunNotFound(run_id)
         if isinstance(outcome, str):
             raise errors.RunFinished(
-                f"run {run_id} has already {outcome}; signal {event!r} was not stored "
-                "(signals are for runs that are pending or running)"
+                f"run {run_id} has already finished ({outcome}); signal {event!r} was not "
+                "stored (signals are for runs that are pending or running)"
             )
         if outcome.woke:
             self.backend.notify_local("wake", "")
@@ -223,8 +237,9 @@ class Client(_Requests):
     ) -> Run:
         """Record the intent to run ``type`` with ``payload``; return the stored run.
 
-        A repeated ``idempotency_key`` returns the run that already holds it and
-        writes nothing.
+        The run's ``created`` is True. A repeated ``idempotency_key`` returns the run that
+        already holds it and writes nothing (``created`` is then False); held by a run of
+        another type, it raises :class:`~simpleworkflow.errors.IdempotencyConflict`.
         """
         new = self._new_run(
             type,
@@ -236,10 +251,7 @@ class Client(_Requests):
             max_attempts=max_attempts,
             deadline=deadline,
         )
-        run, created = self._run(self.backend.create_run(new))
-        if created:
-            self.backend.notify_local("wake", _due(run))
-        return run
+        return self._started(self._run(self.backend.create_run(new)))
 
     def start_many(self, requests: Iterable[StartRequest]) -> builtins.list[Run]:
         """Start many runs in one statement: ``(type, payload)`` pairs, or dicts of
@@ -263,7 +275,11 @@ class Client(_Requests):
         limit: int = 50,
         cursor: str | None = None,
     ) -> RunPage:
-        """One page of runs, newest first; pass ``page.next_cursor`` for the next one."""
+        """One page of runs, newest first; pass ``page.next_cursor`` for the next one.
+
+        ``status`` takes stored statuses and the states of pending runs that wait
+        (``sleeping``, ``waiting-signal``, ``waiting-child``, ``retrying``); a run in any
+        of those given is listed."""
         query = self._list_query(
             type_prefix, status, created_after, created_before, include_deleted, limit, cursor
         )
@@ -272,7 +288,7 @@ class Client(_Requests):
     def cancel(self, run_id: str, *, reason: str | None = None) -> bool:
         """Cancel a pending or leased run; ``False`` if it had already finished."""
         run_id = names.normalize_run_id(run_id)
-        return self._cancelled(run_id, self._run(self.backend.cancel_run(run_id, reason)))
+        return self._cancelled(run_id, self._run(self._cancel_op(run_id, reason)))
 
     def signal(self, run_id: str, event: str, payload: Any = None) -> SignalSent:
         """Store signal ``event`` for a run; a ``wait_for_event`` in it consumes it, whether
@@ -294,6 +310,11 @@ class Client(_Requests):
         """The run's journal: its durable calls in the order they first ran."""
         run = self.get(run_id)
         return self._run(self.backend.load_journal(run.id), readonly=True)
+
+    def signals(self, run_id: str) -> builtins.list[Signal]:
+        """The signals sent to the run, oldest first, consumed or still waiting for a wait."""
+        run = self.get(run_id)
+        return self._run(self.backend.list_signals(run.id), readonly=True)
 
     def wait(self, run_id: str, timeout: durations.Duration | None = None) -> Run:
         """Block until the run is succeeded, failed or cancelled, and return it."""
@@ -356,10 +377,7 @@ class AsyncClient(_Requests):
             max_attempts=max_attempts,
             deadline=deadline,
         )
-        run, created = await self._run(self.backend.create_run(new))
-        if created:
-            self.backend.notify_local("wake", _due(run))
-        return run
+        return self._started(await self._run(self.backend.create_run(new)))
 
     async def start_many(self, requests: Iterable[StartRequest]) -> builtins.list[Run]:
         """Start many runs in one statement; see :meth:`Client.start_many`."""
@@ -390,7 +408,7 @@ class AsyncClient(_Requests):
     async def cancel(self, run_id: str, *, reason: str | None = None) -> bool:
         """Cancel a pending or leased run; ``False`` if it had already finished."""
         run_id = names.normalize_run_id(run_id)
-        return self._cancelled(run_id, await self._run(self.backend.cancel_run(run_id, reason)))
+        return self._cancelled(run_id, await self._run(self._cancel_op(run_id, reason)))
 
     async def signal(self, run_id: str, event: str, payload: Any = None) -> SignalSent:
         """Store signal ``event`` for a run; see :meth:`Client.signal`."""
@@ -411,6 +429,11 @@ class AsyncClient(_Requests):
         """The run's journal: its durable calls in the order they first ran."""
         run = await self.get(run_id)
         return await self._run(self.backend.load_journal(run.id), readonly=True)
+
+    async def signals(self, run_id: str) -> builtins.list[Signal]:
+        """The signals sent to the run; see :meth:`Client.signals`."""
+        run = await self.get(run_id)
+        return await self._run(self.backend.list_signals(run.id), readonly=True)
 
     async def wait(self, run_id: str, timeout: durations.Duration | None = None) -> Run:
         """Wait until the run is succeeded, failed or cancelled, and return it."""
@@ -494,19 +517,22 @@ def _check_delay(delay: durations.Duration | None) -> float:
 def _check_key(key: object) -> str | None:
     if key is None:
         return None
-    if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH or "\x00" in key:
+    if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH or names.unstorable(key):
         raise errors.InvalidArgument(
             f"idempotency_key must be a non-empty string of at most {MAX_KEY_LENGTH} "
-            f"characters without NUL, not {key!r:.80}"
+            f"characters without NUL characters or lone surrogates, not {key!r:.80}"
         )
     return key
 
 
 def _check_status(status: object) -> str:
+    """A stored status, or one of the states of a waiting run (``sleeping`` ...)."""
+    if status in WAITING_STATES:
+        return str(status)
     try:
         return RunStatus(str(status)).value
     except ValueError:
-        known = ", ".join(s.value for s in RunStatus)
+        known = ", ".join([*(s.value for s in RunStatus), *WAITING_STATES])
         raise errors.InvalidArgument(f"unknown status {status!r}; use one of {known}") from None
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import functools
 import inspect
@@ -19,7 +20,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from simpleworkflow import durations, errors, names, payloads
+from simpleworkflow import durations, errors, names, payloads, races
 from simpleworkflow.backends.records import JournalEntry, NewRun, StepRecord
 from simpleworkflow.durable import FOREVER, Durable, StepJournal
 from simpleworkflow.models import Run
@@ -65,7 +66,11 @@ class Context:
         self._executor = executor  # for plain def steps of an async body (None: the loop's)
         self._loop = asyncio.get_running_loop()
         self._backend = backend
-        self._durable = Durable(lease, backend, steps) if lease is not None and backend else None
+        self._durable = (
+            Durable(lease, backend, steps, stop=self._request_stop)
+            if lease is not None and backend
+            else None
+        )
 
     # -- identity --------------------------------------------------------------------
 
@@ -153,28 +158,27 @@ class Context:
         kwargs: dict[str, Any],
         retry: RetryPolicy | None,
     ) -> Any:
-        entry = await durable.begin(name, "step", self.is_cancelled())
-        if entry is not None and answered(entry):
-            return _journaled_step(entry)
-        started_at = durable.db_now()
-        durable.started()
-        try:
+        with durable.calling():
+            entry = await durable.begin(name, "step", self.is_cancelled())
+            if entry is not None and answered(entry):
+                return _journaled_step(entry)
+            started_at = durable.db_now()
             try:
-                if inspect.iscoroutinefunction(fn):
-                    value = await fn(*args, **kwargs)
-                else:
-                    call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
-                    value = await self._loop.run_in_executor(self._executor, call)
+                with races.not_reading():  # the step's code: what it does happens now
+                    if inspect.iscoroutinefunction(fn):
+                        value = await fn(*args, **kwargs)
+                    else:
+                        value = await self._in_thread(fn, *args, **kwargs)
+                races.note_now(durable.db_now)
                 text = durable.encode(name, value)
             except Exception as exc:
+                races.note_now(durable.db_now)
                 raise await durable.failed(name, entry, retry, exc) from None
             attempts = (entry.attempts if entry is not None else 0) + 1
             await durable.journal(
                 name, "step", value, attempts=attempts, started_at=started_at, text=text
             )
             return value
-        finally:
-            durable.ended()
 
     def _step_sync(
         self,
@@ -208,11 +212,13 @@ class Context:
         """Sleep durably: the run gives its slot back and resumes on any worker afterwards.
 
         The wake-up time is journaled, so a replay waits for the same moment."""
+        names.validate_step_name(name)
         seconds = durations.to_seconds(duration, what="sleep duration")
         return self._durable_call(self._sleep(name, None, seconds))
 
     def sleep_until(self, name: str, when: datetime) -> Any:
         """Sleep durably until ``when`` (a timezone-aware datetime)."""
+        names.validate_step_name(name)
         if not isinstance(when, datetime) or when.tzinfo is None:
             raise errors.InvalidArgument("sleep_until needs a timezone-aware datetime")
         return self._durable_call(self._sleep(name, when, 0.0))
@@ -222,11 +228,12 @@ class Context:
         unique = durable.name(name)
         entry = await durable.begin(unique, "sleep", self.is_cancelled())
         if entry is None:
-            until = when or durable.db_now() + _seconds(seconds)
+            until = _whole_ms(when or durable.db_now() + _seconds(seconds))
             await durable.journal(unique, "sleep", {"until": until.isoformat()}, events=[])
         else:
             until = datetime.fromisoformat(entry.output["until"])
         if durable.db_now() >= until:
+            races.note(until)  # it ended then, however late this replay comes
             return
         raise durable.suspend(
             errors.Suspend(
@@ -251,6 +258,7 @@ class Context:
 
         Signals are stored, so one sent before the wait began is consumed too (the
         oldest matching one first)."""
+        names.validate_step_name(name)
         names.validate_event(event)
         match_text = None if match is None else payloads.encode(match, what="match")
         seconds = None if timeout is None else durations.to_seconds(timeout, what="timeout")
@@ -265,7 +273,7 @@ class Context:
         if entry is not None and entry.status == "completed":
             return entry.output.get("signal")
         if entry is None:
-            until = FOREVER if timeout is None else durable.db_now() + _seconds(timeout)
+            until = FOREVER if timeout is None else _whole_ms(durable.db_now() + _seconds(timeout))
             started = {"until": until.isoformat(), "event": event}
             await durable.journal(unique, "wait", started, status="retrying", events=[])
         else:
@@ -275,6 +283,7 @@ class Context:
             return got["signal"]
         if durable.db_now() >= until:
             await durable.journal(unique, "wait", {"timeout": True}, events=[])
+            races.note(until)  # the timeout happened then
             return None
         waiting: dict[str, Any] = {"kind": "signal", "step": unique, "event": event}
         if match is not None:
@@ -304,9 +313,10 @@ class Context:
         got = await backend.execute_async(backend.consume_signal(record, event, match))
         if got is None:
             return None
-        held, payload = got
+        held, payload, sent_at = got
         if not held:
             raise errors.LeaseLost(name)
+        races.note(sent_at)  # a race is won by the signal sent first, not read first
         output = {"signal": payload}
         replay.remember(_entry(name, "wait", record.position, output))
         return output
@@ -322,10 +332,9 @@ class Context:
     ) -> Any:
         """Start a child run once (journaled), and return its id."""
         names.validate_type(type)
+        step = names.validate_step_name(name or f"child:{type}")
         text = payloads.encode({} if payload is None else payload)
-        return self._durable_call(
-            self._start_child(name or f"child:{type}", type, text, priority, max_attempts)
-        )
+        return self._durable_call(self._start_child(step, type, text, priority, max_attempts))
 
     async def _start_child(
         self, name: str, type: str, payload: str, priority: int, max_attempts: int | None
@@ -344,7 +353,7 @@ class Context:
             max_attempts=max_attempts,
             parent_id=self.run.id,
         )
-        child, _ = await backend.execute_async(backend.create_run(new))
+        child = await backend.execute_async(backend.create_run(new))
         backend.notify_local("wake", type)
         data = {"step": unique, "child_id": child.id, "type": type}
         await durable.journal(
@@ -359,7 +368,8 @@ class Context:
         """Wait durably for a child run; return its result, or raise
         :class:`~simpleworkflow.errors.ChildFailed` if it failed or was cancelled."""
         child_id = names.normalize_run_id(child_id)
-        return self._durable_call(self._wait_child(name or f"child-result:{child_id}", child_id))
+        step = names.validate_step_name(name or f"child-result:{child_id}")
+        return self._durable_call(self._wait_child(step, child_id))
 
     async def _wait_child(self, name: str, child_id: str) -> Any:
         durable = self._need_durable()
@@ -387,6 +397,7 @@ class Context:
                         run_at=FOREVER,
                     )
                 )
+            races.note(child.updated_at)  # when it finished
             outcome = {
                 "status": child.status.value,
                 "result": child.result,
@@ -401,6 +412,7 @@ class Context:
 
     def now(self, name: str = "@now") -> Any:
         """The database's current time, recorded on first execution and replayed after."""
+        names.validate_step_name(name)
         return self._durable_call(
             self._recorded(name, "now", lambda d: d.db_now().isoformat()),
             convert=datetime.fromisoformat,
@@ -408,10 +420,12 @@ class Context:
 
     def uuid(self, name: str = "@uuid") -> Any:
         """A random UUID (string), recorded on first execution and replayed after."""
+        names.validate_step_name(name)
         return self._durable_call(self._recorded(name, "uuid", lambda d: str(_uuid.uuid4())))
 
     def random(self, name: str = "@random") -> Any:
         """A random float in [0, 1), recorded on first execution and replayed after."""
+        names.validate_step_name(name)
         return self._durable_call(self._recorded(name, "random", lambda d: _random.random()))
 
     async def _recorded(self, name: str, kind: str, make: Callable[[Durable], Any]) -> Any:
@@ -425,40 +439,43 @@ class Context:
         return value
 
     async def race(self, name: str, *branches: Awaitable[Any]) -> tuple[int, Any]:
-        """Run ``branches`` concurrently; return ``(index, value)`` of the first to finish
-        and cancel the others. A branch that must wait (a sleep, a signal) does not finish
-        the race; when all of them wait, the run sleeps until the earliest wake-up and the
-        race goes on after it. The winner is journaled, so a replay returns it again
-        without running any branch. Async bodies only."""
+        """Run ``branches`` concurrently; return ``(index, value)`` of the one whose
+        outcome happened first, and cancel the others.
+
+        A branch that must wait (a sleep, a signal, a child) does not finish the race;
+        when all of them wait, the run is suspended in all their waits and wakes when any
+        of them can go on. Several branches may then finish in the same replay (a signal
+        came, and a timer ran out since): the winner is the one whose signal, timer, child
+        or step came first by the database's clock. The winner is journaled, so a replay
+        returns it again without running any branch. Async bodies only."""
         if not branches:
             raise errors.InvalidArgument("race needs at least one branch")
         durable = self._need_durable()
         unique = durable.name(name)
-        entry = await durable.begin(unique, "race", self.is_cancelled())
-        if entry is not None:
-            for branch in branches:
-                _discard(branch)
-            (await durable.load()).meet(entry.output["steps"])
-            return int(entry.output["winner"]), entry.output["value"]
-        recorded = durable.record_names()
-        tasks: list[asyncio.Future[Any]] = [asyncio.ensure_future(b) for b in branches]
-        try:
-            winner = await _first_to_finish(tasks)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            durable.stop_recording(recorded)
-        suspended = [exc for exc in map(_suspension, tasks) if exc is not None]
-        if winner is None:
-            # Every branch waits: the run sleeps until the earliest of their wake-ups.
-            raise suspended[0]
-        durable.withdraw(suspended)  # the losers' waits are over: the race went on
-        value = winner.result()
-        index = tasks.index(winner)
-        output = {"winner": index, "value": value, "steps": sorted(recorded)}
-        await durable.journal(unique, "race", output, events=[])
-        return index, value
+        with durable.calling():
+            entry = await durable.begin(unique, "race", self.is_cancelled())
+            if entry is not None:
+                for branch in branches:
+                    _discard(branch)
+                (await durable.load()).meet(entry.output["steps"])
+                return int(entry.output["winner"]), entry.output["value"]
+            recorded = durable.record_names()
+            race = races.Race(branches, durable.db_now)
+            index = None
+            try:
+                with races.not_reading():  # the branches read for themselves
+                    index = await race.winner()
+            finally:
+                await race.close(index)
+                durable.stop_recording(recorded)
+            if index is None:
+                raise race.suspensions()[0]  # every wait is recorded (Durable.suspension)
+            durable.withdraw(race.suspensions())  # the losers' waits are over
+            races.note(race.clocks[index].at)  # for a race this one is a branch of
+            value = race.tasks[index].result()
+            output = {"winner": index, "value": value, "steps": sorted(recorded)}
+            await durable.journal(unique, "race", output, events=[])
+            return index, value
 
     # -- plumbing --------------------------------------------------------------------
 
@@ -472,16 +489,27 @@ class Context:
     ) -> Any:
         """Await ``coro`` in an async body; run it on the worker's loop from a sync one."""
         if self._async_body:
-            return _converted(coro, convert) if convert else coro
+            return _counted(self._durable, coro, convert)
         value = self._bridge(coro)
         return convert(value) if convert else value
+
+    def _in_thread(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Awaitable[Any]:
+        """Call plain ``fn`` in the worker's step pool (outside a worker, the loop's own),
+        in a copy of this task's context, as ``asyncio.to_thread`` would."""
+        call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+        return self._loop.run_in_executor(self._executor, call)
 
     def _bridge(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
 
-async def _converted(coro: Coroutine[Any, Any, Any], convert: Callable[[Any], Any]) -> Any:
-    return convert(await coro)
+async def _counted(
+    durable: Durable | None, coro: Coroutine[Any, Any, Any], convert: Callable[[Any], Any] | None
+) -> Any:
+    """``coro`` as one durable call of an async body (see :meth:`Durable.calling`)."""
+    with durable.calling() if durable is not None else contextlib.nullcontext():
+        value = await coro
+    return convert(value) if convert else value
 
 
 async def _awaited(value: Awaitable[T]) -> T:
@@ -495,25 +523,6 @@ def _journaled_step(entry: JournalEntry) -> Any:
     return entry.output
 
 
-async def _first_to_finish(tasks: list[asyncio.Future[Any]]) -> asyncio.Future[Any] | None:
-    """The first branch to return or raise (the lowest index among those finishing
-    together); a branch that suspends does not finish the race. ``None``: all suspended."""
-    waiting = set(tasks)
-    while waiting:
-        done, waiting = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-        finished = [task for task in done if _suspension(task) is None]
-        if finished:
-            return min(finished, key=tasks.index)
-    return None
-
-
-def _suspension(task: asyncio.Future[Any]) -> errors.Suspend | None:
-    if not task.done() or task.cancelled():
-        return None
-    exc = task.exception()
-    return exc if isinstance(exc, errors.Suspend) else None
-
-
 def _discard(branch: Awaitable[Any]) -> None:
     if inspect.iscoroutine(branch):
         branch.close()
@@ -521,6 +530,14 @@ def _discard(branch: Awaitable[Any]) -> None:
 
 def _seconds(seconds: float) -> timedelta:
     return timedelta(seconds=seconds)
+
+
+def _whole_ms(when: datetime) -> datetime:
+    """``when`` rounded up to the millisecond. SQLite keeps times to the millisecond,
+    rounding to the nearest: a wake-up time finer than that could be stored early, and the
+    run claimed before its sleep ends, only to suspend again."""
+    spare = when.microsecond % 1000
+    return when if spare == 0 else when + timedelta(microseconds=1000 - spare)
 
 
 def _entry(name: str, kind: str, position: int, output: Any) -> JournalEntry:

@@ -4,21 +4,31 @@ Each call first asks the replay state whether its step is journaled; a journaled
 returns its recorded output at once. Otherwise the step runs and its output is written
 to the journal in one fenced transaction before the body continues. A call that must
 wait (a sleep, a signal, a child, a step's backoff) raises ``Suspend``; the worker then
-gives the run back with ``run_at`` at the wake-up time.
+gives the run back with ``run_at`` at the earliest wake-up time and ``waiting_for``
+holding every wait the body is suspended in (parallel branches may wait for several
+things at once), so that whichever comes first wakes it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import traceback
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from simpleworkflow import durations, errors, payloads
-from simpleworkflow.backends.records import JournalEntry, Lease, StepRecord, Suspension
+from simpleworkflow import durations, errors, names, payloads, races
+from simpleworkflow.backends.records import (
+    CANCELLED,
+    HELD,
+    JournalEntry,
+    Lease,
+    StepRecord,
+    Suspension,
+)
 from simpleworkflow.groupcommit import GroupCommit
 from simpleworkflow.replay import Replay, answered
 from simpleworkflow.retry import DEFAULT_STEP_POLICY, RetryPolicy
@@ -32,13 +42,15 @@ FOREVER = datetime(9999, 1, 1, tzinfo=UTC)
 
 class StepJournal(GroupCommit[StepRecord]):
     """Journal entries of the steps of every run on a worker, group-committed: under load
-    the steps of many runs share a statement and a commit."""
+    the steps of many runs share a statement and a commit. On a store without
+    notifications it also batches the status checks made before steps (``checks``)."""
 
     what = "the journal entry"
 
     def __init__(self, backend: Backend) -> None:
         super().__init__()
         self._backend = backend
+        self.checks = LeaseCheck(backend)
 
     def key(self, item: StepRecord) -> Hashable:
         return (item.run_id, item.name)
@@ -46,22 +58,53 @@ class StepJournal(GroupCommit[StepRecord]):
     async def write(self, items: list[StepRecord]) -> set[Hashable]:
         return set(await self._backend.execute_async(self._backend.record_steps(items)))
 
+    async def run(self) -> None:
+        await asyncio.gather(super().run(), self.checks.run())
+
+
+class LeaseCheck(GroupCommit[tuple[str, str]]):
+    """Whether runs are still leased, ``(run id, token)`` each, read a batch at a time: the
+    checks of many runs' next steps share one read (and one hop to the store's thread)."""
+
+    what = "the lease check"
+
+    def __init__(self, backend: Backend) -> None:
+        super().__init__()
+        self._backend = backend
+
+    def key(self, item: tuple[str, str]) -> Hashable:
+        return item[0]
+
+    async def write(self, items: list[tuple[str, str]]) -> set[Hashable]:
+        op = self._backend.lease_states(items)
+        states = await self._backend.execute_async(op, readonly=True)
+        return {run_id for run_id, state in states.items() if state == HELD}
+
 
 class Durable:
     """Replay state and journal writes of one attempt of one run."""
 
-    def __init__(self, lease: Lease, backend: Backend, steps: StepJournal | None = None) -> None:
+    def __init__(
+        self,
+        lease: Lease,
+        backend: Backend,
+        steps: StepJournal | None = None,
+        stop: Callable[[str], None] | None = None,
+    ) -> None:
         self.lease = lease
         self.backend = backend
         self._steps = steps  # the worker's group commit of journal entries, if any
+        self._stop = stop  # asks the attempt to stop, with a reason (Context._request_stop)
         self.replay: Replay | None = None
         self._loading: asyncio.Future[Replay] | None = None
         self._started = time.monotonic()
         self._inflight = 0
         self._settled = asyncio.Event()
         self._settled.set()
-        self.suspensions: list[errors.Suspend] = []
+        # Each wait with the race branch it was met in: a lost branch's waits are over.
+        self._waits: list[tuple[errors.Suspend, races.Clock | None]] = []
         self._uses: dict[str, int] = {}
+        self._order: dict[str, int] = {}  # the order in which the code called each name
         self._recordings: list[set[str]] = []
 
     def name(self, name: str) -> str:
@@ -70,20 +113,21 @@ class Durable:
         Called when the durable call is made, not when it is awaited, so numbering follows
         the order of the calls in the code, also for parallel steps.
         """
-        if not isinstance(name, str) or not name or len(name) > 200:
-            raise errors.InvalidArgument(f"step name must be 1 to 200 characters, not {name!r}")
+        names.validate_step_name(name)
         count = self._uses.get(name, 0) + 1
         self._uses[name] = count
-        return name if count == 1 else f"{name}#{count}"
+        unique = name if count == 1 else f"{name}#{count}"
+        self._order[unique] = len(self._order)
+        return unique
 
     def record_names(self) -> set[str]:
         """Start collecting the names journaled from now on (for a race)."""
-        names: set[str] = set()
-        self._recordings.append(names)
-        return names
+        recorded: set[str] = set()
+        self._recordings.append(recorded)
+        return recorded
 
-    def stop_recording(self, names: set[str]) -> None:
-        self._recordings.remove(names)
+    def stop_recording(self, recorded: set[str]) -> None:
+        self._recordings.remove(recorded)
 
     def db_now(self) -> datetime:
         """The database's time: its clock at the claim plus the time elapsed since."""
@@ -122,9 +166,10 @@ class Durable:
             raise errors.Cancelled("stop requested")
         replay = await self.load()
         entry = replay.lookup(name, kind)
-        for names in self._recordings:
-            names.add(name)  # a race notes what its branches met, not only what they wrote
+        for recorded in self._recordings:
+            recorded.add(name)  # a race notes what its branches met, not only what they wrote
         if entry is not None and answered(entry):
+            races.note(entry.completed_at)
             return entry
         # A race is judged by its branches: when one of them suspended, their steps are
         # journaled but the race is not, and they are met only as the branches run again.
@@ -139,20 +184,51 @@ class Durable:
             raise errors.DeadlineExceeded(
                 f"the run's deadline ({deadline.isoformat()}) passed before step {name!r}"
             )
+        if not self.backend.has_notifications:
+            await self._check_held()
         return entry
 
-    def started(self) -> None:
+    async def _check_held(self) -> None:
+        """Stop here if the run was cancelled (or its lease lost) while the worker had not
+        heard of it yet.
+
+        Without notifications between processes (SQLite) a worker learns of a cancel from
+        another process only at its next look at its leases; reading the run's status
+        before each new step (a local read) means no step begins once ``cancel()`` has
+        returned. Postgres workers hear of a cancel by notification instead.
+        """
+        run_id = self.lease.run.id
+        lease = (run_id, self.lease.token)
+        if self._steps is not None and await self._steps.checks.record(lease):
+            return
+        op = self.backend.lease_states([lease])  # alone, or to learn why it is not held
+        state = (await self.backend.execute_async(op, readonly=True)).get(run_id)
+        if state == HELD:
+            return
+        reason = "cancelled" if state == CANCELLED else "lease lost"
+        if self._stop is not None:
+            self._stop(reason)  # as the worker would at its next look
+        raise errors.Cancelled(reason)
+
+    def calling(self) -> contextlib.AbstractContextManager[None]:
+        """Around every durable call of an async body: the attempt settles only once none
+        is under way, and a race waits for a branch while it reads the store."""
+        return _Call(self, races.reading())
+
+    def _enter(self) -> None:
         self._inflight += 1
         self._settled.clear()
 
-    def ended(self) -> None:
+    def _exit(self) -> None:
         self._inflight -= 1
         if self._inflight == 0:
             self._settled.set()
 
     async def settle(self) -> None:
-        """Wait until no step of this attempt is still running (parallel branches)."""
-        await self._settled.wait()
+        """Wait until no durable call of this attempt is under way (parallel branches):
+        a branch still reading the store may yet suspend, and its wait must be recorded."""
+        while self._inflight:
+            await self._settled.wait()
 
     async def journal(
         self,
@@ -193,8 +269,8 @@ class Durable:
         replay.remember(
             JournalEntry(name, kind, record.position, status, json.loads(text), attempts)
         )
-        for names in self._recordings:
-            names.add(name)
+        for journaled in self._recordings:
+            journaled.add(name)
 
     @staticmethod
     def encode(name: str, output: Any) -> str:
@@ -212,7 +288,13 @@ class Durable:
         retry, or :class:`~simpleworkflow.errors.StepFailed` when no attempt is left."""
         policy = policy or DEFAULT_STEP_POLICY
         done = entry.attempts if entry is not None else 0
-        error = {"type": type(exc).__name__, "message": str(exc)[:2000]}
+        # Made storable as a run's errors are: a message the journal or the suspension
+        # could not hold would fail this write, and the step would run again as a retry
+        # of the whole run.
+        error = {
+            "type": payloads.storable(type(exc).__name__),
+            "message": payloads.storable(str(exc))[:2000],
+        }
         if isinstance(exc, errors.RetryAfter):
             delay = durations.to_seconds(exc.delay, what="retry delay")  # type: ignore[arg-type]
             return await self._retry_later(name, done, "step_deferred", delay, {"error": error})
@@ -225,8 +307,8 @@ class Durable:
             return await self._retry_later(
                 name, attempt, "step_failed", policy.delay(attempt), data
             )
-        message = f"{type(exc).__name__}: {exc}"[:2000]
-        error["traceback"] = "".join(traceback.format_exception(exc))[-8000:]
+        message = payloads.storable(f"{type(exc).__name__}: {exc}")[:2000]
+        error["traceback"] = payloads.storable("".join(traceback.format_exception(exc)))[-8000:]
         data = {"step": name, "attempt": attempt, "final": True, "error": error}
         # Journaled as given up, so that every later replay (after a compensation's
         # sleep or retry, say) raises the same StepFailed instead of running it again.
@@ -255,28 +337,67 @@ class Durable:
     # -- suspension ------------------------------------------------------------------
 
     def suspend(self, exc: errors.Suspend) -> errors.Suspend:
-        self.suspensions.append(exc)
+        self._waits.append((exc, races.current()))
         return exc
 
     def withdraw(self, suspensions: list[errors.Suspend]) -> None:
-        """Forget suspensions that no longer hold (the branches of a race that lost)."""
-        self.suspensions = [s for s in self.suspensions if s not in suspensions]
+        """Forget these waits: the branches of a race that lost. (Those met on a losing
+        branch's clock are forgotten anyway; this also covers tasks the branch did not
+        start itself, such as those of an ``asyncio.gather(...)`` passed as a branch.)"""
+        self._waits = [(exc, clock) for exc, clock in self._waits if exc not in suspensions]
+
+    @property
+    def suspended(self) -> bool:
+        """True when the body waits for something (in a branch that has not lost a race)."""
+        return bool(self._live_waits())
+
+    def _live_waits(self) -> list[errors.Suspend]:
+        live = [exc for exc, clock in self._waits if clock is None or not clock.given_up()]
+        return sorted(live, key=lambda exc: self._order.get(exc.step, len(self._order)))
 
     def suspension(self) -> Suspension:
-        """The suspension to record: the earliest wake-up among those of this attempt."""
-        chosen = min(self.suspensions, key=self._wake_time)
+        """The suspension to record: every wait of this attempt, due at the earliest."""
+        waits = self._live_waits() or [exc for exc, _ in self._waits]
+        times = [self._wake_time(exc) for exc in waits]
+        first = waits[times.index(min(times))]
+        waiting_for = first.waiting_for
+        if len(waits) > 1:
+            waiting_for = {"kind": "any", "waits": [exc.waiting_for for exc in waits]}
+            if min(times) < FOREVER:
+                waiting_for["until"] = min(times).isoformat()
         return Suspension(
             run_id=self.lease.run.id,
             token=self.lease.token,
-            event=chosen.event,
-            data={"step": chosen.step, **chosen.data},
-            run_at=chosen.run_at,
-            delay=chosen.delay,
-            waiting_for=chosen.waiting_for,
+            events=[{"type": exc.event, "data": {"step": exc.step, **exc.data}} for exc in waits],
+            run_at=first.run_at,
+            delay=first.delay,
+            waiting_for=waiting_for,
         )
 
     def _wake_time(self, exc: errors.Suspend) -> datetime:
-        return exc.run_at or self.db_now() + timedelta(seconds=exc.delay)
+        if exc.run_at is not None:
+            return exc.run_at
+        now = self.db_now()  # a delay past FOREVER (RetryAfter(1e300)) must not overflow
+        return now + timedelta(seconds=min(exc.delay, (FOREVER - now).total_seconds()))
+
+
+class _Call:
+    """One durable call under way (see :meth:`Durable.calling`); a class, not a generator,
+    since every step of every run enters one."""
+
+    def __init__(self, durable: Durable, reads: contextlib.AbstractContextManager[None]) -> None:
+        self._durable = durable
+        self._reads = reads
+
+    def __enter__(self) -> None:
+        self._durable._enter()
+        self._reads.__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self._reads.__exit__(None, None, None)
+        finally:
+            self._durable._exit()
 
 
 def _default_events(name: str, kind: str, started_at: datetime | None) -> list[dict[str, Any]]:

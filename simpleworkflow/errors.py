@@ -9,7 +9,8 @@ and each message says what was wrong and what to do about it::
     │   ├── InvalidTypeName         not <domain>.<subdomain>.<action>.vN
     │   ├── InvalidPayload          not JSON, NaN, bytes, NUL characters ...
     │   │   └── PayloadTooLarge     over the configured size limit
-    │   └── InvalidArgument         priority, delay, cursor, limit ...
+    │   ├── InvalidArgument         priority, delay, cursor, limit, key, step name ...
+    │   └── IdempotencyConflict     the key is held by a run of another workflow type
     ├── RunNotFound (LookupError)   no run with that id
     ├── RunFinished                 a signal to a run that has already finished
     ├── WaitTimeout (TimeoutError)  wait() ran out of time; the run goes on
@@ -21,7 +22,8 @@ and each message says what was wrong and what to do about it::
     │   ├── StepFailed              a step used up its retries
     │   └── ChildFailed             a child run failed or was cancelled
     ├── RetryAfter                  raised in a step: run it again later, no attempt counted
-    └── HandlerTimeout              a handler ran past its timeout (retried like any error)
+    ├── HandlerTimeout              a handler ran past its timeout (retried like any error)
+    └── OutcomeRefused              the store refused what an attempt produced; the run fails
 
     BaseException
     ├── Cancelled                   raised in a handler by ctx.raise_if_cancelled()
@@ -36,6 +38,8 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
+
+from simpleworkflow.wording import plural
 
 
 class SimpleWorkflowError(Exception):
@@ -64,6 +68,21 @@ class PayloadTooLarge(InvalidPayload):
 
 class InvalidArgument(InvalidInput):
     """Some other argument (priority, delay, limit, cursor ...) is out of range."""
+
+
+class IdempotencyConflict(InvalidInput):
+    """A start's idempotency key is held by a run of another workflow type; nothing was
+    started. ``run_id`` and ``run_type`` name the run that holds the key."""
+
+    def __init__(self, key: str, run_id: str, run_type: str, requested_type: str) -> None:
+        self.idempotency_key = key
+        self.run_id = run_id
+        self.run_type = run_type
+        super().__init__(
+            f"idempotency key {key!r} is held by run {run_id} of type {run_type!r}, so it "
+            f"cannot start a {requested_type!r}; nothing was started. A key stands for one "
+            "intent: use another key for this one (e.g. one that names the type)"
+        )
 
 
 class RunNotFound(SimpleWorkflowError, LookupError):
@@ -102,6 +121,12 @@ class HandlerTimeout(SimpleWorkflowError, TimeoutError):
     """A handler ran longer than the timeout of its workflow definition."""
 
 
+class OutcomeRefused(SimpleWorkflowError):
+    """The store refused to record what an attempt produced (its result, error or
+    suspension) even with its text made storable. Never raised to a caller: the worker
+    fails the run with it, as its recorded error, instead of leaving the run to its lease."""
+
+
 class Cancelled(BaseException):
     """The attempt must stop: the run was cancelled, its lease was lost, or the worker stops."""
 
@@ -121,7 +146,7 @@ class StepFailed(PermanentError):
     def __init__(self, step: str, attempts: int, message: str) -> None:
         self.step = step
         self.attempts = attempts
-        super().__init__(f"step {step!r} failed after {attempts} attempt(s): {message}")
+        super().__init__(f"step {step!r} failed after {plural(attempts, 'attempt')}: {message}")
 
 
 class ChildFailed(PermanentError):

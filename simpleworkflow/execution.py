@@ -43,10 +43,10 @@ async def attempt(
     except (errors.Cancelled, errors.LeaseLost):
         return None
     except Exception as exc:
-        if durable is not None and durable.suspensions:
+        if durable is not None and durable.suspended:
             return await _suspended(ctx)  # a parallel branch suspended first
         return failure(definition, lease, exc, ctx.worker_id)
-    if durable is not None and durable.suspensions:
+    if durable is not None and durable.suspended:
         # The body swallowed a suspension (gather(return_exceptions=True) ...): it has
         # not really finished, so it waits and replays like any other.
         return await _suspended(ctx)
@@ -103,8 +103,11 @@ def failure(
     failures = run.attempt + 1
     retryable = retryable and definition.retry.retries(exc)
     final = not retryable or failures >= run.max_attempts
-    text = _storable("".join(traceback.format_exception(exc)))
-    error: dict[str, Any] = {"type": _qualname(exc), "message": _storable(str(exc))[:2000]}
+    text = payloads.storable("".join(traceback.format_exception(exc)))
+    error: dict[str, Any] = {
+        "type": payloads.storable(_qualname(exc)),
+        "message": payloads.storable(str(exc))[:2000],
+    }
     if final:
         error["traceback"] = text[-MAX_ERROR_CHARS:]
     data: dict[str, Any] = {"worker_id": worker_id, "error": error}
@@ -125,12 +128,3 @@ def _qualname(exc: BaseException) -> str:
     return (
         cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
     )
-
-
-def _storable(text: str) -> str:
-    """Error text that every store accepts: NUL and lone surrogates written as escapes.
-
-    Handlers' messages may hold either (binary data, undecodable file names); Postgres
-    refuses both, and a write that fails would leave the run leased.
-    """
-    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")

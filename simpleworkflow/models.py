@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 from datetime import datetime
@@ -23,6 +24,17 @@ class RunStatus(enum.StrEnum):
 
 
 TERMINAL_STATUSES = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED})
+
+#: States of a pending run that say what it waits for, by the kind of wait in its
+#: ``waiting_for`` (``retrying`` also covers a run due again after a failed attempt).
+#: ``Client.list(status=...)`` and ``runs list --status`` accept them besides the statuses.
+WAITING_STATES = {
+    "sleeping": "sleep",
+    "waiting-signal": "signal",
+    "waiting-child": "child",
+    "retrying": "retry",
+}
+_STATE_OF_WAIT = {kind: state for state, kind in WAITING_STATES.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,18 +63,58 @@ class Run:
     deadline: datetime | None = None
     #: The code version of the handler the run started on (set at its first claim).
     code_version: str | None = None
+    #: Set only on what ``start`` and ``start_many`` return: True when the call created
+    #: the run, False when its idempotency key was held already and the run that holds it
+    #: came back. ``None`` on runs read back. Not part of the run's equality.
+    created: bool | None = dataclasses.field(default=None, compare=False)
 
     @property
     def is_terminal(self) -> bool:
         return self.status.is_terminal
 
+    @property
+    def attempts_made(self) -> int:
+        """Attempts made so far, the one under way included: what people mean by "attempt".
+
+        The stored ``attempt`` counts *failed* attempts (the seed's contract, which other
+        runtimes write). An attempt under way (leased, or suspended in a durable sleep or
+        wait, which goes on in the next claim) counts, as does the one that succeeded or
+        was cut short by a cancellation; a run never started has made none.
+        """
+        if self.status in (RunStatus.SUCCEEDED, RunStatus.LEASED):
+            return self.attempt + 1
+        if self.status is RunStatus.PENDING:
+            return self.attempt + (self.waiting_for is not None)
+        if self.status is RunStatus.CANCELLED:
+            return self.attempt + (self.leased_by is not None)
+        return self.attempt  # failed: the last failure is counted
+
+    @property
+    def waiting_states(self) -> list[str]:
+        """What a pending run waits for, as :data:`WAITING_STATES` names it (several for a
+        run suspended in several waits at once); empty for a run that waits for nothing."""
+        if self.status is not RunStatus.PENDING:
+            return []
+        if not isinstance(self.waiting_for, dict):
+            return ["retrying"] if self.attempt > 0 else []
+        waits = self.waiting_for.get("waits")
+        kinds = (
+            [w.get("kind") for w in waits if isinstance(w, dict)] if isinstance(waits, list) else []
+        )
+        kinds = kinds or [self.waiting_for.get("kind")]
+        return list(dict.fromkeys(_STATE_OF_WAIT[k] for k in kinds if k in _STATE_OF_WAIT))
+
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (times as ISO 8601 strings), as the CLI and API print it."""
+        """A JSON-ready dict (times as ISO 8601 strings), as the CLI and API print it:
+        every column, and ``attempts_made``."""
         out: dict[str, Any] = {}
         for name in self.__slots__:
             value = getattr(self, name)
             out[name] = value.isoformat() if isinstance(value, datetime) else value
+        if self.created is None:
+            del out["created"]  # a run read back, not one a start returned
         out["status"] = self.status.value
+        out["attempts_made"] = self.attempts_made
         return out
 
 
@@ -83,6 +135,34 @@ class Event:
             "event_type": self.event_type,
             "data": self.data,
             "created_at": self.created_at.isoformat(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Signal:
+    """A signal sent to a run: still stored, or consumed by the wait named ``step_name``."""
+
+    id: int
+    run_id: str
+    event: str
+    payload: Any
+    created_at: datetime
+    consumed_at: datetime | None
+    step_name: str | None
+
+    @property
+    def consumed(self) -> bool:
+        return self.consumed_at is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "run_id": self.run_id,
+            "event": self.event,
+            "payload": self.payload,
+            "created_at": self.created_at.isoformat(),
+            "consumed_at": None if self.consumed_at is None else self.consumed_at.isoformat(),
+            "step_name": self.step_name,
         }
 
 

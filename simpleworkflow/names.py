@@ -36,13 +36,39 @@ def validate_type(name: object) -> str:
         )
     if not _TYPE_RE.fullmatch(name):
         raise errors.InvalidTypeName(
-            f"invalid workflow type {name!r}: use dotted lowercase segments ending in a "
-            "version, like 'content.thumbnail.v1' or 'billing.invoice.send.v2' "
-            "(letters, digits and '_' only; each segment starts with a letter)"
+            f"invalid workflow type {name!r}: {broken_rule(name)}; write dotted lowercase "
+            "segments ending in a version, like 'content.thumbnail.v1' or "
+            "'billing.invoice.send.v2'"
         )
     if len(_KNOWN_VALID) < _KNOWN_VALID_LIMIT:
         _KNOWN_VALID.add(name)
     return name
+
+
+_VERSION_RE = re.compile(r"^v[0-9]+$")
+_SEGMENT_RE = re.compile(rf"^{_SEGMENT}$")
+
+
+def broken_rule(name: str) -> str:
+    """The first rule of type names that ``name`` breaks, said plainly."""
+    if not name:
+        return "it is empty"
+    if name != name.lower():
+        return "it has upper-case letters (type names are all lower case)"
+    segments = name.split(".")
+    if "" in segments:
+        return "it has an empty segment (a leading, trailing or doubled '.')"
+    if not _VERSION_RE.fullmatch(segments[-1]):
+        return f"it must end in a version segment such as '.v1', not {segments[-1]!r}"
+    if len(segments) < 3:
+        return "it needs at least two segments before the version, like 'content.thumbnail'"
+    for segment in segments[:-1]:
+        if not _SEGMENT_RE.fullmatch(segment):
+            return (
+                f"segment {segment!r} must start with a letter and hold only letters, "
+                "digits and '_'"
+            )
+    return "it is not <domain>.<subdomain>.<action>.vN"
 
 
 def prefix_stem(prefix: str) -> str:
@@ -103,6 +129,27 @@ def validate_event(event: object) -> str:
             "like 'verify' or 'payment.confirmed'"
         )
     return event
+
+
+MAX_STEP_NAME = 200
+#: What no store can hold in text: NUL (Postgres refuses it) and lone surrogates (not
+#: Unicode text at all; neither driver can encode them).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def unstorable(text: str) -> bool:
+    """Whether ``text`` holds a character no store can hold (NUL, a lone surrogate)."""
+    return _UNSTORABLE.search(text) is not None
+
+
+def validate_step_name(name: object) -> str:
+    """Return ``name`` if it can name a durable call (a step, sleep, wait, child ...)."""
+    if not isinstance(name, str) or not name or len(name) > MAX_STEP_NAME or unstorable(name):
+        raise errors.InvalidArgument(
+            f"step name must be 1 to {MAX_STEP_NAME} characters, without NUL characters or "
+            f"lone surrogates (which no store can hold), not {name!r:.80}"
+        )
+    return name
 
 
 def new_run_id() -> str:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import logging
 from collections.abc import Hashable
 
-from simpleworkflow import errors
+from simpleworkflow import errors, payloads
 from simpleworkflow.backends.base import (
     Backend,
     Failure,
@@ -16,6 +18,7 @@ from simpleworkflow.backends.base import (
     Suspension,
 )
 from simpleworkflow.groupcommit import GroupCommit
+from simpleworkflow.wording import plural
 
 _log = logging.getLogger("simpleworkflow.worker")
 
@@ -35,6 +38,35 @@ class Outbox(GroupCommit[Item]):
     def key(self, item: Item) -> Hashable:
         return item.run_id
 
+    async def deliver(self, item: Item) -> bool:
+        """Record ``item`` as :meth:`record` does, but never leave its run to the lease
+        because the store refused it: record it again with its text made storable, and
+        failing that, fail the run with :class:`~simpleworkflow.errors.OutcomeRefused`.
+
+        Only an unreachable store is not handled here (``write`` retries it until it
+        passes); whatever else the store refuses, retrying the same write cannot cure.
+        """
+        outcome = await self._tried(item)
+        if isinstance(outcome, Exception):
+            cleaned = _scrubbed(item)
+            if cleaned != item:
+                outcome = await self._tried(cleaned)
+        if not isinstance(outcome, Exception):
+            return outcome
+        if isinstance(item, Release):
+            raise outcome
+        _log.error("run %s: the store refused its outcome (%s); failing it", item.run_id, outcome)
+        return await self.record(_refused(item, outcome, self._worker_id))
+
+    async def _tried(self, item: Item) -> bool | Exception:
+        """Whether ``item`` counted (its lease was held), or what the store refused it with."""
+        try:
+            return await self.record(item)
+        except errors.StoreUnavailable:
+            raise
+        except Exception as exc:
+            return exc
+
     async def write(self, items: list[Item]) -> set[Hashable]:
         outcomes = Outcomes(
             succeeded=[i for i in items if isinstance(i, Success)],
@@ -50,6 +82,53 @@ class Outbox(GroupCommit[Item]):
             except errors.StoreUnavailable as exc:
                 # Outcomes are fenced by lease token, so writing them late is safe: a
                 # lease lost meanwhile just makes the write a no-op.
-                _log.warning("cannot record %d outcomes yet (%s); retrying", len(items), exc)
+                _log.warning(
+                    "cannot record %s yet (%s); retrying", plural(len(items), "outcome"), exc
+                )
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, 5.0)
+
+
+def _scrubbed(item: Item) -> Item:
+    """``item`` with its text made storable (see :func:`payloads.scrub`)."""
+    if isinstance(item, Success):
+        return dataclasses.replace(item, result=_scrubbed_json(item.result))
+    if isinstance(item, Failure):
+        return dataclasses.replace(
+            item, error=payloads.storable(item.error), data=payloads.scrub(item.data)
+        )
+    if isinstance(item, Suspension):
+        return dataclasses.replace(
+            item,
+            events=payloads.scrub(item.events),
+            waiting_for=payloads.scrub(item.waiting_for),
+        )
+    return item
+
+
+def _scrubbed_json(text: str) -> str:
+    return json.dumps(payloads.scrub(json.loads(text)), separators=(",", ":"))
+
+
+def _refused(item: Success | Failure | Suspension, refusal: Exception, worker_id: str) -> Failure:
+    """The run's end when the store will not take what its attempt produced."""
+    what = {Success: "result", Failure: "failure", Suspension: "suspension"}[type(item)]
+    exc = errors.OutcomeRefused(
+        payloads.storable(
+            f"the store refused to record this attempt's {what}, even with its text made "
+            f"storable: {type(refusal).__name__}: {refusal}"
+        )[:2000]
+    )
+    name = f"{type(exc).__module__}.{type(exc).__qualname__}"
+    return Failure(
+        run_id=item.run_id,
+        token=item.token,
+        final=True,
+        delay=0.0,
+        error=f"{name}: {exc}",
+        data={
+            "worker_id": worker_id,
+            "error": {"type": name, "message": str(exc)},
+            "retryable": False,
+        },
+    )

@@ -7,9 +7,12 @@ two stores identical we refuse them everywhere, with a message that names where 
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import decimal
 import json
 import math
 import re
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -40,15 +43,36 @@ def _to_json(value: Any) -> Any:
 _ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"), default=_to_json)
 
 
-def _not_json(value: Any, what: str) -> errors.InvalidPayload:
-    hint = ""
-    if isinstance(value, bytes | bytearray | memoryview):
-        hint = "; encode bytes as text first (base64, or .decode() for text)"
-    elif isinstance(value, set | frozenset):
-        hint = "; use a list instead of a set"
+_JSON_TYPES = (dict, list, tuple, str, int, float, bool, type(None))
+
+
+def _not_json(root: Any, value: Any, what: str) -> errors.InvalidPayload:
+    """Name the value JSON cannot hold by its path in the payload, and say what to do."""
+    where = _find(root, what, _is_foreign) or what
     return errors.InvalidPayload(
-        f"{what} contains a {type(value).__name__}, which is not JSON{hint}"
+        f"{where}: a value of type {type(value).__name__} is not JSON; {_hint(value)}"
     )
+
+
+def _is_foreign(value: Any) -> bool:
+    """A value the encoder cannot write (dataclasses and models it converts)."""
+    if isinstance(value, _JSON_TYPES):
+        return False
+    if isinstance(value, type):
+        return True
+    return not (dataclasses.is_dataclass(value) or callable(getattr(value, "model_dump", None)))
+
+
+def _hint(value: Any) -> str:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return "encode bytes as text first (base64, or .decode() for text)"
+    if isinstance(value, set | frozenset):
+        return "use a list instead of a set"
+    if isinstance(value, datetime.date | datetime.time):
+        return "send it as text, e.g. value.isoformat()"
+    if isinstance(value, decimal.Decimal | uuid.UUID):
+        return "send it as text, e.g. str(value)"
+    return "convert it to dicts, lists, strings, numbers, booleans or None"
 
 
 def encode(value: Any, *, what: str = "payload", max_bytes: int = DEFAULT_MAX_BYTES) -> str:
@@ -56,7 +80,7 @@ def encode(value: Any, *, what: str = "payload", max_bytes: int = DEFAULT_MAX_BY
     try:
         text = _ENCODER.encode(value)
     except _NotJSON as exc:
-        raise _not_json(exc.value, what) from None
+        raise _not_json(value, exc.value, what) from None
     except ValueError as exc:
         if "ircular" in str(exc):
             raise errors.InvalidPayload(f"{what} contains a reference cycle") from None
@@ -66,8 +90,9 @@ def encode(value: Any, *, what: str = "payload", max_bytes: int = DEFAULT_MAX_BY
         raise errors.InvalidPayload(
             f"{where} is NaN or infinite, which JSON cannot hold; use null or a string"
         ) from None
-    except TypeError as exc:
-        raise errors.InvalidPayload(f"{what} is not JSON: {exc}") from None
+    except TypeError as exc:  # a dict key of another type than str, int, float, bool, None
+        where = _find(value, what, lambda v: False)
+        raise errors.InvalidPayload(f"{where or what} is not JSON: {exc}") from None
     except RecursionError:
         raise errors.InvalidPayload(f"{what} is nested too deeply (or contains a cycle)") from None
     _check_text(value, text, what)
@@ -108,6 +133,33 @@ def _check_text(value: Any, text: str, what: str) -> None:
             )
 
 
+def storable(text: str) -> str:
+    """``text`` as every store accepts it: NUL and lone surrogates written as escapes.
+
+    For what the engine itself records about an attempt (error messages, tracebacks):
+    handlers' exceptions may hold either (binary data, undecodable file names), Postgres
+    refuses both, and a write that fails would leave the run leased. Payloads and results
+    are refused instead (see :func:`encode`), since changing them would change the data.
+    """
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+
+
+def scrub(value: Any) -> Any:
+    """``value`` with its strings made :func:`storable` and whatever JSON cannot hold
+    (NaN, datetimes, objects) written as text: the engine's records made writable."""
+    if isinstance(value, str):
+        return storable(value)
+    if value is None or isinstance(value, bool | int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, dict):
+        return {storable(str(key)): scrub(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [scrub(item) for item in value]
+    return storable(str(value))
+
+
 def decode(text: str | None) -> Any:
     """Parse JSON text read back from a store (``None`` stays ``None``)."""
     return None if text is None else json.loads(text)
@@ -125,6 +177,12 @@ def _find(value: Any, path: str, bad: Callable[[Any], bool]) -> str:
 
 
 _KEY = object()
+_JSON_KEY_TYPES = (str, int, float, bool, type(None))
+
+
+def _key_text(key: Any) -> str:
+    """A key as it reads in a path: ``["when"]`` for text, as in JSON and Python."""
+    return json.dumps(key, ensure_ascii=False) if isinstance(key, str) else repr(key)
 
 
 def _children(value: Any, path: str, bad: Callable[[Any], bool]) -> Iterator[tuple[str, Any]]:
@@ -135,9 +193,9 @@ def _children(value: Any, path: str, bad: Callable[[Any], bool]) -> Iterator[tup
         value = value.model_dump(mode="json")
     if isinstance(value, dict):
         for key, item in value.items():
-            if bad(key):
+            if bad(key) or not isinstance(key, _JSON_KEY_TYPES):
                 yield f"{path} key {key!r}", _KEY
-            yield f"{path}[{key!r}]", item
+            yield f"{path}[{_key_text(key)}]", item
     elif isinstance(value, list | tuple):
         for index, item in enumerate(value):
             yield f"{path}[{index}]", item

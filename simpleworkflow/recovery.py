@@ -27,6 +27,7 @@ from typing import Any
 from simpleworkflow import errors
 from simpleworkflow.backends import Backend
 from simpleworkflow.backends.base import Failure
+from simpleworkflow.wording import plural
 
 _log = logging.getLogger("simpleworkflow.worker")
 
@@ -77,7 +78,7 @@ async def reap(
             _log.warning("looking for expired leases failed (%s)", exc)
             due_in, recovered = None, []
         if recovered:
-            _log.info("recovered %d runs whose lease expired", len(recovered))
+            _log.info("recovered %s whose lease expired", plural(len(recovered), "run"))
             on_recovered(recovered)
             continue
         await asyncio.sleep(pause(due_in))

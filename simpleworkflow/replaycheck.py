@@ -60,6 +60,9 @@ class _CheckingDurable(Durable):
     async def journal(self, name: str, kind: str, output: Any, **_: Any) -> None:
         raise _Frontier(name)
 
+    async def _check_held(self) -> None:
+        """A replay holds no lease and writes nothing: there is no lease to check."""
+
 
 async def check_runs(app: App, backend: Backend, *, page_size: int = 500) -> list[ReplayReport]:
     """Replay every unfinished run of ``app``'s types; one report per run with a journal."""

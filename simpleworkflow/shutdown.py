@@ -30,6 +30,7 @@ from simpleworkflow.attempts import Attempt
 from simpleworkflow.backends import Backend
 from simpleworkflow.backends.base import HELD, Outcomes, Release
 from simpleworkflow.outbox import Outbox
+from simpleworkflow.wording import plural
 
 _log = logging.getLogger("simpleworkflow.worker")
 
@@ -49,7 +50,7 @@ async def drain(
     due again :data:`EXIT_DELAY` seconds from now.
     """
     if attempts:
-        _log.info("waiting up to %gs for %d handlers", grace, len(attempts))
+        _log.info("waiting up to %gs for %s", grace, plural(len(attempts), "handler"))
         await until_stopped(attempts, grace)
     leftovers = [a for a in attempts if not a.stopped]
     for attempt in leftovers:
@@ -99,7 +100,7 @@ async def _write(outbox: Outbox, releases: list[Release]) -> None:
         )
         return
     if releases:
-        _log.info("released %d unfinished runs", sum(r is True for r in done))
+        _log.info("released %s", plural(sum(r is True for r in done), "unfinished run"))
 
 
 class Lingering(threading.Thread):
@@ -140,7 +141,10 @@ class Lingering(threading.Thread):
             return
         outcomes = Outcomes(released=[_release(a) for a in ended])
         released = self._backend.execute(self._backend.finish(outcomes, self._worker_id))
-        _log.info("released %d runs whose handlers ended after the worker stopped", len(released))
+        _log.info(
+            "released %s whose handlers ended after the worker stopped",
+            plural(len(released), "run"),
+        )
         for attempt in ended:
             del self._held[attempt.lease.run.id]
 

@@ -38,6 +38,8 @@ from simpleworkflow.client import auto_migrates, needs_migration
 from simpleworkflow.context import Context
 from simpleworkflow.durable import StepJournal
 from simpleworkflow.outbox import Outbox
+from simpleworkflow.outcome_log import OutcomeLog
+from simpleworkflow.wording import plural
 
 _log = logging.getLogger("simpleworkflow.worker")
 RUNTIME = "python"
@@ -99,6 +101,7 @@ class IntentPoller:
         self._step_executor: TrackedExecutor | None = None  # sync steps of async bodies
         self._exiting = False  # run() ends the process: what still runs stops with it
         self._draining: list[Attempt] = []  # at shutdown: attempts that may still run
+        self._outcomes = OutcomeLog(_log)
 
     def workflow(self, type: str, **options: Any) -> Callable[[Any], Any]:
         """Register a handler on this poller's app; see :meth:`App.workflow`."""
@@ -137,7 +140,11 @@ class IntentPoller:
         if self._stopping:
             _log.warning("second %s: exiting at once", signal.Signals(signum).name)
             _exit_now(1)
-        _log.info("%s: finishing running handlers, then stopping", signal.Signals(signum).name)
+        _log.info(
+            "%s: finishing running handlers, then stopping (a second Ctrl-C or SIGTERM exits "
+            "at once)",
+            signal.Signals(signum).name,
+        )
         self._request_stop()
 
     def stop(self) -> None:
@@ -187,7 +194,7 @@ class IntentPoller:
             "worker %s claiming %s on %s (concurrency %d)",
             self.worker_id,
             ", ".join(self._types),
-            backend.name,
+            backend.location,
             self.concurrency,
         )
         try:
@@ -200,6 +207,7 @@ class IntentPoller:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._step_executor.shutdown(wait=False, cancel_futures=True)
             await backend.aclose()
+            self._outcomes.flush()
             if running:
                 shutdown.Lingering(
                     backend, self.worker_id, self.lease_duration, running, self.heartbeat_events
@@ -213,17 +221,18 @@ class IntentPoller:
         attempts = self._draining = list(self._active.values())
         running = await shutdown.drain(attempts, outbox, self.shutdown_grace, exiting=self._exiting)
         if running and self._exiting:
+            self._outcomes.flush()
             _log.warning(
-                "exiting with %d handlers still running; their runs are due again in %gs",
-                len(running),
+                "exiting with %s still running; their runs are due again in %gs",
+                plural(len(running), "handler"),
                 shutdown.EXIT_DELAY,
             )
             _exit_now()
         if running:
             _log.warning(
-                "%d handlers still running after the worker stopped; their runs stay "
-                "leased until they return",
-                len(running),
+                "%s still running after the worker stopped; their runs stay leased until "
+                "they return",
+                plural(len(running), "handler"),
             )
         return running
 
@@ -232,6 +241,14 @@ class IntentPoller:
         version = await backend.execute_async(backend.schema_version(), readonly=True)
         if needs_migration(backend, version, auto_migrate=auto_migrates(backend, None)):
             await asyncio.to_thread(backend.migrate)
+            if version is None:
+                # A worker started in the wrong directory makes a new file and idles.
+                _log.warning(
+                    "created a new, empty database at %s: no runs wait in it. If your runs "
+                    "are in another database, stop this worker and point it there (-d, "
+                    "$SIMPLEWORKFLOW_DATABASE_URL, or the directory it runs in)",
+                    backend.location,
+                )
 
     # -- claiming --------------------------------------------------------------------
 
@@ -298,9 +315,9 @@ class IntentPoller:
                 rows = []
             for type_name, version, count in rows:
                 _log.warning(
-                    "%d due runs of %s started on code version %r, which this worker does "
+                    "%s of %s started on code version %r, which this worker does "
                     "not have (it knows %s); deploy a worker that knows it, or cancel them",
-                    count,
+                    plural(count, "due run"),
                     type_name,
                     version,
                     ", ".join(self.app.definitions[type_name].known_versions),
@@ -338,9 +355,9 @@ class IntentPoller:
             # Stopped from outside (cancelled, lease lost, shutdown): nothing to record.
             # A timeout stops the handler too, but its failure is the outcome.
             stopped = ctx.stop_reason not in (None, execution.TIMED_OUT)
-            recorded = outcome is None or stopped or await outbox.record(outcome)
+            recorded = outcome is None or stopped or await outbox.deliver(outcome)
             if recorded and not stopped:
-                _log_outcome(lease, outcome)
+                self._outcomes.record(lease, outcome)
                 self._wake_in(_due_in(outcome))
             if not recorded:
                 _log.warning(
@@ -505,34 +522,6 @@ def _exit_now(status: int = 0) -> None:
     """End the process without waiting for threads that may never return."""
     logging.shutdown()
     os._exit(status)
-
-
-def _log_outcome(lease: Lease, outcome: object) -> None:
-    """One line per finished attempt: DEBUG when it went well, INFO/WARNING when not."""
-    run = lease.run
-    if isinstance(outcome, Failure):
-        message = outcome.data.get("error", {}).get("message", "")
-        if outcome.final:
-            _log.warning(
-                "run %s (%s) failed for good on attempt %d: %s",
-                run.id,
-                run.type,
-                run.attempt + 1,
-                message,
-            )
-        else:
-            _log.info(
-                "run %s (%s) attempt %d failed: %s; retrying in %.1fs",
-                run.id,
-                run.type,
-                run.attempt + 1,
-                message,
-                outcome.delay,
-            )
-    elif isinstance(outcome, Suspension):
-        _log.debug("run %s (%s) suspended: %s", run.id, run.type, outcome.event)
-    elif outcome is not None:
-        _log.debug("run %s (%s) succeeded", run.id, run.type)
 
 
 def _checked_prefix(prefix: str) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -108,6 +109,33 @@ async def nap(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
     await ctx.sleep("nap", payload["seconds"])
     after = await ctx.step("after", _noted, ctx, "after", 2)
     return {"before": before, "after": after, "worker": ctx.worker_id}
+
+
+async def _begun(ctx: Context, k: int, pause: float) -> int:
+    LEDGER.write("step", ctx, step=f"m{k}", at=time.time())
+    if pause:
+        await asyncio.sleep(pause)
+    return k
+
+
+@app.workflow("durable.many.v1")
+async def many_steps(payload: dict[str, Any], ctx: Context) -> int:
+    """``payload["steps"]`` short steps in a row, each noting in the ledger, with the time,
+    that it began; ``payload["pause"]`` seconds inside each (none by default)."""
+    for k in range(payload["steps"]):
+        await ctx.step(f"m{k}", _begun, ctx, k, payload.get("pause", 0.0))
+    return int(payload["steps"])
+
+
+@app.workflow("durable.gated.v1")
+async def gated(payload: dict[str, Any], ctx: Context) -> None:
+    """A step, then a wait outside any step until the file ``payload["gate"]`` exists,
+    then another step."""
+    await ctx.step("before", _noted, ctx, "before", 1)
+    LEDGER.write("gate", ctx)
+    while not os.path.exists(payload["gate"]):
+        await asyncio.sleep(0.01)
+    await ctx.step("after", _noted, ctx, "after", 2)
 
 
 def main(argv: list[str] | None = None) -> None:

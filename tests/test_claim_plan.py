@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from conftest import Store
 
-from simpleworkflow import config
+from simpleworkflow import config, matching
 
 TYPE = "bench.noop.v1"
 
@@ -72,6 +72,8 @@ SQLITE_BATCH_STATEMENTS = [
     "suspend_runs",
     "suspend_runs_then_events",
     "cancel_run_then_2_wake_parents",
+    "wake_suspended",
+    "wake_for_signal",
     "get_runs_by_keys",  # not a worker's: start_many's look-up of keys already taken
 ]
 
@@ -89,6 +91,7 @@ def sqlite_with_runs(
         client.start_many([(TYPE, {}) for _ in range(2000)])
     backend.close()
     lite = sqlite3.connect(config.sqlite_path(store.url))
+    lite.create_function("json_contains", 2, matching.contains_json, deterministic=True)
     try:
         if analyzed:
             lite.execute("analyze")
@@ -139,3 +142,41 @@ def test_the_postgres_version_report_reads_only_versioned_runs(store: Store) -> 
     backend.close()
     assert "idx_workflow_run_versioned" in plan, plan
     assert "idx_workflow_run_claim" not in plan and "Seq Scan" not in plan, plan
+
+
+RUN_ID = "0190f000-0000-7000-8000-000000000000"
+# Statements that wake a suspended run read its waits (one, or the list of "any"): each
+# must still find the run by its primary key or through parent_id, never by reading
+# through workflow_run, however many runs wait.
+POSTGRES_WAKE_STATEMENTS: dict[str, dict[str, object]] = {
+    "wake_for_signal": {"id": RUN_ID, "event": "go", "payload": "{}"},
+    "wake_suspended": {"ids": [RUN_ID]},
+    "succeed_runs": {"items": json.dumps([{"id": RUN_ID, "token": RUN_ID, "result": "1"}])},
+    "fail_runs": {
+        "items": json.dumps(
+            [{"id": RUN_ID, "token": RUN_ID, "final": True, "delay": 0, "error": "x", "data": {}}]
+        )
+    },
+    "cancel_run": {"id": RUN_ID, "data": "{}"},
+}
+
+
+def test_postgres_wake_ups_find_runs_by_key_whatever_they_wait_for(store: Store) -> None:
+    if store.kind != "postgres":
+        pytest.skip("a Postgres plan")
+    with store.client() as client:
+        for _ in range(20):
+            client.start_many([(TYPE, {}) for _ in range(1000)])
+    waits = {"kind": "any", "waits": [{"kind": "signal", "event": "go"}, {"kind": "child"}]}
+    store.sql("update workflow_run set waiting_for = ?", json.dumps(waits))
+    backend = store.backend()
+    with psycopg.connect(store.url) as conn:
+        conn.execute(f'analyze "{store.schema}".workflow_run'.encode())
+        plans = {}
+        for name, params in POSTGRES_WAKE_STATEMENTS.items():
+            rows = conn.execute(("explain " + backend.q[name]).encode(), params).fetchall()
+            plans[name] = "\n".join(row[0] for row in rows)
+        conn.rollback()
+    backend.close()
+    for name, plan in plans.items():
+        assert "Seq Scan on workflow_run" not in plan, f"{name}:\n{plan}"

@@ -7,6 +7,7 @@ console script, ``python -m simpleworkflow``, and one-line errors without a trac
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import os
@@ -14,6 +15,7 @@ import shlex
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +23,11 @@ import psycopg
 import pytest
 from conftest import Store
 
-from simpleworkflow import cli
+from simpleworkflow import __version__, cli
 from simpleworkflow.cli import migrate
 
 THUMBNAIL = "content.thumbnail.v1"
+ROOT = Path(__file__).resolve().parent.parent
 
 
 class Result:
@@ -100,8 +103,9 @@ def test_postgres_without_schema_says_to_migrate(
     empty_store: Store, capsys: pytest.CaptureFixture[str]
 ) -> None:
     result = run_cli(empty_store, capsys, "runs", "list")
-    if empty_store.kind == "sqlite":  # the embedded store creates its schema on first use
-        assert result.code == 0
+    if empty_store.kind == "sqlite":  # no file: listing runs must not make one
+        assert (result.code, result.out) == (2, "")
+        assert "no database at" in result.err
         return
     assert result.code == 2
     assert "simpleworkflow migrate" in result.err
@@ -356,11 +360,54 @@ def test_help_lists_every_command() -> None:
         assert command in help_text
 
 
+def _leaves(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser, str | None]]:
+    """Every command and sub-command: its words, its parser, its line in its parent's help."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {a.dest: a.help for a in action._choices_actions}
+            for name, sub in action.choices.items():
+                yield (*path, name), sub, helps.get(name)
+                yield from _leaves(sub, (*path, name))
+
+
+def test_every_command_says_what_it_does() -> None:
+    for words, parser, line in _leaves(cli.build_parser()):
+        assert line and "\n" not in line, words  # its line in the list of commands
+        assert parser.description, words  # and at the top of its own --help
+
+
+def test_every_command_takes_json_but_demo_and_worker() -> None:
+    without = {
+        " ".join(words)
+        for words, parser, _ in _leaves(cli.build_parser())
+        if not any(isinstance(a, argparse._SubParsersAction) for a in parser._actions)
+        and "--json" not in parser._option_string_actions
+    }
+    assert without == {"demo", "worker"}
+    for doc in (ROOT / "docs" / "cli.md", ROOT / "README.md"):
+        assert "Every command but `demo` and `worker`" in " ".join(doc.read_text().split())
+
+
+def test_version_and_bare_commands_in_a_real_shell() -> None:
+    env = dict(os.environ)
+    version = _console("--version", env=env)
+    assert (version.returncode, version.stdout) == (0, f"simpleworkflow {__version__}\n")
+    bare = _console(env=env)
+    assert bare.returncode == 0, bare.stderr
+    assert bare.stdout.startswith("usage: simpleworkflow ")
+    assert all(command in bare.stdout for command in ("demo", "migrate", "replay-check"))
+    runs = _console("runs", env=env)
+    assert runs.returncode == 0
+    assert runs.stdout.startswith("usage: simpleworkflow runs ")
+    assert "signal" in runs.stdout
+
+
 def _documented_command_lines() -> list[str]:
     """Every ``$ simpleworkflow ...`` line quoted in the README and docs, continuations joined."""
-    root = Path(__file__).resolve().parent.parent
     lines: list[str] = []
-    for doc in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
         text = doc.read_text().replace("\\\n", " ")
         for line in text.splitlines():
             if line.startswith("$ simpleworkflow ") or " | simpleworkflow " in line:

@@ -110,7 +110,7 @@ def test_signal_wakes_a_waiting_run_then_a_finished_run_refuses_it(
 
     late = run_cli(store, capsys, "runs", "signal", waiting_run, "confirm")
     assert late.code == 2
-    assert "has already succeeded" in late.err
+    assert "has already finished (succeeded)" in late.err
     assert late.err.count("\n") == 1
 
 
@@ -120,8 +120,44 @@ def test_a_signal_to_a_run_not_waiting_is_kept_for_later(
     run_id = start(store, capsys)["id"]
     sent = run_cli(store, capsys, "runs", "signal", run_id, "user.verified")
     assert sent.code == 0, sent.err
-    assert "not waiting for it now" in sent.out
+    # What happened, and what will: no promise about "its next wait" (one whose match the
+    # payload does not satisfy will not take it).
+    assert sent.out == (
+        f"signal 'user.verified' stored for run {run_id}; no wait of the run took it now, so "
+        "it stays stored until a wait_for_event('user.verified') whose match its payload "
+        "satisfies consumes it (`simpleworkflow runs show` lists the run's signals)\n"
+    )
     assert store.count("workflow_signal") == 1
+
+
+def test_show_lists_the_signals_consumed_and_pending(
+    store: Store, capsys: pytest.CaptureFixture[str], waiting_run: str
+) -> None:
+    for event, payload in (("confirm", '{"by": "link"}'), ("unsubscribe", "{}")):
+        assert run_cli(store, capsys, "runs", "signal", waiting_run, event, "-p", payload).code == 0
+    work_until(cli_durable_app.deployed, store, waiting_run, waiting=False)
+
+    shown = run_cli(store, capsys, "runs", "show", waiting_run, "--json").json()
+    confirm, unsubscribe = shown["signals"]
+    assert (confirm["event"], confirm["payload"], confirm["step_name"]) == (
+        "confirm",
+        {"by": "link"},
+        "confirmed",
+    )
+    assert confirm["consumed_at"] is not None
+    assert (unsubscribe["event"], unsubscribe["consumed_at"]) == ("unsubscribe", None)
+
+    text = run_cli(store, capsys, "runs", "show", waiting_run).out
+    table = text[text.index("SIGNAL  ") :].splitlines()
+    assert table[0].split() == ["SIGNAL", "EVENT", "SENT", "(UTC)", "STATUS", "PAYLOAD"]
+    assert table[1].split()[1:2] + table[1].split()[4:] == [
+        "confirm",
+        "consumed",
+        "by",
+        "confirmed",
+        '{"by":"link"}',
+    ]
+    assert table[2].split()[1:2] + table[2].split()[4:] == ["unsubscribe", "pending", "{}"]
 
 
 def test_a_signal_to_an_unknown_run_is_exit_2(
@@ -148,7 +184,7 @@ def test_replay_check_passes_the_same_steps_and_blocks_a_renamed_one(
         result = replay_check(store, capsys, app)
         assert result.code == 0, result.out + result.err
         assert f"{waiting_run}  {cli_durable_app.SIGNUP}  ok" in result.out
-        assert result.out.rstrip().endswith("1 runs checked: 1 ok; ok to deploy")
+        assert result.out.rstrip().endswith("1 run checked: 1 ok; ok to deploy")
 
     renamed = replay_check(store, capsys, "renamed", "--json")
     assert renamed.code == 1

@@ -8,6 +8,7 @@ SIGTERM, on a SQLite file and on a Postgres schema.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -143,7 +144,7 @@ def test_worker_options_override_those_of_a_poller(project: str) -> None:
     ("target", "extra", "message"),
     [
         ("no_such_module:app", (), "cannot import module 'no_such_module': ModuleNotFoundError"),
-        ("broken:app", (), "cannot import module 'broken': SyntaxError"),
+        ("{project}.py:app", (), "'{project}.py' is a file path, but MODULE is a module name"),
         ("{project}:missing", (), "module '{project}' has no attribute 'missing'"),
         ("{project}:not_an_app", (), "{project}:not_an_app is not an App or an IntentPoller"),
         ("{project}:app", ("--prefix", "content.%"), "no handler matches the prefixes content.%"),
@@ -166,19 +167,65 @@ def test_worker_refuses_a_bad_target_in_one_line(
     assert err.count("\n") == 1
 
 
-def test_a_bad_target_fails_in_a_real_shell_without_traceback(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [str(SCRIPT), "worker", "nowhere:app"],
-        cwd=tmp_path,
+def worker_in(directory: Path, target: str) -> subprocess.CompletedProcess[str]:
+    """``simpleworkflow worker TARGET`` as a shell in ``directory`` runs it."""
+    return subprocess.run(
+        [str(SCRIPT), "worker", target],
+        cwd=directory,
         capture_output=True,
         text=True,
         timeout=30,
     )
+
+
+def test_a_missing_module_fails_in_a_real_shell_without_traceback(tmp_path: Path) -> None:
+    done = worker_in(tmp_path, "nowhere:app")
     assert done.returncode == 2
-    assert done.stderr == (
+    assert done.stderr.count("\n") == 1
+    assert done.stderr.startswith(
         "simpleworkflow: error: cannot import module 'nowhere': "
-        "ModuleNotFoundError: No module named 'nowhere'\n"
+        "ModuleNotFoundError: No module named 'nowhere'; "
     )
+    assert f"working directory ({tmp_path})" in done.stderr
+    assert "PYTHONPATH" in done.stderr
+
+
+@pytest.mark.parametrize("target", ["jobs.py:app", "./jobs.py:app"])
+def test_a_file_path_is_told_to_drop_the_py(tmp_path: Path, target: str) -> None:
+    (tmp_path / "jobs.py").write_text(APP_MODULE)
+    done = worker_in(tmp_path, target)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1
+    assert f"{target.split(':')[0]!r} is a file path" in done.stderr
+    assert "write jobs:app (drop '.py'" in done.stderr
+
+
+BROKEN_MODULES = {
+    "a name error": ("import os\n\n\ndef total():\n    return undefined\n\n\ntotal()\n", 5),
+    "a syntax error": ("import os\n\ndef oops(:\n    pass\n", 3),
+    "a missing dependency": ("import os\nimport no_such_dependency_xyz\n", 2),
+}
+
+
+@pytest.mark.parametrize("source,line", BROKEN_MODULES.values(), ids=BROKEN_MODULES.keys())
+def test_a_module_that_raises_shows_its_traceback(tmp_path: Path, source: str, line: int) -> None:
+    package = tmp_path / "shop"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "workers.py").write_text(source)
+    done = worker_in(tmp_path, "shop.workers:app")
+    assert done.returncode == 2
+    *trace, last = done.stderr.splitlines()
+    # The module's own traceback, without the frames of the import machinery ...
+    assert f'File "{package / "workers.py"}", line {line}' in "\n".join(trace)
+    assert "importlib" not in done.stderr
+    # ... then one line that names the error, the file and the line, and what to do.
+    assert last.startswith("simpleworkflow: error: cannot import module 'shop.workers': ")
+    assert f"(shop/workers.py, line {line})" in last
+    if "dependency" in source:
+        assert "imports 'no_such_dependency_xyz'" in last and "install it" in last
+    else:
+        assert "the traceback above shows where" in last
 
 
 # -- worker: a real process ---------------------------------------------------------------
@@ -223,5 +270,28 @@ def test_worker_drains_runs_then_stops_on_sigterm(
         worker.kill()
         stderr = worker.communicate()[1]
     assert "INFO simpleworkflow.worker: worker cli-test-1 claiming" in stderr
-    assert "SIGTERM" in stderr and "worker cli-test-1 stopped" in stderr
+    assert (
+        "SIGTERM: finishing running handlers, then stopping (a second Ctrl-C or SIGTERM "
+        "exits at once)" in stderr
+    )
+    assert "worker cli-test-1 stopped" in stderr
     assert "Traceback" not in stderr
+    assert succeeded_in_log(stderr) == {INVOICE: 3}
+
+
+def succeeded_in_log(log: str) -> dict[str, int]:
+    """The successes a worker's INFO lines report, by type: a run named alone, or a count."""
+    counts: dict[str, int] = {}
+    for line in log.splitlines():
+        if " INFO simpleworkflow.worker: " not in line:
+            continue
+        alone = re.search(r": run \S+ \((\S+)\) succeeded on attempt \d+$", line)
+        if alone:
+            counts[alone[1]] = counts.get(alone[1], 0) + 1
+        summed = re.search(r": (\d+) runs succeeded \((.*)\)$", line)
+        if summed:
+            parts = dict(part.split(": ") for part in summed[2].split(", "))
+            assert sum(map(int, parts.values())) == int(summed[1]) > 1, line
+            for type_name, n in parts.items():
+                counts[type_name] = counts.get(type_name, 0) + int(n)
+    return counts

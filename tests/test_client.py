@@ -502,6 +502,17 @@ def test_cancel_a_finished_run_changes_nothing(
     assert [e.event_type for e in producer.events(run.id)] == ["created"]
 
 
+@pytest.mark.parametrize("reason", ["a\x00b", "a\udc80b", 7], ids=["nul", "surrogate", "int"])
+def test_a_cancel_reason_no_store_can_hold_is_refused(
+    store: Store, producer: Producer, reason: Any
+) -> None:
+    run = producer.start(TYPE)
+    with pytest.raises(errors.InvalidArgument, match="reason"):
+        producer.cancel(run.id, reason=reason)
+    assert producer.get(run.id).status is RunStatus.PENDING
+    assert [e.event_type for e in producer.events(run.id)] == ["created"]
+
+
 # -- wait -------------------------------------------------------------------------------
 
 
@@ -553,12 +564,12 @@ BAD_STARTS: list[tuple[str, dict[str, Any], type[errors.InvalidInput], str | Non
     ("int-type", {"type": 7}, errors.InvalidTypeName, "string"),
     ("none-type", {"type": None}, errors.InvalidTypeName, "string"),
     ("long-type", {"type": "a" * 200 + ".b.v1"}, errors.InvalidTypeName, "limit is 200"),
-    ("nan", {"payload": {"x": float("nan")}}, errors.InvalidPayload, r"payload\['x'\]"),
+    ("nan", {"payload": {"x": float("nan")}}, errors.InvalidPayload, r'payload\["x"\]'),
     ("inf", {"payload": [1, float("-inf")]}, errors.InvalidPayload, r"payload\[1\]"),
     ("bytes", {"payload": {"blob": b"\x00\x01"}}, errors.InvalidPayload, "bytes"),
     ("set", {"payload": {"tags": {"a", "b"}}}, errors.InvalidPayload, "set"),
     ("object", {"payload": {"thing": Opaque()}}, errors.InvalidPayload, "Opaque"),
-    ("nul-value", {"payload": {"a": {"b": f"x{NUL}y"}}}, errors.InvalidPayload, "'b'"),
+    ("nul-value", {"payload": {"a": {"b": f"x{NUL}y"}}}, errors.InvalidPayload, '"b"'),
     ("nul-key", {"payload": {f"k{NUL}": 1}}, errors.InvalidPayload, "key"),
     ("nul-in-list", {"payload": ["ok", f"{NUL}"]}, errors.InvalidPayload, r"payload\[1\]"),
     ("surrogate", {"payload": {"s": "\ud800"}}, errors.InvalidPayload, "surrogate"),
@@ -575,6 +586,7 @@ BAD_STARTS: list[tuple[str, dict[str, Any], type[errors.InvalidInput], str | Non
     ("key-int", {"idempotency_key": 5}, errors.InvalidArgument, "idempotency_key"),
     ("key-long", {"idempotency_key": "k" * 513}, errors.InvalidArgument, "idempotency_key"),
     ("key-nul", {"idempotency_key": f"a{NUL}b"}, errors.InvalidArgument, "idempotency_key"),
+    ("key-surrogate", {"idempotency_key": "a\udc80b"}, errors.InvalidArgument, "surrogate"),
     (
         "both-times",
         {"delay": 5, "run_at": datetime(2030, 1, 1, tzinfo=UTC)},
@@ -669,7 +681,7 @@ def test_start_many_refuses_a_bad_request_and_stores_nothing(
     # rolls back the chunks already written.
     batch: list[Any] = [(TYPE, {"n": n}) for n in range(1000)]
     batch[900] = (TYPE, {"bad": float("nan")})
-    with pytest.raises(errors.InvalidPayload, match=r"payload\['bad'\] is NaN"):
+    with pytest.raises(errors.InvalidPayload, match=r'payload\["bad"\] is NaN'):
         producer.start_many(batch)
     assert store.count() == 0
     assert store.count("workflow_event") == 0

@@ -90,7 +90,8 @@ def test_demo_as_a_new_user_runs_it(tmp_path: Path) -> None:
     (blocker / "psycopg").mkdir(parents=True)
     (blocker / "psycopg" / "__init__.py").write_text("raise ImportError('psycopg is blocked')\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("SIMPLEWORKFLOW_")}
-    env["PYTHONPATH"] = str(blocker)
+    # Ahead of the rest of the path, which must stay: a checkout may be on it.
+    env["PYTHONPATH"] = os.pathsep.join([str(blocker), *sys.path[1:]])
     project = tmp_path / "project"
     project.mkdir()
 
@@ -106,7 +107,8 @@ def test_demo_as_a_new_user_runs_it(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert time.monotonic() - began < 30
     assert done.stderr == ""
-    assert done.stdout.startswith("simpleworkflow demo on sqlite:///simpleworkflow.db\n")
+    # The database is named by its absolute path: the user sees which file it is.
+    assert done.stdout.startswith(f"simpleworkflow demo on {project / 'simpleworkflow.db'}\n")
     retried = check_output(done.stdout)
     with Client(f"sqlite:///{project / 'simpleworkflow.db'}") as client:
         assert len(demo_runs(client)) == TOTAL

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import inspect
+import typing
 
 import simpleworkflow
 from simpleworkflow import errors
@@ -59,9 +61,21 @@ def test_every_error_derives_from_one_base() -> None:
     for cls in classes:
         assert issubclass(cls, errors.SimpleWorkflowError), cls
     assert issubclass(errors.InvalidInput, ValueError)
+    assert issubclass(errors.IdempotencyConflict, errors.InvalidInput)
     assert issubclass(errors.RunNotFound, LookupError)
     assert issubclass(errors.WaitTimeout, TimeoutError)
 
 
 def test_version_matches_the_distribution() -> None:
     assert simpleworkflow.__version__ == importlib.metadata.version("simpleworkflow")
+
+
+def test_start_returns_runs_that_say_whether_they_were_created() -> None:
+    """``start`` and ``start_many`` (both clients) return plain ``Run``s whose ``created``
+    says whether the call created the run or found it under its idempotency key; runs
+    read back have ``None``, and the flag never changes whether two runs are equal."""
+    created = {field.name: field for field in dataclasses.fields(simpleworkflow.Run)}["created"]
+    assert created.default is None and created.compare is False
+    for face in (simpleworkflow.Client, simpleworkflow.AsyncClient):
+        assert typing.get_type_hints(face.start)["return"] is simpleworkflow.Run
+        assert typing.get_type_hints(face.start_many)["return"] == list[simpleworkflow.Run]

@@ -1,5 +1,6 @@
 """SQLite: the write-ahead log reaches the database file without a commit waiting for it,
-and the backend's connection keeps its temporary files in memory.
+every commit is synced unless the URL opts out, and the backend's connection keeps its
+temporary files in memory.
 
 A thread of the backend's own copies the WAL back (a checkpoint) after write
 transactions; SQLite's automatic checkpoint, inside a commit, is left for when the WAL
@@ -16,7 +17,8 @@ import time
 import pytest
 from conftest import Store
 
-from simpleworkflow import config
+from simpleworkflow import Client, config, errors
+from simpleworkflow.backends import open_backend
 from simpleworkflow.backends.base import Op, Rows, Statement
 
 THREAD = "simpleworkflow-sqlite-checkpoint"
@@ -67,6 +69,38 @@ def test_statement_journals_stay_in_memory(store: Store) -> None:
     finally:
         backend.close()
     assert rows == [{"temp_store": 2}]  # 2 is MEMORY
+
+
+@pytest.mark.parametrize(
+    ("query", "level"), [("", 2), ("?synchronous=normal", 1), ("?synchronous=FULL", 2)]
+)
+def test_every_commit_is_synced_unless_the_url_says_normal(
+    store: Store, query: str, level: int
+) -> None:
+    """FULL (2) by default: an acknowledged write survives a power cut. NORMAL (1) is
+    the opt-in that syncs the log only at checkpoints."""
+    if store.kind != "sqlite":
+        pytest.skip("a SQLite setting")
+    backend = open_backend(store.url + query)
+    try:
+        rows = backend.execute(_pragma("synchronous"), readonly=True)
+    finally:
+        backend.close()
+    assert rows == [{"synchronous": level}]
+    with Client(store.url + query) as client:
+        assert client.get(client.start("test.sync.v1").id).type == "test.sync.v1"
+
+
+@pytest.mark.parametrize(
+    ("url", "complaint"),
+    [
+        ("sqlite:///runs.db?synchronous=off", "synchronous='off'"),
+        ("sqlite:///runs.db?journal_mode=delete", "unknown option 'journal_mode'"),
+    ],
+)
+def test_other_sqlite_url_options_are_refused(url: str, complaint: str) -> None:
+    with pytest.raises(errors.ConfigurationError, match=complaint):
+        Client(url)
 
 
 def _pragma(name: str) -> Op[Rows]:

@@ -96,7 +96,9 @@ def test_a_suspect_that_ends_an_attempt_otherwise_is_a_run_like_any_other(
     for _ in range(3):
         (lease,) = claim(backend, alone=True)
         outcome = {
-            asleep: Outcomes(suspended=[Suspension(asleep, lease.token, "sleeping", {})]),
+            asleep: Outcomes(
+                suspended=[Suspension(asleep, lease.token, [{"type": "sleeping", "data": {}}])]
+            ),
             failing: Outcomes(
                 failed=[Failure(failing, lease.token, False, 0.0, "boom", {"error": {}})]
             ),

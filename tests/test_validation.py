@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import pydantic
@@ -61,6 +62,27 @@ def test_invalid_type_names(name: str) -> None:
     with pytest.raises(errors.InvalidTypeName) as caught:
         names.validate_type(name)
     assert "content.thumbnail.v1" in str(caught.value)  # the message shows a good name
+
+
+@pytest.mark.parametrize(
+    ("name", "rule"),
+    [
+        ("", "it is empty"),
+        ("Content.thumbnail.v1", "upper-case letters"),
+        ("content.thumbnail", "must end in a version segment such as '.v1', not 'thumbnail'"),
+        ("content.thumbnail.v1.5", "must end in a version segment such as '.v1', not '5'"),
+        ("billing.v1", "at least two segments before the version"),
+        ("content..thumbnail.v1", "empty segment"),
+        ("content.thumbnail.v1.", "empty segment"),
+        ("1content.thumbnail.v1", "segment '1content' must start with a letter"),
+        ("content-x.thumbnail.v1", "segment 'content-x' must start with a letter and hold only"),
+    ],
+)
+def test_an_invalid_type_name_is_told_the_rule_it_breaks(name: str, rule: str) -> None:
+    with pytest.raises(errors.InvalidTypeName) as caught:
+        names.validate_type(name)
+    assert f"invalid workflow type {name!r}: " in str(caught.value)
+    assert rule in str(caught.value)
 
 
 @pytest.mark.parametrize("name", [None, 1, b"content.thumbnail.v1", ["a.b.v1"]])
@@ -173,12 +195,18 @@ def test_classes_themselves_are_not_payloads() -> None:
     ("value", "where"),
     [
         (float("nan"), "payload is NaN"),
-        ({"a": {"b": [0, float("inf")]}}, "payload['a']['b'][1] is NaN"),
-        ([Point(0, 0), {"p": float("nan")}], "payload[1]['p'] is NaN"),
-        ({"s": "a\x00b"}, "payload['s'] contains a NUL"),
+        ({"a": {"b": [0, float("inf")]}}, 'payload["a"]["b"][1] is NaN'),
+        ([Point(0, 0), {"p": float("nan")}], 'payload[1]["p"] is NaN'),
+        ({"s": "a\x00b"}, 'payload["s"] contains a NUL'),
         ({"k\x00": 1}, "payload key 'k\\x00' contains a NUL"),
         ([["x", ["\x00"]]], "payload[0][1][0] contains a NUL"),
-        ({"s": "\udc80"}, "payload['s'] contains a lone surrogate"),
+        ({"s": "\udc80"}, 'payload["s"] contains a lone surrogate'),
+        ({"when": datetime(2030, 1, 1, tzinfo=UTC)}, 'payload["when"]: a value of type datetime'),
+        ({"a": [1, {"b": Decimal("1.5")}]}, 'payload["a"][1]["b"]: a value of type Decimal'),
+        ([Shape("s", [Point(0, 0)]), {"id": uuid.uuid4()}], 'payload[1]["id"]: a value of type'),
+        ({"tags": {"x"}}, 'payload["tags"]: a value of type set is not JSON'),
+        ({"cls": Point}, 'payload["cls"]: a value of type type is not JSON'),
+        ({"k": {(1, 2): "v"}}, 'payload["k"] key (1, 2) is not JSON'),
     ],
 )
 def test_bad_values_are_named_by_their_path(value: Any, where: str) -> None:
@@ -188,7 +216,7 @@ def test_bad_values_are_named_by_their_path(value: Any, where: str) -> None:
 
 
 def test_the_path_names_what_is_being_encoded() -> None:
-    with pytest.raises(errors.InvalidPayload, match=r"result\['x'\]"):
+    with pytest.raises(errors.InvalidPayload, match=r'result\["x"\]'):
         payloads.encode({"x": float("nan")}, what="result")
 
 

@@ -92,6 +92,55 @@ def held_for(seconds: float, client: Client, run_id: str) -> Any:
     return before
 
 
+# -- registration ------------------------------------------------------------------------
+
+
+def _no_payload() -> None: ...
+
+
+def _three(payload: Any, ctx: Any, extra: Any) -> None: ...
+
+
+def _keyword_only(*, payload: Any) -> None: ...
+
+
+async def _async_no_payload() -> None: ...
+
+
+@pytest.mark.parametrize(
+    "handler", [_no_payload, _three, _keyword_only, _async_no_payload, lambda: None, 42]
+)
+def test_a_handler_that_cannot_take_the_payload_is_refused_when_registered(
+    handler: Any,
+) -> None:
+    with pytest.raises(errors.ConfigurationError) as caught:
+        App().register("test.refused.v1", handler)
+    message = str(caught.value)
+    assert message.startswith("the handler of 'test.refused.v1'")
+    assert "`def handler(payload)` or `def handler(payload, ctx)`" in message or (
+        "must be a function" in message
+    )
+    if callable(handler) and hasattr(handler, "__code__"):
+        assert f"{__file__}, line {handler.__code__.co_firstlineno}" in message
+
+
+def _payload_only(payload: Any) -> None: ...
+
+
+def _optional_ctx(payload: Any, ctx: Any = None) -> None: ...
+
+
+def _star(*args: Any) -> None: ...
+
+
+@pytest.mark.parametrize(
+    ("handler", "takes_context"),
+    [(_payload_only, False), (_optional_ctx, True), (_star, True), (dataclasses.asdict, False)],
+)
+def test_handlers_that_take_the_payload_are_accepted(handler: Any, takes_context: bool) -> None:
+    assert App().register("test.accepted.v1", handler).takes_context is takes_context
+
+
 # -- retries and failures ----------------------------------------------------------------
 
 
@@ -229,7 +278,7 @@ def test_a_result_that_is_not_json_fails_the_run_at_once(
 
     assert (run.status, run.attempt, run.result) == (RunStatus.FAILED, 1, None)
     assert ledger.attempts("start", run_id) == [1]
-    assert "result contains a set, which is not JSON" in (run.last_error or "")
+    assert 'result["tags"]: a value of type set is not JSON' in (run.last_error or "")
     assert "use a list instead" in (run.last_error or "")
 
 
@@ -400,9 +449,12 @@ def test_heartbeats_keep_long_handlers_from_being_taken_over(
         assert {e.data["worker_id"] for e in heartbeats} == {run.leased_by}
 
 
-def test_an_outcome_the_store_refuses_fails_alone_and_the_run_is_retried(
+def test_an_outcome_the_store_refuses_fails_alone_and_fails_its_run_at_once(
     store: Store, app: App, client: Client, ledger: Ledger
 ) -> None:
+    """The refused outcome is written alone, so the others of its batch count; its run is
+    failed with OutcomeRefused rather than left leased until the lease expires."""
+
     @app.workflow("test.batch.v1")
     def batch(payload: Any, ctx: Context) -> int:
         ledger.note("start", ctx)
@@ -424,16 +476,14 @@ def test_an_outcome_the_store_refuses_fails_alone_and_the_run_is_retried(
         finished = [wait_terminal(client, run_id) for run_id in runs]
 
     assert [(r.status, r.result) for r in finished] == [(RunStatus.SUCCEEDED, 1)] * 2 + [
-        (RunStatus.SUCCEEDED, 2)
+        (RunStatus.FAILED, None)
     ] + [(RunStatus.SUCCEEDED, 1)] * 2
-    # Its lease expired as if its worker had died: not charged while it shared the worker
-    # with others, then charged once it ran alone (see recovery).
-    assert ledger.attempts("start", poison) == [1, 1, 2]
-    retried = [e for e in client.events(poison) if e.event_type == "retried"]
-    assert [(e.data["reason"], e.data["charged"]) for e in retried] == [
-        ("lease_expired", False),
-        ("lease_expired", True),
-    ]
+    assert ledger.attempts("start", poison) == [1]
+    events = client.events(poison)
+    [failed] = [e for e in events if e.event_type == "failed"]
+    assert failed.data["error"]["type"] == "simpleworkflow.errors.OutcomeRefused"
+    assert "the store refused this outcome" in failed.data["error"]["message"]
+    assert not [e for e in events if e.data.get("reason") == "lease_expired"]
 
 
 def test_writes_with_a_stale_lease_token_are_rejected(store: Store, client: Client) -> None:

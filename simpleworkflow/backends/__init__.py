@@ -15,7 +15,9 @@ def open_backend(url: str | None = None, *, schema: str | None = None) -> Backen
         return PostgresBackend(resolved, schema=config.schema_name(schema))
     from simpleworkflow.backends.sqlite import SQLiteBackend
 
-    return SQLiteBackend(config.sqlite_path(resolved))
+    return SQLiteBackend(
+        config.sqlite_path(resolved), synchronous=config.sqlite_synchronous(resolved)
+    )
 
 
 __all__ = ["Backend", "open_backend"]

@@ -77,6 +77,8 @@ class Backend(RunOps, WorkerOps, JournalOps):
 
     #: The newest migration this code knows.
     latest_version: int
+    #: Which database this is, for people: a file's absolute path, or a masked URL.
+    location: str
     #: Whether :meth:`listen` hears about every write in every process.
     has_notifications: bool = False
 

@@ -102,6 +102,7 @@ class StoreCore(abc.ABC):
             deleted_at=None,
             parent_id=new.parent_id,
             deadline=self.opt_time(row["deadline"]),
+            created=True,
         )
 
     def event_from_row(self, row: Mapping[str, Any]) -> Event:

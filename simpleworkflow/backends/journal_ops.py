@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from datetime import datetime
 from typing import Any
 
 from simpleworkflow.backends.core import StoreCore
@@ -21,6 +22,7 @@ class JournalOps(StoreCore):
                 status=row["status"],
                 output=self.decode_json(row["output"]),
                 attempts=row["attempts"],
+                completed_at=self.opt_time(row["completed_at"]),
             )
             for row in rows
         ]
@@ -58,7 +60,13 @@ class JournalOps(StoreCore):
             for n, step in enumerate(steps)
         ]
         rows = yield self.stmt("record_steps", items=json.dumps(items))
-        return {(row["run_id"], row["step_name"]) for row in rows}
+        done = {(row["run_id"], row["step_name"]) for row in rows}
+        # The batch skips runs whose row another transaction holds locked (see the
+        # statement); one at a time, each of those waits for the lock, then is fenced.
+        for step in steps:
+            if (step.run_id, step.name) not in done and (yield from self._record(step)):
+                done.add((step.run_id, step.name))
+        return done
 
     def _record(self, step: StepRecord) -> Op[list[dict[str, Any]]]:
         events = json.dumps(step.events)
@@ -81,12 +89,12 @@ class JournalOps(StoreCore):
 
     def consume_signal(
         self, step: StepRecord, event: str, match: str | None
-    ) -> Op[tuple[bool, Any] | None]:
+    ) -> Op[tuple[bool, Any, datetime | None] | None]:
         """Take the oldest unconsumed signal ``event`` whose payload contains ``match`` and
         journal it as ``step``'s output, in one transaction.
 
-        Returns ``(True, payload)``, ``None`` when no signal matches, and ``(False, None)``
-        when the lease was lost.
+        Returns ``(True, payload, the time it was sent)``, ``None`` when no signal
+        matches, and ``(False, None, None)`` when the lease was lost.
         """
         if "consume_signal_journaled" in self.q:  # one statement does it all
             rows = yield self.stmt(
@@ -105,7 +113,8 @@ class JournalOps(StoreCore):
             if not rows:
                 return None
             payload = self.decode_json(rows[0]["payload"])
-            return (True, payload) if rows[0]["saved"] else (False, None)
+            sent_at = self.decode_time(rows[0]["created_at"])
+            return (True, payload, sent_at) if rows[0]["saved"] else (False, None, None)
         yield ATOMIC  # the signal is consumed only if its step is journaled
         rows = yield self.stmt(
             "consume_signal",
@@ -120,4 +129,5 @@ class JournalOps(StoreCore):
         payload = self.decode_json(rows[0]["payload"])
         output = json.dumps({"signal": payload})
         saved = yield from self._record(dataclasses.replace(step, output=output))
-        return (True, payload) if saved else (False, None)
+        sent_at = self.decode_time(rows[0]["created_at"])
+        return (True, payload, sent_at) if saved else (False, None, None)

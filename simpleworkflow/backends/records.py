@@ -108,7 +108,12 @@ class RunQuery:
     """Filters and paging for a listing; ``None`` means "any"."""
 
     type_like: str | None = None
+    #: Stored statuses, and kinds of wait (``sleep``, ``signal``, ``child``, ``retry``) a
+    #: pending run is suspended in; a run in any of them is listed.
     statuses: tuple[str, ...] | None = None
+    waits: tuple[str, ...] | None = None
+    #: Also list pending runs due again after a failed attempt.
+    retrying: bool = False
     created_after: datetime | None = None
     created_before: datetime | None = None
     include_deleted: bool = False
@@ -191,16 +196,22 @@ class Suspension:
     """A run that gives its lease back until ``run_at`` (or ``delay`` seconds from now).
 
     ``waiting_for`` is stored on the run for operators, and tells what may wake it early:
-    ``{"event": ..., "match": ...}`` for a signal, ``{"child_id": ...}`` for a child.
+    ``{"event": ..., "match": ...}`` for a signal, ``{"child_id": ...}`` for a child, or
+    ``{"kind": "any", "waits": [...]}`` for several at once. ``events`` are the audit
+    events to write, one per wait: ``{"type": "sleeping", "data": {...}}``.
     """
 
     run_id: str
     token: str
-    event: str  # "sleeping", "waiting", "step_failed" ...
-    data: dict[str, Any]
+    events: list[dict[str, Any]]
     run_at: datetime | None = None
     delay: float = 0.0
     waiting_for: dict[str, Any] | None = None
+
+    @property
+    def event(self) -> str:
+        """What the run waits for, in a word or a few (``waiting, sleeping``), for logs."""
+        return ", ".join(event["type"] for event in self.events)
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +250,7 @@ class JournalEntry:
     status: str  # "completed" or "retrying"
     output: Any
     attempts: int
+    completed_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

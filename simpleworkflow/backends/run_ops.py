@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from collections.abc import Iterable
@@ -18,7 +19,7 @@ from simpleworkflow.backends.records import (
     Statement,
     Stream,
 )
-from simpleworkflow.models import Event, Run
+from simpleworkflow.models import Event, Run, Signal
 
 #: Runs per statement when create_runs streams a large batch.
 CHUNK = 200
@@ -27,9 +28,10 @@ FIRST_CHUNK = 50
 
 
 class RunOps(StoreCore):
-    def create_run(self, new: NewRun) -> Op[tuple[Run, bool]]:
+    def create_run(self, new: NewRun) -> Op[Run]:
         """Insert a run (its ``created`` event comes with it); on a known key, return the
-        run that holds the key and write nothing."""
+        run that holds the key and write nothing, or raise
+        :class:`~simpleworkflow.errors.IdempotencyConflict` if it is of another type."""
         rows = yield self.stmt(
             "create_run",
             id=names.new_run_id(),
@@ -45,12 +47,13 @@ class RunOps(StoreCore):
             deadline_in=new.deadline_seconds,
         )
         if rows:
-            return self.created_run(new, rows[0]), True
-        return (yield from self._existing_by_key(new)), False
+            return self.created_run(new, rows[0])
+        return _found(new, (yield from self._existing_by_key(new)))
 
     def create_runs(self, news: Iterable[tuple[str, NewRun]]) -> Op[list[Run]]:
         """Insert many runs, ``(new id, request)`` each, in one transaction; return the
-        runs in request order, the existing run for each key already taken.
+        runs in request order, the existing run for each key already taken (a key held by
+        a run of another type raises ``IdempotencyConflict``, and nothing is stored).
 
         A large batch goes as several statements of ``CHUNK`` runs (the first of
         ``FIRST_CHUNK``), streamed: on Postgres the next chunk is checked and encoded, and
@@ -72,6 +75,8 @@ class RunOps(StoreCore):
             return self.stmt("create_runs", items=json.dumps(items))
 
         if len(head) <= CHUNK:
+            if any(new.idempotency_key is not None for _, new in head):
+                yield ATOMIC  # a conflict found after the insert must undo it
             take((yield chunk(head)))
         else:
             yield ATOMIC  # all or nothing, as one statement would be
@@ -87,13 +92,17 @@ class RunOps(StoreCore):
             by_key = {row["idempotency_key"]: self.run_from_row(row) for row in found}
         runs = []
         for run_id, new in ordered:
-            run = by_id.get(run_id) or by_key.get(new.idempotency_key)
+            created = by_id.get(run_id)
+            if created is not None:
+                runs.append(created)
+                continue
+            run = by_key.get(new.idempotency_key)
             if run is None:
                 raise errors.StoreUnavailable(
                     f"a run with idempotency key {new.idempotency_key!r} vanished while "
                     "being read; retry the call"
                 )
-            runs.append(run)
+            runs.append(_found(new, run))
         return runs
 
     def _existing_by_key(self, new: NewRun) -> Op[Run]:
@@ -113,7 +122,10 @@ class RunOps(StoreCore):
         rows = yield self.stmt(
             "list_runs",
             type_like=query.type_like,
-            statuses=list(query.statuses) if query.statuses else None,
+            filtered=bool(query.statuses or query.waits or query.retrying),
+            statuses=list(query.statuses or ()),
+            waits=list(query.waits or ()),
+            retrying=query.retrying,
             created_after=query.created_after,
             created_before=query.created_before,
             include_deleted=query.include_deleted,
@@ -139,10 +151,12 @@ class RunOps(StoreCore):
         return cancelled
 
     def delete_run(self, run_id: str) -> Op[bool | None]:
-        """Soft-delete a run. ``None``: no such run; ``False``: already deleted."""
+        """Soft-delete a run, with its ``deleted`` event. ``None``: no such run;
+        ``False``: already deleted."""
         rows = yield self.stmt("delete_run", id=run_id)
         if not rows:
             return False if (yield from self._exists(run_id)) else None
+        yield from self.then("delete_run", id=run_id)
         return True
 
     def _exists(self, run_id: str) -> Op[bool]:
@@ -152,6 +166,22 @@ class RunOps(StoreCore):
     def list_events(self, run_id: str) -> Op[list[Event]]:
         rows = yield self.stmt("list_events", id=run_id)
         return [self.event_from_row(row) for row in rows]
+
+    def list_signals(self, run_id: str) -> Op[list[Signal]]:
+        """The run's signals, oldest first: those a wait consumed, and those still stored."""
+        rows = yield self.stmt("list_signals", id=run_id)
+        return [
+            Signal(
+                id=int(row["id"]),
+                run_id=str(row["run_id"]),
+                event=row["event"],
+                payload=self.decode_json(row["payload"]),
+                created_at=self.decode_time(row["created_at"]),
+                consumed_at=self.opt_time(row["consumed_at"]),
+                step_name=row["step_name"],
+            )
+            for row in rows
+        ]
 
     def send_signal(self, run_id: str, event: str, payload: str) -> Op[SignalSent | str | None]:
         """Store a signal for a run and wake it if it waits for one like it.
@@ -172,6 +202,14 @@ class RunOps(StoreCore):
         yield from self.then("insert_signal", id=run_id, event=event, ids=[signal_id])
         woke = yield self.stmt("wake_for_signal", id=run_id, event=event, payload=payload)
         return SignalSent(signal_id=signal_id, woke=bool(woke))
+
+
+def _found(new: NewRun, run: Run) -> Run:
+    """The run found under ``new``'s key, if it is of the type asked for."""
+    if run.type != new.type:
+        assert new.idempotency_key is not None
+        raise errors.IdempotencyConflict(new.idempotency_key, run.id, run.type, new.type)
+    return dataclasses.replace(run, created=False)
 
 
 def _item(run_id: str, new: NewRun) -> dict[str, object]:

@@ -136,14 +136,14 @@ class WorkerOps(StoreCore):
                     "run_at": None if s.run_at is None else s.run_at.isoformat(),
                     "delay": round(s.delay, 3),
                     "waiting_for": s.waiting_for,
-                    "event": s.event,
-                    "data": s.data,
+                    "events": s.events,
                 }
                 for s in outcomes.suspended
             ]
             done = yield from self._fenced("suspend_runs", suspended)
             if done:
-                # A signal or child result that came while the run was leased wakes it now.
+                # A signal or child result that came while the run was leased wakes it now
+                # (for any of the waits it suspended in).
                 yield self.stmt("wake_suspended", ids=sorted(done))
             accepted |= done
         return accepted

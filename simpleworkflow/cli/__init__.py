@@ -3,7 +3,9 @@
 Each sub-command lives in its own module with a ``register(subparsers)`` function that
 adds its parser and sets ``handler`` (a function of the parsed arguments returning an
 exit code). Errors of the project's tree become one line on stderr and exit code 2, so
-that a script sees a clear message and never a traceback for input it got wrong.
+that a script sees a clear message and never a traceback for input it got wrong. A
+command given without its sub-command (``simpleworkflow``, ``simpleworkflow runs``)
+prints its help and exits 0.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
+import simpleworkflow
 from simpleworkflow import errors
 from simpleworkflow.cli import _common
 
@@ -28,10 +31,14 @@ def _command_modules() -> list[ModuleType]:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="simpleworkflow",
-        description="A durable workflow system on Postgres or SQLite.",
+        description="A durable workflow system on Postgres or SQLite. Start with "
+        "`simpleworkflow demo`; `simpleworkflow COMMAND --help` tells more.",
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"simpleworkflow {simpleworkflow.__version__}"
     )
     _common.add_store_options(parser, top_level=True)
-    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    subparsers = _common.add_commands(parser, dest="command", metavar="COMMAND")
     for module in _command_modules():
         module.register(subparsers)
     return parser

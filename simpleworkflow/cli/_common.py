@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 from collections.abc import Iterator
+from typing import Any
 
-from simpleworkflow import config
+from simpleworkflow import config, errors
 from simpleworkflow.client import Client
 
 
@@ -32,6 +34,17 @@ def add_store_options(parser: argparse.ArgumentParser, *, top_level: bool = Fals
     )
 
 
+def add_commands(parser: argparse.ArgumentParser, *, dest: str, metavar: str) -> Any:
+    """The sub-commands of ``parser``; given none, the command prints its help (exit 0)."""
+
+    def show_help(args: argparse.Namespace) -> int:
+        parser.print_help()
+        return 0
+
+    parser.set_defaults(handler=show_help)
+    return parser.add_subparsers(dest=dest, required=False, metavar=metavar)
+
+
 def add_common_options(parser: argparse.ArgumentParser) -> None:
     """The options of every leaf command: where the store is, and ``--json`` for scripts."""
     add_store_options(parser)
@@ -43,7 +56,28 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
 
 
 @contextlib.contextmanager
-def client_for(args: argparse.Namespace) -> Iterator[Client]:
-    """A client for the store named by ``--database-url`` and ``--schema`` (or the environment)."""
+def client_for(args: argparse.Namespace, *, create: bool = False) -> Iterator[Client]:
+    """A client for the store named by ``--database-url`` and ``--schema`` (or the environment).
+
+    Only commands that write a run or the schema (``create``) may make a new SQLite file:
+    any other command finding no file is a typo or the wrong directory, and an empty new
+    file would only hide that.
+    """
+    if not create:
+        require_existing_file(args.database_url)
     with Client(args.database_url, schema=args.schema) as client:
         yield client
+
+
+def require_existing_file(url: str | None) -> None:
+    """Refuse a SQLite URL whose file does not exist, saying where it was looked for."""
+    resolved = config.database_url(url)
+    if config.scheme(resolved) != "sqlite":
+        return
+    path = config.sqlite_file(resolved)
+    if path is not None and not os.path.exists(path):
+        raise errors.ConfigurationError(
+            f"no database at {path}; check -d/--database-url or ${config.ENV_VAR} and the "
+            "directory you run in, or create it with `simpleworkflow migrate` (a worker or "
+            "`simpleworkflow start` creates it too)"
+        )

@@ -14,11 +14,12 @@ from typing import Any
 
 from simpleworkflow import replay
 from simpleworkflow.backends.records import JournalEntry
-from simpleworkflow.models import Event, Run
+from simpleworkflow.models import Event, Run, Signal
 
 RUN_COLUMNS = ("ID", "TYPE", "STATUS", "ATTEMPT", "PRIORITY", "RUN_AT (UTC)", "CREATED (UTC)")
 EVENT_COLUMNS = ("EVENT", "TIME (UTC)", "TYPE", "DATA")
 STEP_COLUMNS = ("#", "STEP", "KIND", "STATUS", "ATTEMPTS", "OUTPUT")
+SIGNAL_COLUMNS = ("SIGNAL", "EVENT", "SENT (UTC)", "STATUS", "PAYLOAD")
 
 
 def emit_json(document: Any) -> None:
@@ -48,13 +49,19 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+def status_text(run: Run) -> str:
+    """``pending (sleeping)``, ``cancelled (deleted)``: the status and what qualifies it."""
+    notes = [*run.waiting_states, *(["deleted"] if run.deleted_at else [])]
+    return run.status.value + (f" ({', '.join(notes)})" if notes else "")
+
+
 def run_row(run: Run) -> list[str]:
-    status = run.status.value + (" (deleted)" if run.deleted_at else "")
+    status = status_text(run)
     return [
         run.id,
         run.type,
         status,
-        f"{run.attempt}/{run.max_attempts}",
+        f"{run.attempts_made}/{run.max_attempts}",
         str(run.priority),
         when(run.run_at),
         when(run.created_at),
@@ -70,8 +77,8 @@ def run_fields(run: Run) -> str:
     pairs = [
         ("id", run.id),
         ("type", run.type),
-        ("status", run.status.value),
-        ("attempt", f"{run.attempt} of {run.max_attempts}"),
+        ("status", status_text(run)),
+        ("attempts", f"{run.attempts_made} of {run.max_attempts}"),
         ("priority", str(run.priority)),
         ("run_at", when(run.run_at)),
         ("idempotency_key", run.idempotency_key or "-"),
@@ -139,6 +146,21 @@ def steps_table(steps: Sequence[JournalEntry]) -> str:
 
 def _cut(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def signals_table(signals: Sequence[Signal]) -> str:
+    """The run's signals: which wait consumed each, and which are stored for a later one."""
+    rows = [
+        [
+            str(s.id),
+            s.event,
+            when(s.created_at),
+            f"consumed by {s.step_name}" if s.consumed else "pending",
+            _cut(compact_json(s.payload)),
+        ]
+        for s in signals
+    ]
+    return table(SIGNAL_COLUMNS, rows)
 
 
 def events_table(events: Sequence[Event]) -> str:

@@ -379,7 +379,7 @@ def _command_prefix(args: argparse.Namespace) -> str:
     """``simpleworkflow`` plus the store options this demo was given, password hidden."""
     parts = ["simpleworkflow"]
     if args.database_url:
-        parts += ["-d", shlex.quote(migrate.describe_target(args).split(" schema ")[0])]
+        parts += ["-d", shlex.quote(config.mask_url(args.database_url))]
     if args.schema:
         parts += ["--schema", shlex.quote(args.schema)]
     return " ".join(parts)

@@ -7,7 +7,6 @@ and migrations already recorded are skipped.
 from __future__ import annotations
 
 import argparse
-import urllib.parse
 from typing import Any
 
 from simpleworkflow import config
@@ -33,7 +32,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.sql:
         return _print_sql(args)
-    with _common.client_for(args) as client:
+    with _common.client_for(args, create=True) as client:
         applied = client.migrate()
         latest = client.backend.latest_version
     where = describe_target(args)
@@ -63,15 +62,4 @@ def _print_sql(args: argparse.Namespace) -> int:
 
 def describe_target(args: argparse.Namespace) -> str:
     """Which database (and Postgres schema) a command works on, without the password."""
-    url = config.database_url(args.database_url)
-    if config.scheme(url) == "sqlite":
-        return url
-    return f"{_redacted(url)} schema {config.schema_name(args.schema)}"
-
-
-def _redacted(url: str) -> str:
-    parts = urllib.parse.urlsplit(url)
-    if not parts.password:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+    return config.describe(args.database_url, args.schema)

@@ -26,15 +26,22 @@ _RUNTIME = re.compile(r"[a-z][a-z0-9_]{0,31}")
 
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
-        "registry", help="which runtime runs each type; pause and resume types"
+        "registry",
+        help="which runtime runs each type; pause and resume types",
+        description="The registry says which runtime (python, go ...) runs each type, and "
+        "which types are paused. Each ACTION has its own --help.",
     )
-    commands = parser.add_subparsers(dest="registry_command", required=True, metavar="ACTION")
+    commands = _common.add_commands(parser, dest="registry_command", metavar="ACTION")
     for add in (_add_list, _add_set, _add_pause, _add_resume):
         add(commands)
 
 
 def _add_list(commands: Any) -> None:
-    parser = commands.add_parser("list", help="every registered type with its runtime")
+    parser = commands.add_parser(
+        "list",
+        help="every registered type with its runtime",
+        description="Every registered type, the runtime that runs it, and whether it is paused.",
+    )
     _common.add_common_options(parser)
     parser.set_defaults(handler=list_entries)
 
@@ -59,6 +66,8 @@ def _add_pause(commands: Any) -> None:
     parser = commands.add_parser(
         "pause",
         help="stop every worker from claiming a type; its runs wait as pending",
+        description="Stop every worker from claiming TYPE until `registry resume`; runs "
+        "already leased finish, new ones wait as pending.",
     )
     parser.add_argument("type", metavar="TYPE")
     _common.add_common_options(parser)
@@ -66,7 +75,11 @@ def _add_pause(commands: Any) -> None:
 
 
 def _add_resume(commands: Any) -> None:
-    parser = commands.add_parser("resume", help="let workers claim a paused type again")
+    parser = commands.add_parser(
+        "resume",
+        help="let workers claim a paused type again",
+        description="Let the workers of TYPE's runtime claim its runs again.",
+    )
     parser.add_argument("type", metavar="TYPE")
     _common.add_common_options(parser)
     parser.set_defaults(handler=resume, enabled=True)
@@ -86,7 +99,9 @@ def list_entries(args: argparse.Namespace) -> int:
 def set_entry(args: argparse.Namespace) -> int:
     name = names.validate_type(args.type)
     runtime = _checked_runtime(args.runtime)
-    entry = _execute(args, lambda backend: backend.set_registry(name, runtime, args.description))
+    entry = _execute(
+        args, lambda backend: backend.set_registry(name, runtime, args.description), create=True
+    )
     if args.json:
         _output.emit_json(entry_dict(entry))
     else:
@@ -126,9 +141,11 @@ def _switch(args: argparse.Namespace) -> RegistryEntry:
     return entry
 
 
-def _execute(args: argparse.Namespace, make_op: Callable[[Backend], Op[T]]) -> T:
+def _execute(
+    args: argparse.Namespace, make_op: Callable[[Backend], Op[T]], *, create: bool = False
+) -> T:
     """Run one registry op, creating or upgrading the schema where the client would."""
-    with _common.client_for(args) as client:
+    with _common.client_for(args, create=create) as client:
         backend = client.backend
         version = backend.execute(backend.schema_version(), readonly=True)
         if needs_migration(backend, version, auto_migrate=auto_migrates(backend, None)):

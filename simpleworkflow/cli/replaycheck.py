@@ -20,6 +20,7 @@ from simpleworkflow.backends import open_backend
 from simpleworkflow.cli import _common, _output, worker
 from simpleworkflow.client import needs_migration
 from simpleworkflow.replaycheck import ReplayReport
+from simpleworkflow.wording import plural
 from simpleworkflow.worker import IntentPoller
 
 #: Verdicts that stop a deploy. An ``error`` too: a replay that crashed proves nothing.
@@ -65,7 +66,9 @@ def _app_of(target: App | IntentPoller) -> App:
 
 async def _check(app: App, args: argparse.Namespace) -> list[ReplayReport]:
     """Check on ``-d``/``--schema`` if given, else where the app (or environment) points."""
-    backend = open_backend(args.database_url or app.database_url, schema=args.schema or app.schema)
+    url = args.database_url or app.database_url
+    _common.require_existing_file(url)
+    backend = open_backend(url, schema=args.schema or app.schema)
     try:
         # A missing or old schema is an error (exit 2), never "nothing to check": a
         # pipeline pointed at the wrong database must not pass.
@@ -88,4 +91,5 @@ def report_text(reports: Sequence[ReplayReport]) -> str:
     counts = Counter(r.verdict for r in reports)
     tally = ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items()))
     verdict = "ok to deploy" if passed(reports) else "NOT safe to deploy"
-    return f"{_output.table(COLUMNS, rows)}\n\n{len(reports)} runs checked: {tally}; {verdict}"
+    checked = plural(len(reports), "run")
+    return f"{_output.table(COLUMNS, rows)}\n\n{checked} checked: {tally}; {verdict}"

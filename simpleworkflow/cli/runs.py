@@ -5,28 +5,36 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from simpleworkflow import models
+from simpleworkflow import models, names
 from simpleworkflow.cli import _common, _output, start
 
 
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
-        "runs", help="list, show, cancel, delete, wait for and signal runs"
+        "runs",
+        help="list, show, cancel, delete, wait for and signal runs",
+        description="Look at runs and act on them. Each ACTION has its own --help.",
     )
-    commands = parser.add_subparsers(dest="runs_command", required=True, metavar="ACTION")
+    commands = _common.add_commands(parser, dest="runs_command", metavar="ACTION")
     for add in (_add_list, _add_show, _add_cancel, _add_delete, _add_wait, _add_signal):
         add(commands)
 
 
 def _add_list(commands: Any) -> None:
-    parser = commands.add_parser("list", help="list runs, newest first")
+    parser = commands.add_parser(
+        "list",
+        help="list runs, newest first",
+        description="List runs, newest first, a page at a time; --status also takes what a "
+        "pending run waits for (sleeping, waiting-signal, waiting-child, retrying).",
+    )
     parser.add_argument(
         "--status",
         "-s",
         action="append",
-        choices=[s.value for s in models.RunStatus],
+        choices=[*(s.value for s in models.RunStatus), *models.WAITING_STATES],
         metavar="STATUS",
-        help="only runs in this status: pending, leased, succeeded, failed or cancelled "
+        help="only runs in this status: pending, leased, succeeded, failed or cancelled, or "
+        "a pending run that is sleeping, waiting-signal, waiting-child or retrying "
         "(repeat for several)",
     )
     parser.add_argument(
@@ -44,14 +52,24 @@ def _add_list(commands: Any) -> None:
 
 
 def _add_show(commands: Any) -> None:
-    parser = commands.add_parser("show", help="one run, its journal and its audit trail")
+    parser = commands.add_parser(
+        "show",
+        help="one run, its journal, its signals and its audit trail",
+        description="Every field of the run, then its journal (a workflow's steps), the "
+        "signals sent to it, and its audit trail.",
+    )
     parser.add_argument("run_id", metavar="ID")
     _common.add_common_options(parser)
     parser.set_defaults(handler=show)
 
 
 def _add_cancel(commands: Any) -> None:
-    parser = commands.add_parser("cancel", help="cancel a pending or leased run")
+    parser = commands.add_parser(
+        "cancel",
+        help="cancel a pending or leased run",
+        description="Cancel a pending or leased run and its unfinished children; a run that "
+        "has already finished is left as it is (exit 0).",
+    )
     parser.add_argument("run_id", metavar="ID")
     parser.add_argument("--reason", "-r", help="recorded in the cancelled event")
     _common.add_common_options(parser)
@@ -60,7 +78,10 @@ def _add_cancel(commands: Any) -> None:
 
 def _add_delete(commands: Any) -> None:
     parser = commands.add_parser(
-        "delete", help="soft-delete a run: hidden from claims and listings"
+        "delete",
+        help="soft-delete a run: hidden from claims and listings",
+        description="Soft-delete a run: workers no longer claim it and listings hide it "
+        "(runs list --all shows it); its status does not change.",
     )
     parser.add_argument("run_id", metavar="ID")
     _common.add_common_options(parser)
@@ -104,6 +125,12 @@ def _add_signal(commands: Any) -> None:
     parser.set_defaults(handler=signal)
 
 
+def _run_id(args: argparse.Namespace) -> str:
+    """The run id given, checked before any database is opened: a malformed id is
+    refused as such, even where there is no database."""
+    return names.normalize_run_id(args.run_id)
+
+
 def list_runs(args: argparse.Namespace) -> int:
     with _common.client_for(args) as client:
         page = client.list(
@@ -124,23 +151,27 @@ def list_runs(args: argparse.Namespace) -> int:
 
 
 def show(args: argparse.Namespace) -> int:
+    run_id = _run_id(args)
     with _common.client_for(args) as client:
-        run = client.get(args.run_id)
+        run = client.get(run_id)
         steps = client.steps(run.id)
+        signals = client.signals(run.id)
         events = client.events(run.id)
     if args.json:
         _output.emit_json(
             {
                 "run": run.to_dict(),
                 "steps": [_output.step_dict(step) for step in steps],
+                "signals": [s.to_dict() for s in signals],
                 "events": [e.to_dict() for e in events],
             }
         )
         return 0
     print(_output.run_fields(run))
     if steps:
-        print()
-        print(_output.steps_table(steps))
+        print(f"\n{_output.steps_table(steps)}")
+    if signals:
+        print(f"\n{_output.signals_table(signals)}")
     print()
     print(_output.events_table(events) if events else "no events")
     return 0
@@ -148,9 +179,10 @@ def show(args: argparse.Namespace) -> int:
 
 def cancel(args: argparse.Namespace) -> int:
     """Cancel; finding the run already finished is an answer, not an error (exit 0)."""
+    run_id = _run_id(args)
     with _common.client_for(args) as client:
-        cancelled = client.cancel(args.run_id, reason=args.reason)
-        run = client.get(args.run_id)
+        cancelled = client.cancel(run_id, reason=args.reason)
+        run = client.get(run_id)
     if args.json:
         _output.emit_json({"id": run.id, "cancelled": cancelled, "status": run.status.value})
     elif cancelled:
@@ -161,9 +193,10 @@ def cancel(args: argparse.Namespace) -> int:
 
 
 def delete(args: argparse.Namespace) -> int:
+    run_id = _run_id(args)
     with _common.client_for(args) as client:
-        deleted = client.delete(args.run_id)
-        run = client.get(args.run_id)
+        deleted = client.delete(run_id)
+        run = client.get(run_id)
     if args.json:
         _output.emit_json({"id": run.id, "deleted": deleted, "status": run.status.value})
     elif deleted:
@@ -175,8 +208,9 @@ def delete(args: argparse.Namespace) -> int:
 
 def wait(args: argparse.Namespace) -> int:
     """Exit 0 when the run succeeded and 1 when it did not, so scripts can chain on it."""
+    run_id = _run_id(args)
     with _common.client_for(args) as client:
-        run = client.wait(args.run_id, timeout=args.timeout)
+        run = client.wait(run_id, timeout=args.timeout)
     if args.json:
         _output.emit_json(run.to_dict())
     else:
@@ -188,9 +222,9 @@ def wait(args: argparse.Namespace) -> int:
 
 def signal(args: argparse.Namespace) -> int:
     payload = start.parse_payload(start.read_payload_text(args.payload))
+    run_id = _run_id(args)
     with _common.client_for(args) as client:
-        sent = client.signal(args.run_id, args.event, payload)
-        run_id = client.get(args.run_id).id
+        sent = client.signal(run_id, args.event, payload)
     if args.json:
         _output.emit_json(
             {"run_id": run_id, "event": args.event, "signal_id": sent.signal_id, "woke": sent.woke}
@@ -201,7 +235,8 @@ def signal(args: argparse.Namespace) -> int:
         )
     else:
         print(
-            f"signal {args.event!r} stored for run {run_id}; it is not waiting for it now, "
-            "and its next wait for it will consume it"
+            f"signal {args.event!r} stored for run {run_id}; no wait of the run took it now, so "
+            f"it stays stored until a wait_for_event({args.event!r}) whose match its payload "
+            "satisfies consumes it (`simpleworkflow runs show` lists the run's signals)"
         )
     return 0

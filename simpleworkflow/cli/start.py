@@ -63,7 +63,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     payload = parse_payload(read_payload_text(args.payload))
-    with _common.client_for(args) as client:
+    with _common.client_for(args, create=True) as client:
         started = client.start(
             args.type,
             payload,

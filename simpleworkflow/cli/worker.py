@@ -10,16 +10,14 @@ deployment with a typo fails at once instead of idling with nothing to claim.
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
-import os
 import sys
 import time
 from typing import Any
 
 from simpleworkflow import durations, errors
 from simpleworkflow.app import App
-from simpleworkflow.cli import _common
+from simpleworkflow.cli import _common, _imports
 from simpleworkflow.worker import IntentPoller
 
 DEFAULT_ATTRIBUTE = "app"
@@ -134,7 +132,7 @@ def load_target(target: str) -> App | IntentPoller:
         raise errors.ConfigurationError(
             f"cannot read {target!r}: write MODULE:APP, e.g. myservice.workers:app"
         )
-    module = _import(module_name)
+    module = _imports.import_module(module_name, attribute)
     try:
         value = getattr(module, attribute)
     except AttributeError:
@@ -148,20 +146,6 @@ def load_target(target: str) -> App | IntentPoller:
             f"{type(value).__name__}); point at the object made with simpleworkflow.App()"
         )
     return value
-
-
-def _import(module_name: str) -> Any:
-    """Import a module of the project the command runs in, which need not be installed."""
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        return importlib.import_module(module_name)
-    except Exception as exc:
-        # Whatever the module raised (a typo, a missing dependency, a SyntaxError) is
-        # the user's to fix: say what and where, in one line.
-        raise errors.ConfigurationError(
-            f"cannot import module {module_name!r}: {type(exc).__name__}: {exc}"
-        ) from None
 
 
 def build_poller(target: App | IntentPoller, args: argparse.Namespace) -> IntentPoller:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any, TypeVar
 
-from simpleworkflow import errors
+from simpleworkflow import config, errors
 from simpleworkflow.backends import base, queries
 
 try:
@@ -25,6 +25,8 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 T = TypeVar("T")
 _log = logging.getLogger("simpleworkflow.postgres")
 _PACKAGE = __name__
+#: Seconds a first connection may take, unless the URL sets ``connect_timeout``.
+CONNECT_TIMEOUT = 10
 
 
 class PostgresBackend(base.Backend):
@@ -36,6 +38,7 @@ class PostgresBackend(base.Backend):
     def __init__(self, url: str, *, schema: str = "workflow", max_connections: int = 10) -> None:
         self.url = url
         self.schema = schema
+        self.location = f"{config.mask_url(url)} schema {schema}"
         self._quoted = queries.quote_schema(schema)
         self.q = queries.load(_PACKAGE, "queries.sql", self._quoted)
         self._migrations = queries.migration_files(_PACKAGE)
@@ -59,12 +62,19 @@ class PostgresBackend(base.Backend):
             "name": name,
         }
 
+    # A pool that cannot connect logs each failure and retries until its timeout, then
+    # says only that it timed out. So a pool opens after one plain connection succeeded:
+    # a wrong URL, a missing database or role, a server that is down fail at once, with
+    # the server's own reason (see _connect_error).
+
     def _sync_pool(self) -> psycopg_pool.ConnectionPool[Any]:
         with self._lock:
             if self._pool is None:
+                with self._connecting():
+                    psycopg.connect(self.url, **self._connect_options()).close()
                 pool = psycopg_pool.ConnectionPool(**self._pool_options("simpleworkflow"))
                 with _translated("connecting to Postgres"):
-                    pool.open(wait=True, timeout=10)
+                    pool.open(wait=True, timeout=CONNECT_TIMEOUT)
                 self._pool = pool
             return self._pool
 
@@ -73,13 +83,29 @@ class PostgresBackend(base.Backend):
             self._alock = asyncio.Lock()
         async with self._alock:
             if self._apool is None:
+                with self._connecting():
+                    conn = await psycopg.AsyncConnection.connect(
+                        self.url, **self._connect_options()
+                    )
+                await conn.close()
                 pool = psycopg_pool.AsyncConnectionPool(
                     **self._pool_options("simpleworkflow-async")
                 )
                 with _translated("connecting to Postgres"):
-                    await pool.open(wait=True, timeout=10)
+                    await pool.open(wait=True, timeout=CONNECT_TIMEOUT)
                 self._apool = pool
             return self._apool
+
+    def _connect_options(self) -> dict[str, Any]:
+        return {} if "connect_timeout" in self.url else {"connect_timeout": CONNECT_TIMEOUT}
+
+    @contextlib.contextmanager
+    def _connecting(self) -> Iterator[None]:
+        """Turn a failed first connection into one line naming the cause and the fix."""
+        try:
+            yield
+        except psycopg.Error as exc:
+            raise _connect_error(self.url, exc) from exc
 
     # Connections are in autocommit mode: a single-statement op (most of them, thanks to
     # data-modifying CTEs) costs one round trip; ops that start with ATOMIC run inside
@@ -174,7 +200,9 @@ class PostgresBackend(base.Backend):
 
     def migrate(self) -> list[int]:
         applied_now: list[int] = []
-        with _translated("migrating Postgres"), psycopg.connect(self.url) as conn:
+        with self._connecting():
+            conn = psycopg.connect(self.url, **self._connect_options())
+        with _translated("migrating Postgres"), conn:
             # One transaction under an advisory lock: a second `migrate` waits, then finds
             # everything applied and does nothing.
             conn.execute(self.q["migration_lock"], {"key": f"simpleworkflow.migrate.{self.schema}"})
@@ -282,6 +310,24 @@ async def _rows_async(cursor: Any) -> base.Rows | None:
         return await cursor.fetchall()  # type: ignore[no-any-return]
     except psycopg.ProgrammingError:
         return []
+
+
+def _connect_error(url: str, exc: psycopg.Error) -> errors.SimpleWorkflowError:
+    """What a failed first connection means, in one line: the server's (or libpq's) own
+    reason, then what to check. A URL psycopg cannot read is a configuration error."""
+    lines = [" ".join(line.split()) for line in str(exc).splitlines() if line.strip()]
+    reason = " ".join(line if line[-1] in ".?!:" else f"{line}." for line in lines)
+    where = config.mask_url(url)
+    if not isinstance(exc, psycopg.OperationalError):
+        return errors.ConfigurationError(
+            f"cannot use the Postgres URL {where}: {reason} See "
+            "https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-PARAMKEYWORDS "
+            "for what it may contain"
+        )
+    return errors.StoreUnavailable(
+        f"cannot connect to Postgres at {where}: {reason} Check the URL (-d/--database-url "
+        f"or ${config.ENV_VAR}) and that the server is up and lets this user in"
+    )
 
 
 @contextlib.contextmanager

@@ -60,9 +60,20 @@ select * from {schema}workflow_run where idempotency_key = %(idempotency_key)s
 select * from {schema}workflow_run where id = %(id)s
 
 -- name: list_runs
+-- The states asked for are alternatives: a stored status, a pending run suspended in a
+-- wait of one of these kinds (alone, or as one of the waits of kind "any"), or a pending
+-- run due again after a failed attempt.
 select * from {schema}workflow_run
 where (%(type_like)s::text is null or type like %(type_like)s)
-  and (%(statuses)s::text[] is null or status = any(%(statuses)s::text[]))
+  and (not %(filtered)s
+       or status = any(%(statuses)s::text[])
+       or (status = 'pending'
+           and (waiting_for ->> 'kind' = any(%(waits)s::text[])
+                or exists (select 1 from jsonb_array_elements(
+                               case when jsonb_typeof(waiting_for -> 'waits') = 'array'
+                                    then waiting_for -> 'waits' end) as w(wait)
+                           where w.wait ->> 'kind' = any(%(waits)s::text[]))))
+       or (%(retrying)s and status = 'pending' and waiting_for is null and attempt > 0))
   and (%(created_after)s::timestamptz is null or created_at >= %(created_after)s)
   and (%(created_before)s::timestamptz is null or created_at < %(created_before)s)
   and (%(include_deleted)s or deleted_at is null)
@@ -94,19 +105,34 @@ with recursive tree (id) as (
     set run_at = now(), updated_at = now()
     from cancelled c
     where p.id = c.parent_id and p.status = 'pending'
-      and p.waiting_for ->> 'child_id' = c.id::text
+      and exists (
+          select 1
+          from jsonb_array_elements(coalesce(p.waiting_for -> 'waits',
+                                             jsonb_build_array(p.waiting_for))) as w
+          where w ->> 'child_id' = c.id::text
+      )
       and not exists (select 1 from cancelled x where x.id = p.id)
 )
 select id from cancelled order by id = %(id)s::uuid desc
 
 -- name: delete_run
-update {schema}workflow_run
-set deleted_at = now(), updated_at = now()
-where id = %(id)s and deleted_at is null
-returning id
+with deleted as (
+    update {schema}workflow_run
+    set deleted_at = now(), updated_at = now()
+    where id = %(id)s and deleted_at is null
+    returning id
+), deleted_events as (
+    insert into {schema}workflow_event (workflow_id, event_type, data)
+    select id, 'deleted', '{}'::jsonb from deleted
+)
+select id from deleted
 
 -- name: list_events
 select * from {schema}workflow_event where workflow_id = %(id)s order by id
+
+-- name: list_signals
+select id, run_id, event, payload, created_at, consumed_at, step_name
+from {schema}workflow_signal where run_id = %(id)s order by id
 
 -- Worker statements. Every write for a leased run is fenced: it matches only while the
 -- run still carries the lease token the worker was given when it claimed the run.
@@ -260,7 +286,12 @@ with outcomes as (
     set run_at = now(), updated_at = now()
     from done d
     where p.id = d.parent_id and p.status = 'pending'
-      and p.waiting_for ->> 'child_id' = d.id::text
+      and exists (
+          select 1
+          from jsonb_array_elements(coalesce(p.waiting_for -> 'waits',
+                                             jsonb_build_array(p.waiting_for))) as w
+          where w ->> 'child_id' = d.id::text
+      )
 )
 select id from done
 
@@ -289,7 +320,12 @@ with outcomes as (
     set run_at = now(), updated_at = now()
     from done d
     where d.status = 'failed' and p.id = d.parent_id and p.status = 'pending'
-      and p.waiting_for ->> 'child_id' = d.id::text
+      and exists (
+          select 1
+          from jsonb_array_elements(coalesce(p.waiting_for -> 'waits',
+                                             jsonb_build_array(p.waiting_for))) as w
+          where w ->> 'child_id' = d.id::text
+      )
 ), fail_events as (
     insert into {schema}workflow_event (workflow_id, event_type, data)
     select d.id, case when d.status = 'failed' then 'failed' else 'retried' end,
@@ -348,18 +384,28 @@ order by lease_until
 limit 1
 
 -- Durable execution: the journal, suspension, signals, children.
+--
+-- waiting_for holds one wait ({"kind": "signal", "event": ...}, {"kind": "child",
+-- "child_id": ...} ...) or, for a run waiting in parallel branches, {"kind": "any",
+-- "waits": [one wait each]}. The statements that wake a run (here, and woken_parents
+-- above) read both as one list: coalesce(waiting_for -> 'waits', jsonb_build_array(...)).
 
 -- name: load_journal
-select step_name, kind, position, status, output, attempts
+select step_name, kind, position, status, output, attempts, completed_at
 from {schema}workflow_step
 where run_id = %(run_id)s
 order by position
 
 -- name: record_step
 -- Journal a step (fenced by the lease) with its audit events, in one statement.
+-- The lease is checked under FOR SHARE, which conflicts with the row lock of an UPDATE
+-- (FOR KEY SHARE would not): a cancel or a lease rescue that has changed the run but not
+-- committed makes this wait, and then read the run as it left it. A plain read would see
+-- the run still leased, and journal the step after the run's terminal event.
 with lease as (
     select id from {schema}workflow_run
     where id = %(run_id)s and lease_token = %(token)s and status = 'leased'
+    for share
 ), saved as (
     insert into {schema}workflow_step
         (run_id, step_name, kind, position, status, output, attempts, started_at, completed_at)
@@ -383,15 +429,22 @@ with lease as (
 select run_id from saved
 
 -- name: record_steps
--- Journal the steps of many runs at once (group commit), each fenced by its own lease.
+-- Journal the steps of many runs at once (group commit), each fenced by its own lease,
+-- checked under FOR SHARE as in record_step. A run whose row is locked by an UPDATE (a
+-- cancel, a rescue, a heartbeat or an outcome in flight) is skipped rather than waited
+-- for: holding the share locks of some runs while waiting for another could deadlock
+-- with a batched UPDATE that locks them in another order. The caller journals skipped
+-- steps one at a time with record_step, which waits.
 with items as (
     select * from jsonb_to_recordset(%(items)s::jsonb)
         as i(n integer, run_id uuid, token uuid, name text, kind text, position integer,
              status text, output text, attempts integer, started_at timestamptz, events jsonb)
+), locked as (
+    select r.id, r.lease_token from {schema}workflow_run r
+    where r.id = any(array(select run_id from items)) and r.status = 'leased'
+    for share skip locked
 ), leased as (
-    select i.* from items i
-    join {schema}workflow_run r
-      on r.id = i.run_id and r.lease_token = i.token and r.status = 'leased'
+    select i.* from items i join locked r on r.id = i.run_id and r.lease_token = i.token
 ), saved as (
     insert into {schema}workflow_step
         (run_id, step_name, kind, position, status, output, attempts, started_at, completed_at)
@@ -417,10 +470,11 @@ with items as (
 select run_id::text as run_id, step_name from saved
 
 -- name: suspend_runs
+-- One event per wait the run is suspended in (o.events), each with the run's due time.
 with outcomes as (
     select * from jsonb_to_recordset(%(items)s::jsonb)
         as o(id uuid, token uuid, run_at timestamptz, delay float8, waiting_for jsonb,
-             event text, data jsonb)
+             events jsonb)
 ), done as (
     update {schema}workflow_run r
     set status = 'pending',
@@ -435,31 +489,37 @@ with outcomes as (
     returning r.id, r.run_at
 ), suspend_events as (
     insert into {schema}workflow_event (workflow_id, event_type, data)
-    select d.id, o.event, o.data || jsonb_build_object('until', d.run_at)
-    from done d join outcomes o on o.id = d.id
+    select d.id, e.value ->> 'type', (e.value -> 'data') || jsonb_build_object('until', d.run_at)
+    from done d
+    join outcomes o on o.id = d.id
+    cross join jsonb_array_elements(o.events) with ordinality as e(value, n)
+    order by d.id, e.n
 )
 select id from done
 
 -- name: wake_suspended
 -- Second statement of a suspension: a signal or child result that arrived while the run
--- was still leased wakes it at once (the run row lock orders this against senders).
+-- was still leased wakes it at once (the run row lock orders this against senders), for
+-- any of the waits it suspended in.
 update {schema}workflow_run r
 set run_at = now(), updated_at = now()
 where r.id = any(%(ids)s::uuid[])
   and r.status = 'pending'
   and r.run_at > now()
-  and (
-      exists (
-          select 1 from {schema}workflow_signal s
-          where s.run_id = r.id and s.consumed_at is null
-            and s.event = r.waiting_for ->> 'event'
-            and (r.waiting_for -> 'match' is null or s.payload @> (r.waiting_for -> 'match'))
-      )
-      or exists (
-          select 1 from {schema}workflow_run c
-          where c.id = (r.waiting_for ->> 'child_id')::uuid
-            and c.status in ('succeeded', 'failed', 'cancelled')
-      )
+  and exists (
+      select 1
+      from jsonb_array_elements(coalesce(r.waiting_for -> 'waits',
+                                         jsonb_build_array(r.waiting_for))) as w
+      where exists (
+                select 1 from {schema}workflow_signal s
+                where s.run_id = r.id and s.consumed_at is null
+                  and s.event = w ->> 'event'
+                  and (w -> 'match' is null or s.payload @> (w -> 'match'))
+            )
+         -- A scalar subquery, looked up by key for each wait: as "exists" the planner
+         -- may hash every finished run instead.
+         or (select c.status from {schema}workflow_run c
+             where c.id = (w ->> 'child_id')::uuid) in ('succeeded', 'failed', 'cancelled')
   )
 returning r.id
 
@@ -479,21 +539,29 @@ with signal as (
 select id from signal
 
 -- name: wake_for_signal
-update {schema}workflow_run
+-- Wakes the run if any of the waits it is suspended in takes this signal.
+update {schema}workflow_run r
 set run_at = now(), updated_at = now()
-where id = %(id)s
-  and status = 'pending'
-  and run_at > now()
-  and waiting_for ->> 'event' = %(event)s
-  and (waiting_for -> 'match' is null or %(payload)s::jsonb @> (waiting_for -> 'match'))
-returning id
+where r.id = %(id)s
+  and r.status = 'pending'
+  and r.run_at > now()
+  and exists (
+      select 1
+      from jsonb_array_elements(coalesce(r.waiting_for -> 'waits',
+                                         jsonb_build_array(r.waiting_for))) as w
+      where w ->> 'event' = %(event)s
+        and (w -> 'match' is null or %(payload)s::jsonb @> (w -> 'match'))
+  )
+returning r.id
 
 -- name: consume_signal_journaled
 -- Take the oldest matching signal and journal it as the wait's output: one statement, so
 -- a signal is consumed only together with its journal entry, in one round trip.
 with lease as (
+    -- FOR SHARE: see record_step.
     select id from {schema}workflow_run
     where id = %(run_id)s and lease_token = %(token)s and status = 'leased'
+    for share
 ), taken as (
     update {schema}workflow_signal s
     set consumed_at = now(), step_name = %(name)s
@@ -507,7 +575,7 @@ with lease as (
         for update
     ) as c
     where s.id = c.id
-    returning s.run_id, s.payload
+    returning s.run_id, s.payload, s.created_at
 ), saved as (
     insert into {schema}workflow_step
         (run_id, step_name, kind, position, status, output, attempts, started_at, completed_at)
@@ -528,4 +596,4 @@ with lease as (
     cross join jsonb_array_elements(%(events)s::jsonb) with ordinality as e(value, n)
     order by e.n
 )
-select t.payload, exists (select 1 from saved) as saved from taken t
+select t.payload, t.created_at, exists (select 1 from saved) as saved from taken t

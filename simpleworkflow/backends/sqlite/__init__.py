@@ -37,6 +37,10 @@ CHECKPOINT_INTERVAL = 0.1
 # Pages in the WAL at which a commit checkpoints by itself after all, should the
 # background checkpoints fall behind (SQLite's default is 1,000; pages are 4 KiB).
 WAL_BACKSTOP_PAGES = 10_000
+#: ``synchronous`` as the URL chose it (see ``config.sqlite_synchronous``): FULL syncs the
+#: log at every commit, so nothing acknowledged is lost on a power cut; NORMAL only at
+#: checkpoints.
+_SYNCHRONOUS = {"full": "pragma synchronous = full", "normal": "pragma synchronous = normal"}
 
 
 class SQLiteBackend(base.Backend):
@@ -44,8 +48,13 @@ class SQLiteBackend(base.Backend):
 
     name = "sqlite"
 
-    def __init__(self, path: str, *, busy_timeout: float = 30.0) -> None:
+    def __init__(self, path: str, *, busy_timeout: float = 30.0, synchronous: str = "full") -> None:
         self.path = path
+        # A pragma takes no parameters: the statement is chosen, never built.
+        self._synchronous = _SYNCHRONOUS[synchronous]
+        self.location = (
+            "a private in-memory database" if path == ":memory:" else os.path.abspath(path)
+        )
         self.q = queries.load(_PACKAGE, "queries.sql", None)
         self._migrations = queries.migration_files(_PACKAGE)
         self.latest_version = self._migrations[-1][0]
@@ -77,7 +86,7 @@ class SQLiteBackend(base.Backend):
                 conn.execute(f"pragma wal_autocheckpoint = {WAL_BACKSTOP_PAGES}")
             # A checkpointer inherited through fork has no thread in this process.
             self._checkpointer = None
-            conn.execute("pragma synchronous = normal")
+            conn.execute(self._synchronous)
             # Statement journals in memory: a batch's event inserts change a few hundred
             # pages, and past 64 KiB SQLite spilled their undo copies to a file in
             # /var/tmp, in every claim and completion.

@@ -68,9 +68,19 @@ select * from workflow_run where idempotency_key = :idempotency_key
 select * from workflow_run where id = :id
 
 -- name: list_runs
+-- The states asked for are alternatives: a stored status, a pending run suspended in a
+-- wait of one of these kinds (alone, or as one of the waits of kind "any"), or a pending
+-- run due again after a failed attempt.
 select * from workflow_run
 where (:type_like is null or type like :type_like escape '\')
-  and (:statuses is null or status in (select value from json_each(:statuses)))
+  and (not :filtered
+       or status in (select value from json_each(:statuses))
+       or (status = 'pending' and waiting_for is not null
+           and (json_extract(waiting_for, '$.kind') in (select value from json_each(:waits))
+                or exists (select 1 from json_each(waiting_for, '$.waits') as w
+                           where json_extract(w.value, '$.kind')
+                                 in (select value from json_each(:waits)))))
+       or (:retrying and status = 'pending' and waiting_for is null and attempt > 0))
   and (:created_after is null or created_at >= :created_after)
   and (:created_before is null or created_at < :created_before)
   and (:include_deleted or deleted_at is null)
@@ -98,11 +108,13 @@ where status in ('pending', 'leased')
 returning id
 
 -- name: cancel_run_then_1_events
+-- A descendant's event names the parent it was cancelled through, as on Postgres.
 insert into workflow_event (workflow_id, event_type, data)
-select value, 'cancelled',
-       case when value = :id then json(:data)
-            else json_object('reason', 'parent cancelled') end
-from json_each(:ids)
+select i.value, 'cancelled',
+       case when i.value = :id then json(:data)
+            else json_object('reason', 'parent cancelled', 'parent_id', r.parent_id) end
+from json_each(:ids) as i join workflow_run r on r.id = i.value
+order by i.key
 
 -- name: cancel_run_then_2_wake_parents
 -- Through parent_id, as succeed_runs_then_2_wake_parents; a parent cancelled with its
@@ -114,7 +126,12 @@ from (select c.id, c.parent_id from json_each(:ids) as i join workflow_run c on 
     as d
 where workflow_run.id = d.parent_id
   and workflow_run.status = 'pending'
-  and json_extract(workflow_run.waiting_for, '$.child_id') = d.id
+  and exists (
+      select 1
+      from json_each(coalesce(workflow_run.waiting_for -> '$.waits',
+                              json_array(json(workflow_run.waiting_for)))) as w
+      where w.value ->> '$.child_id' = d.id
+  )
 
 -- name: delete_run
 update workflow_run
@@ -123,8 +140,15 @@ set deleted_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
 where id = :id and deleted_at is null
 returning id
 
+-- name: delete_run_then_events
+insert into workflow_event (workflow_id, event_type, data) values (:id, 'deleted', '{}')
+
 -- name: list_events
 select * from workflow_event where workflow_id = :id order by id
+
+-- name: list_signals
+select id, run_id, event, payload, created_at, consumed_at, step_name
+from workflow_signal where run_id = :id order by id
 
 -- Worker statements. Every write for a leased run is fenced: it matches only while the
 -- run still carries the lease token the worker was given when it claimed the run.
@@ -251,8 +275,13 @@ where workflow_run.id = l.id
 returning workflow_run.id
 
 -- name: heartbeat_then_events
+-- Whole seconds as an integer (3, not 3.0), as Postgres writes a float8 in jsonb.
 insert into workflow_event (workflow_id, event_type, data)
-select value, 'heartbeat', json_object('extended_by_seconds', :lease, 'worker_id', :worker_id)
+select value, 'heartbeat',
+       json_object('extended_by_seconds',
+                   case when :lease = cast(:lease as integer) then cast(:lease as integer)
+                        else :lease end,
+                   'worker_id', :worker_id)
 from json_each(:ids)
 where :with_events
 
@@ -296,7 +325,12 @@ from (select c.id, c.parent_id from json_each(:ids) as i join workflow_run c on 
     as d
 where workflow_run.id = d.parent_id
   and workflow_run.status = 'pending'
-  and json_extract(workflow_run.waiting_for, '$.child_id') = d.id
+  and exists (
+      select 1
+      from json_each(coalesce(workflow_run.waiting_for -> '$.waits',
+                              json_array(json(workflow_run.waiting_for)))) as w
+      where w.value ->> '$.child_id' = d.id
+  )
 
 -- name: fail_runs
 update workflow_run
@@ -342,7 +376,12 @@ from (select c.id, c.parent_id from json_each(:ids) as i join workflow_run c on 
       where c.status = 'failed') as d
 where workflow_run.id = d.parent_id
   and workflow_run.status = 'pending'
-  and json_extract(workflow_run.waiting_for, '$.child_id') = d.id
+  and exists (
+      select 1
+      from json_each(coalesce(workflow_run.waiting_for -> '$.waits',
+                              json_array(json(workflow_run.waiting_for)))) as w
+      where w.value ->> '$.child_id' = d.id
+  )
 
 -- name: release_runs
 -- A release keeps the run's suspect mark: giving a run back says nothing about it.
@@ -398,9 +437,15 @@ order by lease_until
 limit 1
 
 -- Durable execution: the journal, suspension, signals, children.
+--
+-- waiting_for holds one wait ({"kind": "signal", "event": ...}, {"kind": "child",
+-- "child_id": ...} ...) or, for a run waiting in parallel branches, {"kind": "any",
+-- "waits": [one wait each]}. The statements that wake a run (here, and the wake_parents
+-- follow-ups above) read both as one list with json_each(coalesce(waiting_for ->
+-- '$.waits', json_array(json(waiting_for)))).
 
 -- name: load_journal
-select step_name, kind, position, status, output, attempts
+select step_name, kind, position, status, output, attempts, completed_at
 from workflow_step
 where run_id = :run_id
 order by position
@@ -449,13 +494,16 @@ where workflow_run.id = o.id
 returning workflow_run.id
 
 -- name: suspend_runs_then_events
+-- One event per wait the run is suspended in, each with the run's due time.
 insert into workflow_event (workflow_id, event_type, data)
-select r.id, json_extract(o.value, '$.event'),
-       json_patch(json_extract(o.value, '$.data'),
+select r.id, json_extract(e.value, '$.type'),
+       json_patch(json_extract(e.value, '$.data'),
                   json_object('until', replace(r.run_at, ' ', 'T') || '+00:00'))
 from json_each(:items) as o
 join workflow_run r on r.id = json_extract(o.value, '$.id')
+cross join json_each(o.value, '$.events') as e
 where r.id in (select value from json_each(:ids))
+order by o.key, e.key
 
 -- name: wake_suspended
 update workflow_run
@@ -464,19 +512,22 @@ set run_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
 where id in (select value from json_each(:ids))
   and status = 'pending'
   and run_at > strftime('%Y-%m-%d %H:%M:%f', 'now')
-  and (
-      exists (
-          select 1 from workflow_signal s
-          where s.run_id = workflow_run.id and s.consumed_at is null
-            and s.event = json_extract(workflow_run.waiting_for, '$.event')
-            and (workflow_run.waiting_for -> '$.match' is null
-                 or json_contains(s.payload, workflow_run.waiting_for -> '$.match'))
-      )
-      or exists (
-          select 1 from workflow_run c
-          where c.id = json_extract(workflow_run.waiting_for, '$.child_id')
-            and c.status in ('succeeded', 'failed', 'cancelled')
-      )
+  and exists (
+      select 1
+      from json_each(coalesce(workflow_run.waiting_for -> '$.waits',
+                              json_array(json(workflow_run.waiting_for)))) as w
+      where exists (
+                select 1 from workflow_signal s
+                where s.run_id = workflow_run.id and s.consumed_at is null
+                  and s.event = w.value ->> '$.event'
+                  and (w.value -> '$.match' is null
+                       or json_contains(s.payload, w.value -> '$.match'))
+            )
+         or exists (
+                select 1 from workflow_run c
+                where c.id = w.value ->> '$.child_id'
+                  and c.status in ('succeeded', 'failed', 'cancelled')
+            )
   )
 returning id
 
@@ -494,14 +545,19 @@ select :id, 'signal_received', json_object('event', :event, 'signal_id', value)
 from json_each(:ids)
 
 -- name: wake_for_signal
+-- Wakes the run if any of the waits it is suspended in takes this signal.
 update workflow_run
 set run_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
     updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
 where id = :id
   and status = 'pending'
   and run_at > strftime('%Y-%m-%d %H:%M:%f', 'now')
-  and json_extract(waiting_for, '$.event') = :event
-  and (waiting_for -> '$.match' is null or json_contains(:payload, waiting_for -> '$.match'))
+  and exists (
+      select 1
+      from json_each(coalesce(waiting_for -> '$.waits', json_array(json(waiting_for)))) as w
+      where w.value ->> '$.event' = :event
+        and (w.value -> '$.match' is null or json_contains(:payload, w.value -> '$.match'))
+  )
 returning id
 
 -- name: consume_signal
@@ -518,4 +574,4 @@ where id = (
       select 1 from workflow_run
       where id = :run_id and lease_token = :token and status = 'leased'
   )
-returning id, payload
+returning id, payload, created_at

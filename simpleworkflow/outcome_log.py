@@ -1,0 +1,103 @@
+"""What a worker says about the attempts it finished.
+
+A failure is one line each (INFO when the run will be retried, WARNING when it failed for
+good): each is worth reading. Successes are most of what a busy worker does, so they are
+summed up: a success after a quiet spell is logged at once, with its run id; the ones that
+follow within ``interval`` seconds wait for one line that counts them by type. The log
+says that work gets done without a line per run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+
+from simpleworkflow.backends.base import Failure, Lease, Suspension
+from simpleworkflow.models import Run
+from simpleworkflow.wording import plural
+
+#: Seconds between two lines about successes, at most one line per interval.
+SUMMARY_INTERVAL = 5.0
+
+
+class OutcomeLog:
+    """Logs finished attempts on ``log``; call :meth:`flush` when the worker stops."""
+
+    def __init__(
+        self,
+        log: logging.Logger,
+        *,
+        interval: float = SUMMARY_INTERVAL,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._log = log
+        self._interval = interval
+        self._clock = clock
+        self._counts: Counter[str] = Counter()
+        self._first: Run | None = None  # named in the line when it is the only one
+        self._last = -float("inf")
+        self._timer: asyncio.TimerHandle | None = None
+
+    def record(self, lease: Lease, outcome: object) -> None:
+        """Log the outcome of one attempt of ``lease.run`` (``None``: nothing to say)."""
+        run = lease.run
+        if isinstance(outcome, Failure):
+            self._failed(run, outcome)
+        elif isinstance(outcome, Suspension):
+            self._log.debug("run %s (%s) suspended: %s", run.id, run.type, outcome.event)
+        elif outcome is not None:
+            self._succeeded(run)
+
+    def _failed(self, run: Run, failure: Failure) -> None:
+        message = failure.data.get("error", {}).get("message", "")
+        if failure.final:
+            self._log.warning(
+                "run %s (%s) failed for good on attempt %d: %s",
+                run.id,
+                run.type,
+                run.attempt + 1,
+                message,
+            )
+        else:
+            self._log.info(
+                "run %s (%s) attempt %d failed: %s; retrying in %.1fs",
+                run.id,
+                run.type,
+                run.attempt + 1,
+                message,
+                failure.delay,
+            )
+
+    def _succeeded(self, run: Run) -> None:
+        self._counts[run.type] += 1
+        self._first = self._first or run
+        wait = self._last + self._interval - self._clock()
+        if wait <= 0:
+            self.flush()
+        elif self._timer is None:
+            try:
+                self._timer = asyncio.get_running_loop().call_later(wait, self.flush)
+            except RuntimeError:  # no event loop to wait on: say it now
+                self.flush()
+
+    def flush(self) -> None:
+        """Log the successes not yet reported, in one line."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        total = sum(self._counts.values())
+        if total == 1 and self._first is not None:
+            first = self._first
+            self._log.info(
+                "run %s (%s) succeeded on attempt %d", first.id, first.type, first.attempt + 1
+            )
+        elif total:
+            by_type = ", ".join(f"{t}: {n}" for t, n in self._counts.most_common())
+            self._log.info("%s succeeded (%s)", plural(total, "run"), by_type)
+        if total:
+            self._last = self._clock()
+        self._counts.clear()
+        self._first = None

@@ -1,0 +1,157 @@
+"""Cancels and lease rescues racing real worker processes, on both stores.
+
+Workers are ``tests/durable_app.py`` processes running ``durable.many.v1``: many short
+steps in a row, each noting in a ledger (a file outside the engine) that it began, and
+when. Afterwards every run's audit trail must end with its terminal event (nothing is
+written after ``cancelled``, ``failed`` or ``succeeded``), and a cancelled run's journal
+holds only steps whose completion was recorded before the cancel.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import Store
+from test_durable_processes import Workers
+from worker_app import Ledger, wait_until
+
+from simpleworkflow import Client, RunStatus
+
+MANY = "durable.many.v1"
+GATED = "durable.gated.v1"
+TERMINAL = {"succeeded", "failed", "cancelled"}
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Ledger:
+    return Ledger(tmp_path / "ledger.jsonl")
+
+
+@pytest.fixture
+def workers(store: Store, ledger: Ledger, tmp_path: Path) -> Iterator[Workers]:
+    started = Workers(store, ledger, tmp_path)
+    try:
+        yield started
+    finally:
+        for worker in started.started:
+            if worker.proc.poll() is None:
+                worker.proc.send_signal(signal.SIGCONT)  # a frozen worker cannot die
+        started.close()
+
+
+def steps_begun(ledger: Ledger, run_id: str) -> int:
+    return len(ledger.entries("step", run=run_id))
+
+
+def wait_begun(ledger: Ledger, run_ids: list[str], count: int, log: str = "") -> None:
+    wait_until(
+        lambda: all(steps_begun(ledger, run_id) >= count for run_id in run_ids),
+        30,
+        lambda: f"steps begun: {[steps_begun(ledger, r) for r in run_ids]}\n{log}",
+    )
+
+
+def wait_finished(client: Client, run_ids: list[str], timeout: float = 60) -> None:
+    wait_until(
+        lambda: all(client.get(run_id).is_terminal for run_id in run_ids),
+        timeout,
+        lambda: f"statuses: {[client.get(r).status.value for r in run_ids]}",
+    )
+
+
+def assert_fenced(client: Client, run_id: str) -> None:
+    """The audit trail ends with the terminal event; a cancelled run journaled no step
+    whose completion came after the cancel."""
+    events = [e for e in client.events(run_id) if e.event_type != "heartbeat"]
+    types = [e.event_type for e in events]
+    ends = [i for i, kind in enumerate(types) if kind in TERMINAL]
+    tail = types[max(ends[0] - 2, 0) :] if ends else types[-5:]
+    assert len(ends) == 1 and ends[0] == len(types) - 1, f"run {run_id} ends with {tail}"
+    if types[-1] != "cancelled":
+        return
+    before_cancel = {e.data["step"] for e in events if e.event_type == "step_completed"}
+    journaled = {s.step_name for s in client.steps(run_id) if s.status == "completed"}
+    assert journaled <= before_cancel, f"run {run_id}: journaled after the cancel"
+
+
+def test_cancels_racing_steps_leave_nothing_after_the_cancel(
+    store: Store, client: Client, workers: Workers, ledger: Ledger
+) -> None:
+    worker = workers.start("w-1")
+    run_ids = [client.start(MANY, {"steps": 2000}).id for _ in range(8)]
+    wait_begun(ledger, run_ids, 3, worker.log())
+    rng = random.Random(7)
+    for run_id in run_ids:
+        time.sleep(rng.uniform(0, 0.02))  # lands anywhere in a step's few milliseconds
+        assert client.cancel(run_id)
+    wait_finished(client, run_ids)
+    for run_id in run_ids:
+        assert client.get(run_id).status is RunStatus.CANCELLED
+        assert_fenced(client, run_id)
+
+
+def test_lease_rescues_racing_a_frozen_worker_leave_nothing_after_the_end(
+    store: Store, client: Client, workers: Workers, ledger: Ledger
+) -> None:
+    """Worker A is frozen (SIGSTOP) past its 2 s lease again and again while worker B
+    rescues its runs, and thawed (SIGCONT) at moments that race B's rescues."""
+    frozen = workers.start("w-frozen")
+    payload = {"steps": 300, "pause": 0.01}
+    run_ids = [client.start(MANY, payload, max_attempts=20).id for _ in range(6)]
+    wait_begun(ledger, run_ids, 3, frozen.log())
+    rescuer = workers.start("w-rescuer")
+    rng = random.Random(11)
+    for _ in range(4):  # a freeze may catch it holding SQLite's write lock: no rescue then
+        frozen.proc.send_signal(signal.SIGSTOP)
+        time.sleep(2.0 + rng.uniform(0.2, 1.5))
+        frozen.proc.send_signal(signal.SIGCONT)
+        time.sleep(rng.uniform(0.2, 0.8))
+    wait_finished(client, run_ids, timeout=90)
+    rescued = 0
+    for run_id in run_ids:
+        run = client.get(run_id)
+        assert run.status is RunStatus.SUCCEEDED, (run.status, run.last_error)
+        assert run.result == payload["steps"]
+        assert_fenced(client, run_id)
+        rescued += any(
+            e.event_type == "retried" and e.data.get("reason") == "lease_expired"
+            for e in client.events(run_id)
+        )
+    assert rescued, f"no run was rescued: the test raced nothing\n{rescuer.log()}"
+
+
+def test_no_step_begins_once_cancel_has_returned(
+    store: Store, client: Client, workers: Workers, ledger: Ledger, tmp_path: Path
+) -> None:
+    """Runs wait between two steps (outside any step) for a gate the test opens right
+    after ``cancel()`` returned; no second step may begin.
+
+    On SQLite the worker learns of another process's cancel only at its next look at its
+    leases (every half second), so it now reads the run's status before each step. On
+    Postgres the cancel's notification reaches the worker a moment after the commit; the
+    gate opens a moment after that, so the second step is not expected to begin there
+    either, though Postgres promises only the notification. Either way nothing is
+    journaled after the cancel.
+    """
+    worker = workers.start("w-1")
+    gate = tmp_path / "gate"
+    run_ids = [client.start(GATED, {"gate": str(gate)}).id for _ in range(4)]
+    wait_until(
+        lambda: len(ledger.entries("gate")) == len(run_ids),
+        30,
+        lambda: f"at the gate: {len(ledger.entries('gate'))}\n{worker.log()}",
+    )
+    for run_id in run_ids:
+        assert client.cancel(run_id)
+    gate.touch()
+    wait_finished(client, run_ids)
+    time.sleep(1.0)  # longer than a SQLite worker takes to notice a cancel by itself
+    for run_id in run_ids:
+        assert_fenced(client, run_id)
+        begun = [e["step"] for e in ledger.entries("step", run=run_id)]
+        assert begun == ["before"], f"steps begun: {begun}"
