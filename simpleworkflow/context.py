@@ -7,7 +7,10 @@ In an ``async def`` body every durable call is awaited (``await ctx.step(...)``)
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import contextvars
+import functools
 import inspect
 import json
 import random as _random
@@ -51,6 +54,7 @@ class Context:
         backend: Backend | None = None,
         async_body: bool = True,
         steps: StepJournal | None = None,
+        executor: concurrent.futures.Executor | None = None,
     ) -> None:
         self.run = run
         self.worker_id = worker_id
@@ -59,6 +63,7 @@ class Context:
         self._stop_reason: str | None = None
         self._on_stop: list[Callable[[], Any]] = []
         self._async_body = async_body
+        self._executor = executor  # for plain def steps of an async body (None: the loop's)
         self._loop = asyncio.get_running_loop()
         self._backend = backend
         self._durable = (
@@ -163,7 +168,7 @@ class Context:
                     if inspect.iscoroutinefunction(fn):
                         value = await fn(*args, **kwargs)
                     else:
-                        value = await asyncio.to_thread(fn, *args, **kwargs)
+                        value = await self._in_thread(fn, *args, **kwargs)
                 races.note_now(durable.db_now)
                 text = durable.encode(name, value)
             except Exception as exc:
@@ -487,6 +492,12 @@ class Context:
             return _counted(self._durable, coro, convert)
         value = self._bridge(coro)
         return convert(value) if convert else value
+
+    def _in_thread(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Awaitable[Any]:
+        """Call plain ``fn`` in the worker's step pool (outside a worker, the loop's own),
+        in a copy of this task's context, as ``asyncio.to_thread`` would."""
+        call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+        return self._loop.run_in_executor(self._executor, call)
 
     def _bridge(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()

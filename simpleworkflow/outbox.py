@@ -7,23 +7,20 @@ import dataclasses
 import json
 import logging
 from collections.abc import Hashable
-from dataclasses import dataclass
 
 from simpleworkflow import errors, payloads
-from simpleworkflow.backends.base import Backend, Failure, Outcomes, Success, Suspension
+from simpleworkflow.backends.base import (
+    Backend,
+    Failure,
+    Outcomes,
+    Release,
+    Success,
+    Suspension,
+)
 from simpleworkflow.groupcommit import GroupCommit
 from simpleworkflow.wording import plural
 
 _log = logging.getLogger("simpleworkflow.worker")
-
-
-@dataclass(frozen=True, slots=True)
-class Release:
-    """Give a leased run back untouched (no attempt counted), e.g. at shutdown."""
-
-    run_id: str
-    token: str
-
 
 Item = Success | Failure | Release | Suspension
 
@@ -74,7 +71,7 @@ class Outbox(GroupCommit[Item]):
         outcomes = Outcomes(
             succeeded=[i for i in items if isinstance(i, Success)],
             failed=[i for i in items if isinstance(i, Failure)],
-            released=[(i.run_id, i.token) for i in items if isinstance(i, Release)],
+            released=[i for i in items if isinstance(i, Release)],
             suspended=[i for i in items if isinstance(i, Suspension)],
         )
         pause = 0.2

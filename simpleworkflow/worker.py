@@ -2,29 +2,28 @@
 
 One event loop does all the bookkeeping: a claim loop that leases as many runs as there
 are free slots in one statement, a heartbeat task that extends every held lease in one
-statement, a reaper that turns expired leases (crashed workers) into failed attempts,
+statement, a reaper that recovers expired leases (crashed workers, see ``recovery``),
 a listener for wake-ups and cancellations, and the outbox that group-commits outcomes.
-Sync handlers run in a thread pool, async ones on the loop.
+Sync handlers run in a thread pool, async ones on the loop; ``shutdown`` stops them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import heapq
 import logging
 import os
-import random
 import signal
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from simpleworkflow import durations, errors, execution, names
+from simpleworkflow import durations, errors, execution, names, recovery, shutdown
 from simpleworkflow.app import App, Definition
+from simpleworkflow.attempts import Attempt, Threads, TrackedExecutor, charge_to
 from simpleworkflow.backends import Backend, open_backend
 from simpleworkflow.backends.base import (
     CANCELLED,
@@ -38,26 +37,15 @@ from simpleworkflow.backends.base import (
 from simpleworkflow.client import auto_migrates, needs_migration
 from simpleworkflow.context import Context
 from simpleworkflow.durable import StepJournal
-from simpleworkflow.outbox import Outbox, Release
+from simpleworkflow.outbox import Outbox
 from simpleworkflow.outcome_log import OutcomeLog
 from simpleworkflow.wording import plural
 
 _log = logging.getLogger("simpleworkflow.worker")
 RUNTIME = "python"
-STOP_WAIT = 1.0  # seconds a handler told to stop at shutdown has before its run is released
 # How often a worker on a store without cross-process notifications (SQLite) checks
 # whether another process wrote to it: a shared-memory read, so cheap to do this often.
 WATCH_INTERVAL = 0.005
-
-
-@dataclass
-class _Active:
-    lease: Lease
-    ctx: Context
-    task: asyncio.Task[None]
-    # The handler returned and its outcome is being written: a lease check that reads
-    # the run after that write commits finds the lease gone, which is not a lost lease.
-    finishing: bool = False
 
 
 class IntentPoller:
@@ -100,7 +88,7 @@ class IntentPoller:
         self._backend = backend or open_backend(
             database_url or self.app.database_url, schema=schema or self.app.schema
         )
-        self._active: dict[str, _Active] = {}
+        self._active: dict[str, Attempt] = {}
         self._steps: StepJournal | None = None
         self._types: list[str] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -109,7 +97,10 @@ class IntentPoller:
         self._woken = True
         self._timer: asyncio.TimerHandle | None = None
         self._due: list[float] = []  # loop times at which runs we heard of become due
-        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._executor: TrackedExecutor | None = None  # sync handlers
+        self._step_executor: TrackedExecutor | None = None  # sync steps of async bodies
+        self._exiting = False  # run() ends the process: what still runs stops with it
+        self._draining: list[Attempt] = []  # at shutdown: attempts that may still run
         self._outcomes = OutcomeLog(_log)
 
     def workflow(self, type: str, **options: Any) -> Callable[[Any], Any]:
@@ -124,27 +115,31 @@ class IntentPoller:
     # -- running ---------------------------------------------------------------------
 
     def run(self) -> None:
-        """Work until SIGTERM or SIGINT, then shut down gracefully; a second signal exits now."""
+        """Work until SIGTERM or SIGINT, then shut down gracefully; a second signal exits now.
+
+        Returns (or exits) within ``shutdown_grace`` plus a few seconds, whatever the
+        handlers' threads do: see ``shutdown``."""
+        self._exiting = True
         asyncio.run(self._run_with_signals())
-        if self._executor is not None and any(
-            thread.is_alive() for thread in getattr(self._executor, "_threads", ())
-        ):
-            # A sync handler ignored the stop request; its lease is already released.
-            _log.warning("exiting with sync handlers still running; their runs were released")
-            logging.shutdown()
-            os._exit(0)
+        if _threads_outlive(shutdown.STOP_WAIT):
+            # Threads no attempt owned (a handler's own): the interpreter's exit would wait
+            # for them, maybe forever.
+            _log.warning("exiting with threads of handlers still running")
+            _exit_now()
 
     async def _run_with_signals(self) -> None:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._on_signal, signum)
+        # The loop is ours: threads a handler starts with asyncio.to_thread count as its
+        # attempt's, and the loop's teardown waits for none of them.
+        loop.set_default_executor(TrackedExecutor(name="simpleworkflow-default", join=False))
         await self.run_async()
 
     def _on_signal(self, signum: int) -> None:
         if self._stopping:
             _log.warning("second %s: exiting at once", signal.Signals(signum).name)
-            logging.shutdown()
-            os._exit(1)
+            _exit_now(1)
         _log.info(
             "%s: finishing running handlers, then stopping (a second Ctrl-C or SIGTERM exits "
             "at once)",
@@ -172,9 +167,9 @@ class IntentPoller:
             )
         self._loop = asyncio.get_running_loop()
         self._signal = asyncio.Event()
-        self._executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=self.concurrency, thread_name_prefix="simpleworkflow-handler"
-        )
+        self._draining = []
+        self._executor = TrackedExecutor(self.concurrency, name="simpleworkflow-handler")
+        self._step_executor = TrackedExecutor(name="simpleworkflow-step")
         backend = self._backend
         await self._prepare_schema()
         await backend.execute_async(backend.register_types(self._types, RUNTIME))
@@ -184,7 +179,9 @@ class IntentPoller:
             asyncio.create_task(outbox.run(), name="outbox"),
             asyncio.create_task(self._steps.run(), name="journal"),
             asyncio.create_task(self._heartbeats(), name="heartbeats"),
-            asyncio.create_task(self._reaper(), name="reaper"),
+            asyncio.create_task(
+                recovery.reap(backend, self._types, RUNTIME, self._on_recovered), name="reaper"
+            ),
             asyncio.create_task(backend.listen(self._on_message), name="listen"),
             asyncio.create_task(self._report_unknown_versions(), name="versions"),
         ]
@@ -203,14 +200,41 @@ class IntentPoller:
         try:
             await self._claim_loop(outbox)
         finally:
-            await self._drain(outbox)
+            running = await self._stop_attempts(outbox)
             for task in helpers:
                 task.cancel()
             await asyncio.gather(*helpers, return_exceptions=True)
             self._executor.shutdown(wait=False, cancel_futures=True)
+            self._step_executor.shutdown(wait=False, cancel_futures=True)
             await backend.aclose()
             self._outcomes.flush()
+            if running:
+                shutdown.Lingering(
+                    backend, self.worker_id, self.lease_duration, running, self.heartbeat_events
+                ).start()
             _log.info("worker %s stopped", self.worker_id)
+
+    async def _stop_attempts(self, outbox: Outbox) -> list[Attempt]:
+        """Shut down gracefully (see ``shutdown``); return the attempts still running.
+        A worker process exits here under them; embedded, they keep their runs leased
+        until their code returns."""
+        attempts = self._draining = list(self._active.values())
+        running = await shutdown.drain(attempts, outbox, self.shutdown_grace, exiting=self._exiting)
+        if running and self._exiting:
+            self._outcomes.flush()
+            _log.warning(
+                "exiting with %s still running; their runs are due again in %gs",
+                plural(len(running), "handler"),
+                shutdown.EXIT_DELAY,
+            )
+            _exit_now()
+        if running:
+            _log.warning(
+                "%s still running after the worker stopped; their runs stay leased until "
+                "they return",
+                plural(len(running), "handler"),
+            )
+        return running
 
     async def _prepare_schema(self) -> None:
         backend = self._backend
@@ -257,7 +281,10 @@ class IntentPoller:
     def _free_slots(self) -> int:
         """Slots for new runs. A run whose handler has returned no longer holds one while
         its outcome is written, so the next claim overlaps that write instead of waiting
-        for it; at most ``concurrency`` such writes are waited for at a time."""
+        for it; at most ``concurrency`` such writes are waited for at a time. A suspect
+        (see ``recovery``) runs alone: while it runs there are none."""
+        if any(active.lease.isolated for active in self._active.values()):
+            return 0
         running = sum(1 for active in self._active.values() if not active.finishing)
         return min(self.concurrency - running, 2 * self.concurrency - len(self._active))
 
@@ -271,6 +298,7 @@ class IntentPoller:
             runtime=RUNTIME,
             versions={d.type: d.version for d in definitions},
             known=tuple(f"{d.type}@{v}" for d in definitions for v in d.known_versions),
+            alone=not self._active,
         )
 
     async def _claim(self, limit: int) -> list[Lease]:
@@ -305,11 +333,16 @@ class IntentPoller:
             backend=self._backend,
             async_body=definition.is_async,
             steps=self._steps,
+            executor=self._step_executor,
         )
-        task = asyncio.create_task(self._execute(lease, ctx, outbox), name=f"run-{lease.run.id}")
-        self._active[lease.run.id] = _Active(lease, ctx, task)
+        threads = Threads()
+        task = asyncio.create_task(
+            self._execute(lease, ctx, outbox, threads), name=f"run-{lease.run.id}"
+        )
+        self._active[lease.run.id] = Attempt(lease, ctx, task, threads)
 
-    async def _execute(self, lease: Lease, ctx: Context, outbox: Outbox) -> None:
+    async def _execute(self, lease: Lease, ctx: Context, outbox: Outbox, threads: Threads) -> None:
+        charge_to(threads)
         definition: Definition = self.app.definitions[lease.run.type]
         assert self._executor is not None
         try:
@@ -335,10 +368,12 @@ class IntentPoller:
         finally:
             if self._own(lease) is not None:
                 del self._active[lease.run.id]
+                # Empty now: the moment to take a suspect, if one waits (see recovery).
+                self._woken = self._woken or not self._active
             if self._signal is not None:
                 self._signal.set()
 
-    def _own(self, lease: Lease) -> _Active | None:
+    def _own(self, lease: Lease) -> Attempt | None:
         """This attempt's entry. Once a suspension is recorded the run may be due at once
         (a signal came) and claimed again by this worker before the attempt has cleaned
         up: the entry under its id is then the next attempt's, which it must leave alone."""
@@ -380,11 +415,15 @@ class IntentPoller:
             self._apply(states)
 
     def _held(self) -> list[tuple[str, str]]:
-        return [
-            (run_id, active.lease.token)
-            for run_id, active in self._active.items()
-            if not (active.ctx.is_cancelled() or active.finishing)
-        ]
+        """Leases to keep: those of attempts whose code runs, also when asked to stop at
+        shutdown (until it has stopped, the run must not expire into other hands)."""
+        attempts = [*(a for a in self._draining if not a.stopped), *self._active.values()]
+        held = {
+            a.lease.run.id: a.lease.token
+            for a in attempts
+            if not (a.finishing or a.ctx.stop_reason in ("cancelled", "lease lost"))
+        }
+        return list(held.items())
 
     def _apply(self, states: Mapping[str, str]) -> None:
         for run_id, state in states.items():
@@ -450,67 +489,11 @@ class IntentPoller:
         self._wake_in(0.0)
         self._arm()
 
-    async def _reaper(self) -> None:
-        """Turn leases that expired (their worker died or stalled) into failed attempts."""
-        interval = max(1.0, min(self.lease_duration / 2, 30.0))
-        while True:
-            try:
-                op = self._backend.reap_expired(self._types, 100, self._expired, RUNTIME)
-                reaped = await self._backend.execute_async(op)
-            except errors.StoreUnavailable as exc:
-                _log.warning("reaping expired leases failed (%s)", exc)
-                reaped = 0
-            if reaped:
-                _log.info("recovered %s whose lease expired", plural(reaped, "run"))
-                self._on_message("wake", "")
-                continue
-            await asyncio.sleep(interval * (0.8 + 0.4 * random.random()))
-
-    def _expired(self, row: Mapping[str, Any]) -> Failure:
-        definition = self.app.definitions[row["type"]]
-        failures = row["attempt"] + 1
-        final = failures >= row["max_attempts"]
-        message = (
-            f"lease expired: worker {row['leased_by']} stopped renewing it "
-            "(it crashed, was killed, or stalled)"
-        )
-        token = row["lease_token"]
-        return Failure(
-            run_id=str(row["id"]),
-            token=None if token is None else str(token),
-            final=final,
-            delay=0.0 if final else definition.retry.delay(failures),
-            error=message,
-            data={
-                "reason": "lease_expired",
-                "worker_id": row["leased_by"],
-                "error": {"type": "LeaseExpired", "message": message},
-            },
-        )
-
-    # -- shutdown --------------------------------------------------------------------
-
-    async def _drain(self, outbox: Outbox) -> None:
-        """Let running handlers finish within the grace period, then give the rest back."""
-        tasks = [active.task for active in self._active.values()]
-        if tasks:
-            _log.info(
-                "waiting up to %gs for %s", self.shutdown_grace, plural(len(tasks), "handler")
-            )
-            await asyncio.wait(tasks, timeout=self.shutdown_grace)
-        leftovers = list(self._active.values())
-        for active in leftovers:
-            active.ctx._request_stop("shutdown")
-        if leftovers:
-            # Handlers that honour the request get a moment to stop before their runs are
-            # given back; once ``run`` returns, the process exits under whatever still runs.
-            await asyncio.wait([a.task for a in leftovers], timeout=STOP_WAIT)
-        releases = [outbox.record(Release(a.lease.run.id, a.lease.token)) for a in leftovers]
-        if releases:
-            released = await asyncio.gather(*releases, return_exceptions=True)
-            count = sum(r is True for r in released)
-            _log.info("released %s", plural(count, "unfinished run"))
-        await outbox.drained()
+    def _on_recovered(self, failures: list[Failure]) -> None:
+        """The reaper gave runs back: claim them when due (on SQLite no notification says
+        so; other processes see the file change)."""
+        for failure in failures:
+            self._wake_in(_due_in(failure))
 
 
 def _due_in(outcome: object) -> float:
@@ -522,6 +505,23 @@ def _due_in(outcome: object) -> float:
             return max((outcome.run_at - datetime.now(UTC)).total_seconds(), 0.001)
         return max(outcome.delay, 0.001)
     return float("inf")
+
+
+def _threads_outlive(timeout: float) -> bool:
+    """Whether threads the interpreter would wait for at exit are still running after
+    ``timeout`` seconds (idle threads of the pools end at once)."""
+    deadline = time.monotonic() + timeout
+    current = threading.current_thread()
+    others = [t for t in threading.enumerate() if t is not current and not t.daemon]
+    for thread in others:
+        thread.join(max(deadline - time.monotonic(), 0.0))
+    return any(thread.is_alive() for thread in others)
+
+
+def _exit_now(status: int = 0) -> None:
+    """End the process without waiting for threads that may never return."""
+    logging.shutdown()
+    os._exit(status)
 
 
 def _checked_prefix(prefix: str) -> str:

@@ -82,3 +82,25 @@ def test_smallest_run_reports_every_metric(postgres_url: str, tmp_path: Path) ->
     assert doc["options"]["postgres_url"] is None  # a URL may carry a password
     assert picture.read_bytes().startswith(b"\x89PNG")
     assert "| metric" in done.stdout
+
+
+def test_the_recovery_benchmark_runs_and_reports_its_figures(postgres_url: str) -> None:
+    """``python -m benchmarks.recovery`` at its smallest: a 2 s lease, one worker killed."""
+    command = [
+        sys.executable, "-m", "benchmarks.recovery",
+        "--stores", ",".join(STORES),
+        "--victims", "1",
+        "--lease", "2",
+        "--postgres-url", postgres_url,
+        "--json",
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = json.loads(done.stdout)
+    assert list(doc) == STORES
+    for store in STORES:
+        figures = doc[store]
+        assert figures["runs"] == 5 and figures["lease_s"] == 2
+        for name in ("recovery", "after_expiry"):
+            p50, p99 = figures[f"{name}_p50_s"], figures[f"{name}_p99_s"]
+            assert math.isfinite(p50) and p50 <= p99 <= figures[f"{name}_max_s"], (store, name)

@@ -18,9 +18,10 @@ from simpleworkflow import config, matching
 TYPE = "bench.noop.v1"
 
 
+@pytest.mark.parametrize("alone", [False, True])
 @pytest.mark.parametrize("registered", [False, True])
 def test_the_claim_reads_the_claim_index_not_every_pending_run(
-    store: Store, registered: bool
+    store: Store, registered: bool, alone: bool
 ) -> None:
     if store.kind != "postgres":
         pytest.skip("a Postgres plan")
@@ -38,6 +39,7 @@ def test_the_claim_reads_the_claim_index_not_every_pending_run(
         "lease": 30.0,
         "versions": json.dumps({TYPE: "1"}),
         "known": [f"{TYPE}@1"],
+        "alone": alone,
     }
     with psycopg.connect(store.url) as conn:
         conn.execute(f'analyze "{store.schema}".workflow_run'.encode())
@@ -46,6 +48,8 @@ def test_the_claim_reads_the_claim_index_not_every_pending_run(
     backend.close()
     plan = "\n".join(row[0] for row in rows)
     assert "Index Scan using idx_workflow_run_claim" in plan, plan
+    # Suspects (runs rescued from dead workers) are looked for in their own small index.
+    assert "Index Scan using idx_workflow_run_suspects" in plan, plan
     assert "Seq Scan on workflow_run" not in plan, plan
 
 
@@ -108,6 +112,8 @@ def test_no_sqlite_batch_statement_reads_every_run(store: Store, analyzed: bool)
             plan = [str(row[3]) for row in rows]
             scans = [step for step in plan if re.match(r"SCAN (workflow_run|r|c)\b", step)]
             assert not scans, f"{name} reads through workflow_run:\n" + "\n".join(plan)
+            if name == "claim":  # suspects: never by walking every due run
+                assert "SCAN s USING INDEX idx_workflow_run_suspects" in plan, plan
 
 
 @pytest.mark.parametrize("analyzed", [False, True])

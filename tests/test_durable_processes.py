@@ -160,7 +160,8 @@ def test_a_worker_killed_at_any_step_boundary_never_reruns_a_journaled_step(
         assert journaled[run_id] == before_kill, case
         run = client.get(run_id)
         assert run.result == expected_values(seed), case
-        assert run.attempt == 1, f"{case}: the kill counts as one failed attempt"
+        # The worker held many runs when it died: none is charged for it (see recovery).
+        assert run.attempt == 0, f"{case}: the kill was charged to the run"
         assert completed_steps(store, run_id) == {f"s{j}" for j in range(1, STEPS + 1)}, case
         for j in range(1, STEPS + 1):
             step = f"s{j}"

@@ -133,7 +133,7 @@ def assert_ends_with(client: Client, run_id: str, terminal: str) -> None:
     assert events[-1] == terminal, f"events after {terminal}: {events}"
 
 
-def rescue(backend: Backend) -> Op[int]:
+def rescue(backend: Backend) -> Op[list[Failure]]:
     """The reaper's op: expired leases become failed attempts (final: max_attempts 1)."""
 
     def decide(row: Any) -> Failure:

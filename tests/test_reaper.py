@@ -7,7 +7,7 @@ from typing import Any
 
 from conftest import Store
 
-from simpleworkflow.backends.base import Failure
+from simpleworkflow.backends.base import Claim, Failure
 
 TYPE = "billing.invoice.v1"
 
@@ -46,13 +46,32 @@ def test_expired_lease_of_another_runtimes_type_is_left_to_that_runtime(store: S
         expire_lease(store, run.id, "go-worker-1")
 
         reaped = backend.execute(backend.reap_expired([TYPE], 10, retry_now, "python"))
-        assert reaped == 0
+        assert reaped == []
         assert client.get(run.id).status.value == "leased"
 
         backend.execute(backend.set_registry(TYPE, "python", None))
         reaped = backend.execute(backend.reap_expired([TYPE], 10, retry_now, "python"))
-        assert reaped == 1
+        assert [f.run_id for f in reaped] == [run.id]
         after = client.get(run.id)
         assert (after.status.value, after.attempt) == ("pending", 1)
         assert [e.event_type for e in client.events(run.id)][-1] == "retried"
+    backend.close()
+
+
+def test_the_reaper_learns_when_the_next_lease_of_its_types_runs_out(store: Store) -> None:
+    backend = store.backend()
+    with store.client() as client:
+        assert backend.execute(backend.next_lease_expiry([TYPE]), readonly=True) is None
+        first, second = client.start(TYPE), client.start(TYPE)
+        claim = Claim(worker_id="w", types=(TYPE,), limit=1, lease_seconds=30)
+        backend.execute(backend.claim(claim))
+        due_in = backend.execute(backend.next_lease_expiry([TYPE]), readonly=True)
+        assert due_in is not None and 20 < due_in <= 30
+        expire_lease(store, second.id, "w-dead")
+        due_in = backend.execute(backend.next_lease_expiry([TYPE]), readonly=True)
+        assert due_in is not None and -70 < due_in < -50
+        # Another runtime's lease is none of its business.
+        backend.execute(backend.set_registry(TYPE, "go", None))
+        assert backend.execute(backend.next_lease_expiry([TYPE]), readonly=True) is None
+        assert client.get(first.id).status.value == "leased"
     backend.close()

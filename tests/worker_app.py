@@ -14,6 +14,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -29,6 +30,10 @@ from simpleworkflow.worker import IntentPoller
 app = App(retry=RetryPolicy(backoff="fixed", base=0.2, jitter=0))
 QUICK_TYPES = ("alpha.x.v1", "beta.y.v1", "gamma.z.v1", "content.thumbnail.v1")
 BLOCKING_TYPE = "slow.task.v1"
+STEP_TYPE = "slow.step.v1"  # an async body whose plain def step blocks
+CRASH_TYPE = "crash.task.v1"  # blocks like BLOCKING_TYPE, with the default retry policy
+POISON_TYPE = "poison.task.v1"  # kills its worker process, every time
+HEALTHY_TYPE = "poison.neighbour.v1"  # half a second of work
 
 
 class Ledger:
@@ -47,6 +52,7 @@ class Ledger:
             "prefixes": self.prefixes,
             "attempt": ctx.attempt,
             "pid": os.getpid(),
+            "at": time.time(),
             **extra,
         }
         data = (json.dumps(line) + "\n").encode()
@@ -112,6 +118,39 @@ def blocking(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
             time.sleep(0.02)
     LEDGER.write("end", ctx)
     return {"worker": ctx.worker_id, "attempt": ctx.attempt}
+
+
+app.register(CRASH_TYPE, blocking, retry=RetryPolicy())
+
+
+def _blocking_step(payload: dict[str, Any], ctx: Context) -> str:
+    """Sleeps ``seconds`` on the workers listed in ``block_workers``, deaf to every request
+    to stop, as plain blocking code is; marks its start and end in the ledger."""
+    LEDGER.write("step_start", ctx)
+    if ctx.worker_id in payload.get("block_workers", ()):
+        time.sleep(payload.get("seconds", 20.0))
+    LEDGER.write("step_end", ctx)
+    return ctx.worker_id
+
+
+@app.workflow(STEP_TYPE)
+async def blocking_step(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
+    return {"step_worker": await ctx.step("block", _blocking_step, payload, ctx)}
+
+
+@app.workflow(POISON_TYPE)
+def poison(payload: Any, ctx: Context) -> None:
+    LEDGER.write("start", ctx)
+    time.sleep(0.2)  # the runs claimed with it have started: they die with it
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@app.workflow(HEALTHY_TYPE)
+def neighbour(payload: Any, ctx: Context) -> dict[str, Any]:
+    LEDGER.write("start", ctx)
+    time.sleep(0.5)
+    LEDGER.write("end", ctx)
+    return {"worker": ctx.worker_id}
 
 
 # -- helpers for the tests that drive these workers -------------------------------------

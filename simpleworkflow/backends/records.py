@@ -127,13 +127,15 @@ class Lease:
     """A run a worker claimed, with the token that fences every write it makes for it.
 
     ``claimed_at`` is the database's clock at the claim; ``was_waiting_for`` what the run
-    was suspended on before this claim, if anything.
+    was suspended on before this claim, if anything. ``isolated``: the run is a suspect
+    (rescued from a dead worker), claimed alone; its worker claims nothing else meanwhile.
     """
 
     run: Run
     token: str
     claimed_at: datetime | None = None
     was_waiting_for: Any = None
+    isolated: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +147,8 @@ class Claim:
     limit: int
     lease_seconds: float
     runtime: str = "python"
+    #: The worker holds no run: it may take a suspect, which it then runs alone.
+    alone: bool = False
     #: The code version new runs of each type are stamped with.
     versions: Mapping[str, str] = field(default_factory=dict)
     #: ``"type@version"`` for every version this worker can replay.
@@ -160,7 +164,12 @@ class Success:
 
 @dataclass(frozen=True, slots=True)
 class Failure:
-    """A failed attempt: retried after ``delay`` seconds, or the end of the run if ``final``."""
+    """A failed attempt: retried after ``delay`` seconds, or the end of the run if ``final``.
+
+    ``charged``: the attempt counts against ``max_attempts`` (all but the crash of a
+    worker that held other runs too, see ``recovery``). ``suspect``: the run is claimed
+    alone from now on; any other failure clears the mark.
+    """
 
     run_id: str
     token: str | None
@@ -168,6 +177,18 @@ class Failure:
     delay: float
     error: str  # stored in last_error
     data: dict[str, Any]  # event data
+    charged: bool = True
+    suspect: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Give a leased run back untouched (no attempt counted), e.g. at shutdown; due again
+    ``delay`` seconds from now, or at once keeping its place in the queue."""
+
+    run_id: str
+    token: str
+    delay: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,7 +220,7 @@ class Outcomes:
 
     succeeded: list[Success] = field(default_factory=list)
     failed: list[Failure] = field(default_factory=list)
-    released: list[tuple[str, str]] = field(default_factory=list)  # (run id, token)
+    released: list[Release] = field(default_factory=list)
     suspended: list[Suspension] = field(default_factory=list)
 
     def __bool__(self) -> bool:

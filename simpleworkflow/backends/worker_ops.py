@@ -47,7 +47,8 @@ class WorkerOps(StoreCore):
     # -- claims and leases -----------------------------------------------------------
 
     def claim(self, claim: Claim) -> Op[list[Lease]]:
-        """Lease up to ``claim.limit`` due runs, highest priority and longest due first."""
+        """Lease up to ``claim.limit`` due runs, highest priority and longest due first;
+        or, while a suspect is due, that one alone if the worker is ``alone``, else none."""
         rows = yield self.stmt(
             "claim",
             worker_id=claim.worker_id,
@@ -57,6 +58,7 @@ class WorkerOps(StoreCore):
             lease=float(claim.lease_seconds),
             versions=json.dumps(dict(claim.versions)),
             known=list(claim.known),
+            alone=claim.alone,
         )
         if rows:
             yield from self.then("claim", ids=[str(row["id"]) for row in rows])
@@ -66,6 +68,7 @@ class WorkerOps(StoreCore):
                 token=str(row["lease_token"]),
                 claimed_at=self.decode_time(row["db_now"]),
                 was_waiting_for=self.decode_json(row.get("was_waiting_for", row["waiting_for"])),
+                isolated=bool(row["isolate"]),
             )
             for row in rows
         ]
@@ -118,7 +121,10 @@ class WorkerOps(StoreCore):
         if outcomes.failed:
             accepted |= yield from self._fenced("fail_runs", [_failure(f) for f in outcomes.failed])
         if outcomes.released:
-            released = [{"id": run_id, "token": token} for run_id, token in outcomes.released]
+            released = [
+                {"id": r.run_id, "token": r.token, "delay": round(r.delay, 3)}
+                for r in outcomes.released
+            ]
             accepted |= yield from self._fenced(
                 "release_runs", released, worker_id=worker_id, reason=reason
             )
@@ -150,22 +156,28 @@ class WorkerOps(StoreCore):
             yield from self.then(name, ids=done, items=encoded, **extra)
         return set(done)
 
+    def next_lease_expiry(self, types: list[str], runtime: str = "python") -> Op[float | None]:
+        """Seconds until the first lease of ``types`` runs out (negative: it has), by the
+        database's clock; ``None`` when no run of them is leased."""
+        rows = yield self.stmt("next_lease_expiry", types=types, runtime=runtime)
+        return float(rows[0]["seconds"]) if rows else None
+
     def reap_expired(
         self,
         types: list[str],
         limit: int,
         decide: Callable[[Mapping[str, Any]], Failure],
         runtime: str = "python",
-    ) -> Op[int]:
-        """Turn expired leases of ``types`` (not owned by another runtime) into failed
-        attempts, as ``decide`` says."""
+    ) -> Op[list[Failure]]:
+        """Turn expired leases of ``types`` (not owned by another runtime) into what
+        ``decide`` says; return the outcomes recorded."""
         yield ATOMIC  # the expired rows stay locked until they are recorded
         rows = yield self.stmt("expired_leases", types=types, limit=limit, runtime=runtime)
         if not rows:
-            return 0
+            return []
         failures = [decide(row) for row in rows]
         accepted = yield from self.finish(Outcomes(failed=failures), worker_id="")
-        return len(accepted)
+        return [f for f in failures if f.run_id in accepted]
 
 
 def _lease_items(leases: list[tuple[str, str]]) -> str:
@@ -180,4 +192,6 @@ def _failure(f: Failure) -> dict[str, Any]:
         "delay": round(f.delay, 3),
         "error": f.error,
         "data": f.data,
+        "charged": f.charged,
+        "suspect": f.suspect,
     }

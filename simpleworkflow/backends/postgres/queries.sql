@@ -161,12 +161,34 @@ where workflow_name = %(name)s
 returning *
 
 -- name: claim
-with candidates as (
+-- A suspect (a run rescued from a dead worker, see 0008) goes only to a worker that holds
+-- no run (alone), and alone; while one is due, no worker claims ordinary runs, so that
+-- busy workers drain until one is empty and takes it.
+with suspect as (
+    select r.id, r.waiting_for
+    from {schema}workflow_run r
+    where r.status = 'pending'
+      and r.isolate
+      and r.run_at <= now()
+      and r.deleted_at is null
+      -- the same filters as ordinary runs' below
+      and r.type = any(%(types)s::text[])
+      and (r.code_version is null or r.type || '@' || r.code_version = any(%(known)s::text[]))
+      and r.type not in (
+          select g.workflow_name from {schema}workflow_registry g
+          where g.runtime <> %(runtime)s or not g.is_enabled
+      )
+    order by r.priority, r.run_at
+    limit 1
+    for update skip locked
+), ordinary as (
     select r.id, r.waiting_for
     from {schema}workflow_run r
     where r.status = 'pending'
       and r.run_at <= now()
       and r.deleted_at is null
+      and not r.isolate
+      and not exists (select from suspect)
       and r.type = any(%(types)s::text[])
       and (r.code_version is null or r.type || '@' || r.code_version = any(%(known)s::text[]))
       -- Types another runtime owns, or paused: a hashed subplan read once per claim.
@@ -180,6 +202,10 @@ with candidates as (
     order by r.priority, r.run_at
     limit %(limit)s
     for update skip locked
+), candidates as (
+    select id, waiting_for from suspect where %(alone)s
+    union all
+    select id, waiting_for from ordinary
 ), claimed as (
     update {schema}workflow_run r
     set status = 'leased',
@@ -272,11 +298,13 @@ select id from done
 -- name: fail_runs
 with outcomes as (
     select * from jsonb_to_recordset(%(items)s::jsonb)
-        as o(id uuid, token uuid, final boolean, delay float8, error text, data jsonb)
+        as o(id uuid, token uuid, final boolean, delay float8, error text, data jsonb,
+             charged boolean, suspect boolean)
 ), done as (
     update {schema}workflow_run r
     set status = case when o.final then 'failed' else 'pending' end,
-        attempt = r.attempt + 1,
+        attempt = r.attempt + case when o.charged then 1 else 0 end,
+        isolate = o.suspect,
         run_at = case when o.final then r.run_at
                       else now() + make_interval(secs => o.delay) end,
         last_error = o.error,
@@ -308,11 +336,15 @@ with outcomes as (
 select id from done
 
 -- name: release_runs
+-- A release keeps the run's suspect mark: giving a run back says nothing about it.
 with outcomes as (
-    select * from jsonb_to_recordset(%(items)s::jsonb) as o(id uuid, token uuid)
+    select * from jsonb_to_recordset(%(items)s::jsonb) as o(id uuid, token uuid, delay float8)
 ), done as (
     update {schema}workflow_run r
     set status = 'pending', leased_by = null, lease_until = null, lease_token = null,
+        -- given back now, a run keeps its place in the queue; later, it waits its turn
+        run_at = case when o.delay > 0 then now() + make_interval(secs => o.delay)
+                      else r.run_at end,
         updated_at = now()
     from outcomes o
     where r.id = o.id and r.lease_token = o.token and r.status = 'leased'
@@ -325,7 +357,7 @@ with outcomes as (
 select id from done
 
 -- name: expired_leases
-select id, type, attempt, max_attempts, leased_by, lease_token
+select id, type, attempt, max_attempts, leased_by, lease_token, isolate
 from {schema}workflow_run
 where status = 'leased' and lease_until < now() and type = any(%(types)s::text[])
   -- a type another runtime owns is that runtime's to recover
@@ -336,6 +368,20 @@ where status = 'leased' and lease_until < now() and type = any(%(types)s::text[]
 order by lease_until
 limit %(limit)s
 for update skip locked
+
+-- name: next_lease_expiry
+-- Seconds until the first lease of these types runs out (negative: one has), for the
+-- reaper to sleep until then: the first row of idx_workflow_run_lease_expiry that
+-- matches, not a count of leases.
+select extract(epoch from lease_until - now())::float8 as seconds
+from {schema}workflow_run
+where status = 'leased' and type = any(%(types)s::text[])
+  and not exists (
+      select 1 from {schema}workflow_registry g
+      where g.workflow_name = type and g.runtime <> %(runtime)s
+  )
+order by lease_until
+limit 1
 
 -- Durable execution: the journal, suspension, signals, children.
 --
@@ -436,6 +482,7 @@ with outcomes as (
                        coalesce(r.deadline, 'infinity')),
         waiting_for = o.waiting_for,
         leased_by = null, lease_until = null, lease_token = null,
+        isolate = false,
         updated_at = now()
     from outcomes o
     where r.id = o.id and r.lease_token = o.token and r.status = 'leased'

@@ -40,7 +40,9 @@ create table {schema}workflow_run (
     waiting_for     jsonb,
     parent_id       uuid references {schema}workflow_run (id) on delete set null,
     deadline        timestamptz,
-    code_version    text
+    code_version    text,
+    -- rescued from an expired lease: claimed alone until an attempt ends otherwise (0008)
+    isolate         boolean not null default false
 );
 
 -- Claims read only claimable rows, ordered by priority then by when they became due:
@@ -150,6 +152,12 @@ create trigger workflow_run_notify_update
     when ((new.status = 'pending' and (old.status <> 'pending' or new.run_at < old.run_at))
           or (new.status = 'cancelled' and old.status = 'leased'))
     execute function {schema}workflow_run_notify_update();
+
+-- Suspects (runs rescued from a dead worker) are claimed alone, found through this
+-- small index (migration 0008).
+create index idx_workflow_run_suspects
+    on {schema}workflow_run (priority, run_at)
+    where status = 'pending' and isolate and deleted_at is null;
 
 -- Cancelling a parent finds its children through this index.
 create index idx_workflow_run_parent

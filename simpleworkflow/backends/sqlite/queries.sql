@@ -181,20 +181,37 @@ where workflow_name = :name
 returning *
 
 -- name: claim
--- waiting_for is returned as it was (for replay) and cleared by claim_then_2.
-update workflow_run
-set status = 'leased',
-    leased_by = :worker_id,
-    lease_until = strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :lease || ' seconds'),
-    lease_token = lower(hex(randomblob(16))),
-    code_version = coalesce(code_version, json_extract(:versions, '$."' || type || '"')),
-    updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
-where id in (
+-- waiting_for is returned as it was (for replay) and cleared by claim_then_2. A suspect
+-- (a run rescued from a dead worker, see 0005) goes only to a worker that holds no run
+-- (alone), and alone; while one is due, no worker claims ordinary runs, so that busy
+-- workers drain until one is empty and takes it.
+with suspect as (
+    -- Suspects are rare: without the hint SQLite may walk every due run in the claim
+    -- index looking for one.
+    select s.id
+    from workflow_run s indexed by idx_workflow_run_suspects
+    where s.status = 'pending'
+      and s.isolate
+      and s.run_at <= strftime('%Y-%m-%d %H:%M:%f', 'now')
+      and s.deleted_at is null
+      -- the same filters as ordinary runs' below
+      and s.type in (select value from json_each(:types))
+      and (s.code_version is null
+           or s.type || '@' || s.code_version in (select value from json_each(:known)))
+      and not exists (
+          select 1 from workflow_registry g
+          where g.workflow_name = s.type and (g.runtime <> :runtime or not g.is_enabled)
+      )
+    order by s.priority, s.run_at
+    limit 1
+), ordinary as (
     select r.id
     from workflow_run r
     where r.status = 'pending'
       and r.run_at <= strftime('%Y-%m-%d %H:%M:%f', 'now')
       and r.deleted_at is null
+      and not r.isolate
+      and not exists (select 1 from suspect)
       and r.type in (select value from json_each(:types))
       and (r.code_version is null
            or r.type || '@' || r.code_version in (select value from json_each(:known)))
@@ -205,6 +222,14 @@ where id in (
     order by r.priority, r.run_at
     limit :limit
 )
+update workflow_run
+set status = 'leased',
+    leased_by = :worker_id,
+    lease_until = strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :lease || ' seconds'),
+    lease_token = lower(hex(randomblob(16))),
+    code_version = coalesce(code_version, json_extract(:versions, '$."' || type || '"')),
+    updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+where id in (select id from suspect where :alone union all select id from ordinary)
 returning *, strftime('%Y-%m-%d %H:%M:%f', 'now') as db_now
 
 -- name: claim_then_1_events
@@ -310,7 +335,8 @@ where workflow_run.id = d.parent_id
 -- name: fail_runs
 update workflow_run
 set status = case when o.final then 'failed' else 'pending' end,
-    attempt = workflow_run.attempt + 1,
+    attempt = workflow_run.attempt + o.charged,
+    isolate = o.suspect,
     run_at = case when o.final then workflow_run.run_at
                   else strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || o.delay || ' seconds') end,
     last_error = o.error,
@@ -321,7 +347,8 @@ set status = case when o.final then 'failed' else 'pending' end,
 from (
     select json_extract(value, '$.id') as id, json_extract(value, '$.token') as token,
            json_extract(value, '$.final') as final, json_extract(value, '$.delay') as delay,
-           json_extract(value, '$.error') as error
+           json_extract(value, '$.error') as error, json_extract(value, '$.charged') as charged,
+           json_extract(value, '$.suspect') as suspect
     from json_each(:items)
 ) as o
 where workflow_run.id = o.id
@@ -357,11 +384,17 @@ where workflow_run.id = d.parent_id
   )
 
 -- name: release_runs
+-- A release keeps the run's suspect mark: giving a run back says nothing about it.
 update workflow_run
 set status = 'pending', leased_by = null, lease_until = null, lease_token = null,
+    -- given back now, a run keeps its place in the queue; later, it waits its turn
+    run_at = case when o.delay > 0
+                  then strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || o.delay || ' seconds')
+                  else workflow_run.run_at end,
     updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
 from (
-    select json_extract(value, '$.id') as id, json_extract(value, '$.token') as token
+    select json_extract(value, '$.id') as id, json_extract(value, '$.token') as token,
+           json_extract(value, '$.delay') as delay
     from json_each(:items)
 ) as o
 where workflow_run.id = o.id
@@ -375,7 +408,7 @@ select value, 'released', json_object('worker_id', :worker_id, 'reason', :reason
 from json_each(:ids)
 
 -- name: expired_leases
-select id, type, attempt, max_attempts, leased_by, lease_token
+select id, type, attempt, max_attempts, leased_by, lease_token, isolate
 from workflow_run
 where status = 'leased'
   and lease_until < strftime('%Y-%m-%d %H:%M:%f', 'now')
@@ -387,6 +420,21 @@ where status = 'leased'
   )
 order by lease_until
 limit :limit
+
+-- name: next_lease_expiry
+-- Seconds until the first lease of these types runs out (negative: one has), for the
+-- reaper to sleep until then: the first row of idx_workflow_run_lease_expiry that
+-- matches, not a count of leases.
+select (julianday(lease_until) - julianday('now')) * 86400.0 as seconds
+from workflow_run
+where status = 'leased'
+  and type in (select value from json_each(:types))
+  and not exists (
+      select 1 from workflow_registry g
+      where g.workflow_name = workflow_run.type and g.runtime <> :runtime
+  )
+order by lease_until
+limit 1
 
 -- Durable execution: the journal, suspension, signals, children.
 --
@@ -432,6 +480,7 @@ set status = 'pending',
                  coalesce(workflow_run.deadline, '9999-12-31')),
     waiting_for = o.waiting_for,
     leased_by = null, lease_until = null, lease_token = null,
+    isolate = 0,
     updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
 from (
     select json_extract(value, '$.id') as id, json_extract(value, '$.token') as token,

@@ -27,7 +27,9 @@ create table workflow_run (
     waiting_for     text check (waiting_for is null or json_valid(waiting_for)),
     parent_id       text references workflow_run (id) on delete set null,
     deadline        text,
-    code_version    text
+    code_version    text,
+    -- rescued from an expired lease: claimed alone until an attempt ends otherwise (0005)
+    isolate         integer not null default 0
 );
 
 create index idx_workflow_run_claim
@@ -104,6 +106,10 @@ create index idx_workflow_signal_pending
 create index idx_workflow_run_versioned
     on workflow_run (type, code_version, run_at)
     where status = 'pending' and deleted_at is null and code_version is not null;
+
+create index idx_workflow_run_suspects
+    on workflow_run (priority, run_at)
+    where status = 'pending' and isolate and deleted_at is null;
 
 -- The created event comes from the insert itself, so that runs written with plain SQL
 -- have the same audit trail as runs started through a client.

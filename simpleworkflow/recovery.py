@@ -1,0 +1,105 @@
+"""Recovering the runs of dead workers: noticing expired leases soon, and charging each
+crash to the run that caused it.
+
+A lease that expired means its worker died or stalled; the run is due again at once
+(plus up to :data:`CRASH_JITTER`), not after the retry policy's backoff: a crash is not
+an error of the handler. Every worker looks for expired leases of its types at least
+every :data:`REAP_POLL` seconds, and wakes up at the next expiry it knows of, so a crashed
+worker's runs start again about one lease duration after its last heartbeat.
+
+Which run killed the worker cannot be known when it held several, so none of them is
+charged: each becomes a *suspect* (``workflow_run.isolate``), claimed only by a worker
+that holds nothing else, and alone. A suspect's crash is its own, and is charged like a
+failed attempt; any other end of its attempt (success, failure, suspension) clears the
+mark. A run that kills its worker every time therefore fails after exactly
+``max_attempts`` charged crashes (it runs ``max_attempts + 1`` times when its first crash
+happened beside other runs), and a healthy run never pays for another's crashes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from simpleworkflow import errors
+from simpleworkflow.backends import Backend
+from simpleworkflow.backends.base import Failure
+from simpleworkflow.wording import plural
+
+_log = logging.getLogger("simpleworkflow.worker")
+
+REAP_POLL = 1.0  # seconds between looks for expired leases, at most
+CRASH_JITTER = 1.0  # runs rescued together are spread over this many seconds
+BATCH = 100  # expired leases recovered per transaction
+
+
+def crashed(row: Mapping[str, Any], rand: Callable[[], float] = random.random) -> Failure:
+    """What an expired lease (a row of ``expired_leases``) means for its run."""
+    charged = bool(row["isolate"])  # it ran alone: the crash was its own
+    failures = row["attempt"] + (1 if charged else 0)
+    final = charged and failures >= row["max_attempts"]
+    message = (
+        f"lease expired: worker {row['leased_by']} stopped renewing it "
+        "(it crashed, was killed, or stalled)"
+    )
+    token = row["lease_token"]
+    return Failure(
+        run_id=str(row["id"]),
+        token=None if token is None else str(token),
+        final=final,
+        delay=0.0 if final else CRASH_JITTER * rand(),
+        error=message,
+        data={
+            "reason": "lease_expired",
+            "worker_id": row["leased_by"],
+            "charged": charged,
+            "error": {"type": "LeaseExpired", "message": message},
+        },
+        charged=charged,
+        suspect=not final,
+    )
+
+
+async def reap(
+    backend: Backend,
+    types: list[str],
+    runtime: str,
+    on_recovered: Callable[[list[Failure]], None],
+) -> None:
+    """Recover expired leases of ``types`` until cancelled; ``on_recovered`` hears of each
+    batch recorded (to set a timer for when the runs are due)."""
+    while True:
+        try:
+            due_in, recovered = await _look(backend, types, runtime)
+        except errors.StoreUnavailable as exc:
+            _log.warning("looking for expired leases failed (%s)", exc)
+            due_in, recovered = None, []
+        if recovered:
+            _log.info("recovered %s whose lease expired", plural(len(recovered), "run"))
+            on_recovered(recovered)
+            continue
+        await asyncio.sleep(pause(due_in))
+
+
+async def _look(
+    backend: Backend, types: list[str], runtime: str
+) -> tuple[float | None, list[Failure]]:
+    """Seconds until the next lease expires; when one has, recover a batch. A read
+    first: recovering takes SQLite's write lock, which every second would be a waste."""
+    op = backend.next_lease_expiry(types, runtime)
+    due_in = await backend.execute_async(op, readonly=True)
+    if due_in is None or due_in > 0:
+        return due_in, []
+    op_reap = backend.reap_expired(types, BATCH, crashed, runtime)
+    return due_in, await backend.execute_async(op_reap)
+
+
+def pause(next_expiry: float | None) -> float:
+    """Seconds until the next look: at the next known expiry, and at least every
+    :data:`REAP_POLL` seconds, since other workers take new leases all the time."""
+    if next_expiry is None or next_expiry <= 0:
+        return REAP_POLL
+    return min(next_expiry + 0.01, REAP_POLL)

@@ -1,0 +1,125 @@
+"""Suspects, at the store: runs recovered from a dead worker are claimed alone, and only by
+a worker that holds nothing; crashes are charged only to a run that was alone."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+import pytest
+from conftest import Store
+from test_reaper import expire_lease
+
+from simpleworkflow import Client
+from simpleworkflow.backends import Backend
+from simpleworkflow.backends.base import Claim, Failure, Lease, Outcomes, Release, Suspension
+from simpleworkflow.recovery import crashed
+
+TYPE = "billing.invoice.v1"
+CLAIM = Claim(worker_id="w", types=(TYPE,), limit=10, lease_seconds=30)
+
+
+@pytest.fixture
+def backend(store: Store) -> Iterator[Backend]:
+    backend = store.backend()
+    yield backend
+    backend.close()
+
+
+def isolate(store: Store, run_id: str) -> bool:
+    return bool(store.sql("select isolate from workflow_run where id = ?", run_id)[0][0])
+
+
+def claim(backend: Backend, *, alone: bool, limit: int = 10) -> list[Lease]:
+    return backend.execute(backend.claim(dataclasses.replace(CLAIM, alone=alone, limit=limit)))
+
+
+def crash(store: Store, backend: Backend, *leases: Lease) -> list[Failure]:
+    """The worker holding ``leases`` died: they run out and are recovered."""
+    for lease in leases:
+        expire_lease(store, lease.run.id, "w")
+    return backend.execute(backend.reap_expired([TYPE], 10, lambda row: crashed(row, lambda: 0)))
+
+
+def test_a_crash_beside_other_runs_is_not_charged_and_makes_a_suspect(
+    store: Store, client: Client, backend: Backend
+) -> None:
+    run_id = client.start(TYPE).id
+    (lease,) = claim(backend, alone=True)
+    assert not lease.isolated
+    [failure] = crash(store, backend, lease)
+    assert (failure.charged, failure.suspect, failure.final) == (False, True, False)
+    run = client.get(run_id)
+    assert (run.status.value, run.attempt) == ("pending", 0)
+    assert isolate(store, run_id)
+    [retried] = [e for e in client.events(run_id) if e.event_type == "retried"]
+    assert (retried.data["charged"], retried.data["attempt"]) == (False, 0)
+
+
+def test_a_due_suspect_goes_alone_to_an_empty_worker_and_holds_back_other_claims(
+    store: Store, client: Client, backend: Backend
+) -> None:
+    suspect = client.start(TYPE, priority=200).id  # less urgent than the others, even
+    (lease,) = claim(backend, alone=True)
+    crash(store, backend, lease)
+    others = [client.start(TYPE).id for _ in range(3)]
+
+    assert claim(backend, alone=False) == [], "a busy worker claimed while a suspect waits"
+    (taken,) = claim(backend, alone=True)
+    assert (taken.run.id, taken.isolated) == (suspect, True)
+    # Once the suspect is leased, the others are claimable again, never with it.
+    assert sorted(lease.run.id for lease in claim(backend, alone=False)) == sorted(others)
+
+
+def test_a_suspects_own_crash_is_charged_and_its_last_fails_it(
+    store: Store, client: Client, backend: Backend
+) -> None:
+    run_id = client.start(TYPE, max_attempts=2).id
+    crash(store, backend, claim(backend, alone=True)[0])  # beside others, maybe: free
+    for attempt in (1, 2):
+        (lease,) = claim(backend, alone=True)
+        assert lease.isolated
+        [failure] = crash(store, backend, lease)
+        assert (failure.charged, failure.final) == (True, attempt == 2)
+        assert client.get(run_id).attempt == attempt
+    run = client.get(run_id)
+    assert (run.status.value, run.attempt) == ("failed", 2)
+    charged = [e.data["charged"] for e in client.events(run_id) if "charged" in e.data]
+    assert charged == [False, True, True]
+
+
+def test_a_suspect_that_ends_an_attempt_otherwise_is_a_run_like_any_other(
+    store: Store, client: Client, backend: Backend
+) -> None:
+    asleep, failing, released = (client.start(TYPE).id for _ in range(3))
+    assert len(crash(store, backend, *claim(backend, alone=True))) == 3
+    for _ in range(3):
+        (lease,) = claim(backend, alone=True)
+        outcome = {
+            asleep: Outcomes(
+                suspended=[Suspension(asleep, lease.token, [{"type": "sleeping", "data": {}}])]
+            ),
+            failing: Outcomes(
+                failed=[Failure(failing, lease.token, False, 0.0, "boom", {"error": {}})]
+            ),
+            released: Outcomes(released=[Release(released, lease.token)]),
+        }[lease.run.id]
+        assert backend.execute(backend.finish(outcome, "w")) == {lease.run.id}
+    # A suspension or a handler's error clears the mark; a release says nothing of the run.
+    assert (isolate(store, asleep), isolate(store, failing), isolate(store, released)) == (
+        False,
+        False,
+        True,
+    )
+    assert client.get(failing).attempt == 1
+
+
+def test_a_run_released_with_a_delay_waits_for_it(
+    store: Store, client: Client, backend: Backend
+) -> None:
+    run_id = client.start(TYPE).id
+    (lease,) = claim(backend, alone=True)
+    released = Outcomes(released=[Release(run_id, lease.token, delay=60.0)])
+    assert backend.execute(backend.finish(released, "w")) == {run_id}
+    assert claim(backend, alone=True) == []
+    assert (client.get(run_id).status.value, client.get(run_id).attempt) == ("pending", 0)
