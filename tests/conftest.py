@@ -11,11 +11,13 @@ import asyncio
 import contextlib
 import itertools
 import os
+import signal
 import sqlite3
+import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
+from worker_app import Ledger
 
 from simpleworkflow import App, AsyncClient, Client, IntentPoller, config
 from simpleworkflow.backends import Backend, open_backend
@@ -203,3 +206,18 @@ def poller_thread(app: App, **options: Any) -> Iterator[IntentPoller]:
         assert not thread.is_alive(), "the poller did not stop within 15 s"
     if failure:
         raise failure[0]
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Ledger:
+    """A witness file outside the engine, where worker processes' handlers note each run."""
+    return Ledger(tmp_path / "ledger.jsonl")
+
+
+def stop_processes(procs: Iterable[subprocess.Popen[Any]]) -> None:
+    """Kill whatever is left of the processes a test started, frozen ones included."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)  # a stopped process cannot die
+            proc.kill()
+        proc.wait(10)

@@ -10,6 +10,7 @@ run alone (see ``simpleworkflow.recovery``).
 from __future__ import annotations
 
 import collections
+import contextlib
 import signal
 import time
 from collections.abc import Iterator
@@ -29,17 +30,9 @@ MARGIN = 8.0
 
 
 @pytest.fixture
-def ledger(tmp_path: Path) -> Ledger:
-    return Ledger(tmp_path / "ledger.jsonl")
-
-
-@pytest.fixture
 def workers(store: Store, ledger: Ledger, tmp_path: Path) -> Iterator[Workers]:
-    started = Workers(store, ledger, tmp_path)
-    try:
+    with contextlib.closing(Workers(store, ledger, tmp_path)) as started:
         yield started
-    finally:
-        started.close()
 
 
 def test_runs_of_a_killed_worker_start_again_about_one_lease_later(

@@ -7,6 +7,7 @@ Workers are ``tests/durable_app.py`` processes. Their step bodies append to a le
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import signal
 import subprocess
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Store
+from conftest import Store, stop_processes
 from durable_app import STEPS, expected_values
 from worker_app import Ledger, wait_until
 
@@ -74,24 +75,13 @@ class Workers:
         return worker
 
     def close(self) -> None:
-        for worker in self.started:
-            if worker.proc.poll() is None:
-                worker.proc.kill()
-            worker.proc.wait(10)
-
-
-@pytest.fixture
-def ledger(tmp_path: Path) -> Ledger:
-    return Ledger(tmp_path / "ledger.jsonl")
+        stop_processes(worker.proc for worker in self.started)
 
 
 @pytest.fixture
 def workers(store: Store, ledger: Ledger, tmp_path: Path) -> Iterator[Workers]:
-    started = Workers(store, ledger, tmp_path)
-    try:
+    with contextlib.closing(Workers(store, ledger, tmp_path)) as started:
         yield started
-    finally:
-        started.close()
 
 
 def completed_steps(store: Store, run_id: str) -> set[str]:

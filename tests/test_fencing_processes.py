@@ -9,6 +9,7 @@ holds only steps whose completion was recorded before the cancel.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import signal
 import time
@@ -28,20 +29,9 @@ TERMINAL = {"succeeded", "failed", "cancelled"}
 
 
 @pytest.fixture
-def ledger(tmp_path: Path) -> Ledger:
-    return Ledger(tmp_path / "ledger.jsonl")
-
-
-@pytest.fixture
 def workers(store: Store, ledger: Ledger, tmp_path: Path) -> Iterator[Workers]:
-    started = Workers(store, ledger, tmp_path)
-    try:
+    with contextlib.closing(Workers(store, ledger, tmp_path)) as started:
         yield started
-    finally:
-        for worker in started.started:
-            if worker.proc.poll() is None:
-                worker.proc.send_signal(signal.SIGCONT)  # a frozen worker cannot die
-        started.close()
 
 
 def steps_begun(ledger: Ledger, run_id: str) -> int:

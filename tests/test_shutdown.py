@@ -10,6 +10,7 @@ when each execution of the step began and ended.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import time
@@ -33,17 +34,9 @@ MARGIN = 8.0
 
 
 @pytest.fixture
-def ledger(tmp_path: Path) -> Ledger:
-    return Ledger(tmp_path / "ledger.jsonl")
-
-
-@pytest.fixture
 def workers(store: Store, ledger: Ledger, tmp_path: Path) -> Iterator[Workers]:
-    started = Workers(store, ledger, tmp_path)
-    try:
+    with contextlib.closing(Workers(store, ledger, tmp_path)) as started:
         yield started
-    finally:
-        started.close()
 
 
 def executions(ledger: Ledger, run_id: str, died: dict[int, float]) -> list[tuple[float, float]]:

@@ -8,6 +8,7 @@ recorded up against it, and against what a user would check: statuses, results, 
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import signal
@@ -21,7 +22,7 @@ from typing import Any
 import psycopg
 import pytest
 import test_seed_sql as seed_sql
-from conftest import Store
+from conftest import Store, stop_processes
 from worker_app import BLOCKING_TYPE, Ledger, wait_until
 
 from simpleworkflow import Client, RunStatus, names
@@ -107,25 +108,13 @@ class Workers:
         return worker
 
     def close(self) -> None:
-        for worker in self.started:
-            if worker.proc.poll() is None:
-                worker.proc.send_signal(signal.SIGCONT)  # a stopped process cannot die
-                worker.proc.kill()
-            worker.proc.wait(10)
-
-
-@pytest.fixture
-def ledger(tmp_path: Path) -> Ledger:
-    return Ledger(tmp_path / "ledger.jsonl")
+        stop_processes(worker.proc for worker in self.started)
 
 
 @pytest.fixture
 def workers(store: Store, ledger: Ledger, tmp_path: Path) -> Iterator[Workers]:
-    started = Workers(store, ledger, tmp_path)
-    try:
+    with contextlib.closing(Workers(store, ledger, tmp_path)) as started:
         yield started
-    finally:
-        started.close()
 
 
 def as_json(value: Any) -> Any:
