@@ -201,9 +201,7 @@ class IntentPoller:
             await self._claim_loop(outbox)
         finally:
             running = await self._stop_attempts(outbox)
-            for task in helpers:
-                task.cancel()
-            await asyncio.gather(*helpers, return_exceptions=True)
+            await _cancel_all(helpers)
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._step_executor.shutdown(wait=False, cancel_futures=True)
             await backend.aclose()
@@ -494,6 +492,19 @@ class IntentPoller:
         so; other processes see the file change)."""
         for failure in failures:
             self._wake_in(_due_in(failure))
+
+
+async def _cancel_all(tasks: list[asyncio.Task[Any]]) -> None:
+    """Cancel ``tasks`` and wait for them to end, cancelling again any that go on.
+
+    A task can swallow a cancellation (Python 3.11's ``asyncio.wait_for`` does when the
+    awaited call completes at the same moment, as a pool's connection request may), and
+    one that lives on would keep the worker from ever exiting."""
+    pending = set(tasks)
+    while pending:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=1.0)
 
 
 def _due_in(outcome: object) -> float:

@@ -295,3 +295,28 @@ def succeeded_in_log(log: str) -> dict[str, int]:
             for type_name, n in parts.items():
                 counts[type_name] = counts.get(type_name, 0) + int(n)
     return counts
+
+
+def test_worker_stopped_as_soon_as_it_starts_always_exits(store: Store, tmp_path: Path) -> None:
+    """SIGTERM at the worker's first breath, while its side tasks open their first
+    connections: a task that swallowed that cancellation once kept the process alive
+    for ever (about one start in eight on Postgres, seen). Each try must exit promptly."""
+    (tmp_path / "jobs.py").write_text(APP_MODULE)
+    command = [str(SCRIPT), "-d", store.url, "--schema", store.schema, "worker", "jobs:app"]
+    for attempt in range(20):
+        worker = subprocess.Popen(
+            [*command, "--worker-id", f"quick-{attempt}"],
+            cwd=tmp_path,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert worker.stderr is not None
+            for line in worker.stderr:
+                if " claiming " in line:
+                    break
+            worker.send_signal(signal.SIGTERM)
+            assert worker.wait(timeout=20) == 0, f"try {attempt}: still running 20 s after SIGTERM"
+        finally:
+            worker.kill()
+            worker.communicate()
