@@ -117,6 +117,8 @@ class Context:
 
     def _request_stop(self, reason: str) -> None:
         """Called by the worker, on its event loop."""
+        if reason == "lease lost" and self._durable is not None:
+            self._durable.fenced = True
         if self._stop.is_set():
             return
         self._stop_reason = reason
@@ -310,6 +312,8 @@ class Context:
             output=None,
             attempts=1,
         )
+        if durable.fenced:
+            raise errors.LeaseLost(name)
         got = await backend.execute_async(backend.consume_signal(record, event, match))
         if got is None:
             return None

@@ -106,6 +106,9 @@ class Durable:
         self._uses: dict[str, int] = {}
         self._order: dict[str, int] = {}  # the order in which the code called each name
         self._recordings: list[set[str]] = []
+        # The lease was lost, or given up before it could end unrenewed: another worker
+        # may hold the run, so this attempt writes nothing more, not even a fenced write.
+        self.fenced = False
 
     def name(self, name: str) -> str:
         """``name`` the first time, then ``name#2``, ``name#3`` ... so loops need no suffix.
@@ -245,6 +248,8 @@ class Durable:
         """Write a step's entry, fenced by the lease; abandon the attempt if it is lost.
 
         ``text`` is ``output`` already encoded (see :meth:`encode`)."""
+        if self.fenced:
+            raise errors.LeaseLost(name)
         replay = await self.load()
         if text is None:
             text = self.encode(name, output)
