@@ -433,11 +433,10 @@ class IntentPoller:
             attempt.ctx._request_stop("lease lost")
         if attempts:
             _log.warning(
-                "could not renew the lease of %s (%s) for %gs: stopping %s before the "
-                "lease ends, writing nothing more for %s",
+                "lease lost: could not renew the lease of %s (%s) in time; stopping %s, "
+                "writing nothing more for %s",
                 plural(len(attempts), "run"),
                 ", ".join(a.lease.run.id for a in attempts),
-                self.lease_duration - self._renewals.margin,
                 "its handler" if len(attempts) == 1 else "their handlers",
                 "it" if len(attempts) == 1 else "them",
             )

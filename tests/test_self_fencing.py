@@ -1,4 +1,5 @@
-"""A worker that cannot renew its leases stops its handlers before the leases end.
+"""A worker that cannot renew its leases stops its handlers before the leases end, and
+writes nothing more for their runs.
 
 A real worker process runs a long async step (``fence.ticking.v1``: a ledger line every
 50 ms) under a 3 s lease; then the store becomes unreachable for it alone. On Postgres
@@ -18,11 +19,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from conftest import Store
 from tcp_proxy import silentable_proxy
 from test_durable_processes import as_time
-from worker_app import TICKING_TYPE, Ledger, wait_until
+from worker_app import DEAF_TYPE, TICKING_TYPE, Ledger, wait_until
 
 from simpleworkflow import RunStatus, config
 
@@ -141,3 +143,72 @@ class Outage:
                 resource.close()
             else:
                 resource.__exit__(None, None, None)
+
+
+def test_a_worker_that_gave_its_lease_up_journals_nothing_more(
+    store: Store, tmp_path: Path, processes: list[Process]
+) -> None:
+    """Its step returns after the lease was given up, while the store, stalled, would
+    still take a write with its lease token (the lease not yet recovered): the worker
+    must not try. The step runs again in the next attempt, whose result is journaled."""
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    go_file = tmp_path / "go"
+    payload = {"once_file": str(tmp_path / "once"), "go_file": str(go_file)}
+    with store.client() as client:
+        run_id = client.start(DEAF_TYPE, payload).id
+    w1 = Process("w1", store, store.url, ledger, tmp_path)
+    processes.append(w1)
+    wait_until(lambda: ledger.entries("step_start"), 20, w1.log)
+    with Stalled(store, run_id) as stall:
+        _, until = lease_until(stall.read, run_id)
+        assert until is not None
+        wait_until(lambda: time.time() > until.timestamp(), 10, "the lease never ended")
+        go_file.touch()
+        wait_until(lambda: ledger.entries("step_end"), 10, w1.log)
+        time.sleep(1)  # time enough to queue a journal write behind the stall
+    processes.append(Process("w2", store, store.url, ledger, tmp_path))
+    with store.client() as client:
+        wait_until(
+            lambda: client.get(run_id).status == RunStatus.SUCCEEDED,
+            30,
+            lambda: "\n".join(p.log() for p in processes),
+        )
+        output = client.get(run_id).result["step_output"]
+    first, *later = [e["execution"] for e in ledger.entries("step_end")]
+    assert output != first, "the worker journaled a step after giving its lease up"
+    assert output in later
+    assert "could not renew the lease of 1 run" in w1.log()
+
+
+class Stalled:
+    """The store answers none of the run's writes: its row is locked (Postgres), or the
+    whole file is (SQLite), by another connection, until the block ends."""
+
+    def __init__(self, store: Store, run_id: str) -> None:
+        self.store, self.run_id = store, run_id
+        self._pg: psycopg.Connection[Any] | None = None
+        self._lite: sqlite3.Connection | None = None
+
+    def read(self, sql: str, *params: Any) -> tuple[Any, ...]:
+        """One row, read past the stall."""
+        if self._lite is not None:
+            return tuple(self._lite.execute(sql, params).fetchone())
+        return self.store.sql(sql, *params)[0]
+
+    def __enter__(self) -> Stalled:
+        if self.store.kind == "postgres":
+            self._pg = psycopg.connect(self.store.url)
+            self._pg.execute(f'set search_path to "{self.store.schema}"'.encode())
+            self._pg.execute("select 1 from workflow_run where id = %s for update", [self.run_id])
+        else:
+            self._lite = sqlite3.connect(config.sqlite_path(self.store.url), isolation_level=None)
+            self._lite.execute("begin exclusive")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pg is not None:
+            self._pg.rollback()
+            self._pg.close()
+        if self._lite is not None:
+            self._lite.execute("rollback")
+            self._lite.close()

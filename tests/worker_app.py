@@ -37,6 +37,7 @@ CRASH_TYPE = "crash.task.v1"  # blocks like BLOCKING_TYPE, with the default retr
 POISON_TYPE = "poison.task.v1"  # kills its worker process, every time
 HEALTHY_TYPE = "poison.neighbour.v1"  # half a second of work
 TICKING_TYPE = "fence.ticking.v1"  # an async step that ticks for long the first time
+DEAF_TYPE = "fence.deaf.v1"  # a sync step deaf to stops, that waits for a file the first time
 
 
 class Ledger:
@@ -156,15 +157,19 @@ def neighbour(payload: Any, ctx: Context) -> dict[str, Any]:
     return {"worker": ctx.worker_id}
 
 
+def _first(once_file: str) -> bool:
+    """Whether this is the first execution to get here (it creates ``once_file``)."""
+    try:
+        os.close(os.open(once_file, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
 async def _ticking(payload: dict[str, Any], ctx: Context) -> str:
     """Notes a ``tick`` in the ledger every 50 ms, for ``seconds`` in the execution that
     first creates ``once_file``, for a few ticks in the others; stops when asked to."""
-    try:
-        fd = os.open(payload["once_file"], os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        os.close(fd)
-        seconds = payload["seconds"]
-    except FileExistsError:
-        seconds = 0.2
+    seconds = payload["seconds"] if _first(payload["once_file"]) else 0.2
     execution = uuid.uuid4().hex
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -179,6 +184,23 @@ async def _ticking(payload: dict[str, Any], ctx: Context) -> str:
 @app.workflow(TICKING_TYPE)
 async def ticking(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
     return {"step_worker": await ctx.step("tick", _ticking, payload, ctx)}
+
+
+def _deaf(payload: dict[str, Any], ctx: Context) -> str:
+    """The first execution waits for ``go_file``, deaf to every request to stop; each
+    returns an id of its own, so that the journal shows which one it holds."""
+    execution = uuid.uuid4().hex
+    LEDGER.write("step_start", ctx, execution=execution)
+    if _first(payload["once_file"]):
+        while not os.path.exists(payload["go_file"]):
+            time.sleep(0.02)
+    LEDGER.write("step_end", ctx, execution=execution)
+    return execution
+
+
+@app.workflow(DEAF_TYPE)
+def deaf(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
+    return {"step_output": ctx.step("deaf", _deaf, payload, ctx)}
 
 
 # -- helpers for the tests that drive these workers -------------------------------------
