@@ -90,6 +90,7 @@ class Durable:
         backend: Backend,
         steps: StepJournal | None = None,
         stop: Callable[[str], None] | None = None,
+        lease_ended: Callable[[], bool] | None = None,
     ) -> None:
         self.lease = lease
         self.backend = backend
@@ -108,7 +109,16 @@ class Durable:
         self._recordings: list[set[str]] = []
         # The lease was lost, or given up before it could end unrenewed: another worker
         # may hold the run, so this attempt writes nothing more, not even a fenced write.
-        self.fenced = False
+        self._fenced = False
+        self._lease_ended = lease_ended
+
+    @property
+    def fenced(self) -> bool:
+        """Whether the worker gave the lease up (or must now): write nothing more."""
+        return self._fenced or (self._lease_ended is not None and self._lease_ended())
+
+    def fence(self) -> None:
+        self._fenced = True
 
     def name(self, name: str) -> str:
         """``name`` the first time, then ``name#2``, ``name#3`` ... so loops need no suffix.

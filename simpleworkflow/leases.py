@@ -33,9 +33,9 @@ WATCH_PAUSE = 0.25  # seconds between looks for leases about to end, at most
 
 def margin(lease_seconds: float) -> float:
     """How long before its end a lease not renewed since is given up: a fifth of the
-    lease, at least a second, but never more than half of it (a one-second lease
-    would otherwise be lost from the start)."""
-    return min(max(lease_seconds / 5, 1.0), lease_seconds / 2)
+    lease, at least a second, but never more than a quarter of it: a short lease would
+    otherwise be given up whenever one heartbeat (every third of the lease) is late."""
+    return min(max(lease_seconds / 5, 1.0), lease_seconds / 4)
 
 
 class Renewals:
@@ -64,6 +64,11 @@ class Renewals:
 
     def until(self, token: str) -> float | None:
         return self._until.get(token)
+
+    def ended(self, token: str) -> bool:
+        """Whether the lease is given up, or due to be: safe to call from any thread."""
+        until = self._until.get(token)
+        return until is None or time.monotonic() >= until - self.margin
 
     def ending(self, now: float) -> list[str]:
         """Leases within the margin of their end (or past it): to be given up now."""

@@ -10,6 +10,7 @@ Sync handlers run in a thread pool, async ones on the loop; ``shutdown`` stops t
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import logging
 import os
@@ -348,6 +349,7 @@ class IntentPoller:
             async_body=definition.is_async,
             steps=self._steps,
             executor=self._step_executor,
+            lease_ended=functools.partial(self._renewals.ended, lease.token),
         )
         threads = Threads()
         task = asyncio.create_task(
@@ -419,6 +421,7 @@ class IntentPoller:
             elif state == LOST:
                 _log.warning("run %s: lease lost to another worker; abandoning it", run_id)
                 active.ctx._request_stop("lease lost")
+            self._renewals.forget(active.lease.token)  # nothing left to give up
 
     def _give_up(self, tokens: list[str]) -> None:
         """Leases about to end unrenewed (see ``leases``): stop their handlers, which
@@ -427,7 +430,7 @@ class IntentPoller:
         attempts = [
             a
             for a in self._active.values()
-            if a.lease.token in ending and not a.finishing and a.ctx.stop_reason != "lease lost"
+            if a.lease.token in ending and not (a.finishing or a.ctx.stop_reason == "cancelled")
         ]
         for attempt in attempts:
             attempt.ctx._request_stop("lease lost")

@@ -7,8 +7,8 @@ import pytest
 from simpleworkflow import leases
 
 
-@pytest.mark.parametrize(("lease", "margin"), [(1, 0.5), (3, 1.0), (5, 1.0), (30, 6.0)])
-def test_the_margin_is_a_fifth_of_the_lease_at_least_a_second_at_most_half(
+@pytest.mark.parametrize(("lease", "margin"), [(1, 0.25), (3, 0.75), (5, 1.0), (30, 6.0)])
+def test_the_margin_is_a_fifth_of_the_lease_at_least_a_second_at_most_a_quarter(
     lease: float, margin: float
 ) -> None:
     assert leases.margin(lease) == margin
