@@ -55,9 +55,14 @@ class Context:
         async_body: bool = True,
         steps: StepJournal | None = None,
         executor: concurrent.futures.Executor | None = None,
+        lease_ended: Callable[[], bool] | None = None,
     ) -> None:
         self.run = run
         self.worker_id = worker_id
+        # Whether the lease is past the point where the worker gives it up (see
+        # ``leases``): checked on each call, so that code that runs on after the process
+        # was paused past its lease stops before the worker's own timer has fired.
+        self._lease_ended = lease_ended
         self._stop = threading.Event()  # read from handler threads
         self._async_stop = asyncio.Event()  # awaited on the worker's loop
         self._stop_reason: str | None = None
@@ -67,7 +72,7 @@ class Context:
         self._loop = asyncio.get_running_loop()
         self._backend = backend
         self._durable = (
-            Durable(lease, backend, steps, stop=self._request_stop)
+            Durable(lease, backend, steps, stop=self._request_stop, lease_ended=lease_ended)
             if lease is not None and backend
             else None
         )
@@ -101,15 +106,21 @@ class Context:
     @property
     def stop_reason(self) -> str | None:
         """``"cancelled"``, ``"lease lost"``, ``"timeout"`` or ``"shutdown"`` once asked to stop."""
+        if self._stop_reason is None and self._lease_ended is not None and self._lease_ended():
+            return "lease lost"  # the worker's request to stop is on its way
         return self._stop_reason
 
     def is_cancelled(self) -> bool:
+        if not self._stop.is_set() and self._lease_ended is not None and self._lease_ended():
+            with contextlib.suppress(RuntimeError):  # the worker's loop has closed
+                self._loop.call_soon_threadsafe(self._request_stop, "lease lost")
+            return True
         return self._stop.is_set()
 
     def raise_if_cancelled(self) -> None:
         """Raise :class:`~simpleworkflow.errors.Cancelled` if this attempt should stop."""
-        if self._stop.is_set():
-            raise errors.Cancelled(self._stop_reason)
+        if self.is_cancelled():
+            raise errors.Cancelled(self.stop_reason)
 
     async def wait_cancelled(self) -> None:
         """Return once this attempt is asked to stop."""
@@ -117,6 +128,8 @@ class Context:
 
     def _request_stop(self, reason: str) -> None:
         """Called by the worker, on its event loop."""
+        if reason == "lease lost" and self._durable is not None:
+            self._durable.fence()
         if self._stop.is_set():
             return
         self._stop_reason = reason
@@ -310,6 +323,8 @@ class Context:
             output=None,
             attempts=1,
         )
+        if durable.fenced:
+            raise errors.LeaseLost(name)
         got = await backend.execute_async(backend.consume_signal(record, event, match))
         if got is None:
             return None

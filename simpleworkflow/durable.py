@@ -90,6 +90,7 @@ class Durable:
         backend: Backend,
         steps: StepJournal | None = None,
         stop: Callable[[str], None] | None = None,
+        lease_ended: Callable[[], bool] | None = None,
     ) -> None:
         self.lease = lease
         self.backend = backend
@@ -106,6 +107,18 @@ class Durable:
         self._uses: dict[str, int] = {}
         self._order: dict[str, int] = {}  # the order in which the code called each name
         self._recordings: list[set[str]] = []
+        # The lease was lost, or given up before it could end unrenewed: another worker
+        # may hold the run, so this attempt writes nothing more, not even a fenced write.
+        self._fenced = False
+        self._lease_ended = lease_ended
+
+    @property
+    def fenced(self) -> bool:
+        """Whether the worker gave the lease up (or must now): write nothing more."""
+        return self._fenced or (self._lease_ended is not None and self._lease_ended())
+
+    def fence(self) -> None:
+        self._fenced = True
 
     def name(self, name: str) -> str:
         """``name`` the first time, then ``name#2``, ``name#3`` ... so loops need no suffix.
@@ -245,6 +258,8 @@ class Durable:
         """Write a step's entry, fenced by the lease; abandon the attempt if it is lost.
 
         ``text`` is ``output`` already encoded (see :meth:`encode`)."""
+        if self.fenced:
+            raise errors.LeaseLost(name)
         replay = await self.load()
         if text is None:
             text = self.encode(name, output)

@@ -10,6 +10,7 @@ Sync handlers run in a thread pool, async ones on the loop; ``shutdown`` stops t
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import logging
 import os
@@ -21,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from simpleworkflow import durations, errors, execution, names, recovery, shutdown
+from simpleworkflow import durations, errors, execution, leases, names, recovery, shutdown
 from simpleworkflow.app import App, Definition
 from simpleworkflow.attempts import Attempt, Threads, TrackedExecutor, charge_to
 from simpleworkflow.backends import Backend, open_backend
@@ -102,6 +103,7 @@ class IntentPoller:
         self._exiting = False  # run() ends the process: what still runs stops with it
         self._draining: list[Attempt] = []  # at shutdown: attempts that may still run
         self._outcomes = OutcomeLog(_log)
+        self._renewals = leases.Renewals(self.lease_duration)
 
     def workflow(self, type: str, **options: Any) -> Callable[[Any], Any]:
         """Register a handler on this poller's app; see :meth:`App.workflow`."""
@@ -175,10 +177,20 @@ class IntentPoller:
         await backend.execute_async(backend.register_types(self._types, RUNTIME))
         outbox = Outbox(backend, self.worker_id)
         self._steps = StepJournal(backend)
+        keeper = leases.Keeper(
+            backend,
+            self.worker_id,
+            self._renewals,
+            held=self._held,
+            apply=self._apply,
+            give_up=self._give_up,
+            events=self.heartbeat_events,
+        )
         helpers = [
             asyncio.create_task(outbox.run(), name="outbox"),
             asyncio.create_task(self._steps.run(), name="journal"),
-            asyncio.create_task(self._heartbeats(), name="heartbeats"),
+            asyncio.create_task(keeper.beat(), name="heartbeats"),
+            asyncio.create_task(keeper.watch(), name="lease-ends"),
             asyncio.create_task(
                 recovery.reap(backend, self._types, RUNTIME, self._on_recovered), name="reaper"
             ),
@@ -186,7 +198,7 @@ class IntentPoller:
             asyncio.create_task(self._report_unknown_versions(), name="versions"),
         ]
         if not backend.has_notifications:
-            helpers.append(asyncio.create_task(self._watch_leases(), name="lease-watch"))
+            helpers.append(asyncio.create_task(keeper.look(), name="lease-watch"))
             if self.watch_interval > 0:
                 watch = backend.watch_changes(self._on_change, self.watch_interval)
                 helpers.append(asyncio.create_task(watch, name="change-watch"))
@@ -301,7 +313,10 @@ class IntentPoller:
 
     async def _claim(self, limit: int) -> list[Lease]:
         op = self._backend.claim(self._claim_request(limit))
-        return await self._backend.execute_async(op)
+        sent_at = time.monotonic()
+        claimed = await self._backend.execute_async(op)
+        self._renewals.granted((lease.token for lease in claimed), sent_at)
+        return claimed
 
     async def _report_unknown_versions(self, interval: float = 300.0) -> None:
         """Say which due runs this worker leaves alone because it lacks their code version."""
@@ -332,6 +347,7 @@ class IntentPoller:
             async_body=definition.is_async,
             steps=self._steps,
             executor=self._step_executor,
+            lease_ended=functools.partial(self._renewals.ended, lease.token),
         )
         threads = Threads()
         task = asyncio.create_task(
@@ -364,6 +380,7 @@ class IntentPoller:
         except Exception:
             _log.exception("run %s: worker error while running it", lease.run.id)
         finally:
+            self._renewals.forget(lease.token)
             if self._own(lease) is not None:
                 del self._active[lease.run.id]
                 # Empty now: the moment to take a suspect, if one waits (see recovery).
@@ -379,38 +396,6 @@ class IntentPoller:
         return active if active is not None and active.lease is lease else None
 
     # -- leases ----------------------------------------------------------------------
-
-    async def _heartbeats(self) -> None:
-        """Extend every held lease about three times per lease duration."""
-        while True:
-            await asyncio.sleep(self.lease_duration / 3)
-            leases = self._held()
-            if not leases:
-                continue
-            op = self._backend.heartbeat(
-                self.worker_id, leases, self.lease_duration, self.heartbeat_events
-            )
-            try:
-                states = await self._backend.execute_async(op)
-            except errors.StoreUnavailable as exc:
-                _log.warning("heartbeat failed (%s); retrying", exc)
-                continue
-            self._apply(states)
-
-    async def _watch_leases(self, interval: float = 0.5) -> None:
-        """For stores without notifications: notice cancellations within ``interval``."""
-        while True:
-            await asyncio.sleep(interval)
-            leases = self._held()
-            if not leases:
-                continue
-            try:
-                states = await self._backend.execute_async(
-                    self._backend.lease_states(leases), readonly=True
-                )
-            except errors.StoreUnavailable:
-                continue
-            self._apply(states)
 
     def _held(self) -> list[tuple[str, str]]:
         """Leases to keep: those of attempts whose code runs, also when asked to stop at
@@ -434,6 +419,28 @@ class IntentPoller:
             elif state == LOST:
                 _log.warning("run %s: lease lost to another worker; abandoning it", run_id)
                 active.ctx._request_stop("lease lost")
+            self._renewals.forget(active.lease.token)  # nothing left to give up
+
+    def _give_up(self, tokens: list[str]) -> None:
+        """Leases about to end unrenewed (see ``leases``): stop their handlers, which
+        then write nothing more; another worker may take the runs once the leases end."""
+        ending = set(tokens)
+        attempts = [
+            a
+            for a in self._active.values()
+            if a.lease.token in ending and not (a.finishing or a.ctx.stop_reason == "cancelled")
+        ]
+        for attempt in attempts:
+            attempt.ctx._request_stop("lease lost")
+        if attempts:
+            _log.warning(
+                "lease lost: could not renew the lease of %s (%s) in time; stopping %s, "
+                "writing nothing more for %s",
+                plural(len(attempts), "run"),
+                ", ".join(a.lease.run.id for a in attempts),
+                "its handler" if len(attempts) == 1 else "their handlers",
+                "it" if len(attempts) == 1 else "them",
+            )
 
     def _on_message(self, kind: str, value: str) -> None:
         """A notification: ``cancel <run id>``, or ``wake [<type> [<due epoch>]]``."""

@@ -315,7 +315,7 @@ def test_a_stalled_worker_is_fenced_off_after_its_lease_is_taken_over(
     # The stall is not charged to the run: it held the worker with others (see recovery).
     assert taken_over.result == {"worker": "w-rival", "attempt": 1}
 
-    # Awake again, the paused worker learns from its heartbeat that the lease is gone...
+    # Awake again, the paused worker finds its lease ended unrenewed and gives it up...
     wait_until(
         lambda: ledger.entries("noticed", run=run_id, worker="w-paused"),
         10,

@@ -11,12 +11,14 @@ engine: tests compare what it says ran, and where, with what the engine recorded
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import os
 import signal
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,8 @@ STEP_TYPE = "slow.step.v1"  # an async body whose plain def step blocks
 CRASH_TYPE = "crash.task.v1"  # blocks like BLOCKING_TYPE, with the default retry policy
 POISON_TYPE = "poison.task.v1"  # kills its worker process, every time
 HEALTHY_TYPE = "poison.neighbour.v1"  # half a second of work
+TICKING_TYPE = "fence.ticking.v1"  # an async step that ticks for long the first time
+DEAF_TYPE = "fence.deaf.v1"  # a sync step deaf to stops, that waits for a file the first time
 
 
 class Ledger:
@@ -151,6 +155,52 @@ def neighbour(payload: Any, ctx: Context) -> dict[str, Any]:
     time.sleep(0.5)
     LEDGER.write("end", ctx)
     return {"worker": ctx.worker_id}
+
+
+def _first(once_file: str) -> bool:
+    """Whether this is the first execution to get here (it creates ``once_file``)."""
+    try:
+        os.close(os.open(once_file, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
+async def _ticking(payload: dict[str, Any], ctx: Context) -> str:
+    """Notes a ``tick`` in the ledger every 50 ms, for ``seconds`` in the execution that
+    first creates ``once_file``, for a few ticks in the others; stops when asked to."""
+    seconds = payload["seconds"] if _first(payload["once_file"]) else 0.2
+    execution = uuid.uuid4().hex
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if ctx.is_cancelled():
+            LEDGER.write("stopped", ctx, reason=ctx.stop_reason, execution=execution)
+            ctx.raise_if_cancelled()
+        LEDGER.write("tick", ctx, execution=execution)
+        await asyncio.sleep(0.05)
+    return ctx.worker_id
+
+
+@app.workflow(TICKING_TYPE)
+async def ticking(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
+    return {"step_worker": await ctx.step("tick", _ticking, payload, ctx)}
+
+
+def _deaf(payload: dict[str, Any], ctx: Context) -> str:
+    """The first execution waits for ``go_file``, deaf to every request to stop; each
+    returns an id of its own, so that the journal shows which one it holds."""
+    execution = uuid.uuid4().hex
+    LEDGER.write("step_start", ctx, execution=execution)
+    if _first(payload["once_file"]):
+        while not os.path.exists(payload["go_file"]):
+            time.sleep(0.02)
+    LEDGER.write("step_end", ctx, execution=execution)
+    return execution
+
+
+@app.workflow(DEAF_TYPE)
+def deaf(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
+    return {"step_output": ctx.step("deaf", _deaf, payload, ctx)}
 
 
 # -- helpers for the tests that drive these workers -------------------------------------

@@ -1,0 +1,179 @@
+"""Keeping leases, and giving them up in time when they cannot be kept.
+
+A lease is only as good as its last confirmed renewal. A worker cut off from the store
+(connections terminated, a silent network, a locked SQLite file) cannot renew its
+leases, and once they expire another worker claims the runs and runs the same steps. So
+a worker fences itself: it knows, for each lease, until when its last confirmed renewal
+holds it at the least, and when that moment comes within :func:`margin` seconds without
+a new confirmation, it treats the lease as lost: the handler is asked to stop (reason
+``"lease lost"``) and the attempt writes nothing more.
+
+"At the least" means measured on the worker's own monotonic clock from the moment the
+claim or the heartbeat was *sent*: the store set ``lease_until`` from its own clock when
+the statement ran, later than that, so the worker's deadline never falls after the
+store's, whatever the two clocks say.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+
+from simpleworkflow import errors
+from simpleworkflow.backends import Backend
+from simpleworkflow.backends.base import HELD
+
+_log = logging.getLogger("simpleworkflow.worker")
+
+RETRY_PAUSE = 0.5  # seconds between heartbeats while they fail, at most
+WATCH_PAUSE = 0.25  # seconds between looks for leases about to end, at most
+
+
+def margin(lease_seconds: float) -> float:
+    """How long before its end a lease not renewed since is given up: a fifth of the
+    lease, at least a second, but never more than a quarter of it: a short lease would
+    otherwise be given up whenever one heartbeat (every third of the lease) is late."""
+    return min(max(lease_seconds / 5, 1.0), lease_seconds / 4)
+
+
+class Renewals:
+    """Until when each held lease surely holds: by lease token, a monotonic time."""
+
+    def __init__(self, lease_seconds: float) -> None:
+        self.lease_seconds = lease_seconds
+        self.margin = margin(lease_seconds)
+        self._until: dict[str, float] = {}
+
+    def granted(self, tokens: Iterable[str], sent_at: float) -> None:
+        """The store granted these leases by a claim sent at ``sent_at``."""
+        for token in tokens:
+            self._until[token] = sent_at + self.lease_seconds
+
+    def renewed(self, tokens: Iterable[str], sent_at: float) -> None:
+        """The store extended these leases by a heartbeat sent at ``sent_at``. A lease
+        given up meanwhile stays given up: its handler was already asked to stop."""
+        until = sent_at + self.lease_seconds
+        for token in tokens:
+            if token in self._until:
+                self._until[token] = max(self._until[token], until)
+
+    def forget(self, token: str) -> None:
+        self._until.pop(token, None)
+
+    def until(self, token: str) -> float | None:
+        return self._until.get(token)
+
+    def ended(self, token: str) -> bool:
+        """Whether the lease is given up, or due to be: safe to call from any thread."""
+        until = self._until.get(token)
+        return until is None or time.monotonic() >= until - self.margin
+
+    def ending(self, now: float) -> list[str]:
+        """Leases within the margin of their end (or past it): to be given up now."""
+        return [token for token, until in self._until.items() if until - self.margin <= now]
+
+    def next_end(self) -> float | None:
+        """When the next lease must be given up, if none is renewed before."""
+        if not self._until:
+            return None
+        return min(self._until.values()) - self.margin
+
+
+class Keeper:
+    """Renews the leases a worker holds, and fences it when renewals stop coming.
+
+    ``held`` lists the ``(run id, token)`` leases to renew; ``apply`` hears what the store
+    said of each (held, cancelled, lost); ``give_up`` is told the tokens of leases about
+    to end unrenewed, and asks their handlers to stop.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        worker_id: str,
+        renewals: Renewals,
+        *,
+        held: Callable[[], list[tuple[str, str]]],
+        apply: Callable[[Mapping[str, str]], None],
+        give_up: Callable[[list[str]], None],
+        events: bool = True,
+    ) -> None:
+        self._backend = backend
+        self._worker_id = worker_id
+        self._renewals = renewals
+        self._held = held
+        self._apply = apply
+        self._give_up = give_up
+        self._events = events
+        self._failing = False
+
+    @property
+    def interval(self) -> float:
+        """Three heartbeats per lease while they succeed."""
+        return self._renewals.lease_seconds / 3
+
+    async def beat(self) -> None:
+        """Extend every held lease about three times per lease duration; after a failure,
+        try again within :data:`RETRY_PAUSE` seconds until the store answers."""
+        pause = self.interval
+        while True:
+            await asyncio.sleep(pause)
+            sent_at = time.monotonic()
+            ok = await self._extend()
+            spent = time.monotonic() - sent_at
+            pause = max(self.interval - spent, 0.0) if ok else min(RETRY_PAUSE, self.interval)
+
+    async def _extend(self) -> bool:
+        leases = self._held()
+        if not leases:
+            return True
+        sent_at = time.monotonic()
+        op = self._backend.heartbeat(
+            self._worker_id, leases, self._renewals.lease_seconds, self._events
+        )
+        try:
+            states = await self._backend.execute_async(op)
+        except errors.StoreUnavailable as exc:
+            if not self._failing:
+                _log.warning("heartbeat failed (%s); retrying", exc)
+            self._failing = True
+            return False
+        if self._failing:
+            _log.info("heartbeats succeed again")
+            self._failing = False
+        tokens = dict(leases)
+        self._renewals.renewed(
+            (tokens[run_id] for run_id, state in states.items() if state == HELD), sent_at
+        )
+        self._apply(states)
+        return True
+
+    async def look(self, interval: float = 0.5) -> None:
+        """For stores without notifications: notice cancellations within ``interval``."""
+        while True:
+            await asyncio.sleep(interval)
+            leases = self._held()
+            if not leases:
+                continue
+            op = self._backend.lease_states(leases)
+            try:
+                states = await self._backend.execute_async(op, readonly=True)
+            except errors.StoreUnavailable:
+                continue
+            self._apply(states)
+
+    async def watch(self) -> None:
+        """Give up each lease when its end comes within the margin unrenewed. Runs beside
+        :meth:`beat`, whose statement may hang as long as the network is silent."""
+        while True:
+            now = time.monotonic()
+            ending = self._renewals.ending(now)
+            if ending:
+                for token in ending:
+                    self._renewals.forget(token)
+                self._give_up(ending)
+            next_end = self._renewals.next_end()
+            pause = WATCH_PAUSE if next_end is None else min(next_end - now, WATCH_PAUSE)
+            await asyncio.sleep(max(pause, 0.01))

@@ -1,0 +1,37 @@
+"""A short run of ``python -m benchmarks.chaos`` on both stores: workers killed, frozen
+past their leases and stopped while they run multi-step runs, and every count of the
+checker (lost, stuck, failed, duplicate journal rows, events after the end, overlapping
+executions, unexplained re-executions) zero."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from benchmarks import chaos
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_a_short_chaos_run_loses_and_overlaps_nothing(postgres_url: str) -> None:
+    command = [
+        sys.executable, "-m", "benchmarks.chaos",
+        "--stores", "postgres,sqlite",
+        "--seconds", "8",
+        "--runs", "80",
+        "--lease", "2",
+        "--postgres-url", postgres_url,
+        "--json",
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert done.stdout, done.stderr
+    results = json.loads(done.stdout)
+    for kind, figures in results.items():
+        assert figures["runs"] == 80, kind
+        assert sum(figures["faults"].values()) >= 2, (kind, figures)
+        assert {count: figures[count] for count in chaos.COUNTS} == dict.fromkeys(
+            chaos.COUNTS, 0
+        ), (kind, figures, done.stderr[-3000:])
+    assert done.returncode == 0, done.stderr
