@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import contextlib
 import itertools
 import json
 import os
@@ -29,14 +28,12 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-from benchmarks import server
-from benchmarks.stores import BenchStore
+from benchmarks.stores import BenchStore, each_store
 from simpleworkflow import App, Client, Context, errors
 
 ASYNC_TYPE, SYNC_TYPE = "chaos.async.v1", "chaos.sync.v1"
@@ -356,20 +353,12 @@ def _recovery(ticks: list[dict[str, Any]], faults: list[tuple[float, str, int]])
 
 
 def run(options: argparse.Namespace) -> dict[str, Any]:
-    results: dict[str, Any] = {}
-    kinds = options.stores.split(",")
-    with contextlib.ExitStack() as stack:
-        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="chaos-")))
-        url = options.postgres_url
-        if "postgres" in kinds and url is None:
-            url = stack.enter_context(server.private_postgres())
-        for kind in kinds:
-            store = BenchStore.fresh(kind, url, tmp)
-            try:
-                results[kind] = Chaos(store, options, tmp).run()
-            finally:
-                store.close()
-    return results
+    return each_store(
+        options.stores.split(","),
+        options.postgres_url,
+        "chaos-",
+        lambda store, tmp: Chaos(store, options, tmp).run(),
+    )
 
 
 def main(argv: list[str]) -> None:

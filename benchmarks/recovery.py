@@ -23,14 +23,12 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from benchmarks import server
-from benchmarks.stores import BenchStore
+from benchmarks.stores import BenchStore, each_store
 from simpleworkflow import App, Client
 
 TYPE = "bench.recover.v1"
@@ -178,18 +176,12 @@ def _wait(done: Any, timeout: float, what: str) -> None:
 
 
 def run(kinds: list[str], victims: int, lease: float, postgres_url: str | None) -> dict[str, Any]:
-    results: dict[str, Any] = {}
-    with contextlib.ExitStack() as stack:
-        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-recovery-")))
-        if "postgres" in kinds and postgres_url is None:
-            postgres_url = stack.enter_context(server.private_postgres())
-        for kind in kinds:
-            store = BenchStore.fresh(kind, postgres_url, tmp)
-            try:
-                results[kind] = measure(store, victims, lease, tmp)
-            finally:
-                store.close()
-    return results
+    return each_store(
+        kinds,
+        postgres_url,
+        "bench-recovery-",
+        lambda store, tmp: measure(store, victims, lease, tmp),
+    )
 
 
 def main(argv: list[str]) -> None:

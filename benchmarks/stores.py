@@ -8,15 +8,19 @@ leaves process start-up and the benchmark's own polling out of the figure.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
 import sqlite3
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 
+from benchmarks import server
 from simpleworkflow import Client, config
 from simpleworkflow.backends import Backend, open_backend, queries
 
@@ -132,3 +136,28 @@ class BenchStore:
             path = Path(config.sqlite_path(self.url))
             for suffix in ("", "-wal", "-shm"):
                 Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
+T = TypeVar("T")
+
+
+def each_store(
+    kinds: list[str],
+    postgres_url: str | None,
+    prefix: str,
+    measure: Callable[[BenchStore, Path], T],
+) -> dict[str, T]:
+    """``measure(store, scratch directory)`` on a fresh store of each kind, in turn; a
+    private Postgres is started when none is given and one is needed."""
+    results: dict[str, T] = {}
+    with contextlib.ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix)))
+        if "postgres" in kinds and postgres_url is None:
+            postgres_url = stack.enter_context(server.private_postgres())
+        for kind in kinds:
+            store = BenchStore.fresh(kind, postgres_url, tmp)
+            try:
+                results[kind] = measure(store, tmp)
+            finally:
+                store.close()
+    return results
