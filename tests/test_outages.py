@@ -1,5 +1,6 @@
 """A worker through real database outages: a Postgres restarted with an immediate stop,
-and its connections ended by an operator who found them by ``application_name``.
+its connections ended by an operator who found them by ``application_name``, and a
+network that goes silent (a TCP proxy in the test that stops passing bytes).
 
 The server here is a private one, started by this module, so that restarting it
 disturbs no other test. Nothing may be lost, no attempt charged for the outage, no
@@ -11,7 +12,10 @@ SQLite has no server to restart nor connections to end: what these faults mean f
 
 from __future__ import annotations
 
+import asyncio
 import collections
+import contextlib
+import logging
 import tempfile
 import threading
 import time
@@ -23,7 +27,8 @@ import pytest
 from conftest import Store, poller_thread
 from worker_app import wait_until
 
-from simpleworkflow import App, Client, Context, RunStatus, errors
+from simpleworkflow import App, Client, Context, IntentPoller, RunStatus, errors
+from simpleworkflow.backends.postgres import PostgresBackend
 
 TYPE = "outage.steps.v1"
 STEPS = ("fetch", "transform", "store")
@@ -180,3 +185,97 @@ def test_a_clients_connections_are_named(pg_store: Store) -> None:
             "simpleworkflow%",
         )
     assert ("simpleworkflow client",) in names
+
+
+class SilentProxy:
+    """A TCP proxy on 127.0.0.1 to the server's Unix socket that can go silent: it then
+    swallows every byte both ways and answers nothing, as a partitioned network does
+    (the local kernel still acknowledges, so TCP keepalives cannot tell)."""
+
+    def __init__(self, url: str) -> None:
+        params = psycopg.conninfo.conninfo_to_dict(url)
+        self._socket = f"{params['host']}/.s.PGSQL.{params.get('port') or 5432}"
+        self.silent = False
+        self._loop = asyncio.new_event_loop()
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._main, daemon=True)
+        self._thread.start()
+        self._started.wait(10)
+        self.url = f"postgresql://{params['user']}@127.0.0.1:{self.port}/{params['dbname']}"
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        server = self._loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0))
+        self.port = server.sockets[0].getsockname()[1]
+        self._started.set()
+        self._loop.run_forever()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_unix_connection(self._socket)
+        await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError):
+            while data := await reader.read(65536):
+                if not self.silent:
+                    writer.write(data)
+                    await writer.drain()
+        writer.close()
+
+    def close(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+
+
+@pytest.fixture
+def proxy(server: PrivateServer) -> Iterator[SilentProxy]:
+    silent = SilentProxy(server.url)
+    yield silent
+    silent.close()
+
+
+def proxied_poller(app: App, store: Store, proxy: SilentProxy, **options: Any) -> IntentPoller:
+    """A worker whose every store call goes through ``proxy``, with a short deadline."""
+    backend = PostgresBackend(
+        proxy.url, schema=store.schema, application_name="proxied", call_timeout=2.0
+    )
+    return IntentPoller(app, backend=backend, **options)
+
+
+def outage_lines(caplog: pytest.LogCaptureFixture) -> tuple[int, int]:
+    messages = [r.getMessage() for r in caplog.records if r.name == "simpleworkflow.worker"]
+    began = sum("cannot reach the store" in m for m in messages)
+    return began, sum("answers again" in m for m in messages)
+
+
+def test_a_worker_carries_on_after_the_network_went_silent(
+    pg_store: Store, proxy: SilentProxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    witness = Witness()
+    app = steps_app(pg_store, witness)
+    ids = start(pg_store, 40)
+    poller = proxied_poller(app, pg_store, proxy, concurrency=4, lease_duration=20)
+    with poller_thread(app, poller=poller):
+        wait_until(lambda: len(witness.started) >= 5, 60, "no progress")
+        proxy.silent = True
+        wait_until(lambda: outage_lines(caplog)[0], 30, "the outage was not logged")
+        time.sleep(3)  # past the calls' deadline: they fail and are tried again
+        proxy.silent = False
+        wait_until(lambda: finished(pg_store, ids) == len(ids), 90, "runs left unfinished")
+    assert_all_done_once(pg_store, witness, ids)
+    began, ended = outage_lines(caplog)
+    assert began == ended and 1 <= began <= 2, f"{began} outages logged, {ended} ends"
+
+
+def test_a_worker_stops_within_its_grace_while_the_network_is_silent(
+    pg_store: Store, proxy: SilentProxy
+) -> None:
+    witness = Witness()
+    app = steps_app(pg_store, witness)
+    start(pg_store, 40)
+    poller = proxied_poller(app, pg_store, proxy, concurrency=4, shutdown_grace=1)
+    with poller_thread(app, poller=poller):  # which fails unless it stops within 15 s
+        wait_until(lambda: len(witness.started) >= 5, 60, "no progress")
+        proxy.silent = True
+        time.sleep(0.5)

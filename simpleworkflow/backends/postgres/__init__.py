@@ -49,9 +49,11 @@ class PostgresBackend(base.Backend):
         schema: str = "workflow",
         max_connections: int = 10,
         application_name: str | None = None,
+        call_timeout: float = settings.CALL_TIMEOUT,
     ) -> None:
         self.url = url
         self.application_name = application_name
+        self.call_timeout = call_timeout
         self.schema = schema
         self.location = f"{config.mask_url(url)} schema {schema}"
         self._quoted = queries.quote_schema(schema)
@@ -65,6 +67,7 @@ class PostgresBackend(base.Backend):
         self._alock: asyncio.Lock | None = None
         self._failed: tuple[float, errors.SimpleWorkflowError] | None = None
         self._closing: set[asyncio.Task[None]] = set()
+        self._abandoned: set[asyncio.Future[Any]] = set()  # calls past their deadline
 
     # -- execution -------------------------------------------------------------------
 
@@ -165,6 +168,36 @@ class PostgresBackend(base.Backend):
                 return _execute(conn, op)
 
     async def execute_async(self, op: base.Op[T], *, readonly: bool = False) -> T:
+        """Run ``op``; give up after ``call_timeout`` seconds whatever the network does.
+
+        A network that drops packets without a word leaves a call waiting on its socket,
+        and cancelling it would wait too (psycopg cancels the query, and rolls back, on
+        that same socket). So the call runs as a task of its own: past its deadline the
+        caller gets ``StoreUnavailable`` and the pool is replaced, while the task is
+        cancelled and left to end when its socket does."""
+        call = asyncio.ensure_future(self._execute_async(op))
+        try:
+            return await asyncio.wait_for(asyncio.shield(call), self.call_timeout)
+        except asyncio.CancelledError:
+            self._abandon(call)
+            raise
+        except TimeoutError:
+            self._abandon(call)
+            if self._apool is not None:
+                self._drop_async_pool(self._apool)
+            raise errors.StoreUnavailable(
+                f"Postgres did not answer within {self.call_timeout:g}s; the operation may "
+                "or may not have been applied; check the network and the server, then retry"
+            ) from None
+
+    def _abandon(self, call: asyncio.Future[Any]) -> None:
+        """Cancel ``call`` without waiting for it; ``aclose`` makes sure it ends."""
+        if not call.done():
+            call.cancel()
+            self._abandoned.add(call)
+            call.add_done_callback(self._abandoned.discard)
+
+    async def _execute_async(self, op: base.Op[T]) -> T:
         pool = await self._async_pool()
         with _translated("talking to Postgres"):
             async with pool.connection() as conn:
@@ -212,6 +245,12 @@ class PostgresBackend(base.Backend):
             await self._apool.close(timeout=1.0)
             self._apool = None
         await asyncio.gather(*self._closing, return_exceptions=True)
+        # A call past its deadline may still wait to cancel its query on a silent
+        # socket; cancelled again, psycopg closes its connection and it ends.
+        for call in self._abandoned:
+            call.cancel()
+        if self._abandoned:
+            await asyncio.wait(self._abandoned, timeout=1.0)
         self.close()
 
     # -- schema ----------------------------------------------------------------------

@@ -29,6 +29,10 @@ SERVER_DEFAULTS = {
     "statement_timeout": "60s",
     "idle_in_transaction_session_timeout": "60s",
 }
+#: Seconds an async store call (all a worker makes) may take from start to end, waiting
+#: for a connection included: past it the call fails with ``StoreUnavailable``. Longer
+#: than the statement timeout, so that the server's own limit speaks first.
+CALL_TIMEOUT = 65.0
 #: What a connection is called in ``pg_stat_activity`` unless the caller or URL says.
 APPLICATION_NAME = "simpleworkflow"
 
