@@ -223,8 +223,18 @@ class SilentProxy:
         writer.close()
 
     def close(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
+        """Stop serving: end every piped connection, then the loop."""
+
+        async def stop() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            self._loop.stop()
+
+        asyncio.run_coroutine_threadsafe(stop(), self._loop)
         self._thread.join(5)
+        self._loop.close()
 
 
 @pytest.fixture
