@@ -30,6 +30,8 @@ StartRequest = tuple[str, Any] | Mapping[str, Any]
 _INT4 = 2**31 - 1
 MAX_KEY_LENGTH = 512
 MAX_PAGE = 1000
+#: How a client's Postgres connections appear in ``pg_stat_activity`` (``application_name``).
+CLIENT_NAME = "simpleworkflow client"
 # Far enough for any schedule, near enough that now + delay stays a valid timestamp in
 # every store (SQLite's date functions stop at year 9999).
 MAX_DELAY_SECONDS = 100 * 366 * 86400
@@ -46,8 +48,11 @@ class _Requests:
         max_payload_bytes: int = payloads.DEFAULT_MAX_BYTES,
         auto_migrate: bool | None = None,
         backend: Backend | None = None,
+        application_name: str = CLIENT_NAME,
     ) -> None:
-        self.backend = backend or open_backend(database_url, schema=schema)
+        self.backend = backend or open_backend(
+            database_url, schema=schema, application_name=application_name
+        )
         self.max_payload_bytes = max_payload_bytes
         self._auto_migrate = auto_migrates(self.backend, auto_migrate)
         self._schema_ok = False

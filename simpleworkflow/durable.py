@@ -20,7 +20,7 @@ from collections.abc import Callable, Hashable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from simpleworkflow import durations, errors, names, payloads, races
+from simpleworkflow import durations, errors, names, outage, payloads, races
 from simpleworkflow.backends.records import (
     CANCELLED,
     HELD,
@@ -47,10 +47,10 @@ class StepJournal(GroupCommit[StepRecord]):
 
     what = "the journal entry"
 
-    def __init__(self, backend: Backend) -> None:
-        super().__init__()
+    def __init__(self, backend: Backend, unavailable: outage.Outage | None = None) -> None:
+        super().__init__(unavailable)
         self._backend = backend
-        self.checks = LeaseCheck(backend)
+        self.checks = LeaseCheck(backend, unavailable)
 
     def key(self, item: StepRecord) -> Hashable:
         return (item.run_id, item.name)
@@ -68,8 +68,8 @@ class LeaseCheck(GroupCommit[tuple[str, str]]):
 
     what = "the lease check"
 
-    def __init__(self, backend: Backend) -> None:
-        super().__init__()
+    def __init__(self, backend: Backend, unavailable: outage.Outage | None = None) -> None:
+        super().__init__(unavailable)
         self._backend = backend
 
     def key(self, item: tuple[str, str]) -> Hashable:
@@ -162,8 +162,10 @@ class Durable:
 
     async def _read_journal(self) -> Replay:
         try:
-            op = self.backend.load_journal(self.lease.run.id)
-            entries = await self.backend.execute_async(op, readonly=True)
+            run_id = self.lease.run.id
+            entries = await outage.until_available(
+                lambda: self.backend.execute_async(self.backend.load_journal(run_id), readonly=True)
+            )
         except BaseException:
             self._loading = None  # the next call tries again
             raise
@@ -214,8 +216,10 @@ class Durable:
         lease = (run_id, self.lease.token)
         if self._steps is not None and await self._steps.checks.record(lease):
             return
-        op = self.backend.lease_states([lease])  # alone, or to learn why it is not held
-        state = (await self.backend.execute_async(op, readonly=True)).get(run_id)
+        states = await outage.until_available(  # alone, or to learn why it is not held
+            lambda: self.backend.execute_async(self.backend.lease_states([lease]), readonly=True)
+        )
+        state = states.get(run_id)
         if state == HELD:
             return
         reason = "cancelled" if state == CANCELLED else "lease lost"
@@ -278,7 +282,9 @@ class Durable:
         if self._steps is not None:
             recorded = await self._steps.record(record)
         else:
-            recorded = await self.backend.execute_async(self.backend.record_step(record))
+            recorded = await outage.until_available(
+                lambda: self.backend.execute_async(self.backend.record_step(record))
+            )
         if not recorded:
             raise errors.LeaseLost(name)
         replay.remember(

@@ -4,6 +4,10 @@ Callers queue an item and wait; one writer task takes everything queued while th
 previous write was in flight and writes it in one transaction. Under load the batches
 grow by themselves, and a lone caller waits for no one. Each caller learns whether its
 item counted (a fenced write finds its lease gone and writes nothing).
+
+A batch that cannot reach the store is written again until it can: every item is
+idempotent (fenced by its lease token, or an upsert of the same value), and a lost
+connection is no fault of the attempt that wrote it.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import logging
 from collections.abc import Hashable
 from typing import Generic, TypeVar
 
-from simpleworkflow import errors
+from simpleworkflow import outage
 
 _log = logging.getLogger("simpleworkflow.worker")
 ItemT = TypeVar("ItemT")
@@ -24,7 +28,8 @@ class GroupCommit(abc.ABC, Generic[ItemT]):
     #: What an item is, for messages ("the outcome").
     what = "the write"
 
-    def __init__(self) -> None:
+    def __init__(self, unavailable: outage.Outage | None = None) -> None:
+        self._outage = unavailable
         self._queue: list[tuple[ItemT, asyncio.Future[bool]]] = []
         self._ready = asyncio.Event()
         self._idle = asyncio.Event()
@@ -36,12 +41,15 @@ class GroupCommit(abc.ABC, Generic[ItemT]):
 
     @abc.abstractmethod
     async def write(self, items: list[ItemT]) -> set[Hashable]:
-        """Write ``items`` in one transaction; return the keys of those that counted."""
+        """Write ``items`` in one transaction; return the keys of those that counted.
+
+        Called again with the same items when it raised ``StoreUnavailable``."""
 
     async def record(self, item: ItemT) -> bool:
         """Queue ``item`` and wait until it is committed; False if it did not count.
 
-        Raises what the store raised if it refused this item, or could not be reached.
+        Raises what the store raised if it refused this item; waits while it cannot be
+        reached.
         """
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._queue.append((item, future))
@@ -65,13 +73,9 @@ class GroupCommit(abc.ABC, Generic[ItemT]):
                 self._idle.set()
 
     async def _flush(self, batch: list[tuple[ItemT, asyncio.Future[bool]]]) -> None:
+        items = [item for item, _ in batch]
         try:
-            accepted = await self.write([item for item, _ in batch])
-        except errors.StoreUnavailable as exc:
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(exc)
-            return
+            accepted = await outage.until_available(lambda: self.write(items), self._outage)
         except Exception as exc:
             # The store refused the batch for a reason retrying cannot cure. Write the
             # items one by one, so that one bad item fails alone and its caller gets the

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import logging
 from collections.abc import Hashable
 
-from simpleworkflow import errors, payloads
+from simpleworkflow import errors, outage, payloads
 from simpleworkflow.backends.base import (
     Backend,
     Failure,
@@ -18,7 +17,6 @@ from simpleworkflow.backends.base import (
     Suspension,
 )
 from simpleworkflow.groupcommit import GroupCommit
-from simpleworkflow.wording import plural
 
 _log = logging.getLogger("simpleworkflow.worker")
 
@@ -30,8 +28,10 @@ class Outbox(GroupCommit[Item]):
 
     what = "the outcome"
 
-    def __init__(self, backend: Backend, worker_id: str) -> None:
-        super().__init__()
+    def __init__(
+        self, backend: Backend, worker_id: str, unavailable: outage.Outage | None = None
+    ) -> None:
+        super().__init__(unavailable)
         self._backend = backend
         self._worker_id = worker_id
 
@@ -43,7 +43,7 @@ class Outbox(GroupCommit[Item]):
         because the store refused it: record it again with its text made storable, and
         failing that, fail the run with :class:`~simpleworkflow.errors.OutcomeRefused`.
 
-        Only an unreachable store is not handled here (``write`` retries it until it
+        Only an unreachable store is not handled here (the write is retried until it
         passes); whatever else the store refuses, retrying the same write cannot cure.
         """
         outcome = await self._tried(item)
@@ -74,19 +74,11 @@ class Outbox(GroupCommit[Item]):
             released=[i for i in items if isinstance(i, Release)],
             suspended=[i for i in items if isinstance(i, Suspension)],
         )
-        pause = 0.2
-        while True:
-            try:
-                op = self._backend.finish(outcomes, self._worker_id)
-                return set(await self._backend.execute_async(op))
-            except errors.StoreUnavailable as exc:
-                # Outcomes are fenced by lease token, so writing them late is safe: a
-                # lease lost meanwhile just makes the write a no-op.
-                _log.warning(
-                    "cannot record %s yet (%s); retrying", plural(len(items), "outcome"), exc
-                )
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, 5.0)
+        # Outcomes are fenced by lease token, so writing them late is safe: a lease lost
+        # meanwhile just makes the write a no-op (GroupCommit retries it while the store
+        # cannot be reached).
+        op = self._backend.finish(outcomes, self._worker_id)
+        return set(await self._backend.execute_async(op))
 
 
 def _scrubbed(item: Item) -> Item:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from simpleworkflow import durations, errors, execution, leases, names, recovery, shutdown
+from simpleworkflow import durations, errors, execution, leases, names, outage, recovery, shutdown
 from simpleworkflow.app import App, Definition
 from simpleworkflow.attempts import Attempt, Threads, TrackedExecutor, charge_to
 from simpleworkflow.backends import Backend, open_backend
@@ -87,7 +87,9 @@ class IntentPoller:
         self.shutdown_grace = durations.to_seconds(shutdown_grace, what="shutdown_grace")
         self.heartbeat_events = heartbeat_events
         self._backend = backend or open_backend(
-            database_url or self.app.database_url, schema=schema or self.app.schema
+            database_url or self.app.database_url,
+            schema=schema or self.app.schema,
+            application_name=self.worker_id,
         )
         self._active: dict[str, Attempt] = {}
         self._steps: StepJournal | None = None
@@ -104,6 +106,7 @@ class IntentPoller:
         self._draining: list[Attempt] = []  # at shutdown: attempts that may still run
         self._outcomes = OutcomeLog(_log)
         self._renewals = leases.Renewals(self.lease_duration)
+        self._outage = outage.Outage(_log, self._backend.location)
 
     def workflow(self, type: str, **options: Any) -> Callable[[Any], Any]:
         """Register a handler on this poller's app; see :meth:`App.workflow`."""
@@ -186,6 +189,8 @@ class IntentPoller:
             give_up=self._give_up,
             events=self.heartbeat_events,
         )
+        outbox = Outbox(backend, self.worker_id, self._outage)
+        self._steps = StepJournal(backend, self._outage)
         helpers = [
             asyncio.create_task(outbox.run(), name="outbox"),
             asyncio.create_task(self._steps.run(), name="journal"),
@@ -265,28 +270,54 @@ class IntentPoller:
     async def _claim_loop(self, outbox: Outbox) -> None:
         assert self._signal is not None
         claim_more = True  # the last claim filled every free slot: there may be more
-        pause = 0.2
+        pause = 0.0
         while not self._stopping:
             free = self._free_slots()
             if free > 0 and (claim_more or self._woken):
                 self._woken = False
                 try:
-                    leases = await self._claim(free)
+                    leases = await self._claim_unless_stopping(free)
                 except errors.StoreUnavailable as exc:
-                    _log.warning("claim failed (%s); retrying in %.1fs", exc, pause)
-                    await asyncio.sleep(pause)
-                    pause, self._woken = min(pause * 2, 10.0), True
+                    self._outage.failed(exc)
+                    pause, self._woken = outage.next_pause(pause), True
+                    await self._rest(pause)
                     continue
-                pause = 0.2
+                self._outage.ended()
+                pause = 0.0
                 for lease in leases:
                     self._start(lease, outbox)
                 claim_more = len(leases) == free
                 continue
-            self._signal.clear()
-            try:
-                await asyncio.wait_for(self._signal.wait(), self.poll_interval)
-            except TimeoutError:
+            if await self._rest(self.poll_interval):
                 self._woken = True
+
+    async def _rest(self, seconds: float) -> bool:
+        """Wait ``seconds`` (then return True), or less if a wake-up or a request to stop
+        comes first: after an outage the listener's reconnection is such a wake-up, so the
+        next claim follows the server's return at once rather than the end of a pause."""
+        assert self._signal is not None
+        self._signal.clear()
+        try:
+            await asyncio.wait_for(self._signal.wait(), seconds)
+        except TimeoutError:
+            return True
+        return False
+
+    async def _claim_unless_stopping(self, limit: int) -> list[Lease]:
+        """Claim, but give up when asked to stop: on a network gone silent a claim may
+        wait for its connection's timeouts, and shutdown must not wait for them. Runs a
+        claim given up on may have leased stay so until their leases expire."""
+        assert self._signal is not None
+        claim = asyncio.ensure_future(self._claim(limit))
+        while not claim.done() and not self._stopping:
+            self._signal.clear()
+            stop = asyncio.ensure_future(self._signal.wait())
+            await asyncio.wait({claim, stop}, return_when=asyncio.FIRST_COMPLETED)
+            stop.cancel()
+        if not claim.done():
+            claim.cancel()
+            return []
+        return claim.result()
 
     def _free_slots(self) -> int:
         """Slots for new runs. A run whose handler has returned no longer holds one while

@@ -182,8 +182,8 @@ def make_database(postgres_url: str) -> Iterator[Callable[[], str]]:
 @contextlib.contextmanager
 def poller_thread(app: App, **options: Any) -> Iterator[IntentPoller]:
     """Run an ``IntentPoller`` for ``app`` on a thread until the block ends, then stop it
-    cleanly; an error that ended the poller is raised here."""
-    poller = IntentPoller(app, **options)
+    cleanly; an error that ended the poller is raised here. ``poller=`` runs that one."""
+    poller = options.pop("poller", None) or IntentPoller(app, **options)
     failure: list[BaseException] = []
 
     def main() -> None:

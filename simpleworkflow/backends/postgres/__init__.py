@@ -6,12 +6,14 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any, TypeVar
 
 from simpleworkflow import config, errors
 from simpleworkflow.backends import base, queries
+from simpleworkflow.backends.postgres import settings
 
 try:
     import psycopg
@@ -25,8 +27,13 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 T = TypeVar("T")
 _log = logging.getLogger("simpleworkflow.postgres")
 _PACKAGE = __name__
-#: Seconds a first connection may take, unless the URL sets ``connect_timeout``.
+#: Seconds a pool may take to open once a plain connection succeeded.
 CONNECT_TIMEOUT = 10
+#: After a failed connection, callers within this many seconds fail at once with its
+#: error: in an outage each waits for no other's connect timeout.
+RECONNECT_GAP = 0.25
+#: The longest pause between two attempts to listen again.
+LISTEN_PAUSE = 1.0
 
 
 class PostgresBackend(base.Backend):
@@ -35,8 +42,18 @@ class PostgresBackend(base.Backend):
     name = "postgres"
     has_notifications = True
 
-    def __init__(self, url: str, *, schema: str = "workflow", max_connections: int = 10) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str = "workflow",
+        max_connections: int = 10,
+        application_name: str | None = None,
+        call_timeout: float = settings.CALL_TIMEOUT,
+    ) -> None:
         self.url = url
+        self.application_name = application_name
+        self.call_timeout = call_timeout
         self.schema = schema
         self.location = f"{config.mask_url(url)} schema {schema}"
         self._quoted = queries.quote_schema(schema)
@@ -48,13 +65,16 @@ class PostgresBackend(base.Backend):
         self._apool: psycopg_pool.AsyncConnectionPool[Any] | None = None
         self._lock = threading.Lock()
         self._alock: asyncio.Lock | None = None
+        self._failed: tuple[float, errors.SimpleWorkflowError] | None = None
+        self._closing: set[asyncio.Task[None]] = set()
+        self._abandoned: set[asyncio.Future[Any]] = set()  # calls past their deadline
 
     # -- execution -------------------------------------------------------------------
 
     def _pool_options(self, name: str) -> dict[str, Any]:
         """What both pools are made of; opened lazily, on first use."""
         return {
-            "conninfo": self.url,
+            "conninfo": self._conninfo(),
             "min_size": 1,
             "max_size": self._max_connections,
             "kwargs": {"row_factory": dict_row, "autocommit": True},
@@ -66,12 +86,17 @@ class PostgresBackend(base.Backend):
     # says only that it timed out. So a pool opens after one plain connection succeeded:
     # a wrong URL, a missing database or role, a server that is down fail at once, with
     # the server's own reason (see _connect_error).
+    #
+    # A pool whose connection broke is dropped, and the next call opens a new one the same
+    # way. A restart breaks every connection of a pool at once, and psycopg_pool replaces
+    # them with a backoff that doubles up to minutes: work would resume long after the
+    # server did. A fresh pool connects the moment the server answers.
 
     def _sync_pool(self) -> psycopg_pool.ConnectionPool[Any]:
         with self._lock:
             if self._pool is None:
                 with self._connecting():
-                    psycopg.connect(self.url, **self._connect_options()).close()
+                    psycopg.connect(self._conninfo()).close()
                 pool = psycopg_pool.ConnectionPool(**self._pool_options("simpleworkflow"))
                 with _translated("connecting to Postgres"):
                     pool.open(wait=True, timeout=CONNECT_TIMEOUT)
@@ -84,9 +109,7 @@ class PostgresBackend(base.Backend):
         async with self._alock:
             if self._apool is None:
                 with self._connecting():
-                    conn = await psycopg.AsyncConnection.connect(
-                        self.url, **self._connect_options()
-                    )
+                    conn = await psycopg.AsyncConnection.connect(self._conninfo())
                 await conn.close()
                 pool = psycopg_pool.AsyncConnectionPool(
                     **self._pool_options("simpleworkflow-async")
@@ -96,81 +119,111 @@ class PostgresBackend(base.Backend):
                 self._apool = pool
             return self._apool
 
-    def _connect_options(self) -> dict[str, Any]:
-        return {} if "connect_timeout" in self.url else {"connect_timeout": CONNECT_TIMEOUT}
+    def _conninfo(self, *, server: bool = True) -> str:
+        """The URL with the library's timeouts and name (see ``settings``)."""
+        try:
+            return settings.conninfo(self.url, self.application_name, server=server)
+        except psycopg.Error as exc:
+            raise _connect_error(self.url, exc) from exc
 
     @contextlib.contextmanager
     def _connecting(self) -> Iterator[None]:
-        """Turn a failed first connection into one line naming the cause and the fix."""
+        """Turn a failed first connection into one line naming the cause and the fix;
+        repeat it to whoever tries again within ``RECONNECT_GAP``."""
+        failed = self._failed
+        if failed is not None and time.monotonic() - failed[0] < RECONNECT_GAP:
+            raise failed[1]
         try:
             yield
         except psycopg.Error as exc:
-            raise _connect_error(self.url, exc) from exc
+            error = _connect_error(self.url, exc)
+            self._failed = (time.monotonic(), error)
+            raise error from exc
+        self._failed = None
+
+    def _drop_pool(self, pool: psycopg_pool.ConnectionPool[Any]) -> None:
+        """Forget ``pool`` (one of its connections broke); close it out of the caller's way."""
+        with self._lock:
+            if self._pool is not pool:
+                return
+            self._pool = None
+        threading.Thread(target=pool.close, kwargs={"timeout": 1.0}, daemon=True).start()
+
+    def _drop_async_pool(self, pool: psycopg_pool.AsyncConnectionPool[Any]) -> None:
+        if self._apool is not pool:
+            return
+        self._apool = None
+        task = asyncio.get_running_loop().create_task(pool.close(timeout=1.0))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     # Connections are in autocommit mode: a single-statement op (most of them, thanks to
     # data-modifying CTEs) costs one round trip; ops that start with ATOMIC run inside
     # an explicit transaction.
 
     def execute(self, op: base.Op[T], *, readonly: bool = False) -> T:
-        with _translated("talking to Postgres"), self._sync_pool().connection() as conn:
-
-            def run(statement: base.Statement) -> base.Rows:
-                cursor = conn.execute(statement.sql, statement.params)
-                return cursor.fetchall() if cursor.description else []
-
-            def stream(batch: base.Stream) -> None:
-                with conn.pipeline():
-                    sent: Any = None
-                    for statement in batch.statements:  # the op builds it meanwhile
-                        rows = _rows(sent)
-                        sent = conn.cursor()
-                        sent.execute(statement.sql, statement.params)
-                        if rows is not None:
-                            batch.take(rows)  # while the server runs the next one
-                    last = _rows(sent)
-                    if last is not None:
-                        batch.take(last)
-
-            try:
-                first = next(op)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            if first is not base.ATOMIC:
-                return base.drive(op, run, first, stream)
-            with conn.transaction():
-                return base.drive(op, run, first, stream)
+        with _translated("talking to Postgres"):
+            pool = self._sync_pool()
+            with pool.connection() as conn, _on_broken(conn, lambda: self._drop_pool(pool)):
+                return _execute(conn, op)
 
     async def execute_async(self, op: base.Op[T], *, readonly: bool = False) -> T:
+        """Run ``op``; give up after ``call_timeout`` seconds whatever the network does.
+
+        A network that drops packets without a word leaves a call waiting on its socket,
+        and cancelling it would wait too (psycopg cancels the query, and rolls back, on
+        that same socket). So the call runs as a task of its own: past its deadline the
+        caller gets ``StoreUnavailable`` and the pool is replaced, while the task is
+        cancelled and left to end when its socket does."""
+        call = asyncio.ensure_future(self._execute_async(op))
+        try:
+            return await asyncio.wait_for(asyncio.shield(call), self.call_timeout)
+        except asyncio.CancelledError:
+            self._abandon(call)
+            raise
+        except TimeoutError:
+            self._abandon(call)
+            if self._apool is not None:
+                self._drop_async_pool(self._apool)
+            raise errors.StoreUnavailable(
+                f"Postgres did not answer within {self.call_timeout:g}s; the operation may "
+                "or may not have been applied; check the network and the server, then retry"
+            ) from None
+
+    def _abandon(self, call: asyncio.Future[Any]) -> None:
+        """Cancel ``call`` without waiting for it; ``aclose`` makes sure it ends."""
+        if not call.done():
+            call.cancel()
+            self._abandoned.add(call)
+            call.add_done_callback(self._abandoned.discard)
+
+    async def _execute_async(self, op: base.Op[T]) -> T:
         pool = await self._async_pool()
         with _translated("talking to Postgres"):
             async with pool.connection() as conn:
-                try:
-                    statement = next(op)
-                    if statement is not base.ATOMIC:
-                        return await _drive_async(conn, op, statement)
-                    async with conn.transaction():
-                        return await _drive_async(conn, op, statement)
-                except StopIteration as stop:
-                    return stop.value  # type: ignore[no-any-return]
+                with _on_broken(conn, lambda: self._drop_async_pool(pool)):
+                    return await _execute_async(conn, op)
 
     async def listen(self, on_message: Callable[[str, str], None]) -> None:
-        """Deliver this schema's notifications; reconnect with backoff when the link drops.
+        """Deliver this schema's notifications; reconnect when the link drops.
 
         After every (re)connection a ``wake`` without a type is delivered, since
         notifications sent while disconnected are lost and the listener must look itself.
+        Reconnecting is tried again every second at most, so that wake-ups come back
+        within a second of the server.
         """
-        pause = 0.5
+        pause = 0.1
         while True:
             try:
-                conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+                conn = await psycopg.AsyncConnection.connect(self._conninfo(), autocommit=True)
             except psycopg.OperationalError as exc:
-                _log.warning("cannot listen for wake-ups (%s); retrying in %.1fs", exc, pause)
+                _log.debug("cannot listen for wake-ups (%s); retrying in %.1fs", exc, pause)
                 await asyncio.sleep(pause)
-                pause = min(pause * 2, 10.0)
+                pause = min(pause * 2, LISTEN_PAUSE)
                 continue
             try:
                 await conn.execute("listen simpleworkflow")
-                pause = 0.5
+                pause = 0.1
                 on_message("wake", "")
                 async for note in conn.notifies():
                     kind, _, rest = note.payload.partition(" ")
@@ -178,7 +231,7 @@ class PostgresBackend(base.Backend):
                     if schema == self.schema:
                         on_message(kind, value)
             except psycopg.OperationalError as exc:
-                _log.warning("wake-up connection lost (%s); reconnecting", exc)
+                _log.debug("wake-up connection lost (%s); reconnecting", exc)
             finally:
                 await conn.close()
 
@@ -189,8 +242,15 @@ class PostgresBackend(base.Backend):
 
     async def aclose(self) -> None:
         if self._apool is not None:
-            await self._apool.close()
+            await self._apool.close(timeout=1.0)
             self._apool = None
+        await asyncio.gather(*self._closing, return_exceptions=True)
+        # A call past its deadline may still wait to cancel its query on a silent
+        # socket; cancelled again, psycopg closes its connection and it ends.
+        for call in self._abandoned:
+            call.cancel()
+        if self._abandoned:
+            await asyncio.wait(self._abandoned, timeout=1.0)
         self.close()
 
     # -- schema ----------------------------------------------------------------------
@@ -201,7 +261,7 @@ class PostgresBackend(base.Backend):
     def migrate(self) -> list[int]:
         applied_now: list[int] = []
         with self._connecting():
-            conn = psycopg.connect(self.url, **self._connect_options())
+            conn = psycopg.connect(self._conninfo(server=False))
         with _translated("migrating Postgres"), conn:
             # One transaction under an advisory lock: a second `migrate` waits, then finds
             # everything applied and does nothing.
@@ -257,6 +317,58 @@ class PostgresBackend(base.Backend):
 
     def encode_params(self, params: dict[str, Any]) -> dict[str, Any]:
         return params
+
+
+def _execute(conn: Any, op: base.Op[T]) -> T:
+    """Drive ``op`` on a connection of the sync pool."""
+
+    def run(statement: base.Statement) -> base.Rows:
+        cursor = conn.execute(statement.sql, statement.params)
+        return cursor.fetchall() if cursor.description else []
+
+    def stream(batch: base.Stream) -> None:
+        with conn.pipeline():
+            sent: Any = None
+            for statement in batch.statements:  # the op builds it meanwhile
+                rows = _rows(sent)
+                sent = conn.cursor()
+                sent.execute(statement.sql, statement.params)
+                if rows is not None:
+                    batch.take(rows)  # while the server runs the next one
+            last = _rows(sent)
+            if last is not None:
+                batch.take(last)
+
+    try:
+        first = next(op)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+    if first is not base.ATOMIC:
+        return base.drive(op, run, first, stream)
+    with conn.transaction():
+        return base.drive(op, run, first, stream)
+
+
+async def _execute_async(conn: Any, op: base.Op[T]) -> T:
+    try:
+        statement = next(op)
+        if statement is not base.ATOMIC:
+            return await _drive_async(conn, op, statement)
+        async with conn.transaction():
+            return await _drive_async(conn, op, statement)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+@contextlib.contextmanager
+def _on_broken(conn: Any, drop: Callable[[], None]) -> Iterator[None]:
+    """Call ``drop`` when ``conn`` broke (not when a statement failed on a sound one)."""
+    try:
+        yield
+    except psycopg.OperationalError:
+        if conn.broken or conn.closed:
+            drop()
+        raise
 
 
 def _rows(cursor: Any) -> base.Rows | None:
