@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from simpleworkflow import errors
 from simpleworkflow.backends import Backend
 from simpleworkflow.backends.base import HELD
+from simpleworkflow.outage import Outage
 
 _log = logging.getLogger("simpleworkflow.worker")
 
@@ -99,6 +100,7 @@ class Keeper:
         apply: Callable[[Mapping[str, str]], None],
         give_up: Callable[[list[str]], None],
         events: bool = True,
+        outage: Outage | None = None,
     ) -> None:
         self._backend = backend
         self._worker_id = worker_id
@@ -107,7 +109,8 @@ class Keeper:
         self._apply = apply
         self._give_up = give_up
         self._events = events
-        self._failing = False
+        # The worker's one account of the store's outages (logged once, and its end once).
+        self._outage = outage or Outage(_log, backend.location)
 
     @property
     def interval(self) -> float:
@@ -136,13 +139,9 @@ class Keeper:
         try:
             states = await self._backend.execute_async(op)
         except errors.StoreUnavailable as exc:
-            if not self._failing:
-                _log.warning("heartbeat failed (%s); retrying", exc)
-            self._failing = True
+            self._outage.failed(exc)
             return False
-        if self._failing:
-            _log.info("heartbeats succeed again")
-            self._failing = False
+        self._outage.ended()
         tokens = dict(leases)
         self._renewals.renewed(
             (tokens[run_id] for run_id, state in states.items() if state == HELD), sent_at

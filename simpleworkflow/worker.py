@@ -188,6 +188,7 @@ class IntentPoller:
             apply=self._apply,
             give_up=self._give_up,
             events=self.heartbeat_events,
+            outage=self._outage,
         )
         outbox = Outbox(backend, self.worker_id, self._outage)
         self._steps = StepJournal(backend, self._outage)
