@@ -29,6 +29,7 @@ from simpleworkflow import errors
 from simpleworkflow.attempts import Attempt
 from simpleworkflow.backends import Backend
 from simpleworkflow.backends.base import HELD, Outcomes, Release
+from simpleworkflow.outage import Outage
 from simpleworkflow.outbox import Outbox
 from simpleworkflow.wording import plural
 
@@ -121,6 +122,7 @@ class Lingering(threading.Thread):
         self._lease_seconds = lease_seconds
         self._held = {a.lease.run.id: a for a in attempts}
         self._events = heartbeat_events
+        self._outage = Outage(_log, backend.location)  # logged once, not every poll
 
     def run(self) -> None:
         beat = 0.0  # when the leases are next extended (monotonic)
@@ -131,7 +133,9 @@ class Lingering(threading.Thread):
                     self._extend()
                     beat = time.monotonic() + self._lease_seconds / 3
             except errors.StoreUnavailable as exc:
-                _log.warning("cannot reach the store for runs still running (%s)", exc)
+                self._outage.failed(exc)
+            else:
+                self._outage.ended()
             time.sleep(LINGER_POLL)
         self._backend.close()
 
