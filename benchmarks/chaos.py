@@ -26,7 +26,6 @@ import os
 import random
 import signal
 import statistics
-import subprocess
 import sys
 import time
 import uuid
@@ -34,12 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.stores import BenchStore, each_store
+from benchmarks.workers import WorkerProcess
 from simpleworkflow import App, Client, Context, errors
 
 ASYNC_TYPE, SYNC_TYPE = "chaos.async.v1", "chaos.sync.v1"
 TERMINAL = {"succeeded", "failed", "cancelled"}
 TICK = 0.05
-_ROOT = Path(__file__).resolve().parent.parent
 COUNTS = (
     "lost",
     "stuck",
@@ -136,36 +135,14 @@ def worker_main(url: str, schema: str, worker_id: str, ledger: str, lease: float
 # -- the driver -------------------------------------------------------------------------
 
 
-class Worker:
+class Worker(WorkerProcess):
     def __init__(self, store: BenchStore, worker_id: str, ledger: Path, lease: float, log: Path):
-        path = os.pathsep.join([str(_ROOT), os.environ.get("PYTHONPATH", "")])
-        command = [sys.executable, "-m", "benchmarks.chaos", "--worker", store.url]
-        args = [store.schema, worker_id, str(ledger), str(lease)]
-        with log.open("a") as err:
-            self.proc = subprocess.Popen(
-                [*command, *args],
-                stdout=subprocess.PIPE,
-                stderr=err,
-                text=True,
-                env={**os.environ, "PYTHONPATH": path},
-                cwd=_ROOT,
-            )
-        assert self.proc.stdout is not None
-        if self.proc.stdout.readline().strip() != "ready":
-            raise RuntimeError(f"{worker_id} failed to start:\n{log.read_text()}")
+        args = [store.url, store.schema, worker_id, str(ledger), str(lease)]
+        super().__init__("benchmarks.chaos", args, worker_id, log)
         self.frozen = False
 
     def end(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        self.stop(30)
 
 
 class Chaos:

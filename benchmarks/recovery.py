@@ -17,11 +17,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import random
 import signal
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -29,12 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.stores import BenchStore, each_store
+from benchmarks.workers import WorkerProcess
 from simpleworkflow import App, Client
 
 TYPE = "bench.recover.v1"
 RUNS_PER_VICTIM = 5
 DEFAULT_LEASE = 30.0  # IntentPoller's default, for the report
-_ROOT = Path(__file__).resolve().parent.parent
 
 
 def worker_main(url: str, schema: str, worker_id: str, role: str, lease: float) -> None:
@@ -55,38 +53,13 @@ def worker_main(url: str, schema: str, worker_id: str, role: str, lease: float) 
     poller.run()
 
 
-class Process:
+class Process(WorkerProcess):
     """One worker process of this benchmark."""
 
     def __init__(self, store: BenchStore, worker_id: str, role: str, lease: float, log: Path):
-        path = os.pathsep.join([str(_ROOT), os.environ.get("PYTHONPATH", "")])
-        command = [sys.executable, "-m", "benchmarks.recovery", "--worker"]
         args = [store.url, store.schema, worker_id, role, str(lease)]
+        super().__init__("benchmarks.recovery", args, worker_id, log)
         self.worker_id = worker_id
-        self.log = log
-        with log.open("w") as err:
-            self.proc = subprocess.Popen(
-                [*command, *args],
-                stdout=subprocess.PIPE,
-                stderr=err,
-                text=True,
-                env={**os.environ, "PYTHONPATH": path},
-                cwd=_ROOT,
-            )
-        assert self.proc.stdout is not None
-        if self.proc.stdout.readline().strip() != "ready":
-            raise RuntimeError(f"{worker_id} failed to start:\n{log.read_text()}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
 
 
 @contextlib.contextmanager
@@ -97,7 +70,7 @@ def processes() -> Iterator[list[Process]]:
         yield started
     finally:
         for process in started:
-            process.stop()
+            process.stop(60)
 
 
 def measure(store: BenchStore, victims: int, lease: float, tmp: Path) -> dict[str, float]:

@@ -26,6 +26,41 @@ POLL_SECONDS = 0.25
 STALL_SECONDS = 60.0  # a drain that makes no progress this long has failed
 
 
+class WorkerProcess:
+    """One worker process of a fault benchmark: ``python -m <module> --worker <args>``,
+    returned once it prints ``ready``; its stderr goes to ``log``."""
+
+    def __init__(self, module: str, args: list[str], name: str, log: Path) -> None:
+        path = os.pathsep.join([str(_ROOT), os.environ.get("PYTHONPATH", "")])
+        self.name = name
+        self.log = log
+        with log.open("a") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", module, "--worker", *args],
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+                env={**os.environ, "PYTHONPATH": path},
+                cwd=_ROOT,
+            )
+        assert self.proc.stdout is not None
+        if self.proc.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"{name} failed to start:\n{log.read_text()}")
+
+    def stop(self, timeout: float) -> None:
+        """SIGTERM (thawed first, should it be frozen), then SIGKILL after ``timeout``."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
 class WorkerPool:
     """``processes`` worker processes on ``store``, each with ``concurrency`` handler slots."""
 
