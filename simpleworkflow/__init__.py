@@ -22,6 +22,7 @@ from simpleworkflow.errors import (
     WaitTimeout,
 )
 from simpleworkflow.models import Event, Run, RunPage, RunStatus
+from simpleworkflow.observe import Observer
 from simpleworkflow.retry import RetryPolicy
 from simpleworkflow.worker import IntentPoller
 
@@ -40,6 +41,7 @@ __all__ = [
     "Event",
     "IntentPoller",
     "InvalidInput",
+    "Observer",
     "PermanentError",
     "RetryAfter",
     "RetryPolicy",

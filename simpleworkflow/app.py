@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from simpleworkflow import durations, errors, names
+from simpleworkflow import durations, errors, names, observe
 from simpleworkflow.retry import DEFAULT_RUN_POLICY, RetryPolicy
 
 if TYPE_CHECKING:
@@ -42,7 +42,8 @@ class App:
     """Handlers by workflow type, plus the database they work against.
 
     ``database_url`` and ``schema`` default as everywhere (argument, environment, local
-    SQLite file); a worker or client made from the app uses them.
+    SQLite file); a worker or client made from the app uses them. ``observers`` watch
+    the runs of every worker made from the app (see ``observe``).
     """
 
     def __init__(
@@ -51,11 +52,18 @@ class App:
         *,
         schema: str | None = None,
         retry: RetryPolicy = DEFAULT_RUN_POLICY,
+        observers: Iterable[observe.Observer] = (),
     ) -> None:
         self.database_url = database_url
         self.schema = schema
         self.retry = retry
+        self.observers = observe.Observers(observers)
         self._definitions: dict[str, Definition] = {}
+
+    def observe(self, observer: observe.Observer) -> observe.Observer:
+        """Register ``observer`` on the workers of this app; returns it."""
+        self.observers.add(observer)
+        return observer
 
     def workflow(
         self,

@@ -19,6 +19,7 @@ PUBLIC_NAMES = [
     "Event",
     "IntentPoller",
     "InvalidInput",
+    "Observer",
     "PermanentError",
     "RetryAfter",
     "RetryPolicy",

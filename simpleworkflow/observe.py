@@ -1,0 +1,365 @@
+"""Observers: the one way to watch runs without changing the engine.
+
+Logging, metrics and tracing all want to know when a run is claimed, an attempt ends or
+a step is retried. Rather than writing each of them into the worker, the engine calls
+the hooks of :class:`Observer` at every point of a run's life, and each concern is an
+observer registered on the :class:`~simpleworkflow.App` (worker side) or on a client
+(producer side). The core never imports ``prometheus_client`` or OpenTelemetry: those
+live in observers of their own.
+
+Hooks are plain methods that receive one frozen event; an observer overrides the ones it
+needs. They are called on the thread that runs the code they observe (the worker's event
+loop, or a handler's thread for the steps of a ``def`` body), so they must be quick and
+thread-safe. An observer that raises is logged and ignored: it never fails a run.
+
+``around_attempt`` and ``around_step`` return context managers that enclose the handler's
+and each step's execution, so that a tracer can make its span current while the user's
+code runs (context variables carry it into a ``def`` handler's thread).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager as ContextManager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from simpleworkflow.models import Run
+
+_log = logging.getLogger("simpleworkflow.observe")
+
+#: ``AttemptFinished.outcome``: what became of the attempt.
+SUCCEEDED: Final = "succeeded"
+FAILED: Final = "failed"  # for good: no attempt follows
+RETRIED: Final = "retried"  # failed; the run is due again after a backoff
+SUSPENDED: Final = "suspended"  # waits for a sleep, a signal, a child or a step retry
+CANCELLED: Final = "cancelled"
+LEASE_LOST: Final = "lease_lost"  # another worker may hold the run now
+STOPPED: Final = "stopped"  # the worker stopped under it: the run is due again
+
+#: ``RunSuspended.kind``: what a suspended run waits for.
+SLEEP: Final = "sleep"
+SIGNAL: Final = "signal"
+CHILD: Final = "child"
+RETRY: Final = "retry"  # a step's retry, after its backoff
+ANY: Final = "any"  # several of the above (a race or a gather): the first one wakes it
+
+
+@dataclass(frozen=True, slots=True)
+class RunCreated:
+    """A client stored a run; ``created`` is False when an idempotency key found it."""
+
+    run: Run
+    created: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class SignalDelivered:
+    """A client stored a signal for ``run_id`` (a run waiting for it is woken)."""
+
+    run_id: str
+    event: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunClaimed:
+    """A worker leased ``run``; ``queued_for`` is seconds from due to claimed."""
+
+    run: Run
+    worker_id: str
+    queued_for: float
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptStarted:
+    """The handler of ``run`` is about to be called (``run.attempt`` counts from 0)."""
+
+    run: Run
+    worker_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptFinished:
+    """One attempt ended: ``outcome`` is one of the constants above.
+
+    ``error`` is the exception's message for ``failed`` and ``retried``; ``retry_in``
+    the seconds until the run is due again for ``retried``."""
+
+    run: Run
+    worker_id: str
+    outcome: str
+    duration: float
+    error: str | None = None
+    retry_in: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StepStarted:
+    """Step ``step`` of ``run`` starts its ``attempt`` (from 1) in this attempt of the run."""
+
+    run: Run
+    step: str
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class StepCompleted:
+    run: Run
+    step: str
+    attempt: int
+    duration: float
+
+
+@dataclass(frozen=True, slots=True)
+class StepFailed:
+    """A step's attempt raised; ``retrying`` says whether its policy retries it."""
+
+    run: Run
+    step: str
+    attempt: int
+    duration: float
+    error: BaseException
+    retrying: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StepRetried:
+    """A failed step is retried after ``delay`` seconds (in this attempt or a later one)."""
+
+    run: Run
+    step: str
+    attempt: int
+    delay: float
+
+
+@dataclass(frozen=True, slots=True)
+class RunSuspended:
+    """``run`` gave its lease back until what it waits for happens (``until``: at the latest)."""
+
+    run: Run
+    kind: str
+    until: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunResumed:
+    """A suspended run was claimed again; ``kind`` is what it had waited for."""
+
+    run: Run
+    kind: str
+
+
+@dataclass(frozen=True, slots=True)
+class SignalConsumed:
+    """``run`` took signal ``event`` that it waited for."""
+
+    run: Run
+    event: str
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseLost:
+    """A worker stopped ``run``'s handler: its lease went to another worker, or could not
+    be renewed in time (``reason``)."""
+
+    run: Run
+    worker_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class LeasesReaped:
+    """A worker gave back runs whose leases expired under a crashed or frozen worker."""
+
+    run_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RunsDeleted:
+    """Retention deleted ``count`` finished runs of ``type``."""
+
+    type: str
+    count: int
+
+
+class Observer:
+    """Hooks the engine calls; each does nothing until a subclass overrides it."""
+
+    def run_created(self, event: RunCreated) -> None:
+        pass
+
+    def signal_delivered(self, event: SignalDelivered) -> None:
+        pass
+
+    def run_claimed(self, event: RunClaimed) -> None:
+        pass
+
+    def attempt_started(self, event: AttemptStarted) -> None:
+        pass
+
+    def attempt_finished(self, event: AttemptFinished) -> None:
+        pass
+
+    def step_started(self, event: StepStarted) -> None:
+        pass
+
+    def step_completed(self, event: StepCompleted) -> None:
+        pass
+
+    def step_failed(self, event: StepFailed) -> None:
+        pass
+
+    def step_retried(self, event: StepRetried) -> None:
+        pass
+
+    def run_suspended(self, event: RunSuspended) -> None:
+        pass
+
+    def run_resumed(self, event: RunResumed) -> None:
+        pass
+
+    def signal_consumed(self, event: SignalConsumed) -> None:
+        pass
+
+    def lease_lost(self, event: LeaseLost) -> None:
+        pass
+
+    def leases_reaped(self, event: LeasesReaped) -> None:
+        pass
+
+    def runs_deleted(self, event: RunsDeleted) -> None:
+        pass
+
+    def around_attempt(self, run: Run, worker_id: str) -> ContextManager[None]:
+        """Entered just before the handler is called, left when it returns or raises."""
+        return contextlib.nullcontext()
+
+    def around_step(self, run: Run, step: str, attempt: int) -> ContextManager[None]:
+        """Entered just before a step's function is called, left when it returns or raises."""
+        return contextlib.nullcontext()
+
+
+class Observers(Observer):
+    """Several observers as one: calls each in the order registered, and logs and
+    ignores what one raises. The engine holds one of these (empty: nothing is called)."""
+
+    def __init__(self, observers: Iterable[Observer] = ()) -> None:
+        self._observers: list[Observer] = []
+        self._complained: set[tuple[int, str]] = set()
+        for observer in observers:
+            self.add(observer)
+
+    def add(self, observer: Observer) -> None:
+        if not isinstance(observer, Observer):
+            raise TypeError(
+                f"an observer must be an instance of simpleworkflow.observe.Observer "
+                f"(subclass it and override the hooks you need), not {observer!r:.60}"
+            )
+        self._observers.append(observer)
+
+    def __bool__(self) -> bool:
+        return bool(self._observers)
+
+    def __iter__(self) -> Iterator[Observer]:
+        return iter(self._observers)
+
+    def _each(self, hook: str, event: object) -> None:
+        for observer in self._observers:
+            try:
+                getattr(observer, hook)(event)
+            except Exception:
+                self._complain(observer, hook)
+
+    def _complain(self, observer: Observer, hook: str) -> None:
+        """Log an observer's error with its traceback the first time, then quietly: a
+        broken metrics exporter must not flood the log once per run."""
+        key = (id(observer), hook)
+        level = logging.DEBUG if key in self._complained else logging.WARNING
+        self._complained.add(key)
+        _log.log(level, "observer %r raised in %s; ignored", observer, hook, exc_info=True)
+
+    def run_created(self, event: RunCreated) -> None:
+        self._each("run_created", event)
+
+    def signal_delivered(self, event: SignalDelivered) -> None:
+        self._each("signal_delivered", event)
+
+    def run_claimed(self, event: RunClaimed) -> None:
+        self._each("run_claimed", event)
+
+    def attempt_started(self, event: AttemptStarted) -> None:
+        self._each("attempt_started", event)
+
+    def attempt_finished(self, event: AttemptFinished) -> None:
+        self._each("attempt_finished", event)
+
+    def step_started(self, event: StepStarted) -> None:
+        self._each("step_started", event)
+
+    def step_completed(self, event: StepCompleted) -> None:
+        self._each("step_completed", event)
+
+    def step_failed(self, event: StepFailed) -> None:
+        self._each("step_failed", event)
+
+    def step_retried(self, event: StepRetried) -> None:
+        self._each("step_retried", event)
+
+    def run_suspended(self, event: RunSuspended) -> None:
+        self._each("run_suspended", event)
+
+    def run_resumed(self, event: RunResumed) -> None:
+        self._each("run_resumed", event)
+
+    def signal_consumed(self, event: SignalConsumed) -> None:
+        self._each("signal_consumed", event)
+
+    def lease_lost(self, event: LeaseLost) -> None:
+        self._each("lease_lost", event)
+
+    def leases_reaped(self, event: LeasesReaped) -> None:
+        self._each("leases_reaped", event)
+
+    def runs_deleted(self, event: RunsDeleted) -> None:
+        self._each("runs_deleted", event)
+
+    def around_attempt(self, run: Run, worker_id: str) -> ContextManager[None]:
+        if not self._observers:
+            return contextlib.nullcontext()
+        return self._around("around_attempt", lambda o: o.around_attempt(run, worker_id))
+
+    def around_step(self, run: Run, step: str, attempt: int) -> ContextManager[None]:
+        if not self._observers:
+            return contextlib.nullcontext()
+        return self._around("around_step", lambda o: o.around_step(run, step, attempt))
+
+    @contextlib.contextmanager
+    def _around(self, hook: str, make: Callable[[Observer], ContextManager[Any]]) -> Iterator[None]:
+        """Enter every observer's context manager, outermost first; one that raises on
+        the way in or out is skipped, and the user's exception always goes on."""
+        with contextlib.ExitStack() as stack:
+            for observer in self._observers:
+                try:
+                    manager = make(observer)
+                    manager.__enter__()
+                except Exception:
+                    self._complain(observer, hook)
+                    continue
+                stack.push(self._guarded_exit(observer, hook, manager))
+            yield
+
+    def _guarded_exit(
+        self, observer: Observer, hook: str, manager: ContextManager[Any]
+    ) -> Callable[..., bool]:
+        def leave(*exc_info: Any) -> bool:
+            try:
+                manager.__exit__(*exc_info)
+            except Exception:
+                self._complain(observer, hook)
+            return False  # never swallow what the user's code raised
+
+        return leave
