@@ -1,134 +1,28 @@
-"""The application: which handler runs each workflow type, and with what policy."""
+"""The application: handlers by workflow type, and the clients and workers made from them."""
 
 from __future__ import annotations
 
-import asyncio
-import inspect
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from simpleworkflow import durations, errors, names, observe
-from simpleworkflow.retry import DEFAULT_RUN_POLICY, RetryPolicy
+from simpleworkflow.handlers import Definition, Handlers, takes_context
 
 if TYPE_CHECKING:
     from simpleworkflow.client import AsyncClient, Client
     from simpleworkflow.worker import IntentPoller
 
-F = TypeVar("F", bound=Callable[..., Any])
+__all__ = ["App", "Definition", "takes_context"]
 
 
-@dataclass(frozen=True)
-class Definition:
-    """A registered handler and how to run it."""
-
-    type: str
-    fn: Callable[..., Any]
-    retry: RetryPolicy
-    timeout: float | None
-    is_async: bool
-    takes_context: bool
-    #: Stamped on runs at their first claim; runs stamped with another version are left
-    #: alone unless it is listed in ``compatible``.
-    version: str = "1"
-    compatible: tuple[str, ...] = ()
-
-    @property
-    def known_versions(self) -> tuple[str, ...]:
-        return (self.version, *self.compatible)
-
-
-class App:
+class App(Handlers):
     """Handlers by workflow type, plus the database they work against.
 
     ``database_url`` and ``schema`` default as everywhere (argument, environment, local
     SQLite file); a worker or client made from the app uses them. ``observers`` watch
     the runs of every worker made from the app (see ``observe``).
+
+    The registration itself lives in :class:`~simpleworkflow.handlers.Handlers`, which
+    the worker reads without importing this module (that would be a cycle).
     """
-
-    def __init__(
-        self,
-        database_url: str | None = None,
-        *,
-        schema: str | None = None,
-        retry: RetryPolicy = DEFAULT_RUN_POLICY,
-        observers: Iterable[observe.Observer] = (),
-    ) -> None:
-        self.database_url = database_url
-        self.schema = schema
-        self.retry = retry
-        self.observers = observe.Observers(observers)
-        self._definitions: dict[str, Definition] = {}
-
-    def observe(self, observer: observe.Observer) -> observe.Observer:
-        """Register ``observer`` on the workers of this app; returns it."""
-        self.observers.add(observer)
-        return observer
-
-    def workflow(
-        self,
-        type: str,
-        *,
-        retry: RetryPolicy | None = None,
-        timeout: durations.Duration | None = None,
-        version: str = "1",
-        compatible: Iterable[str] = (),
-    ) -> Callable[[F], F]:
-        """Register the decorated function as the handler of ``type``.
-
-        ``version`` names the code: a run records the version it started on, and a worker
-        only resumes runs of a version it lists (``version`` or ``compatible``), so a
-        deploy that changes the steps of a workflow never replays old runs wrongly.
-        """
-
-        def decorate(fn: F) -> F:
-            self.register(
-                type, fn, retry=retry, timeout=timeout, version=version, compatible=compatible
-            )
-            return fn
-
-        return decorate
-
-    def register(
-        self,
-        type: str,
-        fn: Callable[..., Any],
-        *,
-        retry: RetryPolicy | None = None,
-        timeout: durations.Duration | None = None,
-        version: str = "1",
-        compatible: Iterable[str] = (),
-    ) -> Definition:
-        """Register ``fn`` (``def`` or ``async def``, taking ``payload`` and maybe ``ctx``)."""
-        names.validate_type(type)
-        versions = (version, *compatible)
-        if not all(isinstance(v, str) and v and len(v) <= 64 for v in versions):
-            raise errors.InvalidArgument("versions must be non-empty strings of at most 64 chars")
-        if type in self._definitions:
-            raise errors.InvalidArgument(f"a handler for {type!r} is already registered")
-        definition = Definition(
-            type=type,
-            fn=fn,
-            retry=retry or self.retry,
-            timeout=None if timeout is None else durations.to_seconds(timeout, what="timeout"),
-            is_async=asyncio.iscoroutinefunction(fn),
-            takes_context=takes_context(type, fn),
-            version=version,
-            compatible=tuple(compatible),
-        )
-        self._definitions[type] = definition
-        return definition
-
-    @property
-    def definitions(self) -> Mapping[str, Definition]:
-        return self._definitions
-
-    def types_matching(self, prefixes: Iterable[str]) -> list[str]:
-        """The registered types that any of the ``'billing.%'``-style prefixes selects."""
-        chosen = list(prefixes)
-        return sorted(
-            t for t in self._definitions if any(names.prefix_matches(p, t) for p in chosen)
-        )
 
     def client(self) -> Client:
         from simpleworkflow.client import Client
@@ -145,45 +39,3 @@ class App:
         from simpleworkflow.worker import IntentPoller
 
         return IntentPoller(app=self, **options)
-
-
-def takes_context(type_name: str, fn: Callable[..., Any]) -> bool:
-    """Whether ``fn`` is called as ``fn(payload, ctx)`` rather than ``fn(payload)``.
-
-    A handler that can be called neither way is refused here, when it is registered:
-    called by a worker, it would fail every attempt with a ``TypeError`` that looks like
-    a transient error and is retried for minutes.
-    """
-    if not callable(fn):
-        raise errors.ConfigurationError(
-            f"the handler of {type_name!r} must be a function (def or async def), not {fn!r:.60}"
-        )
-    try:
-        signature = inspect.signature(fn)
-    except (TypeError, ValueError):  # some builtins do not say: call them with both
-        return True
-    if _binds(signature, 2):
-        return True
-    if _binds(signature, 1):
-        return False
-    raise errors.ConfigurationError(
-        f"the handler of {type_name!r}, {_describe(fn, signature)}, cannot be called with the "
-        "payload: a handler takes the payload, and may take a Context second, as in "
-        "`def handler(payload)` or `def handler(payload, ctx)`"
-    )
-
-
-def _binds(signature: inspect.Signature, positional: int) -> bool:
-    try:
-        signature.bind(*range(positional))
-    except TypeError:
-        return False
-    return True
-
-
-def _describe(fn: Callable[..., Any], signature: inspect.Signature) -> str:
-    """``name(params) (file, line N)``, as a traceback would point at it."""
-    name = getattr(fn, "__qualname__", None) or type(fn).__name__
-    code = getattr(inspect.unwrap(fn), "__code__", None)
-    where = "" if code is None else f" ({code.co_filename}, line {code.co_firstlineno})"
-    return f"{name}{signature}{where}"

@@ -10,9 +10,9 @@ import traceback
 from typing import Any
 
 from simpleworkflow import errors, payloads
-from simpleworkflow.app import Definition
 from simpleworkflow.backends.base import Failure, Lease, Success, Suspension
 from simpleworkflow.context import Context
+from simpleworkflow.handlers import Definition
 
 MAX_ERROR_CHARS = 16_000
 TIMED_OUT = "timeout"  # the stop reason of an attempt that ran past its timeout

@@ -23,8 +23,8 @@ from simpleworkflow.durable import Durable
 from simpleworkflow.replay import answered
 
 if TYPE_CHECKING:
-    from simpleworkflow.app import App
     from simpleworkflow.backends import Backend
+    from simpleworkflow.handlers import Handlers
     from simpleworkflow.models import Run
 
 OK, DIVERGED, UNKNOWN_VERSION, NO_HANDLER, ERROR = (
@@ -64,7 +64,9 @@ class _CheckingDurable(Durable):
         """A replay holds no lease and writes nothing: there is no lease to check."""
 
 
-async def check_runs(app: App, backend: Backend, *, page_size: int = 500) -> list[ReplayReport]:
+async def check_runs(
+    app: Handlers, backend: Backend, *, page_size: int = 500
+) -> list[ReplayReport]:
     """Replay every unfinished run of ``app``'s types; one report per run with a journal."""
     reports = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as executor:
@@ -76,7 +78,7 @@ async def check_runs(app: App, backend: Backend, *, page_size: int = 500) -> lis
 
 
 async def check_run(
-    app: App,
+    app: Handlers,
     backend: Backend,
     run: Run,
     executor: concurrent.futures.Executor,
@@ -117,7 +119,7 @@ async def check_run(
     return ReplayReport(run.id, run.type, OK)
 
 
-async def _unfinished(app: App, backend: Backend, page_size: int) -> Any:
+async def _unfinished(app: Handlers, backend: Backend, page_size: int) -> Any:
     types = set(app.definitions)
     cursor: tuple[datetime, str] | None = None
     while True:
@@ -136,6 +138,6 @@ async def _unfinished(app: App, backend: Backend, page_size: int) -> Any:
         cursor = (runs[-1].created_at, runs[-1].id)
 
 
-def check(app: App, backend: Backend) -> list[ReplayReport]:
+def check(app: Handlers, backend: Backend) -> list[ReplayReport]:
     """Blocking form of :func:`check_runs`."""
     return asyncio.run(check_runs(app, backend))

@@ -23,7 +23,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from simpleworkflow import durations, errors, execution, leases, names, outage, recovery, shutdown
-from simpleworkflow.app import App, Definition
 from simpleworkflow.attempts import Attempt, Threads, TrackedExecutor, charge_to
 from simpleworkflow.backends import Backend, open_backend
 from simpleworkflow.backends.base import (
@@ -38,6 +37,7 @@ from simpleworkflow.backends.base import (
 from simpleworkflow.client import auto_migrates, needs_migration
 from simpleworkflow.context import Context
 from simpleworkflow.durable import StepJournal
+from simpleworkflow.handlers import Definition, Handlers
 from simpleworkflow.outbox import Outbox
 from simpleworkflow.outcome_log import OutcomeLog
 from simpleworkflow.wording import plural
@@ -59,7 +59,7 @@ class IntentPoller:
 
     def __init__(
         self,
-        app: App | None = None,
+        app: Handlers | None = None,
         *,
         type_prefixes: Iterable[str] = ("%",),
         lease_duration: durations.Duration = 30.0,
@@ -73,7 +73,7 @@ class IntentPoller:
         heartbeat_events: bool = True,
         backend: Backend | None = None,
     ) -> None:
-        self.app = app or App(database_url, schema=schema)
+        self.app = app or Handlers(database_url, schema=schema)
         self.type_prefixes = [_checked_prefix(p) for p in type_prefixes]
         self.lease_duration = durations.to_seconds(lease_duration, what="lease_duration")
         if self.lease_duration < 1:

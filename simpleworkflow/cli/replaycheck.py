@@ -19,6 +19,7 @@ from simpleworkflow.app import App
 from simpleworkflow.backends import open_backend
 from simpleworkflow.cli import _common, _output, worker
 from simpleworkflow.client import needs_migration
+from simpleworkflow.handlers import Handlers
 from simpleworkflow.replaycheck import ReplayReport
 from simpleworkflow.wording import plural
 from simpleworkflow.worker import IntentPoller
@@ -60,11 +61,11 @@ def run(args: argparse.Namespace) -> int:
     return 0 if passed(reports) else 1
 
 
-def _app_of(target: App | IntentPoller) -> App:
+def _app_of(target: App | IntentPoller) -> Handlers:
     return target.app if isinstance(target, IntentPoller) else target
 
 
-async def _check(app: App, args: argparse.Namespace) -> list[ReplayReport]:
+async def _check(app: Handlers, args: argparse.Namespace) -> list[ReplayReport]:
     """Check on ``-d``/``--schema`` if given, else where the app (or environment) points."""
     url = args.database_url or app.database_url
     _common.require_existing_file(url)
