@@ -12,7 +12,6 @@ import contextlib
 import contextvars
 import functools
 import inspect
-import json
 import random as _random
 import threading
 import uuid as _uuid
@@ -21,7 +20,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from simpleworkflow import durations, errors, names, payloads, races
-from simpleworkflow.backends.records import JournalEntry, NewRun, StepRecord
+from simpleworkflow.backends.records import JournalEntry
 from simpleworkflow.durable import FOREVER, Durable, StepJournal
 from simpleworkflow.models import Run
 from simpleworkflow.replay import answered, gave_up
@@ -291,7 +290,7 @@ class Context:
             await durable.journal(unique, "wait", started, status="retrying", events=[])
         else:
             until = datetime.fromisoformat(entry.output["until"])
-        got = await self._consume(durable, unique, event, match_text)
+        got = await durable.consume_signal(unique, event, match_text)
         if got is not None:
             return got["signal"]
         if durable.db_now() >= until:
@@ -308,33 +307,6 @@ class Context:
                 unique, "waiting", data={"event": event}, waiting_for=waiting, run_at=until
             )
         )
-
-    async def _consume(
-        self, durable: Durable, name: str, event: str, match: str | None
-    ) -> dict[str, Any] | None:
-        backend = durable.backend
-        replay = await durable.load()
-        record = StepRecord(
-            run_id=self.run.id,
-            token=durable.lease.token,
-            name=name,
-            kind="wait",
-            position=replay.position(name),
-            output=None,
-            attempts=1,
-        )
-        if durable.fenced:
-            raise errors.LeaseLost(name)
-        got = await backend.execute_async(backend.consume_signal(record, event, match))
-        if got is None:
-            return None
-        held, payload, sent_at = got
-        if not held:
-            raise errors.LeaseLost(name)
-        races.note(sent_at)  # a race is won by the signal sent first, not read first
-        output = {"signal": payload}
-        replay.remember(_entry(name, "wait", record.position, output))
-        return output
 
     def start_child(
         self,
@@ -359,17 +331,7 @@ class Context:
         entry = await durable.begin(unique, "child", self.is_cancelled())
         if entry is not None:
             return str(entry.output["child_id"])
-        backend = durable.backend
-        new = NewRun(
-            type=type,
-            payload=payload,
-            idempotency_key=f"child:{self.run.id}:{unique}",
-            priority=priority,
-            max_attempts=max_attempts,
-            parent_id=self.run.id,
-        )
-        child = await backend.execute_async(backend.create_run(new))
-        backend.notify_local("wake", type)
+        child = await durable.create_child(unique, type, payload, priority, max_attempts)
         data = {"step": unique, "child_id": child.id, "type": type}
         await durable.journal(
             unique,
@@ -391,8 +353,7 @@ class Context:
         unique = durable.name(name)
         entry = await durable.begin(unique, "child_result", self.is_cancelled())
         if entry is None or entry.status != "completed":
-            backend = durable.backend
-            child = await backend.execute_async(backend.get_run(child_id), readonly=True)
+            child = await durable.read_run(child_id)
             if child is None:
                 raise errors.RunNotFound(child_id)
             if child.parent_id != self.run.id:
@@ -553,7 +514,3 @@ def _whole_ms(when: datetime) -> datetime:
     run claimed before its sleep ends, only to suspend again."""
     spare = when.microsecond % 1000
     return when if spare == 0 else when + timedelta(microseconds=1000 - spare)
-
-
-def _entry(name: str, kind: str, position: int, output: Any) -> JournalEntry:
-    return JournalEntry(name, kind, position, "completed", json.loads(json.dumps(output)), 1)

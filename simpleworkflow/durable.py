@@ -7,6 +7,10 @@ wait (a sleep, a signal, a child, a step's backoff) raises ``Suspend``; the work
 gives the run back with ``run_at`` at the earliest wake-up time and ``waiting_for``
 holding every wait the body is suspended in (parallel branches may wait for several
 things at once), so that whichever comes first wakes it.
+
+Every write an attempt makes goes through :class:`Durable` (journal entries, the signal
+a wait takes, the child run a workflow starts), so that the lease checks live in one
+place; :class:`~simpleworkflow.context.Context` decides what to ask for.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from simpleworkflow.backends.records import (
     HELD,
     JournalEntry,
     Lease,
+    NewRun,
     StepRecord,
     Suspension,
 )
@@ -35,6 +40,7 @@ from simpleworkflow.retry import DEFAULT_STEP_POLICY, RetryPolicy
 
 if TYPE_CHECKING:
     from simpleworkflow.backends import Backend
+    from simpleworkflow.models import Run
 
 #: Far enough to mean "no timeout", and storable in every backend.
 FOREVER = datetime(9999, 1, 1, tzinfo=UTC)
@@ -355,6 +361,59 @@ class Durable:
             )
         )
 
+    async def consume_signal(
+        self, name: str, event: str, match: str | None
+    ) -> dict[str, Any] | None:
+        """Take the oldest stored signal ``event`` whose payload contains ``match`` (JSON
+        text) and journal it as wait ``name``'s output, in one fenced transaction.
+        Returns that output, or ``None`` when no such signal is stored."""
+        replay = await self.load()
+        record = StepRecord(
+            run_id=self.lease.run.id,
+            token=self.lease.token,
+            name=name,
+            kind="wait",
+            position=replay.position(name),
+            output=None,
+            attempts=1,
+        )
+        if self.fenced:
+            raise errors.LeaseLost(name)
+        got = await self.backend.execute_async(self.backend.consume_signal(record, event, match))
+        if got is None:
+            return None
+        held, payload, sent_at = got
+        if not held:
+            raise errors.LeaseLost(name)
+        races.note(sent_at)  # a race is won by the signal sent first, not read first
+        output = {"signal": payload}
+        replay.remember(_entry(name, "wait", record.position, output))
+        return output
+
+    async def create_child(
+        self, name: str, type: str, payload: str, priority: int, max_attempts: int | None
+    ) -> Run:
+        """Create the child run that step ``name`` starts, and wake this process's workers.
+
+        Keyed by the parent and the step: a replay that finds no journal entry (the
+        attempt ended between this write and its journal's) gets the same child back,
+        with ``created`` False, instead of a second one."""
+        new = NewRun(
+            type=type,
+            payload=payload,
+            idempotency_key=f"child:{self.lease.run.id}:{name}",
+            priority=priority,
+            max_attempts=max_attempts,
+            parent_id=self.lease.run.id,
+        )
+        child = await self.backend.execute_async(self.backend.create_run(new))
+        self.backend.notify_local("wake", type)
+        return child
+
+    async def read_run(self, run_id: str) -> Run | None:
+        """A run as it stands now (a child waited for), or ``None`` if there is none."""
+        return await self.backend.execute_async(self.backend.get_run(run_id), readonly=True)
+
     # -- suspension ------------------------------------------------------------------
 
     def suspend(self, exc: errors.Suspend) -> errors.Suspend:
@@ -419,6 +478,10 @@ class _Call:
             self._reads.__exit__(None, None, None)
         finally:
             self._durable._exit()
+
+
+def _entry(name: str, kind: str, position: int, output: Any) -> JournalEntry:
+    return JournalEntry(name, kind, position, "completed", json.loads(json.dumps(output)), 1)
 
 
 def _default_events(name: str, kind: str, started_at: datetime | None) -> list[dict[str, Any]]:
