@@ -23,8 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
+from simpleworkflow.attempt_state import AttemptState
 from simpleworkflow.backends.base import Lease
-from simpleworkflow.context import Context
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -89,10 +89,10 @@ class TrackedExecutor(concurrent.futures.ThreadPoolExecutor):
 
 @dataclass
 class Attempt:
-    """A run this worker holds: its lease, its context, the task running it, its threads."""
+    """A run this worker holds: its lease, its state, the task running it, its threads."""
 
     lease: Lease
-    ctx: Context
+    state: AttemptState
     task: asyncio.Task[None]
     threads: Threads = field(default_factory=Threads)
     # The handler returned and its outcome is being written: a lease check that reads

@@ -6,29 +6,18 @@ In an ``async def`` body every durable call is awaited (``await ctx.step(...)``)
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-import contextlib
-import contextvars
-import functools
 import inspect
 import random as _random
-import threading
 import uuid as _uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-from simpleworkflow import durations, errors, names, payloads, races
-from simpleworkflow.backends.records import JournalEntry
-from simpleworkflow.durable import FOREVER, Durable, StepJournal
+from simpleworkflow import durations, errors, names, payloads, races, steps
+from simpleworkflow.attempt_state import AttemptState
+from simpleworkflow.durable import FOREVER, Durable
 from simpleworkflow.models import Run
-from simpleworkflow.replay import answered, gave_up
 from simpleworkflow.retry import RetryPolicy
-
-if TYPE_CHECKING:
-    from simpleworkflow.backends import Backend
-    from simpleworkflow.backends.records import Lease
 
 T = TypeVar("T")
 
@@ -42,41 +31,23 @@ class Context:
     Sync handlers check it (or call ``raise_if_cancelled()``) between units of work; an
     async handler is also interrupted with ``asyncio.CancelledError``. Durable calls
     (``step``, ``sleep``, ``wait_for_event`` ...) check it at every step boundary.
+
+    The handler's view of the worker's :class:`~simpleworkflow.attempt_state.AttemptState`:
+    it reads the attempt's state and asks its journal, and changes neither itself.
     """
 
-    def __init__(
-        self,
-        run: Run,
-        worker_id: str,
-        *,
-        lease: Lease | None = None,
-        backend: Backend | None = None,
-        async_body: bool = True,
-        steps: StepJournal | None = None,
-        executor: concurrent.futures.Executor | None = None,
-        lease_ended: Callable[[], bool] | None = None,
-    ) -> None:
-        self.run = run
-        self.worker_id = worker_id
-        # Whether the lease is past the point where the worker gives it up (see
-        # ``leases``): checked on each call, so that code that runs on after the process
-        # was paused past its lease stops before the worker's own timer has fired.
-        self._lease_ended = lease_ended
-        self._stop = threading.Event()  # read from handler threads
-        self._async_stop = asyncio.Event()  # awaited on the worker's loop
-        self._stop_reason: str | None = None
-        self._on_stop: list[Callable[[], Any]] = []
-        self._async_body = async_body
-        self._executor = executor  # for plain def steps of an async body (None: the loop's)
-        self._loop = asyncio.get_running_loop()
-        self._backend = backend
-        self._durable = (
-            Durable(lease, backend, steps, stop=self._request_stop, lease_ended=lease_ended)
-            if lease is not None and backend
-            else None
-        )
+    def __init__(self, state: AttemptState) -> None:
+        self._state = state  # the worker's: this object only reads it and asks it
 
     # -- identity --------------------------------------------------------------------
+
+    @property
+    def run(self) -> Run:
+        return self._state.run
+
+    @property
+    def worker_id(self) -> str:
+        return self._state.worker_id
 
     @property
     def run_id(self) -> str:
@@ -105,16 +76,10 @@ class Context:
     @property
     def stop_reason(self) -> str | None:
         """``"cancelled"``, ``"lease lost"``, ``"timeout"`` or ``"shutdown"`` once asked to stop."""
-        if self._stop_reason is None and self._lease_ended is not None and self._lease_ended():
-            return "lease lost"  # the worker's request to stop is on its way
-        return self._stop_reason
+        return self._state.stop_reason
 
     def is_cancelled(self) -> bool:
-        if not self._stop.is_set() and self._lease_ended is not None and self._lease_ended():
-            with contextlib.suppress(RuntimeError):  # the worker's loop has closed
-                self._loop.call_soon_threadsafe(self._request_stop, "lease lost")
-            return True
-        return self._stop.is_set()
+        return self._state.is_cancelled()
 
     def raise_if_cancelled(self) -> None:
         """Raise :class:`~simpleworkflow.errors.Cancelled` if this attempt should stop."""
@@ -123,19 +88,7 @@ class Context:
 
     async def wait_cancelled(self) -> None:
         """Return once this attempt is asked to stop."""
-        await self._async_stop.wait()
-
-    def _request_stop(self, reason: str) -> None:
-        """Called by the worker, on its event loop."""
-        if reason == "lease lost" and self._durable is not None:
-            self._durable.fence()
-        if self._stop.is_set():
-            return
-        self._stop_reason = reason
-        self._stop.set()
-        self._async_stop.set()
-        for callback in self._on_stop:
-            callback()
+        await self._state.stopped()
 
     # -- durable calls ---------------------------------------------------------------
 
@@ -155,70 +108,11 @@ class Context:
         between; after the last attempt :class:`~simpleworkflow.errors.StepFailed` is
         raised in the body, and fails the run unless the body handles it.
         """
-        durable = self._need_durable()
-        unique = durable.name(name)
-        if self._async_body:
-            return self._step_async(durable, unique, fn, args, kwargs, retry)
-        return self._step_sync(durable, unique, fn, args, kwargs, retry)
-
-    async def _step_async(
-        self,
-        durable: Durable,
-        name: str,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        retry: RetryPolicy | None,
-    ) -> Any:
-        with durable.calling():
-            entry = await durable.begin(name, "step", self.is_cancelled())
-            if entry is not None and answered(entry):
-                return _journaled_step(entry)
-            started_at = durable.db_now()
-            try:
-                with races.not_reading():  # the step's code: what it does happens now
-                    if inspect.iscoroutinefunction(fn):
-                        value = await fn(*args, **kwargs)
-                    else:
-                        value = await self._in_thread(fn, *args, **kwargs)
-                races.note_now(durable.db_now)
-                text = durable.encode(name, value)
-            except Exception as exc:
-                races.note_now(durable.db_now)
-                raise await durable.failed(name, entry, retry, exc) from None
-            attempts = (entry.attempts if entry is not None else 0) + 1
-            await durable.journal(
-                name, "step", value, attempts=attempts, started_at=started_at, text=text
-            )
-            return value
-
-    def _step_sync(
-        self,
-        durable: Durable,
-        name: str,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        retry: RetryPolicy | None,
-    ) -> Any:
-        entry = self._bridge(durable.begin(name, "step", self.is_cancelled()))
-        if entry is not None and answered(entry):
-            return _journaled_step(entry)
-        started_at = durable.db_now()
-        try:
-            value = fn(*args, **kwargs)
-            if inspect.isawaitable(value):
-                value = self._bridge(_awaited(value))
-            text = durable.encode(name, value)
-        except Exception as exc:
-            raise self._bridge(durable.failed(name, entry, retry, exc)) from None
-        attempts = (entry.attempts if entry is not None else 0) + 1
-        self._bridge(
-            durable.journal(
-                name, "step", value, attempts=attempts, started_at=started_at, text=text
-            )
-        )
-        return value
+        state = self._state
+        unique = state.durable.name(name)
+        if state.async_body:
+            return steps.run_async(state, unique, fn, args, kwargs, retry)
+        return steps.run_sync(state, unique, fn, args, kwargs, retry)
 
     def sleep(self, name: str, duration: durations.Duration) -> Any:
         """Sleep durably: the run gives its slot back and resumes on any worker afterwards.
@@ -236,7 +130,7 @@ class Context:
         return self._durable_call(self._sleep(name, when, 0.0))
 
     async def _sleep(self, name: str, when: datetime | None, seconds: float) -> None:
-        durable = self._need_durable()
+        durable = self._state.durable
         unique = durable.name(name)
         entry = await durable.begin(unique, "sleep", self.is_cancelled())
         if entry is None:
@@ -279,7 +173,7 @@ class Context:
     async def _wait(
         self, name: str, event: str, match: Any, match_text: str | None, timeout: float | None
     ) -> Any:
-        durable = self._need_durable()
+        durable = self._state.durable
         unique = durable.name(name)
         entry = await durable.begin(unique, "wait", self.is_cancelled())
         if entry is not None and entry.status == "completed":
@@ -326,7 +220,7 @@ class Context:
     async def _start_child(
         self, name: str, type: str, payload: str, priority: int, max_attempts: int | None
     ) -> str:
-        durable = self._need_durable()
+        durable = self._state.durable
         unique = durable.name(name)
         entry = await durable.begin(unique, "child", self.is_cancelled())
         if entry is not None:
@@ -349,7 +243,7 @@ class Context:
         return self._durable_call(self._wait_child(step, child_id))
 
     async def _wait_child(self, name: str, child_id: str) -> Any:
-        durable = self._need_durable()
+        durable = self._state.durable
         unique = durable.name(name)
         entry = await durable.begin(unique, "child_result", self.is_cancelled())
         if entry is None or entry.status != "completed":
@@ -405,7 +299,7 @@ class Context:
         return self._durable_call(self._recorded(name, "random", lambda d: _random.random()))
 
     async def _recorded(self, name: str, kind: str, make: Callable[[Durable], Any]) -> Any:
-        durable = self._need_durable()
+        durable = self._state.durable
         unique = durable.name(name)
         entry = await durable.begin(unique, kind, self.is_cancelled())
         if entry is not None:
@@ -426,7 +320,7 @@ class Context:
         returns it again without running any branch. Async bodies only."""
         if not branches:
             raise errors.InvalidArgument("race needs at least one branch")
-        durable = self._need_durable()
+        durable = self._state.durable
         unique = durable.name(name)
         with durable.calling():
             entry = await durable.begin(unique, "race", self.is_cancelled())
@@ -455,48 +349,23 @@ class Context:
 
     # -- plumbing --------------------------------------------------------------------
 
-    def _need_durable(self) -> Durable:
-        if self._durable is None:
-            raise errors.ConfigurationError("durable calls need a context made by a worker")
-        return self._durable
-
     def _durable_call(
         self, coro: Coroutine[Any, Any, T], convert: Callable[[Any], Any] | None = None
     ) -> Any:
         """Await ``coro`` in an async body; run it on the worker's loop from a sync one."""
-        if self._async_body:
-            return _counted(self._durable, coro, convert)
-        value = self._bridge(coro)
+        if self._state.async_body:
+            return _counted(self._state.durable, coro, convert)
+        value = self._state.bridge(coro)
         return convert(value) if convert else value
-
-    def _in_thread(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Awaitable[Any]:
-        """Call plain ``fn`` in the worker's step pool (outside a worker, the loop's own),
-        in a copy of this task's context, as ``asyncio.to_thread`` would."""
-        call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
-        return self._loop.run_in_executor(self._executor, call)
-
-    def _bridge(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
 
 async def _counted(
-    durable: Durable | None, coro: Coroutine[Any, Any, Any], convert: Callable[[Any], Any] | None
+    durable: Durable, coro: Coroutine[Any, Any, Any], convert: Callable[[Any], Any] | None
 ) -> Any:
     """``coro`` as one durable call of an async body (see :meth:`Durable.calling`)."""
-    with durable.calling() if durable is not None else contextlib.nullcontext():
+    with durable.calling():
         value = await coro
     return convert(value) if convert else value
-
-
-async def _awaited(value: Awaitable[T]) -> T:
-    return await value
-
-
-def _journaled_step(entry: JournalEntry) -> Any:
-    """A journaled step's output, or its StepFailed again if it gave up."""
-    if gave_up(entry):
-        raise errors.StepFailed(entry.step_name, entry.attempts, entry.output["gave_up"])
-    return entry.output
 
 
 def _discard(branch: Awaitable[Any]) -> None:

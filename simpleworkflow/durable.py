@@ -19,12 +19,11 @@ import asyncio
 import contextlib
 import json
 import time
-import traceback
 from collections.abc import Callable, Hashable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from simpleworkflow import durations, errors, names, outage, payloads, races
+from simpleworkflow import errors, names, outage, payloads, races
 from simpleworkflow.backends.records import (
     CANCELLED,
     HELD,
@@ -36,7 +35,6 @@ from simpleworkflow.backends.records import (
 )
 from simpleworkflow.groupcommit import GroupCommit
 from simpleworkflow.replay import Replay, answered
-from simpleworkflow.retry import DEFAULT_STEP_POLICY, RetryPolicy
 
 if TYPE_CHECKING:
     from simpleworkflow.backends import Backend
@@ -101,7 +99,7 @@ class Durable:
         self.lease = lease
         self.backend = backend
         self._steps = steps  # the worker's group commit of journal entries, if any
-        self._stop = stop  # asks the attempt to stop, with a reason (Context._request_stop)
+        self._stop = stop  # asks the attempt to stop, with a reason (AttemptState.request_stop)
         self.replay: Replay | None = None
         self._loading: asyncio.Future[Replay] | None = None
         self._started = time.monotonic()
@@ -303,63 +301,6 @@ class Durable:
     def encode(name: str, output: Any) -> str:
         """A step's output as JSON, or :class:`~simpleworkflow.errors.InvalidPayload`."""
         return payloads.encode(output, what=f"output of step {name!r}")
-
-    async def failed(
-        self,
-        name: str,
-        entry: JournalEntry | None,
-        policy: RetryPolicy | None,
-        exc: Exception,
-    ) -> BaseException:
-        """Record a failed step attempt. Returns what to raise: a suspension until the
-        retry, or :class:`~simpleworkflow.errors.StepFailed` when no attempt is left."""
-        policy = policy or DEFAULT_STEP_POLICY
-        done = entry.attempts if entry is not None else 0
-        # Made storable as a run's errors are: a message the journal or the suspension
-        # could not hold would fail this write, and the step would run again as a retry
-        # of the whole run.
-        error = {
-            "type": payloads.storable(type(exc).__name__),
-            "message": payloads.storable(str(exc))[:2000],
-        }
-        if isinstance(exc, errors.RetryAfter):
-            delay = durations.to_seconds(exc.delay, what="retry delay")  # type: ignore[arg-type]
-            return await self._retry_later(name, done, "step_deferred", delay, {"error": error})
-        attempt = done + 1
-        limit = policy.max_attempts or DEFAULT_STEP_POLICY.max_attempts or 1
-        # An output no store can hold would be the same on every attempt.
-        retryable = policy.retries(exc) and not isinstance(exc, errors.InvalidPayload)
-        if retryable and attempt < limit:
-            data = {"error": error, "attempt": attempt}
-            return await self._retry_later(
-                name, attempt, "step_failed", policy.delay(attempt), data
-            )
-        message = payloads.storable(f"{type(exc).__name__}: {exc}")[:2000]
-        error["traceback"] = payloads.storable("".join(traceback.format_exception(exc)))[-8000:]
-        data = {"step": name, "attempt": attempt, "final": True, "error": error}
-        # Journaled as given up, so that every later replay (after a compensation's
-        # sleep or retry, say) raises the same StepFailed instead of running it again.
-        await self.journal(
-            name,
-            "step",
-            {"gave_up": message},
-            attempts=attempt,
-            status="retrying",
-            events=[{"type": "step_failed", "data": data}],
-        )
-        failure = errors.StepFailed(name, attempt, message)
-        failure.__cause__ = exc
-        return failure
-
-    async def _retry_later(
-        self, name: str, attempts: int, event: str, delay: float, data: dict[str, Any]
-    ) -> errors.Suspend:
-        await self.journal(name, "step", None, attempts=attempts, status="retrying", events=[])
-        return self.suspend(
-            errors.Suspend(
-                name, event, data=data, waiting_for={"kind": "retry", "step": name}, delay=delay
-            )
-        )
 
     async def consume_signal(
         self, name: str, event: str, match: str | None

@@ -10,6 +10,7 @@ import traceback
 from typing import Any
 
 from simpleworkflow import errors, payloads
+from simpleworkflow.attempt_state import AttemptState
 from simpleworkflow.backends.base import Failure, Lease, Success, Suspension
 from simpleworkflow.context import Context
 from simpleworkflow.handlers import Definition
@@ -20,63 +21,69 @@ TIMED_OUT = "timeout"  # the stop reason of an attempt that ran past its timeout
 
 async def attempt(
     definition: Definition,
-    lease: Lease,
-    ctx: Context,
+    state: AttemptState,
     executor: concurrent.futures.Executor,
     max_result_bytes: int = payloads.DEFAULT_MAX_BYTES,
 ) -> Success | Failure | Suspension | None:
     """Run the handler once. ``None`` means there is nothing to record: it was asked to
     stop, or lost its lease."""
+    lease = state.lease
     deadline = lease.run.deadline
     if deadline is not None and lease.claimed_at is not None and lease.claimed_at >= deadline:
         exc = errors.DeadlineExceeded(f"the run's deadline ({deadline.isoformat()}) has passed")
-        return failure(definition, lease, exc, ctx.worker_id)
-    durable = ctx._durable
+        return failure(definition, lease, exc, state.worker_id)
+    durable = state.durable
     try:
-        value = await call(definition, lease.run.payload, ctx, executor)
+        value = await call(definition, lease.run.payload, state, executor)
     except errors.Suspend:
-        return await _suspended(ctx)
+        return await _suspended(state)
     except asyncio.CancelledError:
-        if ctx.is_cancelled():
+        if state.is_cancelled():
             return None
         raise
     except (errors.Cancelled, errors.LeaseLost):
         return None
     except Exception as exc:
-        if durable is not None and durable.suspended:
-            return await _suspended(ctx)  # a parallel branch suspended first
-        return failure(definition, lease, exc, ctx.worker_id)
-    if durable is not None and durable.suspended:
+        if durable.suspended:
+            return await _suspended(state)  # a parallel branch suspended first
+        return failure(definition, lease, exc, state.worker_id)
+    if durable.suspended:
         # The body swallowed a suspension (gather(return_exceptions=True) ...): it has
         # not really finished, so it waits and replays like any other.
-        return await _suspended(ctx)
+        return await _suspended(state)
     try:
         result = payloads.encode(value, what="result", max_bytes=max_result_bytes)
     except errors.InvalidPayload as exc:
         # Retrying would produce the same value: fail now, with the reason.
-        return failure(definition, lease, exc, ctx.worker_id, retryable=False)
+        return failure(definition, lease, exc, state.worker_id, retryable=False)
     return Success(lease.run.id, lease.token, result)
 
 
-async def _suspended(ctx: Context) -> Suspension | None:
-    durable = ctx._durable
-    assert durable is not None
-    await durable.settle()
-    return None if ctx.is_cancelled() else durable.suspension()
+async def _suspended(state: AttemptState) -> Suspension | None:
+    await state.durable.settle()
+    return None if state.is_cancelled() else state.durable.suspension()
 
 
 async def call(
-    definition: Definition, payload: Any, ctx: Context, executor: concurrent.futures.Executor
+    definition: Definition,
+    payload: Any,
+    state: AttemptState,
+    executor: concurrent.futures.Executor,
 ) -> Any:
-    """Call the handler: ``async def`` on the loop, ``def`` in ``executor``; apply its timeout."""
-    args = (payload, ctx) if definition.takes_context else (payload,)
+    """Call the handler with a :class:`Context` over ``state``: ``async def`` on the loop,
+    ``def`` in ``executor``; apply its timeout."""
+    args = (payload, Context(state)) if definition.takes_context else (payload,)
     if definition.is_async:
         task = asyncio.ensure_future(definition.fn(*args))
-        ctx._on_stop.append(task.cancel)
+        state.on_stop(task.cancel)
         pending: asyncio.Future[Any] = task
     else:
         call = functools.partial(contextvars.copy_context().run, definition.fn, *args)
         pending = asyncio.get_running_loop().run_in_executor(executor, call)
+    return await _timed(definition, state, pending)
+
+
+async def _timed(definition: Definition, state: AttemptState, pending: asyncio.Future[Any]) -> Any:
     if definition.timeout is None:
         return await pending
     try:
@@ -84,7 +91,7 @@ async def call(
     except TimeoutError:
         # A sync handler's thread cannot be interrupted: ask it to stop, or it would hold
         # a slot of the pool for as long as it runs.
-        ctx._request_stop(TIMED_OUT)
+        state.request_stop(TIMED_OUT)
         raise errors.HandlerTimeout(
             f"handler for {definition.type} ran longer than its {definition.timeout:g}s timeout"
         ) from None

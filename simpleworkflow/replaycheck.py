@@ -17,8 +17,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from simpleworkflow import errors, execution
+from simpleworkflow.attempt_state import AttemptState
 from simpleworkflow.backends.records import JournalEntry, Lease, RunQuery
-from simpleworkflow.context import Context
 from simpleworkflow.durable import Durable
 from simpleworkflow.replay import answered
 
@@ -98,10 +98,15 @@ async def check_run(
     if not entries:
         return None
     lease = Lease(run=run, token="replay-check", claimed_at=datetime.now(UTC))
-    ctx = Context(run, "replay-check", lease=lease, backend=backend, async_body=definition.is_async)
-    ctx._durable = _CheckingDurable(lease, backend)
+    state = AttemptState(
+        lease,
+        "replay-check",
+        backend,
+        async_body=definition.is_async,
+        durable_class=_CheckingDurable,
+    )
     try:
-        await asyncio.wait_for(execution.call(definition, run.payload, ctx, executor), timeout)
+        await asyncio.wait_for(execution.call(definition, run.payload, state, executor), timeout)
     except TimeoutError:
         detail = f"the body did not reach the end of its journal within {timeout:g}s"
         return ReplayReport(run.id, run.type, ERROR, detail)
@@ -111,7 +116,7 @@ async def check_run(
         return ReplayReport(run.id, run.type, DIVERGED, str(exc))
     except Exception as exc:
         return ReplayReport(run.id, run.type, ERROR, f"{type(exc).__name__}: {exc}")
-    replay = ctx._durable.replay
+    replay = state.durable.replay
     unmet = replay.unmet if replay is not None else []
     if unmet:
         detail = f"the code no longer reaches journaled steps {', '.join(map(repr, unmet[:5]))}"

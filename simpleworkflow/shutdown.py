@@ -55,7 +55,7 @@ async def drain(
         await until_stopped(attempts, grace)
     leftovers = [a for a in attempts if not a.stopped]
     for attempt in leftovers:
-        attempt.ctx._request_stop("shutdown")
+        attempt.state.request_stop("shutdown")
     if leftovers:
         await until_stopped(leftovers, STOP_WAIT)
     running = [a for a in leftovers if not a.stopped]

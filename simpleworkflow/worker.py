@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from simpleworkflow import durations, errors, execution, leases, names, outage, recovery, shutdown
+from simpleworkflow.attempt_state import AttemptState
 from simpleworkflow.attempts import Attempt, Threads, TrackedExecutor, charge_to
 from simpleworkflow.backends import Backend, open_backend
 from simpleworkflow.backends.base import (
@@ -35,7 +36,6 @@ from simpleworkflow.backends.base import (
     Suspension,
 )
 from simpleworkflow.client import auto_migrates, needs_migration
-from simpleworkflow.context import Context
 from simpleworkflow.durable import StepJournal
 from simpleworkflow.handlers import Definition, Handlers
 from simpleworkflow.outbox import Outbox
@@ -371,11 +371,10 @@ class IntentPoller:
 
     def _start(self, lease: Lease, outbox: Outbox) -> None:
         definition = self.app.definitions[lease.run.type]
-        ctx = Context(
-            lease.run,
+        state = AttemptState(
+            lease,
             self.worker_id,
-            lease=lease,
-            backend=self._backend,
+            self._backend,
             async_body=definition.is_async,
             steps=self._steps,
             executor=self._step_executor,
@@ -383,16 +382,18 @@ class IntentPoller:
         )
         threads = Threads()
         task = asyncio.create_task(
-            self._execute(lease, ctx, outbox, threads), name=f"run-{lease.run.id}"
+            self._execute(lease, state, outbox, threads), name=f"run-{lease.run.id}"
         )
-        self._active[lease.run.id] = Attempt(lease, ctx, task, threads)
+        self._active[lease.run.id] = Attempt(lease, state, task, threads)
 
-    async def _execute(self, lease: Lease, ctx: Context, outbox: Outbox, threads: Threads) -> None:
+    async def _execute(
+        self, lease: Lease, state: AttemptState, outbox: Outbox, threads: Threads
+    ) -> None:
         charge_to(threads)
         definition: Definition = self.app.definitions[lease.run.type]
         assert self._executor is not None
         try:
-            outcome = await execution.attempt(definition, lease, ctx, self._executor)
+            outcome = await execution.attempt(definition, state, self._executor)
             own = self._own(lease)
             if own is not None:
                 own.finishing = True
@@ -400,7 +401,7 @@ class IntentPoller:
                     self._signal.set()
             # Stopped from outside (cancelled, lease lost, shutdown): nothing to record.
             # A timeout stops the handler too, but its failure is the outcome.
-            stopped = ctx.stop_reason not in (None, execution.TIMED_OUT)
+            stopped = state.stop_reason not in (None, execution.TIMED_OUT)
             recorded = outcome is None or stopped or await outbox.deliver(outcome)
             if recorded and not stopped:
                 self._outcomes.record(lease, outcome)
@@ -436,7 +437,7 @@ class IntentPoller:
         held = {
             a.lease.run.id: a.lease.token
             for a in attempts
-            if not (a.finishing or a.ctx.stop_reason in ("cancelled", "lease lost"))
+            if not (a.finishing or a.state.stop_reason in ("cancelled", "lease lost"))
         }
         return list(held.items())
 
@@ -447,10 +448,10 @@ class IntentPoller:
                 continue
             if state == CANCELLED:
                 _log.info("run %s was cancelled; stopping its handler", run_id)
-                active.ctx._request_stop("cancelled")
+                active.state.request_stop("cancelled")
             elif state == LOST:
                 _log.warning("run %s: lease lost to another worker; abandoning it", run_id)
-                active.ctx._request_stop("lease lost")
+                active.state.request_stop("lease lost")
             self._renewals.forget(active.lease.token)  # nothing left to give up
 
     def _give_up(self, tokens: list[str]) -> None:
@@ -460,10 +461,10 @@ class IntentPoller:
         attempts = [
             a
             for a in self._active.values()
-            if a.lease.token in ending and not (a.finishing or a.ctx.stop_reason == "cancelled")
+            if a.lease.token in ending and not (a.finishing or a.state.stop_reason == "cancelled")
         ]
         for attempt in attempts:
-            attempt.ctx._request_stop("lease lost")
+            attempt.state.request_stop("lease lost")
         if attempts:
             _log.warning(
                 "lease lost: could not renew the lease of %s (%s) in time; stopping %s, "

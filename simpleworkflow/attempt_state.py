@@ -1,0 +1,120 @@
+"""One attempt of one run as the worker runs it: why it must stop, its journal, its threads.
+
+The worker owns this object. It asks it to stop (the run was cancelled, the lease lost,
+the handler timed out, the worker is shutting down) and reads why it stopped; the
+handler sees it only through :class:`~simpleworkflow.context.Context`, its read-only
+face with the durable calls. Keeping the control state here, rather than in the object
+the user's code holds, means neither the worker nor the user reaches into the other's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import contextvars
+import functools
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from simpleworkflow.durable import Durable, StepJournal
+
+if TYPE_CHECKING:
+    from simpleworkflow.backends import Backend
+    from simpleworkflow.backends.records import Lease
+    from simpleworkflow.models import Run
+
+T = TypeVar("T")
+
+
+class AttemptState:
+    """The lease, the request to stop and the journal of one attempt.
+
+    Made on the worker's event loop; the stop request is readable from any thread (a
+    ``def`` handler polls it), and awaitable on the loop.
+    """
+
+    def __init__(
+        self,
+        lease: Lease,
+        worker_id: str,
+        backend: Backend,
+        *,
+        async_body: bool = True,
+        steps: StepJournal | None = None,
+        executor: concurrent.futures.Executor | None = None,
+        lease_ended: Callable[[], bool] | None = None,
+        durable_class: type[Durable] = Durable,
+    ) -> None:
+        self.lease = lease
+        self.worker_id = worker_id
+        self.async_body = async_body
+        self.executor = executor  # for plain def steps of an async body (None: the loop's)
+        self.loop = asyncio.get_running_loop()
+        # Whether the lease is past the point where the worker gives it up (see
+        # ``leases``): checked on each call, so that code that runs on after the process
+        # was paused past its lease stops before the worker's own timer has fired.
+        self._lease_ended = lease_ended
+        self._stop = threading.Event()  # read from handler threads
+        self._async_stop = asyncio.Event()  # awaited on the worker's loop
+        self._stop_reason: str | None = None
+        self._on_stop: list[Callable[[], Any]] = []
+        self.durable = durable_class(
+            lease, backend, steps, stop=self.request_stop, lease_ended=lease_ended
+        )
+
+    @property
+    def run(self) -> Run:
+        return self.lease.run
+
+    # -- stopping --------------------------------------------------------------------
+
+    @property
+    def stop_reason(self) -> str | None:
+        """``"cancelled"``, ``"lease lost"``, ``"timeout"`` or ``"shutdown"`` once asked to stop."""
+        if self._stop_reason is None and self._lease_ended is not None and self._lease_ended():
+            return "lease lost"  # the worker's request to stop is on its way
+        return self._stop_reason
+
+    def is_cancelled(self) -> bool:
+        """Whether this attempt should stop; safe from any thread."""
+        if not self._stop.is_set() and self._lease_ended is not None and self._lease_ended():
+            with contextlib.suppress(RuntimeError):  # the worker's loop has closed
+                self.loop.call_soon_threadsafe(self.request_stop, "lease lost")
+            return True
+        return self._stop.is_set()
+
+    async def stopped(self) -> None:
+        """Return once this attempt is asked to stop."""
+        await self._async_stop.wait()
+
+    def request_stop(self, reason: str) -> None:
+        """Ask the attempt to stop (the first reason given sticks); on the worker's loop.
+
+        A lost lease also fences the journal at once: another worker may hold the run."""
+        if reason == "lease lost":
+            self.durable.fence()
+        if self._stop.is_set():
+            return
+        self._stop_reason = reason
+        self._stop.set()
+        self._async_stop.set()
+        for callback in self._on_stop:
+            callback()
+
+    def on_stop(self, callback: Callable[[], Any]) -> None:
+        """Call ``callback`` (on the worker's loop) when the attempt is asked to stop."""
+        self._on_stop.append(callback)
+
+    # -- where the code runs ---------------------------------------------------------
+
+    def in_thread(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Awaitable[Any]:
+        """Call plain ``fn`` in the worker's step pool (outside a worker, the loop's own),
+        in a copy of the calling task's context, as ``asyncio.to_thread`` would."""
+        call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+        return self.loop.run_in_executor(self.executor, call)
+
+    def bridge(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the worker's loop from a handler's thread, and wait for it."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()

@@ -1,0 +1,160 @@
+"""Steps: run a step's function once, journal what it returned, retry it when it raises.
+
+A step's function runs only when the journal does not answer it: on the worker's loop
+(an ``async def`` function of an async body), in the worker's step pool (a plain
+``def`` of an async body), or on the handler's thread (any step of a ``def`` body).
+"""
+
+from __future__ import annotations
+
+import inspect
+import traceback
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from simpleworkflow import durations, errors, payloads, races
+from simpleworkflow.attempt_state import AttemptState
+from simpleworkflow.backends.records import JournalEntry
+from simpleworkflow.durable import Durable
+from simpleworkflow.replay import answered, gave_up
+from simpleworkflow.retry import DEFAULT_STEP_POLICY, RetryPolicy
+
+T = TypeVar("T")
+
+
+async def run_async(
+    state: AttemptState,
+    name: str,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    retry: RetryPolicy | None,
+) -> Any:
+    """Step ``name`` of an async body: its journaled output, or ``fn``'s, now journaled."""
+    durable = state.durable
+    with durable.calling():
+        entry = await durable.begin(name, "step", state.is_cancelled())
+        if entry is not None and answered(entry):
+            return journaled(entry)
+        attempt = _attempt(entry)
+        started_at = durable.db_now()
+        try:
+            with races.not_reading():  # the step's code: what it does happens now
+                if inspect.iscoroutinefunction(fn):
+                    value = await fn(*args, **kwargs)
+                else:
+                    value = await state.in_thread(fn, *args, **kwargs)
+            races.note_now(durable.db_now)
+            text = durable.encode(name, value)
+        except Exception as exc:
+            races.note_now(durable.db_now)
+            raise await failed(durable, name, entry, retry, exc) from None
+        await durable.journal(
+            name, "step", value, attempts=attempt, started_at=started_at, text=text
+        )
+        return value
+
+
+def run_sync(
+    state: AttemptState,
+    name: str,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    retry: RetryPolicy | None,
+) -> Any:
+    """Step ``name`` of a ``def`` body, on its thread; the journal is read and written
+    on the worker's loop."""
+    durable = state.durable
+    entry = state.bridge(durable.begin(name, "step", state.is_cancelled()))
+    if entry is not None and answered(entry):
+        return journaled(entry)
+    attempt = _attempt(entry)
+    started_at = durable.db_now()
+    try:
+        value = fn(*args, **kwargs)
+        if inspect.isawaitable(value):
+            value = state.bridge(_awaited(value))
+        text = durable.encode(name, value)
+    except Exception as exc:
+        raise state.bridge(failed(durable, name, entry, retry, exc)) from None
+    state.bridge(
+        durable.journal(name, "step", value, attempts=attempt, started_at=started_at, text=text)
+    )
+    return value
+
+
+def journaled(entry: JournalEntry) -> Any:
+    """A journaled step's output, or its StepFailed again if it gave up."""
+    if gave_up(entry):
+        raise errors.StepFailed(entry.step_name, entry.attempts, entry.output["gave_up"])
+    return entry.output
+
+
+async def failed(
+    durable: Durable,
+    name: str,
+    entry: JournalEntry | None,
+    policy: RetryPolicy | None,
+    exc: Exception,
+) -> BaseException:
+    """Record a failed step attempt. Returns what to raise: a suspension until the
+    retry, or :class:`~simpleworkflow.errors.StepFailed` when no attempt is left."""
+    policy = policy or DEFAULT_STEP_POLICY
+    done = entry.attempts if entry is not None else 0
+    # Made storable as a run's errors are: a message the journal or the suspension
+    # could not hold would fail this write, and the step would run again as a retry
+    # of the whole run.
+    error = {
+        "type": payloads.storable(type(exc).__name__),
+        "message": payloads.storable(str(exc))[:2000],
+    }
+    if isinstance(exc, errors.RetryAfter):
+        delay = durations.to_seconds(exc.delay, what="retry delay")  # type: ignore[arg-type]
+        return await _retry_later(durable, name, done, "step_deferred", delay, {"error": error})
+    attempt = done + 1
+    limit = policy.max_attempts or DEFAULT_STEP_POLICY.max_attempts or 1
+    # An output no store can hold would be the same on every attempt.
+    retryable = policy.retries(exc) and not isinstance(exc, errors.InvalidPayload)
+    if retryable and attempt < limit:
+        data = {"error": error, "attempt": attempt}
+        return await _retry_later(
+            durable, name, attempt, "step_failed", policy.delay(attempt), data
+        )
+    message = payloads.storable(f"{type(exc).__name__}: {exc}")[:2000]
+    error["traceback"] = payloads.storable("".join(traceback.format_exception(exc)))[-8000:]
+    data = {"step": name, "attempt": attempt, "final": True, "error": error}
+    # Journaled as given up, so that every later replay (after a compensation's
+    # sleep or retry, say) raises the same StepFailed instead of running it again.
+    await durable.journal(
+        name,
+        "step",
+        {"gave_up": message},
+        attempts=attempt,
+        status="retrying",
+        events=[{"type": "step_failed", "data": data}],
+    )
+    failure = errors.StepFailed(name, attempt, message)
+    failure.__cause__ = exc
+    return failure
+
+
+async def _retry_later(
+    durable: Durable, name: str, attempts: int, event: str, delay: float, data: dict[str, Any]
+) -> errors.Suspend:
+    await durable.journal(name, "step", None, attempts=attempts, status="retrying", events=[])
+    return durable.suspend(
+        errors.Suspend(
+            name, event, data=data, waiting_for={"kind": "retry", "step": name}, delay=delay
+        )
+    )
+
+
+async def _awaited(value: Awaitable[T]) -> T:
+    return await value
+
+
+def _attempt(entry: JournalEntry | None) -> int:
+    """The step's attempt about to run, from 1, counted across the run's attempts as the
+    journal counts them (a ``RetryAfter`` does not use one up)."""
+    return (entry.attempts if entry is not None else 0) + 1
