@@ -18,6 +18,7 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from simpleworkflow import observe
 from simpleworkflow.durable import Durable, StepJournal
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ T = TypeVar("T")
 
 
 class AttemptState:
-    """The lease, the request to stop and the journal of one attempt.
+    """The lease, the request to stop, the journal and the observers of one attempt.
 
     Made on the worker's event loop; the stop request is readable from any thread (a
     ``def`` handler polls it), and awaitable on the loop.
@@ -45,12 +46,14 @@ class AttemptState:
         steps: StepJournal | None = None,
         executor: concurrent.futures.Executor | None = None,
         lease_ended: Callable[[], bool] | None = None,
+        observers: observe.Observers | None = None,
         durable_class: type[Durable] = Durable,
     ) -> None:
         self.lease = lease
         self.worker_id = worker_id
         self.async_body = async_body
         self.executor = executor  # for plain def steps of an async body (None: the loop's)
+        self.observers = observe.Observers() if observers is None else observers
         self.loop = asyncio.get_running_loop()
         # Whether the lease is past the point where the worker gives it up (see
         # ``leases``): checked on each call, so that code that runs on after the process

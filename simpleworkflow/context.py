@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from simpleworkflow import durations, errors, names, payloads, races, steps
+from simpleworkflow import durations, errors, names, observe, payloads, races, steps
 from simpleworkflow.attempt_state import AttemptState
 from simpleworkflow.durable import FOREVER, Durable
 from simpleworkflow.models import Run
@@ -186,6 +186,8 @@ class Context:
             until = datetime.fromisoformat(entry.output["until"])
         got = await durable.consume_signal(unique, event, match_text)
         if got is not None:
+            if self._state.observers:
+                self._state.observers.signal_consumed(observe.SignalConsumed(self.run, event))
             return got["signal"]
         if durable.db_now() >= until:
             await durable.journal(unique, "wait", {"timeout": True}, events=[])
@@ -226,6 +228,8 @@ class Context:
         if entry is not None:
             return str(entry.output["child_id"])
         child = await durable.create_child(unique, type, payload, priority, max_attempts)
+        if self._state.observers:
+            self._state.observers.run_created(observe.RunCreated(child, bool(child.created)))
         data = {"step": unique, "child_id": child.id, "type": type}
         await durable.journal(
             unique,

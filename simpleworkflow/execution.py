@@ -71,16 +71,20 @@ async def call(
     executor: concurrent.futures.Executor,
 ) -> Any:
     """Call the handler with a :class:`Context` over ``state``: ``async def`` on the loop,
-    ``def`` in ``executor``; apply its timeout."""
+    ``def`` in ``executor``; apply its timeout.
+
+    The observers' ``around_attempt`` encloses the call, entered before the handler's
+    task or thread copies the context, so that a tracer's span is current inside it."""
     args = (payload, Context(state)) if definition.takes_context else (payload,)
-    if definition.is_async:
-        task = asyncio.ensure_future(definition.fn(*args))
-        state.on_stop(task.cancel)
-        pending: asyncio.Future[Any] = task
-    else:
-        call = functools.partial(contextvars.copy_context().run, definition.fn, *args)
-        pending = asyncio.get_running_loop().run_in_executor(executor, call)
-    return await _timed(definition, state, pending)
+    with state.observers.around_attempt(state.run, state.worker_id):
+        if definition.is_async:
+            task = asyncio.ensure_future(definition.fn(*args))
+            state.on_stop(task.cancel)
+            pending: asyncio.Future[Any] = task
+        else:
+            call = functools.partial(contextvars.copy_context().run, definition.fn, *args)
+            pending = asyncio.get_running_loop().run_in_executor(executor, call)
+        return await _timed(definition, state, pending)
 
 
 async def _timed(definition: Definition, state: AttemptState, pending: asyncio.Future[Any]) -> Any:

@@ -2,17 +2,20 @@
 
 A step's function runs only when the journal does not answer it: on the worker's loop
 (an ``async def`` function of an async body), in the worker's step pool (a plain
-``def`` of an async body), or on the handler's thread (any step of a ``def`` body).
+``def`` of an async body), or on the handler's thread (any step of a ``def`` body). Its
+observers' ``around_step`` is entered on that same thread, so that a tracer's span is
+current while the user's code runs; a step answered by the journal fires no hook.
 """
 
 from __future__ import annotations
 
 import inspect
+import time
 import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from simpleworkflow import durations, errors, payloads, races
+from simpleworkflow import durations, errors, observe, payloads, races
 from simpleworkflow.attempt_state import AttemptState
 from simpleworkflow.backends.records import JournalEntry
 from simpleworkflow.durable import Durable
@@ -38,20 +41,29 @@ async def run_async(
             return journaled(entry)
         attempt = _attempt(entry)
         started_at = durable.db_now()
+        began = _started(state, name, attempt)
         try:
             with races.not_reading():  # the step's code: what it does happens now
                 if inspect.iscoroutinefunction(fn):
-                    value = await fn(*args, **kwargs)
+                    with state.observers.around_step(state.run, name, attempt):
+                        value = await fn(*args, **kwargs)
                 else:
-                    value = await state.in_thread(fn, *args, **kwargs)
+                    value = await state.in_thread(
+                        _enclosed(state, name, attempt, fn), *args, **kwargs
+                    )
+            took = time.monotonic() - began
             races.note_now(durable.db_now)
             text = durable.encode(name, value)
         except Exception as exc:
+            took = time.monotonic() - began
             races.note_now(durable.db_now)
-            raise await failed(durable, name, entry, retry, exc) from None
+            outcome = await failed(durable, name, entry, retry, exc)
+            _failed(state, name, attempt, took, exc, outcome)
+            raise outcome from None
         await durable.journal(
             name, "step", value, attempts=attempt, started_at=started_at, text=text
         )
+        _completed(state, name, attempt, took)
         return value
 
 
@@ -71,16 +83,23 @@ def run_sync(
         return journaled(entry)
     attempt = _attempt(entry)
     started_at = durable.db_now()
+    began = _started(state, name, attempt)
     try:
-        value = fn(*args, **kwargs)
-        if inspect.isawaitable(value):
-            value = state.bridge(_awaited(value))
+        with state.observers.around_step(state.run, name, attempt):
+            value = fn(*args, **kwargs)
+            if inspect.isawaitable(value):
+                value = state.bridge(_awaited(value))
+        took = time.monotonic() - began
         text = durable.encode(name, value)
     except Exception as exc:
-        raise state.bridge(failed(durable, name, entry, retry, exc)) from None
+        took = time.monotonic() - began
+        outcome = state.bridge(failed(durable, name, entry, retry, exc))
+        _failed(state, name, attempt, took, exc, outcome)
+        raise outcome from None
     state.bridge(
         durable.journal(name, "step", value, attempts=attempt, started_at=started_at, text=text)
     )
+    _completed(state, name, attempt, took)
     return value
 
 
@@ -158,3 +177,51 @@ def _attempt(entry: JournalEntry | None) -> int:
     """The step's attempt about to run, from 1, counted across the run's attempts as the
     journal counts them (a ``RetryAfter`` does not use one up)."""
     return (entry.attempts if entry is not None else 0) + 1
+
+
+def _enclosed(
+    state: AttemptState, name: str, attempt: int, fn: Callable[..., Any]
+) -> Callable[..., Any]:
+    """``fn`` inside the observers' ``around_step``, entered on the thread that calls it."""
+    observers = state.observers
+    if not observers:
+        return fn
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with observers.around_step(state.run, name, attempt):
+            return fn(*args, **kwargs)
+
+    return call
+
+
+# The hooks below cost nothing without observers: the events are made only for them.
+
+
+def _started(state: AttemptState, name: str, attempt: int) -> float:
+    """Fire ``step_started``; return the monotonic time the step's code starts."""
+    if state.observers:
+        state.observers.step_started(observe.StepStarted(state.run, name, attempt))
+    return time.monotonic()
+
+
+def _completed(state: AttemptState, name: str, attempt: int, took: float) -> None:
+    if state.observers:
+        state.observers.step_completed(observe.StepCompleted(state.run, name, attempt, took))
+
+
+def _failed(
+    state: AttemptState,
+    name: str,
+    attempt: int,
+    took: float,
+    exc: Exception,
+    outcome: BaseException,
+) -> None:
+    """Fire ``step_failed``, then ``step_retried`` when ``outcome`` is a retry's wait."""
+    observers = state.observers
+    if not observers:
+        return
+    retrying = isinstance(outcome, errors.Suspend)
+    observers.step_failed(observe.StepFailed(state.run, name, attempt, took, exc, retrying))
+    if isinstance(outcome, errors.Suspend):
+        observers.step_retried(observe.StepRetried(state.run, name, attempt, outcome.delay))

@@ -379,6 +379,7 @@ class IntentPoller:
             steps=self._steps,
             executor=self._step_executor,
             lease_ended=functools.partial(self._renewals.ended, lease.token),
+            observers=self.app.observers,
         )
         threads = Threads()
         task = asyncio.create_task(
