@@ -21,8 +21,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from simpleworkflow import errors, matching, wakeups
+from simpleworkflow import errors
 from simpleworkflow.backends import base, queries
+from simpleworkflow.backends.sqlite import matching, wakeups
 
 T = TypeVar("T")
 _PACKAGE = __name__
