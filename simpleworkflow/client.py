@@ -18,12 +18,21 @@ from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any, TypeVar
 
-from simpleworkflow import durations, errors, names, payloads
+from simpleworkflow import durations, errors, names, payloads, schema_check
 from simpleworkflow.backends import Backend, open_backend
 from simpleworkflow.backends.base import JournalEntry, NewRun, Op, RunQuery, SignalSent
 from simpleworkflow.models import WAITING_STATES, Event, Run, RunPage, RunStatus, Signal
+from simpleworkflow.schema_check import auto_migrates, needs_migration
 
 T = TypeVar("T")
+
+__all__ = [
+    "AsyncClient",
+    "Client",
+    "StartRequest",
+    "auto_migrates",
+    "needs_migration",
+]
 #: What ``start_many`` takes for each run: ``(type, payload)`` or a dict of start() arguments.
 StartRequest = tuple[str, Any] | Mapping[str, Any]
 
@@ -56,12 +65,6 @@ class _Requests:
         self.max_payload_bytes = max_payload_bytes
         self._auto_migrate = auto_migrates(self.backend, auto_migrate)
         self._schema_ok = False
-
-    def _schema_verdict(self, version: int | None) -> bool:
-        """True when the schema must be migrated first; raise when it may not be."""
-        needed = needs_migration(self.backend, version, auto_migrate=self._auto_migrate)
-        self._schema_ok = not needed
-        return needed
 
     def _new_run(
         self,
@@ -216,10 +219,9 @@ class Client(_Requests):
     """A blocking producer client. Thread-safe; close it (or use ``with``) when done."""
 
     def _run(self, op: Op[T], *, readonly: bool = False) -> T:
-        if not self._schema_ok and self._schema_verdict(
-            self.backend.execute(self.backend.schema_version(), readonly=True)
-        ):
-            self.migrate()
+        if not self._schema_ok:
+            schema_check.ensure(self.backend, auto_migrate=self._auto_migrate)
+            self._schema_ok = True
         return self.backend.execute(op, readonly=readonly)
 
     def migrate(self) -> builtins.list[int]:
@@ -347,10 +349,9 @@ class AsyncClient(_Requests):
     """The asyncio producer client. Use one per event loop; ``aclose`` it when done."""
 
     async def _run(self, op: Op[T], *, readonly: bool = False) -> T:
-        if not self._schema_ok and self._schema_verdict(
-            await self.backend.execute_async(self.backend.schema_version(), readonly=True)
-        ):
-            await self.migrate()
+        if not self._schema_ok:
+            await schema_check.ensure_async(self.backend, auto_migrate=self._auto_migrate)
+            self._schema_ok = True
         return await self.backend.execute_async(op, readonly=readonly)
 
     async def migrate(self) -> builtins.list[int]:
@@ -463,32 +464,6 @@ class AsyncClient(_Requests):
 
 
 # -- pure helpers ---------------------------------------------------------------------
-
-
-def auto_migrates(backend: Backend, auto_migrate: bool | None) -> bool:
-    """The embedded store creates its schema on first use; Postgres schemas are managed
-    on purpose, with ``simpleworkflow migrate``."""
-    return backend.name == "sqlite" if auto_migrate is None else auto_migrate
-
-
-def needs_migration(backend: Backend, version: int | None, *, auto_migrate: bool) -> bool:
-    """True when the schema must be migrated before use; raise when that is not allowed."""
-    latest = backend.latest_version
-    if version is not None and version >= latest:
-        return False
-    if auto_migrate:
-        return True
-    if version is None:
-        raise errors.SchemaError(
-            f"the {backend.name} database has no simpleworkflow schema yet; "
-            "create it with `simpleworkflow migrate` (or `simpleworkflow migrate --sql` "
-            "to see the SQL)"
-        )
-    raise errors.SchemaError(
-        f"the {backend.name} database schema is at version {version}, older than "
-        f"version {latest} which this simpleworkflow needs; upgrade it with "
-        "`simpleworkflow migrate`"
-    )
 
 
 def _due(run: Run) -> str:
