@@ -1,5 +1,5 @@
 """What both clients share: configuration, the ops their calls run, and what follows a
-commit (wake-ups for workers in this process)."""
+commit (wake-ups for workers in this process, then the observers)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any, TypeVar
 
-from simpleworkflow import errors, names, payloads, schema_check
+from simpleworkflow import errors, names, observe, payloads, schema_check
 from simpleworkflow.backends import Backend, open_backend
 from simpleworkflow.backends.records import Op, SignalSent
 from simpleworkflow.client import _options
@@ -32,13 +32,21 @@ class Requests:
         auto_migrate: bool | None = None,
         backend: Backend | None = None,
         application_name: str = CLIENT_NAME,
+        observers: Iterable[observe.Observer] = (),
     ) -> None:
         self.backend = backend or open_backend(
             database_url, schema=schema, application_name=application_name
         )
         self.max_payload_bytes = max_payload_bytes
+        #: Told of each run started and signal sent, once the write has committed.
+        self.observers = observe.Observers(observers)
         self._auto_migrate = schema_check.auto_migrates(self.backend, auto_migrate)
         self._schema_ok = False
+
+    def observe(self, observer: observe.Observer) -> observe.Observer:
+        """Register ``observer`` on this client; returns it."""
+        self.observers.add(observer)
+        return observer
 
     def _start_op(self, type: str, payload: Any, options: Mapping[str, Any]) -> Op[Run]:
         new = _options.new_run(type, payload, options, max_payload_bytes=self.max_payload_bytes)
@@ -55,12 +63,17 @@ class Requests:
     def _started(self, run: Run) -> Run:
         if run.created:
             self.backend.notify_local("wake", _due(run))
+        if self.observers:
+            self.observers.run_created(observe.RunCreated(run, created=bool(run.created)))
         return run
 
     def _started_many(self, runs: builtins.list[Run]) -> builtins.list[Run]:
         # Runs of one batch mostly share their type and due time: one wake-up for each.
         for wake in {(run.type, run.run_at, run.created_at) for run in runs if run.created}:
             self.backend.notify_local("wake", _wake(*wake))
+        if self.observers:
+            for run in runs:
+                self.observers.run_created(observe.RunCreated(run, created=bool(run.created)))
         return runs
 
     def _cancel_op(self, run_id: str, reason: str | None) -> Op[builtins.list[str] | None]:
@@ -91,6 +104,9 @@ class Requests:
             )
         if outcome.woke:
             self.backend.notify_local("wake", "")
+        if self.observers:
+            run_id = names.normalize_run_id(run_id)
+            self.observers.signal_delivered(observe.SignalDelivered(run_id, event))
         return outcome
 
     @staticmethod
