@@ -2,12 +2,15 @@
 
 Producers use :class:`Client` (or :class:`AsyncClient`) to start runs; workers register
 handlers on an :class:`App` and run an :class:`IntentPoller`; handlers receive a
-:class:`Context` for durable steps, sleeps, signals and children.
+:class:`Context` for durable steps, sleeps, signals and children. The records the
+clients return (:class:`Run`, :class:`Event`, :class:`JournalEntry`, :class:`Signal`,
+:class:`SignalSent`, :class:`RegistryEntry` ...) are importable from here too.
 """
 
 import logging
 
 from simpleworkflow.app import App
+from simpleworkflow.backends.records import JournalEntry, RegistryEntry, SignalSent
 from simpleworkflow.client import AsyncClient, Client
 from simpleworkflow.context import Context
 from simpleworkflow.errors import (
@@ -21,7 +24,7 @@ from simpleworkflow.errors import (
     StepFailed,
     WaitTimeout,
 )
-from simpleworkflow.models import Event, Run, RunPage, RunStatus
+from simpleworkflow.models import Event, Run, RunPage, RunStatus, Signal
 from simpleworkflow.observe import Observer
 from simpleworkflow.retry import RetryPolicy
 from simpleworkflow.worker import IntentPoller
@@ -41,8 +44,10 @@ __all__ = [
     "Event",
     "IntentPoller",
     "InvalidInput",
+    "JournalEntry",
     "Observer",
     "PermanentError",
+    "RegistryEntry",
     "RetryAfter",
     "RetryPolicy",
     "Run",
@@ -50,6 +55,8 @@ __all__ = [
     "RunNotFound",
     "RunPage",
     "RunStatus",
+    "Signal",
+    "SignalSent",
     "SimpleWorkflowError",
     "StepFailed",
     "WaitTimeout",

@@ -18,21 +18,24 @@ class App(Handlers):
 
     ``database_url`` and ``schema`` default as everywhere (argument, environment, local
     SQLite file); a worker or client made from the app uses them. ``observers`` watch
-    the runs of every worker made from the app (see ``observe``).
+    the runs of every worker and client made from the app (see ``observe``).
 
     The registration itself lives in :class:`~simpleworkflow.handlers.Handlers`, which
     the worker reads without importing this module (that would be a cycle).
     """
 
     def client(self) -> Client:
+        """A :class:`~simpleworkflow.Client` on the app's database, watched by the app's
+        observers (also those registered later) as well as by its own."""
         from simpleworkflow.client import Client
 
-        return Client(self.database_url, schema=self.schema)
+        return Client(self.database_url, schema=self.schema, observers=[self.observers])
 
     def async_client(self) -> AsyncClient:
+        """An :class:`~simpleworkflow.AsyncClient`, as :meth:`client`."""
         from simpleworkflow.client import AsyncClient
 
-        return AsyncClient(self.database_url, schema=self.schema)
+        return AsyncClient(self.database_url, schema=self.schema, observers=[self.observers])
 
     def poller(self, **options: Any) -> IntentPoller:
         """An :class:`~simpleworkflow.worker.IntentPoller` for this app's handlers."""

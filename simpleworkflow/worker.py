@@ -35,11 +35,11 @@ from simpleworkflow.backends.base import (
     Lease,
     Suspension,
 )
-from simpleworkflow.client import auto_migrates, needs_migration
 from simpleworkflow.durable import StepJournal
 from simpleworkflow.handlers import Definition, Handlers
 from simpleworkflow.outbox import Outbox
 from simpleworkflow.outcome_log import OutcomeLog
+from simpleworkflow.schema_check import ensure_async
 from simpleworkflow.wording import plural
 
 _log = logging.getLogger("simpleworkflow.worker")
@@ -254,17 +254,14 @@ class IntentPoller:
 
     async def _prepare_schema(self) -> None:
         backend = self._backend
-        version = await backend.execute_async(backend.schema_version(), readonly=True)
-        if needs_migration(backend, version, auto_migrate=auto_migrates(backend, None)):
-            await asyncio.to_thread(backend.migrate)
-            if version is None:
-                # A worker started in the wrong directory makes a new file and idles.
-                _log.warning(
-                    "created a new, empty database at %s: no runs wait in it. If your runs "
-                    "are in another database, stop this worker and point it there (-d, "
-                    "$SIMPLEWORKFLOW_DATABASE_URL, or the directory it runs in)",
-                    backend.location,
-                )
+        if await ensure_async(backend) is None:
+            # A worker started in the wrong directory makes a new file and idles.
+            _log.warning(
+                "created a new, empty database at %s: no runs wait in it. If your runs "
+                "are in another database, stop this worker and point it there (-d, "
+                "$SIMPLEWORKFLOW_DATABASE_URL, or the directory it runs in)",
+                backend.location,
+            )
 
     # -- claiming --------------------------------------------------------------------
 

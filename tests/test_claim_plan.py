@@ -13,7 +13,8 @@ import psycopg
 import pytest
 from conftest import Store
 
-from simpleworkflow import config, matching
+from simpleworkflow import config
+from simpleworkflow.backends.sqlite import matching
 
 TYPE = "bench.noop.v1"
 

@@ -623,6 +623,20 @@ def test_bad_start_is_refused_and_stores_nothing(
     assert store.count("workflow_event") == 0
 
 
+def test_an_unknown_start_option_is_refused_and_stores_nothing(
+    store: Store, producer: Producer
+) -> None:
+    """A misspelt option fails as a misspelt keyword would, in ``start`` and in
+    ``start_many``'s dicts alike, rather than being ignored."""
+    with pytest.raises(TypeError, match=r"'prority'.* the options are deadline, delay"):
+        producer.start(TYPE, {}, prority=5)
+    with pytest.raises(TypeError, match="'prority'"):
+        producer.start_many([(TYPE, {}), {"type": TYPE, "prority": 5}])
+    with pytest.raises(TypeError, match="'type'"):
+        producer.start_many([{"payload": {}}])
+    assert store.count("workflow_run") == 0
+
+
 def test_payload_limit_is_configurable(store: Store, make_producer: Callable[..., Any]) -> None:
     small = make_producer(max_payload_bytes=100)
     exactly = {"s": "x" * (100 - len('{"s":""}'))}  # 100 bytes of compact JSON

@@ -8,7 +8,7 @@ import inspect
 import typing
 
 import simpleworkflow
-from simpleworkflow import errors
+from simpleworkflow import client, errors
 
 PUBLIC_NAMES = [
     "App",
@@ -19,8 +19,10 @@ PUBLIC_NAMES = [
     "Event",
     "IntentPoller",
     "InvalidInput",
+    "JournalEntry",
     "Observer",
     "PermanentError",
+    "RegistryEntry",
     "RetryAfter",
     "RetryPolicy",
     "Run",
@@ -28,6 +30,8 @@ PUBLIC_NAMES = [
     "RunNotFound",
     "RunPage",
     "RunStatus",
+    "Signal",
+    "SignalSent",
     "SimpleWorkflowError",
     "StepFailed",
     "WaitTimeout",
@@ -80,3 +84,13 @@ def test_start_returns_runs_that_say_whether_they_were_created() -> None:
     for face in (simpleworkflow.Client, simpleworkflow.AsyncClient):
         assert typing.get_type_hints(face.start)["return"] is simpleworkflow.Run
         assert typing.get_type_hints(face.start_many)["return"] == list[simpleworkflow.Run]
+
+
+def test_start_options_are_declared_once_and_typed_for_both_clients() -> None:
+    """``start``'s keywords are :class:`StartOptions`, so that mypy checks them in user code
+    and a new option is declared in one place."""
+    for face in (simpleworkflow.Client, simpleworkflow.AsyncClient):
+        hints = typing.get_type_hints(face.start, include_extras=True)
+        assert hints["options"] == typing.Unpack[client.StartOptions]
+    names = ["deadline", "delay", "idempotency_key", "max_attempts", "priority", "run_at"]
+    assert sorted(client.OPTIONS) == names

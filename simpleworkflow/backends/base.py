@@ -79,8 +79,11 @@ class Backend(RunOps, WorkerOps, JournalOps):
     latest_version: int
     #: Which database this is, for people: a file's absolute path, or a masked URL.
     location: str
-    #: Whether :meth:`listen` hears about every write in every process.
-    has_notifications: bool = False
+
+    @property
+    def has_notifications(self) -> bool:
+        """Whether :meth:`listen` hears about every write in every process."""
+        return self.dialect.has_notifications
 
     # -- execution -------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from simpleworkflow.backends.dialect import Dialect, followups
 from simpleworkflow.backends.records import NewRun, Op, RegistryEntry, Statement
 from simpleworkflow.models import Event, Run, RunStatus
 
@@ -23,6 +24,8 @@ class StoreCore(abc.ABC):
     name: str
     #: Named SQL statements, with the schema already filled in.
     q: dict[str, str]
+    #: What the store's SQL can do.
+    dialect: Dialect
 
     @abc.abstractmethod
     def decode_time(self, value: Any) -> datetime: ...
@@ -40,19 +43,16 @@ class StoreCore(abc.ABC):
 
     def then(self, query: str, /, **params: Any) -> Op[None]:
         """Run the follow-ups of ``query`` (``<query>_then_...``), for stores that cannot
-        chain writes inside one statement; Postgres has none."""
+        chain writes inside one statement (see :class:`~.dialect.Dialect`)."""
+        if self.dialect.chained_writes:
+            return
         for name in self._followups.get(query, ()):
             yield self.stmt(name, **params)
 
     @functools.cached_property
     def _followups(self) -> dict[str, list[str]]:
-        """``{query: [its follow-ups in order]}``, worked out once rather than per call."""
-        found: dict[str, list[str]] = {}
-        for name in sorted(self.q):
-            query, then, _ = name.partition("_then_")
-            if then:
-                found.setdefault(query, []).append(name)
-        return found
+        """Worked out once rather than per call."""
+        return followups(list(self.q))
 
     def run_from_row(self, row: Mapping[str, Any]) -> Run:
         opt_time = self.opt_time

@@ -35,7 +35,7 @@ class JournalOps(StoreCore):
     def record_steps(self, steps: list[StepRecord]) -> Op[set[tuple[str, str]]]:
         """Journal the steps of many runs in one transaction (group commit); return
         ``(run id, step name)`` of those whose lease was held."""
-        if len(steps) == 1 or "record_steps" not in self.q:
+        if len(steps) == 1 or not self.dialect.skip_locked:
             if len(steps) > 1:
                 yield ATOMIC  # one commit for the batch
             done = set()
@@ -96,7 +96,7 @@ class JournalOps(StoreCore):
         Returns ``(True, payload, the time it was sent)``, ``None`` when no signal
         matches, and ``(False, None, None)`` when the lease was lost.
         """
-        if "consume_signal_journaled" in self.q:  # one statement does it all
+        if self.dialect.chained_writes:  # one statement does it all
             rows = yield self.stmt(
                 "consume_signal_journaled",
                 run_id=step.run_id,

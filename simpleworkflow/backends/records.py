@@ -7,7 +7,7 @@ rows; a backend drives it inside one transaction (see :func:`drive`).
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -89,18 +89,30 @@ def drive(
 
 @dataclass(frozen=True, slots=True)
 class NewRun:
-    """A validated request to start a run; ``payload`` is already JSON text."""
+    """A validated request to start a run; ``payload`` is already JSON text.
+
+    Each field is a parameter of ``create_run`` (and a key of each ``create_runs`` item)
+    under its own name, so that a new start option needs no code here beyond its field."""
 
     type: str
     payload: str
     idempotency_key: str | None = None
     priority: int = 100
     run_at: datetime | None = None
-    delay_seconds: float = 0.0
+    #: Seconds from now, when ``run_at`` is not given.
+    delay: float = 0.0
     max_attempts: int | None = None
     parent_id: str | None = None
     deadline: datetime | None = None
-    deadline_seconds: float | None = None
+    #: Seconds from now, when ``deadline`` is not given as a time.
+    deadline_in: float | None = None
+
+    def params(self) -> dict[str, Any]:
+        """The statement parameters, by name."""
+        return {name: getattr(self, name) for name in _NEW_RUN_FIELDS}
+
+
+_NEW_RUN_FIELDS = tuple(f.name for f in fields(NewRun))
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ import dataclasses
 import itertools
 import json
 from collections.abc import Iterable
+from datetime import datetime
 
 from simpleworkflow import errors, names
 from simpleworkflow.backends.core import StoreCore
@@ -32,20 +33,7 @@ class RunOps(StoreCore):
         """Insert a run (its ``created`` event comes with it); on a known key, return the
         run that holds the key and write nothing, or raise
         :class:`~simpleworkflow.errors.IdempotencyConflict` if it is of another type."""
-        rows = yield self.stmt(
-            "create_run",
-            id=names.new_run_id(),
-            type=new.type,
-            payload=new.payload,
-            idempotency_key=new.idempotency_key,
-            priority=new.priority,
-            run_at=new.run_at,
-            delay=new.delay_seconds,
-            max_attempts=new.max_attempts,
-            parent_id=new.parent_id,
-            deadline=new.deadline,
-            deadline_in=new.deadline_seconds,
-        )
+        rows = yield self.stmt("create_run", id=names.new_run_id(), **new.params())
         if rows:
             return self.created_run(new, rows[0])
         return _found(new, (yield from self._existing_by_key(new)))
@@ -214,23 +202,8 @@ def _found(new: NewRun, run: Run) -> Run:
 
 def _item(run_id: str, new: NewRun) -> dict[str, object]:
     """One run of a ``create_runs`` batch; options left out are read as null."""
-    item: dict[str, object] = {
-        "id": run_id,
-        "type": new.type,
-        "payload": new.payload,
-        "priority": new.priority,
-        "delay": new.delay_seconds,
-    }
-    if new.idempotency_key is not None:
-        item["idempotency_key"] = new.idempotency_key
-    if new.run_at is not None:
-        item["run_at"] = new.run_at.isoformat()
-    if new.max_attempts is not None:
-        item["max_attempts"] = new.max_attempts
-    if new.parent_id is not None:
-        item["parent_id"] = new.parent_id
-    if new.deadline is not None:
-        item["deadline"] = new.deadline.isoformat()
-    if new.deadline_seconds is not None:
-        item["deadline_in"] = new.deadline_seconds
+    item: dict[str, object] = {"id": run_id}
+    for name, value in new.params().items():
+        if value is not None:
+            item[name] = value.isoformat() if isinstance(value, datetime) else value
     return item

@@ -13,10 +13,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
-from simpleworkflow import errors, names
+from simpleworkflow import errors, names, schema_check
 from simpleworkflow.backends.base import Backend, Op, RegistryEntry
 from simpleworkflow.cli import _common, _output
-from simpleworkflow.client import auto_migrates, needs_migration
 
 T = TypeVar("T")
 
@@ -146,11 +145,8 @@ def _execute(
 ) -> T:
     """Run one registry op, creating or upgrading the schema where the client would."""
     with _common.client_for(args, create=create) as client:
-        backend = client.backend
-        version = backend.execute(backend.schema_version(), readonly=True)
-        if needs_migration(backend, version, auto_migrate=auto_migrates(backend, None)):
-            client.migrate()
-        return backend.execute(make_op(backend))
+        schema_check.ensure(client.backend)
+        return client.backend.execute(make_op(client.backend))
 
 
 def _checked_runtime(runtime: str) -> str:

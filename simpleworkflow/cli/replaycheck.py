@@ -14,11 +14,10 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from simpleworkflow import replaycheck
+from simpleworkflow import replaycheck, schema_check
 from simpleworkflow.app import App
 from simpleworkflow.backends import open_backend
 from simpleworkflow.cli import _common, _output, worker
-from simpleworkflow.client import needs_migration
 from simpleworkflow.handlers import Handlers
 from simpleworkflow.replaycheck import ReplayReport
 from simpleworkflow.wording import plural
@@ -73,8 +72,7 @@ async def _check(app: Handlers, args: argparse.Namespace) -> list[ReplayReport]:
     try:
         # A missing or old schema is an error (exit 2), never "nothing to check": a
         # pipeline pointed at the wrong database must not pass.
-        version = await backend.execute_async(backend.schema_version(), readonly=True)
-        needs_migration(backend, version, auto_migrate=False)
+        await schema_check.ensure_async(backend, auto_migrate=False)
         return await replaycheck.check_runs(app, backend)
     finally:
         await backend.aclose()

@@ -7,13 +7,16 @@ import json
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from simpleworkflow import durations, errors
 from simpleworkflow.cli import _common, _output
+from simpleworkflow.client import OPTIONS, StartOptions
 
 
 def register(subparsers: Any) -> None:
+    """Each start option is a flag whose ``dest`` is the option's name: ``run`` passes
+    those given to ``Client.start`` without naming them."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "start",
         help="start a run of a workflow type",
@@ -63,16 +66,12 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     payload = parse_payload(read_payload_text(args.payload))
+    given = {name: getattr(args, name, None) for name in OPTIONS}
+    options = {name: value for name, value in given.items() if value is not None}
+    if "deadline" in options:
+        options["deadline"] = parse_deadline(options["deadline"])
     with _common.client_for(args, create=True) as client:
-        started = client.start(
-            args.type,
-            payload,
-            idempotency_key=args.idempotency_key,
-            priority=args.priority,
-            delay=args.delay,
-            max_attempts=args.max_attempts,
-            deadline=parse_deadline(args.deadline),
-        )
+        started = client.start(args.type, payload, **cast(StartOptions, options))
     if args.json:
         _output.emit_json(started.to_dict())
     else:

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from simpleworkflow import config, errors
 from simpleworkflow.backends import base, queries
+from simpleworkflow.backends.dialect import Dialect
 from simpleworkflow.backends.postgres import settings
 
 try:
@@ -35,12 +36,24 @@ RECONNECT_GAP = 0.25
 #: The longest pause between two attempts to listen again.
 LISTEN_PAUSE = 1.0
 
+DIALECT = Dialect(
+    has_notifications=True,
+    skip_locked=True,
+    chained_writes=True,
+    migrates_on_first_use=False,
+    own_statements={
+        "consume_signal_journaled": "takes a signal and journals its wait in one statement",
+        "migration_lock": "an advisory lock serialises migrations (SQLite's begin immediate)",
+        "record_steps": "journals many runs' steps in one statement, skipping locked rows",
+    },
+)
+
 
 class PostgresBackend(base.Backend):
     """Runs live in schema ``schema`` (default ``workflow``) of the database at ``url``."""
 
     name = "postgres"
-    has_notifications = True
+    dialect = DIALECT
 
     def __init__(
         self,

@@ -21,8 +21,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from simpleworkflow import errors, matching, wakeups
+from simpleworkflow import errors
 from simpleworkflow.backends import base, queries
+from simpleworkflow.backends.dialect import Dialect
+from simpleworkflow.backends.sqlite import matching, wakeups
 
 T = TypeVar("T")
 _PACKAGE = __name__
@@ -42,11 +44,22 @@ WAL_BACKSTOP_PAGES = 10_000
 #: checkpoints.
 _SYNCHRONOUS = {"full": "pragma synchronous = full", "normal": "pragma synchronous = normal"}
 
+DIALECT = Dialect(
+    has_notifications=False,
+    skip_locked=False,
+    chained_writes=False,
+    migrates_on_first_use=True,
+    own_statements={
+        "consume_signal": "takes a signal; record_step journals it in the same transaction",
+    },
+)
+
 
 class SQLiteBackend(base.Backend):
     """Runs live in the SQLite file at ``path`` (``":memory:"`` for a private database)."""
 
     name = "sqlite"
+    dialect = DIALECT
 
     def __init__(self, path: str, *, busy_timeout: float = 30.0, synchronous: str = "full") -> None:
         self.path = path

@@ -1,0 +1,254 @@
+"""Producers: start runs, look them up, list, cancel, wait for and soft-delete them.
+
+``Client`` and ``AsyncClient`` are two faces of one implementation: the arguments are
+checked and turned into a backend op by :class:`~simpleworkflow.client._requests.Requests`
+(start options by :mod:`~simpleworkflow.client._options`, listings by ``_listing``), and
+each face only decides how that op is executed (blocking, or awaited).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import time
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any, TypeVar, Unpack
+
+from simpleworkflow import durations, names, schema_check
+from simpleworkflow.backends.records import JournalEntry, Op, SignalSent
+from simpleworkflow.client import _listing, _waiting
+from simpleworkflow.client._listing import MAX_PAGE
+from simpleworkflow.client._options import (
+    MAX_DELAY_SECONDS,
+    MAX_KEY_LENGTH,
+    OPTIONS,
+    StartOptions,
+    StartRequest,
+)
+from simpleworkflow.client._requests import CLIENT_NAME, Requests
+from simpleworkflow.models import Event, Run, RunPage, Signal
+from simpleworkflow.schema_check import auto_migrates, needs_migration
+
+T = TypeVar("T")
+
+__all__ = [
+    "CLIENT_NAME",
+    "MAX_DELAY_SECONDS",
+    "MAX_KEY_LENGTH",
+    "MAX_PAGE",
+    "OPTIONS",
+    "AsyncClient",
+    "Client",
+    "StartOptions",
+    "StartRequest",
+    "auto_migrates",
+    "needs_migration",
+]
+
+
+class Client(Requests):
+    """A blocking producer client. Thread-safe; close it (or use ``with``) when done."""
+
+    def _run(self, op: Op[T], *, readonly: bool = False) -> T:
+        if not self._schema_ok:
+            schema_check.ensure(self.backend, auto_migrate=self._auto_migrate)
+            self._schema_ok = True
+        return self.backend.execute(op, readonly=readonly)
+
+    def migrate(self) -> builtins.list[int]:
+        """Create or upgrade the schema; return the migration versions applied now."""
+        applied = self.backend.migrate()
+        self._schema_ok = True
+        return applied
+
+    def start(self, type: str, payload: Any = None, **options: Unpack[StartOptions]) -> Run:
+        """Record the intent to run ``type`` with ``payload``; return the stored run.
+
+        ``options`` are those of :class:`StartOptions`. The run's ``created`` is True. A
+        repeated ``idempotency_key`` returns the run that already holds it and writes
+        nothing (``created`` is then False); held by a run of another type, it raises
+        :class:`~simpleworkflow.errors.IdempotencyConflict`.
+        """
+        return self._started(self._run(self._start_op(type, payload, options)))
+
+    def start_many(self, requests: Iterable[StartRequest]) -> builtins.list[Run]:
+        """Start many runs in one statement: ``(type, payload)`` pairs, or dicts of
+        :meth:`start` arguments. Returns the runs in order; a known idempotency key gives
+        the run that holds it, as with :meth:`start`."""
+        return self._started_many(self._run(self._many_op(requests)))
+
+    def get(self, run_id: str) -> Run:
+        """The run with this id; :class:`RunNotFound` if there is none."""
+        run_id = names.normalize_run_id(run_id)
+        return self._found(run_id, self._run(self.backend.get_run(run_id), readonly=True))
+
+    def list(
+        self,
+        *,
+        type_prefix: str | None = None,
+        status: str | Iterable[str] | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        include_deleted: bool = False,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> RunPage:
+        """One page of runs, newest first; pass ``page.next_cursor`` for the next one.
+
+        ``status`` takes stored statuses and the states of pending runs that wait
+        (``sleeping``, ``waiting-signal``, ``waiting-child``, ``retrying``); a run in any
+        of those given is listed."""
+        query = _listing.list_query(
+            type_prefix, status, created_after, created_before, include_deleted, limit, cursor
+        )
+        return _listing.page(self._run(self.backend.list_runs(query), readonly=True), query)
+
+    def cancel(self, run_id: str, *, reason: str | None = None) -> bool:
+        """Cancel a pending or leased run; ``False`` if it had already finished."""
+        run_id = names.normalize_run_id(run_id)
+        return self._cancelled(run_id, self._run(self._cancel_op(run_id, reason)))
+
+    def signal(self, run_id: str, event: str, payload: Any = None) -> SignalSent:
+        """Store signal ``event`` for a run; a ``wait_for_event`` in it consumes it, whether
+        the wait began before or after. :class:`RunFinished` if the run is over."""
+        sent = self._run(self._signal_op(run_id, event, payload))
+        return self._signalled(run_id, event, sent)
+
+    def delete(self, run_id: str) -> bool:
+        """Soft-delete a run: hidden from claims and listings; ``False`` if already deleted."""
+        run_id = names.normalize_run_id(run_id)
+        return self._found(run_id, self._run(self.backend.delete_run(run_id)))
+
+    def events(self, run_id: str) -> builtins.list[Event]:
+        """The audit trail of a run, oldest first."""
+        run = self.get(run_id)
+        return self._run(self.backend.list_events(run.id), readonly=True)
+
+    def steps(self, run_id: str) -> builtins.list[JournalEntry]:
+        """The run's journal: its durable calls in the order they first ran."""
+        run = self.get(run_id)
+        return self._run(self.backend.load_journal(run.id), readonly=True)
+
+    def signals(self, run_id: str) -> builtins.list[Signal]:
+        """The signals sent to the run, oldest first, consumed or still waiting for a wait."""
+        run = self.get(run_id)
+        return self._run(self.backend.list_signals(run.id), readonly=True)
+
+    def wait(self, run_id: str, timeout: durations.Duration | None = None) -> Run:
+        """Block until the run is succeeded, failed or cancelled, and return it."""
+        deadline = _waiting.deadline(timeout)
+        for pause in _waiting.pauses(deadline):
+            run = self.get(run_id)
+            if run.is_terminal:
+                return run
+            if pause is None:
+                break
+            time.sleep(pause)
+        raise _waiting.timed_out(run_id, timeout)
+
+    def close(self) -> None:
+        self.backend.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncClient(Requests):
+    """The asyncio producer client. Use one per event loop; ``aclose`` it when done."""
+
+    async def _run(self, op: Op[T], *, readonly: bool = False) -> T:
+        if not self._schema_ok:
+            await schema_check.ensure_async(self.backend, auto_migrate=self._auto_migrate)
+            self._schema_ok = True
+        return await self.backend.execute_async(op, readonly=readonly)
+
+    async def migrate(self) -> builtins.list[int]:
+        """Create or upgrade the schema; return the migration versions applied now."""
+        applied = await asyncio.to_thread(self.backend.migrate)
+        self._schema_ok = True
+        return applied
+
+    async def start(self, type: str, payload: Any = None, **options: Unpack[StartOptions]) -> Run:
+        """Record the intent to run ``type`` with ``payload``; see :meth:`Client.start`."""
+        return self._started(await self._run(self._start_op(type, payload, options)))
+
+    async def start_many(self, requests: Iterable[StartRequest]) -> builtins.list[Run]:
+        """Start many runs in one statement; see :meth:`Client.start_many`."""
+        return self._started_many(await self._run(self._many_op(requests)))
+
+    async def get(self, run_id: str) -> Run:
+        """The run with this id; :class:`RunNotFound` if there is none."""
+        run_id = names.normalize_run_id(run_id)
+        return self._found(run_id, await self._run(self.backend.get_run(run_id), readonly=True))
+
+    async def list(
+        self,
+        *,
+        type_prefix: str | None = None,
+        status: str | Iterable[str] | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        include_deleted: bool = False,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> RunPage:
+        """One page of runs, newest first; see :meth:`Client.list`."""
+        query = _listing.list_query(
+            type_prefix, status, created_after, created_before, include_deleted, limit, cursor
+        )
+        return _listing.page(await self._run(self.backend.list_runs(query), readonly=True), query)
+
+    async def cancel(self, run_id: str, *, reason: str | None = None) -> bool:
+        """Cancel a pending or leased run; ``False`` if it had already finished."""
+        run_id = names.normalize_run_id(run_id)
+        return self._cancelled(run_id, await self._run(self._cancel_op(run_id, reason)))
+
+    async def signal(self, run_id: str, event: str, payload: Any = None) -> SignalSent:
+        """Store signal ``event`` for a run; see :meth:`Client.signal`."""
+        sent = await self._run(self._signal_op(run_id, event, payload))
+        return self._signalled(run_id, event, sent)
+
+    async def delete(self, run_id: str) -> bool:
+        """Soft-delete a run; ``False`` if it was already deleted."""
+        run_id = names.normalize_run_id(run_id)
+        return self._found(run_id, await self._run(self.backend.delete_run(run_id)))
+
+    async def events(self, run_id: str) -> builtins.list[Event]:
+        """The audit trail of a run, oldest first."""
+        run = await self.get(run_id)
+        return await self._run(self.backend.list_events(run.id), readonly=True)
+
+    async def steps(self, run_id: str) -> builtins.list[JournalEntry]:
+        """The run's journal: its durable calls in the order they first ran."""
+        run = await self.get(run_id)
+        return await self._run(self.backend.load_journal(run.id), readonly=True)
+
+    async def signals(self, run_id: str) -> builtins.list[Signal]:
+        """The signals sent to the run; see :meth:`Client.signals`."""
+        run = await self.get(run_id)
+        return await self._run(self.backend.list_signals(run.id), readonly=True)
+
+    async def wait(self, run_id: str, timeout: durations.Duration | None = None) -> Run:
+        """Wait until the run is succeeded, failed or cancelled, and return it."""
+        deadline = _waiting.deadline(timeout)
+        for pause in _waiting.pauses(deadline):
+            run = await self.get(run_id)
+            if run.is_terminal:
+                return run
+            if pause is None:
+                break
+            await asyncio.sleep(pause)
+        raise _waiting.timed_out(run_id, timeout)
+
+    async def aclose(self) -> None:
+        await self.backend.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -1,0 +1,148 @@
+"""The options of a start, declared once: ``start``'s keywords, ``start_many``'s dict keys
+and the CLI's ``start`` flags all go through :class:`StartOptions` and :func:`new_run`.
+
+Adding an option takes a key here, its check in :func:`new_run`, the field of
+:class:`~simpleworkflow.backends.records.NewRun` it becomes (what the store writes), and
+its column in ``create_run`` and ``create_runs`` of both ``queries.sql`` files; the
+clients and the CLI pass options through without naming them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from datetime import datetime
+from typing import Any, TypedDict
+
+from simpleworkflow import durations, errors, names, payloads
+from simpleworkflow.backends.records import NewRun
+
+_INT4 = 2**31 - 1
+MAX_KEY_LENGTH = 512
+# Far enough for any schedule, near enough that now + delay stays a valid timestamp in
+# every store (SQLite's date functions stop at year 9999).
+MAX_DELAY_SECONDS = 100 * 366 * 86400
+
+
+class StartOptions(TypedDict, total=False):
+    """The keyword arguments of ``start`` (see docs/client.md); all optional."""
+
+    #: A repeated key returns the run that holds it and writes nothing.
+    idempotency_key: str | None
+    #: Lower runs earlier; default 100.
+    priority: int
+    #: Not before this timezone-aware time.
+    run_at: datetime | None
+    #: Not before this long from now (``30``, ``"5m"``, a ``timedelta``).
+    delay: durations.Duration | None
+    #: Attempts before the run fails; default 3.
+    max_attempts: int | None
+    #: Fail the run if it has not finished by then: a time, or a duration from now.
+    deadline: datetime | durations.Duration | None
+
+
+#: The names of the start options, for code that passes them through.
+OPTIONS: frozenset[str] = StartOptions.__optional_keys__
+
+#: What ``start_many`` takes for each run: ``(type, payload)`` or a dict of start() arguments.
+StartRequest = tuple[str, Any] | Mapping[str, Any]
+
+
+def new_run(
+    type: str,
+    payload: Any,
+    options: Mapping[str, Any],
+    *,
+    max_payload_bytes: int = payloads.DEFAULT_MAX_BYTES,
+    parent_id: str | None = None,
+) -> NewRun:
+    """Check a start request and turn it into what the store writes."""
+    unknown = sorted(options.keys() - OPTIONS)
+    if unknown:
+        known = ", ".join(sorted(OPTIONS))
+        raise TypeError(f"unknown start option {unknown[0]!r}; the options are {known}")
+    run_at = options.get("run_at")
+    delay = options.get("delay")
+    deadline = options.get("deadline")
+    max_attempts = options.get("max_attempts")
+    if run_at is not None and delay is not None:
+        raise errors.InvalidArgument("give either run_at or delay, not both")
+    if run_at is not None and (not isinstance(run_at, datetime) or run_at.tzinfo is None):
+        raise errors.InvalidArgument(
+            "run_at must be a timezone-aware datetime, e.g. datetime.now(timezone.utc)"
+        )
+    return NewRun(
+        type=names.validate_type(type),
+        payload=payloads.encode({} if payload is None else payload, max_bytes=max_payload_bytes),
+        idempotency_key=_check_key(options.get("idempotency_key")),
+        priority=check_int("priority", options.get("priority", 100), -_INT4, _INT4),
+        run_at=run_at,
+        delay=_check_delay(delay),
+        max_attempts=(
+            None if max_attempts is None else check_int("max_attempts", max_attempts, 1, 10_000)
+        ),
+        parent_id=parent_id,
+        deadline=check_time("deadline", deadline) if isinstance(deadline, datetime) else None,
+        deadline_in=(
+            None
+            if deadline is None or isinstance(deadline, datetime)
+            else durations.to_seconds(deadline, what="deadline")
+        ),
+    )
+
+
+def new_runs(
+    requests: Iterable[StartRequest], *, max_payload_bytes: int
+) -> Iterator[tuple[str, NewRun]]:
+    """``(new run id, checked request)`` for each of ``start_many``'s requests."""
+    for request in requests:
+        if isinstance(request, tuple):
+            type_name, payload = request
+            options: Mapping[str, Any] = {}
+        elif isinstance(request, Mapping):
+            if "type" not in request:
+                raise TypeError("a start_many request needs a 'type'")
+            options = {k: v for k, v in request.items() if k not in ("type", "payload")}
+            type_name, payload = request["type"], request.get("payload")
+        else:
+            raise errors.InvalidArgument(
+                "start_many takes (type, payload) pairs or dicts of start() arguments, "
+                f"not {type(request).__name__}"
+            )
+        yield (
+            names.new_run_id(),
+            new_run(type_name, payload, options, max_payload_bytes=max_payload_bytes),
+        )
+
+
+def check_int(what: str, value: object, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise errors.InvalidArgument(
+            f"{what} must be an integer from {low} to {high}, not {value!r}"
+        )
+    return value
+
+
+def check_time(what: str, value: datetime | None) -> datetime | None:
+    if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
+        raise errors.InvalidArgument(f"{what} must be a timezone-aware datetime")
+    return value
+
+
+def _check_delay(delay: durations.Duration | None) -> float:
+    seconds = 0.0 if delay is None else durations.to_seconds(delay, what="delay")
+    if seconds > MAX_DELAY_SECONDS:
+        raise errors.InvalidArgument(
+            f"delay must be at most 100 years ({MAX_DELAY_SECONDS} seconds), not {seconds}"
+        )
+    return seconds
+
+
+def _check_key(key: object) -> str | None:
+    if key is None:
+        return None
+    if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH or names.unstorable(key):
+        raise errors.InvalidArgument(
+            f"idempotency_key must be a non-empty string of at most {MAX_KEY_LENGTH} "
+            f"characters without NUL characters or lone surrogates, not {key!r:.80}"
+        )
+    return key

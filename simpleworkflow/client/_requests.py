@@ -1,0 +1,127 @@
+"""What both clients share: configuration, the ops their calls run, and what follows a
+commit (wake-ups for workers in this process, then the observers)."""
+
+from __future__ import annotations
+
+import builtins
+import itertools
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any, TypeVar
+
+from simpleworkflow import errors, names, observe, payloads, schema_check
+from simpleworkflow.backends import Backend, open_backend
+from simpleworkflow.backends.records import Op, SignalSent
+from simpleworkflow.client import _options
+from simpleworkflow.models import Run
+
+T = TypeVar("T")
+#: How a client's Postgres connections appear in ``pg_stat_activity`` (``application_name``).
+CLIENT_NAME = "simpleworkflow client"
+
+
+class Requests:
+    """Each face (blocking or awaited) only decides how the ops built here are executed."""
+
+    def __init__(
+        self,
+        database_url: str | None = None,
+        *,
+        schema: str | None = None,
+        max_payload_bytes: int = payloads.DEFAULT_MAX_BYTES,
+        auto_migrate: bool | None = None,
+        backend: Backend | None = None,
+        application_name: str = CLIENT_NAME,
+        observers: Iterable[observe.Observer] = (),
+    ) -> None:
+        self.backend = backend or open_backend(
+            database_url, schema=schema, application_name=application_name
+        )
+        self.max_payload_bytes = max_payload_bytes
+        #: Told of each run started and signal sent, once the write has committed.
+        self.observers = observe.Observers(observers)
+        self._auto_migrate = schema_check.auto_migrates(self.backend, auto_migrate)
+        self._schema_ok = False
+
+    def observe(self, observer: observe.Observer) -> observe.Observer:
+        """Register ``observer`` on this client; returns it."""
+        self.observers.add(observer)
+        return observer
+
+    def _start_op(self, type: str, payload: Any, options: Mapping[str, Any]) -> Op[Run]:
+        new = _options.new_run(type, payload, options, max_payload_bytes=self.max_payload_bytes)
+        return self.backend.create_run(new)
+
+    def _many_op(self, requests: Iterable[_options.StartRequest]) -> Op[builtins.list[Run]]:
+        news = _options.new_runs(requests, max_payload_bytes=self.max_payload_bytes)
+        first = next(news, None)
+        if first is None:
+            raise errors.InvalidArgument("start_many needs at least one run to start")
+        # The rest are checked as the store takes them: a bad one rolls back the batch.
+        return self.backend.create_runs(itertools.chain([first], news))
+
+    def _started(self, run: Run) -> Run:
+        if run.created:
+            self.backend.notify_local("wake", _due(run))
+        if self.observers:
+            self.observers.run_created(observe.RunCreated(run, created=bool(run.created)))
+        return run
+
+    def _started_many(self, runs: builtins.list[Run]) -> builtins.list[Run]:
+        # Runs of one batch mostly share their type and due time: one wake-up for each.
+        for wake in {(run.type, run.run_at, run.created_at) for run in runs if run.created}:
+            self.backend.notify_local("wake", _wake(*wake))
+        if self.observers:
+            for run in runs:
+                self.observers.run_created(observe.RunCreated(run, created=bool(run.created)))
+        return runs
+
+    def _cancel_op(self, run_id: str, reason: str | None) -> Op[builtins.list[str] | None]:
+        if reason is not None and (not isinstance(reason, str) or names.unstorable(reason)):
+            raise errors.InvalidArgument(
+                "a cancel's reason must be text without NUL characters or lone surrogates, "
+                f"not {reason!r:.80}"
+            )
+        return self.backend.cancel_run(names.normalize_run_id(run_id), reason)
+
+    def _cancelled(self, run_id: str, cancelled: builtins.list[str] | None) -> bool:
+        for cancelled_id in self._found(run_id, cancelled):
+            self.backend.notify_local("cancel", cancelled_id)
+        return run_id in cancelled  # type: ignore[operator]
+
+    def _signal_op(self, run_id: str, event: str, payload: Any) -> Op[SignalSent | str | None]:
+        run_id = names.normalize_run_id(run_id)
+        text = payloads.encode({} if payload is None else payload, max_bytes=self.max_payload_bytes)
+        return self.backend.send_signal(run_id, names.validate_event(event), text)
+
+    def _signalled(self, run_id: str, event: str, outcome: SignalSent | str | None) -> SignalSent:
+        if outcome is None:
+            raise errors.RunNotFound(run_id)
+        if isinstance(outcome, str):
+            raise errors.RunFinished(
+                f"run {run_id} has already finished ({outcome}); signal {event!r} was not "
+                "stored (signals are for runs that are pending or running)"
+            )
+        if outcome.woke:
+            self.backend.notify_local("wake", "")
+        if self.observers:
+            run_id = names.normalize_run_id(run_id)
+            self.observers.signal_delivered(observe.SignalDelivered(run_id, event))
+        return outcome
+
+    @staticmethod
+    def _found(run_id: str, value: T | None) -> T:
+        if value is None:
+            raise errors.RunNotFound(run_id)
+        return value
+
+
+def _due(run: Run) -> str:
+    """A wake-up message for in-process workers: the run's type and when it is due."""
+    return _wake(run.type, run.run_at, run.created_at)
+
+
+def _wake(type_name: str, run_at: datetime, created_at: datetime) -> str:
+    """``<type>`` for a run due at once, ``<type> <due epoch>`` for one due later: a due
+    time is on the database's clock, which the worker's need not match."""
+    return f"{type_name} {run_at.timestamp()}" if run_at > created_at else type_name
