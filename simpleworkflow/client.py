@@ -11,17 +11,21 @@ import asyncio
 import base64
 import binascii
 import builtins
+import functools
 import itertools
 import json
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from simpleworkflow import durations, errors, names, payloads
 from simpleworkflow.backends import Backend, open_backend
 from simpleworkflow.backends.base import JournalEntry, NewRun, Op, RunQuery, SignalSent
 from simpleworkflow.models import WAITING_STATES, Event, Run, RunPage, RunStatus, Signal
+
+if TYPE_CHECKING:
+    from simpleworkflow.admin import Admin, AsyncAdmin
 
 T = TypeVar("T")
 #: What ``start_many`` takes for each run: ``(type, payload)`` or a dict of start() arguments.
@@ -333,6 +337,14 @@ class Client(_Requests):
             time.sleep(pause)
         raise _timed_out(run_id, timeout)
 
+    @functools.cached_property
+    def admin(self) -> Admin:
+        """Operator actions (registry, counts, retry, purge ...) on this client's
+        connections; see :mod:`simpleworkflow.admin`."""
+        from simpleworkflow.admin import Admin  # built on this module: imported late
+
+        return Admin(backend=self.backend, auto_migrate=self._auto_migrate)
+
     def close(self) -> None:
         self.backend.close()
 
@@ -451,6 +463,14 @@ class AsyncClient(_Requests):
                 break
             await asyncio.sleep(pause)
         raise _timed_out(run_id, timeout)
+
+    @functools.cached_property
+    def admin(self) -> AsyncAdmin:
+        """Operator actions, awaited, on this client's connections; see
+        :mod:`simpleworkflow.admin`."""
+        from simpleworkflow.admin import AsyncAdmin  # built on this module: imported late
+
+        return AsyncAdmin(backend=self.backend, auto_migrate=self._auto_migrate)
 
     async def aclose(self) -> None:
         await self.backend.aclose()
