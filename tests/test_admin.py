@@ -387,7 +387,7 @@ def test_purge_deletes_old_finished_runs_with_everything_they_own(
         def runs_deleted(self, event: observe.RunsDeleted) -> None:
             seen.append((event.type, event.count))
 
-    admin = Admin(store.url, schema=store.schema, observers=observe.Observers([Deletions()]))
+    admin = Admin(store.url, schema=store.schema, observers=[Deletions()])
     with admin:
         assert admin.purge("30d", type=REFUND) == 1
         assert admin.purge(timedelta(days=30), batch_size=2) == 5
