@@ -71,5 +71,7 @@ class AdminOps(StoreCore):
         """Delete up to ``limit`` finished (or soft-deleted, unleased) runs unchanged for
         ``older_than`` seconds, with their events, journal and signals; return how many
         of each type went."""
-        rows = yield self.stmt("purge_runs", older_than=float(older_than), type=type, limit=limit)
+        # Whole milliseconds: SQLite reads "-1e-05 seconds" as no time at all.
+        age = round(float(older_than), 3)
+        rows = yield self.stmt("purge_runs", older_than=age, type=type, limit=limit)
         return Counter(row["type"] for row in rows)

@@ -252,8 +252,9 @@ where waiting_for is not null and id in (select value from json_each(:ids))
 
 -- name: unknown_versions
 -- Reads only idx_workflow_run_versioned (0004): never-claimed runs have no code version.
+-- Without statistics SQLite would rather read every due run in idx_workflow_run_due.
 select type, code_version, count(*) as runs
-from workflow_run
+from workflow_run indexed by idx_workflow_run_versioned
 where status = 'pending' and run_at <= strftime('%Y-%m-%d %H:%M:%f', 'now')
   and deleted_at is null
   and type in (select value from json_each(:types))
