@@ -10,9 +10,11 @@ and each message says what was wrong and what to do about it::
     │   ├── InvalidPayload          not JSON, NaN, bytes, NUL characters ...
     │   │   └── PayloadTooLarge     over the configured size limit
     │   ├── InvalidArgument         priority, delay, cursor, limit, key, step name ...
+    │   │   └── TypeNotRegistered   pause or resume of a type the registry does not hold
     │   └── IdempotencyConflict     the key is held by a run of another workflow type
     ├── RunNotFound (LookupError)   no run with that id
     ├── RunFinished                 a signal to a run that has already finished
+    ├── RunNotRetryable             an operator's retry of a run that has not failed
     ├── WaitTimeout (TimeoutError)  wait() ran out of time; the run goes on
     ├── SchemaError                 the database schema is missing or older than the code
     ├── StoreUnavailable            the database could not be reached or went away
@@ -70,6 +72,18 @@ class InvalidArgument(InvalidInput):
     """Some other argument (priority, delay, limit, cursor ...) is out of range."""
 
 
+class TypeNotRegistered(InvalidArgument, LookupError):
+    """A registry action named a type the registry does not hold."""
+
+    def __init__(self, name: str) -> None:
+        self.type = name
+        super().__init__(
+            f"{name} is not in the registry (see `simpleworkflow registry list`); a worker "
+            "adds its types when it starts, or add it with "
+            f"`simpleworkflow registry set {name} --runtime python`"
+        )
+
+
 class IdempotencyConflict(InvalidInput):
     """A start's idempotency key is held by a run of another workflow type; nothing was
     started. ``run_id`` and ``run_type`` name the run that holds the key."""
@@ -99,6 +113,25 @@ class RunNotFound(SimpleWorkflowError, LookupError):
 
 class RunFinished(SimpleWorkflowError):
     """The run has already succeeded, failed or been cancelled, so it cannot take this."""
+
+
+class RunNotRetryable(SimpleWorkflowError):
+    """Only a failed or cancelled run can be retried by an operator: this one is pending,
+    leased, succeeded or soft-deleted. Nothing was changed; ``status`` says which."""
+
+    def __init__(self, run_id: str, status: str, deleted: bool = False) -> None:
+        self.run_id = run_id
+        self.status = status
+        if deleted:
+            why = f"is deleted ({status}), and a deleted run is never claimed again"
+        elif status == "succeeded":
+            why = "succeeded; start a new run to do the work again"
+        else:
+            why = f"is {status}: it has not finished, and runs or finishes on its own"
+        super().__init__(
+            f"run {run_id} cannot be retried: only a failed or cancelled run can be, and "
+            f"this one {why}"
+        )
 
 
 class WaitTimeout(SimpleWorkflowError, TimeoutError):

@@ -5,7 +5,8 @@ generator that yields the SQL statements it needs and receives each one's rows. 
 op is driven by a synchronous connection (:meth:`Backend.execute`) or an asynchronous one
 (:meth:`Backend.execute_async`), always inside one transaction, so the sync ``Client``
 and the ``AsyncClient`` share one implementation of every operation. The verbs live by
-concept in ``run_ops``, ``worker_ops`` and ``journal_ops``; their data in ``records``.
+concept in ``run_ops``, ``worker_ops``, ``journal_ops`` and ``admin_ops``; their data in
+``records``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import asyncio
 from collections.abc import Callable
 from typing import TypeVar
 
+from simpleworkflow.backends.admin_ops import AdminOps
 from simpleworkflow.backends.journal_ops import JournalOps
 from simpleworkflow.backends.records import (
     ATOMIC,
@@ -72,7 +74,7 @@ __all__ = [
 ]
 
 
-class Backend(RunOps, WorkerOps, JournalOps):
+class Backend(RunOps, WorkerOps, JournalOps, AdminOps):
     """A store of runs. Subclasses provide SQL, row decoding and the two drivers."""
 
     #: The newest migration this code knows.

@@ -23,6 +23,7 @@ class JournalOps(StoreCore):
                 output=self.decode_json(row["output"]),
                 attempts=row["attempts"],
                 completed_at=self.opt_time(row["completed_at"]),
+                started_at=self.opt_time(row["started_at"]),
             )
             for row in rows
         ]

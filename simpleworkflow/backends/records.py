@@ -254,7 +254,11 @@ class RegistryEntry:
 
 @dataclass(frozen=True, slots=True)
 class JournalEntry:
-    """One row of the step journal: a completed step, or one still retrying."""
+    """One row of the step journal: a completed step, or one still retrying.
+
+    ``started_at`` is when the call first started (its first attempt, or the start of a
+    wait), ``completed_at`` when it completed; both by the database's clock, and ``None``
+    on entries the worker has not read back from the store."""
 
     step_name: str
     kind: str
@@ -263,6 +267,16 @@ class JournalEntry:
     output: Any
     attempts: int
     completed_at: datetime | None = None
+    started_at: datetime | None = None
+
+    @property
+    def duration(self) -> float | None:
+        """Seconds from the call's start to its completion (a step's retries, a wait's
+        waiting included); ``None`` until it completes. A sleep is journaled, with the
+        time it ends (``output["until"]``), as it begins: its duration is about 0."""
+        if self.started_at is None or self.completed_at is None:
+            return None
+        return (self.completed_at - self.started_at).total_seconds()
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,9 +23,18 @@ from simpleworkflow.cli import _common
 
 def _command_modules() -> list[ModuleType]:
     """The sub-command modules, in the order ``--help`` lists them."""
-    from simpleworkflow.cli import demo, migrate, registry, replaycheck, runs, start, worker
+    from simpleworkflow.cli import (
+        demo,
+        migrate,
+        registry,
+        replaycheck,
+        runs,
+        start,
+        stats,
+        worker,
+    )
 
-    return [demo, migrate, start, runs, worker, replaycheck, registry]
+    return [demo, migrate, start, runs, stats, worker, replaycheck, registry]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,4 +1,5 @@
-"""What every sub-command shares: its common options and a client for the chosen store."""
+"""What every sub-command shares: its common options, and a client or an admin for the
+chosen store (commands act through those, never on a backend)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from simpleworkflow import config, errors
+from simpleworkflow.admin import Admin
 from simpleworkflow.client import Client
 
 
@@ -67,6 +69,23 @@ def client_for(args: argparse.Namespace, *, create: bool = False) -> Iterator[Cl
         require_existing_file(args.database_url)
     with Client(args.database_url, schema=args.schema) as client:
         yield client
+
+
+@contextlib.contextmanager
+def admin_for(
+    args: argparse.Namespace,
+    *,
+    create: bool = False,
+    url: str | None = None,
+    schema: str | None = None,
+) -> Iterator[Admin]:
+    """An :class:`~simpleworkflow.admin.Admin` for the chosen store (``create`` as for
+    :func:`client_for`); ``url`` and ``schema`` stand in for options not given."""
+    url = args.database_url or url
+    if not create:
+        require_existing_file(url)
+    with Admin(url, schema=args.schema or schema) as admin:
+        yield admin
 
 
 def require_existing_file(url: str | None) -> None:

@@ -13,12 +13,31 @@ from datetime import UTC, datetime
 from typing import Any
 
 from simpleworkflow import replay
+from simpleworkflow.admin import TypeStats
 from simpleworkflow.backends.records import JournalEntry
-from simpleworkflow.models import Event, Run, Signal
+from simpleworkflow.models import WAITING_STATES, Event, Run, RunStatus, Signal
 
 RUN_COLUMNS = ("ID", "TYPE", "STATUS", "ATTEMPT", "PRIORITY", "RUN_AT (UTC)", "CREATED (UTC)")
 EVENT_COLUMNS = ("EVENT", "TIME (UTC)", "TYPE", "DATA")
 STEP_COLUMNS = ("#", "STEP", "KIND", "STATUS", "ATTEMPTS", "OUTPUT")
+TIMED_STEP_COLUMNS = (
+    "#",
+    "STEP",
+    "KIND",
+    "STATUS",
+    "ATTEMPTS",
+    "STARTED (UTC)",
+    "COMPLETED (UTC)",
+    "TOOK",
+    "OUTPUT",
+)
+STATS_COLUMNS = (
+    "TYPE",
+    "REGISTRY",
+    *(status.value.upper() for status in RunStatus),
+    "OLDEST DUE",
+    "WAITING",
+)
 SIGNAL_COLUMNS = ("SIGNAL", "EVENT", "SENT (UTC)", "STATUS", "PAYLOAD")
 
 
@@ -33,6 +52,21 @@ def when(value: datetime | None) -> str:
     if value is None:
         return "-"
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def duration(seconds: float | None) -> str:
+    """``250ms``, ``4.2s``, ``3m 5s``, ``2h 10m``, ``3d 4h``; ``-`` for none."""
+    if seconds is None:
+        return "-"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    for unit, size, smaller, small_size in (("d", 86400, "h", 3600), ("h", 3600, "m", 60)):
+        if whole >= size:
+            return f"{whole // size}{unit} {whole % size // small_size}{smaller}"
+    return f"{whole // 60}m {whole % 60}s"
 
 
 def compact_json(value: Any) -> str:
@@ -128,6 +162,16 @@ def step_dict(step: JournalEntry) -> dict[str, Any]:
     }
 
 
+def timed_step_dict(step: JournalEntry) -> dict[str, Any]:
+    """A step with its timings: when it started and completed, and the seconds between."""
+    return {
+        **step_dict(step),
+        "started_at": None if step.started_at is None else step.started_at.isoformat(),
+        "completed_at": None if step.completed_at is None else step.completed_at.isoformat(),
+        "duration_seconds": step.duration,
+    }
+
+
 def steps_table(steps: Sequence[JournalEntry]) -> str:
     """The journal: one durable call a line, in the order they first ran."""
     rows = [
@@ -142,6 +186,48 @@ def steps_table(steps: Sequence[JournalEntry]) -> str:
         for s in steps
     ]
     return table(STEP_COLUMNS, rows)
+
+
+def timed_steps_table(steps: Sequence[JournalEntry]) -> str:
+    """The journal with each call's start, completion and time taken (retries and waits
+    included): where a workflow spent its time."""
+    rows = [
+        [
+            str(s.position),
+            s.step_name,
+            s.kind,
+            step_status(s),
+            str(s.attempts),
+            when(s.started_at),
+            when(s.completed_at),
+            duration(s.duration),
+            _cut(compact_json(s.output), 40),
+        ]
+        for s in steps
+    ]
+    return table(TIMED_STEP_COLUMNS, rows)
+
+
+def stats_table(stats: Sequence[TypeStats]) -> str:
+    """One line per type: its runtime, runs by status, how late its queue is, and what
+    its pending runs wait for."""
+    rows = []
+    for item in stats:
+        entry = item.registry
+        runtime = "-" if entry is None else entry.runtime + (" (paused)" if item.paused else "")
+        waiting = [
+            f"{item.counts[state]} {state}" for state in WAITING_STATES if item.counts[state]
+        ]
+        rows.append(
+            [
+                item.type,
+                runtime,
+                *(str(item.counts[status.value]) for status in RunStatus),
+                duration(item.oldest_due),
+                ", ".join(waiting) or "-",
+            ]
+        )
+    return table(STATS_COLUMNS, rows)
 
 
 def _cut(text: str, limit: int = 80) -> str:

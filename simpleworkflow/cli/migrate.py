@@ -10,7 +10,7 @@ import argparse
 from typing import Any
 
 from simpleworkflow import config
-from simpleworkflow.backends import open_backend
+from simpleworkflow.admin import Admin
 from simpleworkflow.cli import _common, _output
 
 
@@ -32,9 +32,9 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.sql:
         return _print_sql(args)
-    with _common.client_for(args, create=True) as client:
-        applied = client.migrate()
-        latest = client.backend.latest_version
+    with _common.admin_for(args, create=True) as admin:
+        applied = admin.migrate()
+        latest = admin.latest_version
     where = describe_target(args)
     if args.json:
         _output.emit_json({"database": where, "applied": applied, "version": latest})
@@ -48,13 +48,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _print_sql(args: argparse.Namespace) -> int:
     """The script ``migrate`` would run, for teams that apply schemas with their own tools."""
-    backend = open_backend(args.database_url, schema=args.schema)
-    try:
-        sql = backend.migration_sql()
-    finally:
-        backend.close()
+    with Admin(args.database_url, schema=args.schema) as admin:
+        sql = admin.migration_sql()
+        backend = admin.backend.name
     if args.json:
-        _output.emit_json({"backend": backend.name, "sql": sql})
+        _output.emit_json({"backend": backend, "sql": sql})
     else:
         print(sql, end="")
     return 0

@@ -8,19 +8,14 @@ another runtime, or stops every worker from claiming it without touching its run
 from __future__ import annotations
 
 import argparse
-import re
-from collections.abc import Callable
-from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
-from simpleworkflow import errors, names, schema_check
-from simpleworkflow.backends.base import Backend, Op, RegistryEntry
+from simpleworkflow import names
+from simpleworkflow.admin import check_runtime, registry_dict
+from simpleworkflow.backends.records import RegistryEntry
 from simpleworkflow.cli import _common, _output
 
-T = TypeVar("T")
-
 REGISTRY_COLUMNS = ("TYPE", "RUNTIME", "STATE", "UPDATED (UTC)", "DESCRIPTION")
-_RUNTIME = re.compile(r"[a-z][a-z0-9_]{0,31}")
 
 
 def register(subparsers: Any) -> None:
@@ -85,9 +80,10 @@ def _add_resume(commands: Any) -> None:
 
 
 def list_entries(args: argparse.Namespace) -> int:
-    entries = _execute(args, lambda backend: backend.list_registry())
+    with _common.admin_for(args) as admin:
+        entries = admin.registry()
     if args.json:
-        _output.emit_json({"registry": [entry_dict(entry) for entry in entries]})
+        _output.emit_json({"registry": [registry_dict(entry) for entry in entries]})
     elif entries:
         print(_output.table(REGISTRY_COLUMNS, [_entry_row(entry) for entry in entries]))
     else:
@@ -96,13 +92,12 @@ def list_entries(args: argparse.Namespace) -> int:
 
 
 def set_entry(args: argparse.Namespace) -> int:
-    name = names.validate_type(args.type)
-    runtime = _checked_runtime(args.runtime)
-    entry = _execute(
-        args, lambda backend: backend.set_registry(name, runtime, args.description), create=True
-    )
+    names.validate_type(args.type)  # refused before any database is opened
+    check_runtime(args.runtime)
+    with _common.admin_for(args, create=True) as admin:
+        entry = admin.set_runtime(args.type, args.runtime, description=args.description)
     if args.json:
-        _output.emit_json(entry_dict(entry))
+        _output.emit_json(registry_dict(entry))
     else:
         print(f"{entry.workflow_name}: runs on {entry.runtime} ({_state(entry)})")
     return 0
@@ -126,36 +121,13 @@ def resume(args: argparse.Namespace) -> int:
 
 
 def _switch(args: argparse.Namespace) -> RegistryEntry:
-    """Set ``is_enabled`` to ``args.enabled``; a type never registered is an error."""
-    name = names.validate_type(args.type)
-    entry = _execute(args, lambda backend: backend.enable_registry(name, args.enabled))
-    if entry is None:
-        raise errors.InvalidArgument(
-            f"{name} is not in the registry (see `simpleworkflow registry list`); a worker "
-            "adds its types when it starts, or add it with "
-            f"`simpleworkflow registry set {name} --runtime python`"
-        )
+    """Pause or resume (``args.enabled``); a type never registered is an error."""
+    names.validate_type(args.type)
+    with _common.admin_for(args) as admin:
+        entry = admin.resume(args.type) if args.enabled else admin.pause(args.type)
     if args.json:
-        _output.emit_json(entry_dict(entry))
+        _output.emit_json(registry_dict(entry))
     return entry
-
-
-def _execute(
-    args: argparse.Namespace, make_op: Callable[[Backend], Op[T]], *, create: bool = False
-) -> T:
-    """Run one registry op, creating or upgrading the schema where the client would."""
-    with _common.client_for(args, create=create) as client:
-        schema_check.ensure(client.backend)
-        return client.backend.execute(make_op(client.backend))
-
-
-def _checked_runtime(runtime: str) -> str:
-    if not _RUNTIME.fullmatch(runtime):
-        raise errors.InvalidArgument(
-            f"invalid runtime {runtime!r}: use a lowercase word such as python or go "
-            "(letters, digits and '_', at most 32 characters)"
-        )
-    return runtime
 
 
 def _state(entry: RegistryEntry) -> str:
@@ -170,19 +142,3 @@ def _entry_row(entry: RegistryEntry) -> list[str]:
         _output.when(entry.updated_at),
         entry.description or "-",
     ]
-
-
-def entry_dict(entry: RegistryEntry) -> dict[str, Any]:
-    """A JSON-ready registry entry, times as ISO 8601 like every other JSON output."""
-    return {
-        key: value.isoformat() if isinstance(value, datetime) else value
-        for key, value in (
-            ("workflow_name", entry.workflow_name),
-            ("intent_type", entry.intent_type),
-            ("runtime", entry.runtime),
-            ("is_enabled", entry.is_enabled),
-            ("description", entry.description),
-            ("created_at", entry.created_at),
-            ("updated_at", entry.updated_at),
-        )
-    }

@@ -9,14 +9,12 @@ pipeline stops before a worker fails those runs with ``ReplayDivergence``.
 from __future__ import annotations
 
 import argparse
-import asyncio
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from simpleworkflow import replaycheck, schema_check
+from simpleworkflow import replaycheck
 from simpleworkflow.app import App
-from simpleworkflow.backends import open_backend
 from simpleworkflow.cli import _common, _output, worker
 from simpleworkflow.handlers import Handlers
 from simpleworkflow.replaycheck import ReplayReport
@@ -48,7 +46,9 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     app = _app_of(worker.load_target(args.target))
-    reports = asyncio.run(_check(app, args))
+    # On -d/--schema if given, else where the app (or the environment) points.
+    with _common.admin_for(args, url=app.database_url, schema=app.schema) as admin:
+        reports = admin.replay_check(app)
     if args.json:
         rows = [
             {"run_id": r.run_id, "type": r.type, "verdict": r.verdict, "detail": r.detail}
@@ -62,20 +62,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _app_of(target: App | IntentPoller) -> Handlers:
     return target.app if isinstance(target, IntentPoller) else target
-
-
-async def _check(app: Handlers, args: argparse.Namespace) -> list[ReplayReport]:
-    """Check on ``-d``/``--schema`` if given, else where the app (or environment) points."""
-    url = args.database_url or app.database_url
-    _common.require_existing_file(url)
-    backend = open_backend(url, schema=args.schema or app.schema)
-    try:
-        # A missing or old schema is an error (exit 2), never "nothing to check": a
-        # pipeline pointed at the wrong database must not pass.
-        await schema_check.ensure_async(backend, auto_migrate=False)
-        return await replaycheck.check_runs(app, backend)
-    finally:
-        await backend.aclose()
 
 
 def passed(reports: Sequence[ReplayReport]) -> bool:

@@ -1,4 +1,5 @@
-"""``simpleworkflow runs``: list, show, cancel, delete, wait for and signal runs."""
+"""``simpleworkflow runs``: list, show, cancel, delete, wait for, signal and retry runs,
+and a run's timed steps."""
 
 from __future__ import annotations
 
@@ -12,11 +13,20 @@ from simpleworkflow.cli import _common, _output, start
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "runs",
-        help="list, show, cancel, delete, wait for and signal runs",
+        help="list, show, cancel, delete, wait for, signal and retry runs",
         description="Look at runs and act on them. Each ACTION has its own --help.",
     )
     commands = _common.add_commands(parser, dest="runs_command", metavar="ACTION")
-    for add in (_add_list, _add_show, _add_cancel, _add_delete, _add_wait, _add_signal):
+    for add in (
+        _add_list,
+        _add_show,
+        _add_steps,
+        _add_cancel,
+        _add_delete,
+        _add_wait,
+        _add_signal,
+        _add_retry,
+    ):
         add(commands)
 
 
@@ -61,6 +71,19 @@ def _add_show(commands: Any) -> None:
     parser.add_argument("run_id", metavar="ID")
     _common.add_common_options(parser)
     parser.set_defaults(handler=show)
+
+
+def _add_steps(commands: Any) -> None:
+    parser = commands.add_parser(
+        "steps",
+        help="a workflow run's journal, with when each call started and how long it took",
+        description="The run's journal, one durable call a line in the order they first "
+        "ran, with when each started and completed and the time between (retries, sleeps "
+        "and waits included).",
+    )
+    parser.add_argument("run_id", metavar="ID")
+    _common.add_common_options(parser)
+    parser.set_defaults(handler=steps)
 
 
 def _add_cancel(commands: Any) -> None:
@@ -123,6 +146,21 @@ def _add_signal(commands: Any) -> None:
     )
     _common.add_common_options(parser)
     parser.set_defaults(handler=signal)
+
+
+def _add_retry(commands: Any) -> None:
+    parser = commands.add_parser(
+        "retry",
+        help="run a failed or cancelled run again, on the same id",
+        description="Give a failed or cancelled run a new attempt: it is pending again and "
+        "due now, with at least one attempt left. A workflow replays the steps it "
+        "finished; a step that used up its attempts runs again. Audited as "
+        "retried_by_operator. Exit status 2 for a run that is pending, leased, succeeded "
+        "or deleted (nothing changes).",
+    )
+    parser.add_argument("run_id", metavar="ID")
+    _common.add_common_options(parser)
+    parser.set_defaults(handler=retry)
 
 
 def _run_id(args: argparse.Namespace) -> str:
@@ -238,5 +276,34 @@ def signal(args: argparse.Namespace) -> int:
             f"signal {args.event!r} stored for run {run_id}; no wait of the run took it now, so "
             f"it stays stored until a wait_for_event({args.event!r}) whose match its payload "
             "satisfies consumes it (`simpleworkflow runs show` lists the run's signals)"
+        )
+    return 0
+
+
+def steps(args: argparse.Namespace) -> int:
+    run_id = _run_id(args)
+    with _common.admin_for(args) as admin:
+        journal = admin.steps(run_id)
+    if args.json:
+        _output.emit_json(
+            {"run_id": run_id, "steps": [_output.timed_step_dict(step) for step in journal]}
+        )
+    elif journal:
+        print(_output.timed_steps_table(journal))
+    else:
+        print(f"run {run_id} has no journal: it is not a workflow, or has made no durable call")
+    return 0
+
+
+def retry(args: argparse.Namespace) -> int:
+    run_id = _run_id(args)
+    with _common.admin_for(args) as admin:
+        run = admin.retry(run_id)
+    if args.json:
+        _output.emit_json(run.to_dict())
+    else:
+        print(
+            f"run {run.id} retried: pending again and due now, for its attempt "
+            f"{run.attempt + 1} of {run.max_attempts}"
         )
     return 0

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 import time
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, TypeVar, Unpack
 
 from simpleworkflow import durations, names, schema_check
+from simpleworkflow.admin import Admin, AsyncAdmin
 from simpleworkflow.backends.records import JournalEntry, Op, SignalSent
 from simpleworkflow.client import _listing, _waiting
 from simpleworkflow.client._listing import MAX_PAGE
@@ -147,6 +149,14 @@ class Client(Requests):
             time.sleep(pause)
         raise _waiting.timed_out(run_id, timeout)
 
+    @functools.cached_property
+    def admin(self) -> Admin:
+        """Operator actions (registry, counts, retry, purge ...) on this client's
+        connections; see :mod:`simpleworkflow.admin`."""
+        return Admin(
+            backend=self.backend, auto_migrate=self._auto_migrate, observers=self.observers
+        )
+
     def close(self) -> None:
         self.backend.close()
 
@@ -243,6 +253,14 @@ class AsyncClient(Requests):
                 break
             await asyncio.sleep(pause)
         raise _waiting.timed_out(run_id, timeout)
+
+    @functools.cached_property
+    def admin(self) -> AsyncAdmin:
+        """Operator actions, awaited, on this client's connections; see
+        :mod:`simpleworkflow.admin`."""
+        return AsyncAdmin(
+            backend=self.backend, auto_migrate=self._auto_migrate, observers=self.observers
+        )
 
     async def aclose(self) -> None:
         await self.backend.aclose()

@@ -391,7 +391,7 @@ limit 1
 -- above) read both as one list: coalesce(waiting_for -> 'waits', jsonb_build_array(...)).
 
 -- name: load_journal
-select step_name, kind, position, status, output, attempts, completed_at
+select step_name, kind, position, status, output, attempts, started_at, completed_at
 from {schema}workflow_step
 where run_id = %(run_id)s
 order by position
@@ -597,3 +597,92 @@ with lease as (
     order by e.n
 )
 select t.payload, t.created_at, exists (select 1 from saved) as saved from taken t
+
+-- Operator statements: runs counted by state, how late each queue is, a retry, a purge.
+
+-- name: count_runs
+-- Runs by type and status; for a pending run also the kinds of wait it is suspended in
+-- (all of them, comma-separated, for a run waiting in parallel branches), and 'retry' for
+-- one due again after a failed attempt. Reads every run that is not deleted.
+select type, status,
+       case when status <> 'pending' then null
+            when waiting_for is null then case when attempt > 0 then 'retry' end
+            when jsonb_typeof(waiting_for -> 'waits') = 'array'
+                then (select string_agg(distinct w ->> 'kind', ',')
+                      from jsonb_array_elements(waiting_for -> 'waits') as w)
+            else waiting_for ->> 'kind' end as waits,
+       count(*) as runs
+from {schema}workflow_run
+where deleted_at is null
+group by 1, 2, 3
+
+-- name: oldest_due
+-- Seconds since the oldest due pending run of each type became due. The recursion walks
+-- idx_workflow_run_due from one type to the next, and each type's first entry is its
+-- oldest pending run: one probe per type instead of a read of every due run.
+with recursive types (type) as (
+    (select type from {schema}workflow_run
+     where status = 'pending' and deleted_at is null
+     order by type limit 1)
+    union all
+    select (select r.type from {schema}workflow_run r
+            where r.status = 'pending' and r.deleted_at is null and r.type > t.type
+            order by r.type limit 1)
+    from types t
+    where t.type is not null
+)
+select t.type, extract(epoch from now() - o.run_at)::float8 as seconds
+from types t
+cross join lateral (
+    select r.run_at from {schema}workflow_run r
+    where r.type = t.type and r.status = 'pending' and r.deleted_at is null
+    order by r.run_at limit 1
+) as o
+where o.run_at <= now()
+
+-- name: lock_run_row
+select * from {schema}workflow_run where id = %(id)s for update
+
+-- name: retry_run
+-- A new attempt on a failed or cancelled run, locked and checked by the caller: due now,
+-- with the attempts it was given. Steps that used up their attempts run again (the rest
+-- of the journal replays); the audit event keeps the error.
+with retried as (
+    update {schema}workflow_run
+    set status = 'pending', run_at = now(), max_attempts = %(max_attempts)s,
+        leased_by = null, lease_until = null, lease_token = null, waiting_for = null,
+        isolate = false, updated_at = now()
+    where id = %(id)s and status = %(status)s
+    returning *
+), retried_event as (
+    insert into {schema}workflow_event (workflow_id, event_type, data)
+    select id, 'retried_by_operator', %(data)s::jsonb from retried
+), reopened_steps as (
+    update {schema}workflow_step
+    set output = null
+    where run_id = (select id from retried)
+      and status = 'retrying' and kind = 'step' and output ->> 'gave_up' is not null
+)
+select * from retried
+
+-- name: purge_runs
+-- Up to :limit finished runs (and soft-deleted ones no worker holds) unchanged for
+-- :older_than seconds; their events and journal go by trigger, their signals by cascade.
+-- A child whose parent is under way stays: the parent may yet read its outcome.
+with doomed as (
+    select r.id from {schema}workflow_run r
+    where r.updated_at < now() - make_interval(secs => %(older_than)s)
+      and (r.status in ('succeeded', 'failed', 'cancelled')
+           or (r.deleted_at is not null and r.status <> 'leased'))
+      and (%(type)s::text is null or r.type = %(type)s)
+      and not exists (
+          select 1 from {schema}workflow_run p
+          where p.id = r.parent_id and p.status in ('pending', 'leased')
+      )
+    limit %(limit)s
+    for update skip locked
+)
+delete from {schema}workflow_run r
+using doomed d
+where r.id = d.id
+returning r.type

@@ -164,6 +164,11 @@ create index idx_workflow_run_parent
     on {schema}workflow_run (parent_id)
     where parent_id is not null;
 
+-- The age of each type's oldest due pending run: one probe per type (migration 0009).
+create index idx_workflow_run_due
+    on {schema}workflow_run (type, run_at)
+    where status = 'pending' and deleted_at is null;
+
 -- One row per completed step (and per step still retrying, to count its attempts).
 create table {schema}workflow_step (
     -- no foreign key: the run's delete trigger removes these rows (migration 0004)
@@ -194,6 +199,9 @@ create table {schema}workflow_signal (
 create index idx_workflow_signal_pending
     on {schema}workflow_signal (run_id, event, id)
     where consumed_at is null;
+
+-- A run's signals, for listing them and deleting them with their run (migration 0009).
+create index idx_workflow_signal_run on {schema}workflow_signal (run_id, id);
 
 -- Audit and journal rows go with their run (in place of foreign keys, which would lock
 -- the run for every row inserted).

@@ -252,8 +252,9 @@ where waiting_for is not null and id in (select value from json_each(:ids))
 
 -- name: unknown_versions
 -- Reads only idx_workflow_run_versioned (0004): never-claimed runs have no code version.
+-- Without statistics SQLite would rather read every due run in idx_workflow_run_due.
 select type, code_version, count(*) as runs
-from workflow_run
+from workflow_run indexed by idx_workflow_run_versioned
 where status = 'pending' and run_at <= strftime('%Y-%m-%d %H:%M:%f', 'now')
   and deleted_at is null
   and type in (select value from json_each(:types))
@@ -445,7 +446,7 @@ limit 1
 -- '$.waits', json_array(json(waiting_for)))).
 
 -- name: load_journal
-select step_name, kind, position, status, output, attempts, completed_at
+select step_name, kind, position, status, output, attempts, started_at, completed_at
 from workflow_step
 where run_id = :run_id
 order by position
@@ -575,3 +576,76 @@ where id = (
       where id = :run_id and lease_token = :token and status = 'leased'
   )
 returning id, payload, created_at
+
+-- Operator statements: runs counted by state, how late each queue is, a retry, a purge.
+
+-- name: count_runs
+-- Runs by type and status; for a pending run also the kinds of wait it is suspended in
+-- (all of them, comma-separated, for a run waiting in parallel branches), and 'retry' for
+-- one due again after a failed attempt. Reads every run that is not deleted.
+select type, status,
+       case when status <> 'pending' then null
+            when waiting_for is null then case when attempt > 0 then 'retry' end
+            when json_type(waiting_for, '$.waits') = 'array'
+                then (select group_concat(distinct json_extract(w.value, '$.kind'))
+                      from json_each(waiting_for, '$.waits') as w)
+            else json_extract(waiting_for, '$.kind') end as waits,
+       count(*) as runs
+from workflow_run
+where deleted_at is null
+group by 1, 2, 3
+
+-- name: oldest_due
+-- Seconds since the oldest due pending run of each type became due, read from
+-- idx_workflow_run_due alone.
+select type, (julianday('now') - julianday(min(run_at))) * 86400.0 as seconds
+from workflow_run indexed by idx_workflow_run_due
+where status = 'pending' and deleted_at is null
+  and run_at <= strftime('%Y-%m-%d %H:%M:%f', 'now')
+group by type
+
+-- name: lock_run_row
+-- The transaction holds the database's write lock already (BEGIN IMMEDIATE).
+select * from workflow_run where id = :id
+
+-- name: retry_run
+-- A new attempt on a failed or cancelled run, checked by the caller: due now, with the
+-- attempts it was given.
+update workflow_run
+set status = 'pending', run_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
+    max_attempts = :max_attempts,
+    leased_by = null, lease_until = null, lease_token = null, waiting_for = null,
+    isolate = 0, updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+where id = :id and status = :status
+returning *
+
+-- name: retry_run_then_1_events
+-- The audit event keeps the error.
+insert into workflow_event (workflow_id, event_type, data)
+values (:id, 'retried_by_operator', json(:data))
+
+-- name: retry_run_then_2_reopen_steps
+-- Steps that used up their attempts run again; the rest of the journal replays.
+update workflow_step
+set output = null
+where run_id = :id
+  and status = 'retrying' and kind = 'step' and json_extract(output, '$.gave_up') is not null
+
+-- name: purge_runs
+-- Up to :limit finished runs (and soft-deleted ones no worker holds) unchanged for
+-- :older_than seconds; their events, journal and signals go by cascade. A child whose
+-- parent is under way stays: the parent may yet read its outcome.
+delete from workflow_run
+where id in (
+    select r.id from workflow_run r
+    where r.updated_at < strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || :older_than || ' seconds')
+      and (r.status in ('succeeded', 'failed', 'cancelled')
+           or (r.deleted_at is not null and r.status <> 'leased'))
+      and (:type is null or r.type = :type)
+      and not exists (
+          select 1 from workflow_run p
+          where p.id = r.parent_id and p.status in ('pending', 'leased')
+      )
+    limit :limit
+)
+returning type

@@ -111,6 +111,12 @@ create index idx_workflow_run_suspects
     on workflow_run (priority, run_at)
     where status = 'pending' and isolate and deleted_at is null;
 
+create index idx_workflow_run_due
+    on workflow_run (type, run_at)
+    where status = 'pending' and deleted_at is null;
+
+create index idx_workflow_signal_run on workflow_signal (run_id, id);
+
 -- The created event comes from the insert itself, so that runs written with plain SQL
 -- have the same audit trail as runs started through a client.
 create trigger workflow_run_created

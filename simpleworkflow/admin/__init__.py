@@ -1,0 +1,30 @@
+"""Operator actions in one place: what the CLI, the HTTP API and the dashboard share.
+
+``Admin`` and ``AsyncAdmin`` (module ``faces``) are two faces of one implementation, as
+the clients are: a verb's arguments are checked and its backend op built once, in
+``verbs``, and a face only runs the op (blocking, or awaited) and does what must follow
+the commit. Reach one through a client (``client.admin``, on the client's connections) or
+open one on a database URL (``Admin("postgresql://...")``), then:
+
+- the registry: :meth:`~Admin.registry`, :meth:`~Admin.set_runtime`, :meth:`~Admin.pause`,
+  :meth:`~Admin.resume`;
+- the types at a glance: :meth:`~Admin.stats` (runs by state, the oldest due run's age,
+  the registry entry), or its parts :meth:`~Admin.counts` and :meth:`~Admin.oldest_due`;
+- one run: :meth:`~Admin.retry`, :meth:`~Admin.events`, :meth:`~Admin.steps` (timed);
+- housekeeping: :meth:`~Admin.purge`, :meth:`~Admin.migrate`, :meth:`~Admin.migration_sql`,
+  :meth:`~Admin.replay_check`.
+"""
+
+from simpleworkflow.admin.faces import Admin, AsyncAdmin
+from simpleworkflow.admin.records import STATES, TypeStats, registry_dict
+from simpleworkflow.admin.verbs import ADMIN_NAME, check_runtime
+
+__all__ = [
+    "ADMIN_NAME",
+    "STATES",
+    "Admin",
+    "AsyncAdmin",
+    "TypeStats",
+    "check_runtime",
+    "registry_dict",
+]

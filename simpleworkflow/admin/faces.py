@@ -1,0 +1,204 @@
+"""The two faces of the admin: :class:`Admin` blocks, :class:`AsyncAdmin` is awaited.
+
+Each method runs the op :class:`~simpleworkflow.admin.verbs.Verbs` built for it, and
+does what must follow the commit; nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+from typing import TypeVar
+
+from simpleworkflow import durations, schema_check
+from simpleworkflow.admin.records import TypeStats
+from simpleworkflow.admin.verbs import DEFAULT_PURGE_BATCH, Verbs
+from simpleworkflow.backends.records import JournalEntry, Op, RegistryEntry
+from simpleworkflow.handlers import Handlers
+from simpleworkflow.models import Event, Run
+from simpleworkflow.replaycheck import ReplayReport
+
+T = TypeVar("T")
+
+
+class Admin(Verbs):
+    """Operator actions, blocking. ``close`` it when done (a no-op for ``client.admin``,
+    whose connections are the client's)."""
+
+    def _run(self, op: Op[T], *, readonly: bool = False) -> T:
+        if not self._schema_ok:
+            schema_check.ensure(self.backend, auto_migrate=self._auto_migrate)
+            self._schema_ok = True
+        return self.backend.execute(op, readonly=readonly)
+
+    def migrate(self) -> builtins.list[int]:
+        """Create or upgrade the schema; return the migration versions applied now."""
+        applied = self.backend.migrate()
+        self._schema_ok = True
+        return applied
+
+    def registry(self) -> builtins.list[RegistryEntry]:
+        """Every registered type: the runtime that runs it, and whether it is paused."""
+        return self._run(self.backend.list_registry(), readonly=True)
+
+    def set_runtime(
+        self, type: str, runtime: str, *, description: str | None = None
+    ) -> RegistryEntry:
+        """Have only workers of ``runtime`` claim ``type`` (creating its entry if needed);
+        runs already leased finish where they are. ``description`` is kept if ``None``."""
+        return self._run(self._set_op(type, runtime, description))
+
+    def pause(self, type: str) -> RegistryEntry:
+        """Stop every worker from claiming ``type``; its runs wait as pending.
+        :class:`~simpleworkflow.errors.TypeNotRegistered` if it is not in the registry."""
+        return self._run(self._switch_op(type, False))
+
+    def resume(self, type: str) -> RegistryEntry:
+        """Let the workers of its runtime claim ``type`` again."""
+        return self._run(self._switch_op(type, True))
+
+    def stats(self) -> builtins.list[TypeStats]:
+        """Every type with runs or a registry entry, by name: its runs by state, how late
+        its queue is, and its registry entry."""
+        return self._run(self._stats_op(), readonly=True)
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """``{type: {state: runs}}`` for every name in :data:`STATES`, soft-deleted runs
+        left out; one grouped query."""
+        return self._run(self._counts_op(), readonly=True)
+
+    def oldest_due(self) -> dict[str, float]:
+        """``{type: seconds}`` since each type's oldest due pending run became due, by the
+        database's clock; types with nothing due are left out."""
+        return self._run(self.backend.oldest_due(), readonly=True)
+
+    def retry(self, run_id: str) -> Run:
+        """Give a failed or cancelled run a new attempt, on the same id: pending and due
+        now, with at least one attempt left; its journal replays, except steps that used
+        up their attempts, which run again. Audited as ``retried_by_operator`` (with the
+        error). :class:`~simpleworkflow.errors.RunNotRetryable` for any other run."""
+        return self._retried(self._run(self._retry_op(run_id)))
+
+    def events(self, run_id: str) -> builtins.list[Event]:
+        """The audit trail of a run, oldest first."""
+        return self._run(self._of_run(run_id, self.backend.list_events), readonly=True)
+
+    def steps(self, run_id: str) -> builtins.list[JournalEntry]:
+        """The run's journal, in the order its calls first ran, each with when it started
+        and completed and how many attempts it took."""
+        return self._run(self._of_run(run_id, self.backend.load_journal), readonly=True)
+
+    def purge(
+        self,
+        older_than: durations.Duration,
+        *,
+        type: str | None = None,
+        batch_size: int = DEFAULT_PURGE_BATCH,
+    ) -> int:
+        """Delete finished runs (and soft-deleted ones no worker holds) unchanged for
+        ``older_than``, optionally of one ``type``, with their events, journal and
+        signals; ``batch_size`` runs per transaction. Returns how many were deleted."""
+        purge = self._purge(older_than, type, batch_size)
+        while not purge.done:
+            purge.took(self._run(purge.batch()))
+        return purge.deleted
+
+    def replay_check(self, app: Handlers) -> builtins.list[ReplayReport]:
+        """Replay the journal of every unfinished run of ``app``'s types against its code,
+        calling no step and writing nothing; see :mod:`simpleworkflow.replaycheck`."""
+        return asyncio.run(self._replays(app, close=True))
+
+    def close(self) -> None:
+        if self._owns_backend:
+            self.backend.close()
+
+    def __enter__(self) -> Admin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncAdmin(Verbs):
+    """Operator actions, awaited; see :class:`Admin` for what each verb does."""
+
+    async def _run(self, op: Op[T], *, readonly: bool = False) -> T:
+        if not self._schema_ok:
+            await schema_check.ensure_async(self.backend, auto_migrate=self._auto_migrate)
+            self._schema_ok = True
+        return await self.backend.execute_async(op, readonly=readonly)
+
+    async def migrate(self) -> builtins.list[int]:
+        """Create or upgrade the schema; return the migration versions applied now."""
+        applied = await asyncio.to_thread(self.backend.migrate)
+        self._schema_ok = True
+        return applied
+
+    async def registry(self) -> builtins.list[RegistryEntry]:
+        """Every registered type; see :meth:`Admin.registry`."""
+        return await self._run(self.backend.list_registry(), readonly=True)
+
+    async def set_runtime(
+        self, type: str, runtime: str, *, description: str | None = None
+    ) -> RegistryEntry:
+        """Choose the runtime that runs ``type``; see :meth:`Admin.set_runtime`."""
+        return await self._run(self._set_op(type, runtime, description))
+
+    async def pause(self, type: str) -> RegistryEntry:
+        """Stop every worker from claiming ``type``; see :meth:`Admin.pause`."""
+        return await self._run(self._switch_op(type, False))
+
+    async def resume(self, type: str) -> RegistryEntry:
+        """Let workers claim ``type`` again."""
+        return await self._run(self._switch_op(type, True))
+
+    async def stats(self) -> builtins.list[TypeStats]:
+        """Every type at a glance; see :meth:`Admin.stats`."""
+        return await self._run(self._stats_op(), readonly=True)
+
+    async def counts(self) -> dict[str, dict[str, int]]:
+        """Runs by type and state; see :meth:`Admin.counts`."""
+        return await self._run(self._counts_op(), readonly=True)
+
+    async def oldest_due(self) -> dict[str, float]:
+        """How late each type's queue is; see :meth:`Admin.oldest_due`."""
+        return await self._run(self.backend.oldest_due(), readonly=True)
+
+    async def retry(self, run_id: str) -> Run:
+        """A new attempt for a failed or cancelled run; see :meth:`Admin.retry`."""
+        return self._retried(await self._run(self._retry_op(run_id)))
+
+    async def events(self, run_id: str) -> builtins.list[Event]:
+        """The audit trail of a run, oldest first."""
+        return await self._run(self._of_run(run_id, self.backend.list_events), readonly=True)
+
+    async def steps(self, run_id: str) -> builtins.list[JournalEntry]:
+        """The run's journal with timings; see :meth:`Admin.steps`."""
+        return await self._run(self._of_run(run_id, self.backend.load_journal), readonly=True)
+
+    async def purge(
+        self,
+        older_than: durations.Duration,
+        *,
+        type: str | None = None,
+        batch_size: int = DEFAULT_PURGE_BATCH,
+    ) -> int:
+        """Delete finished runs older than ``older_than``; see :meth:`Admin.purge`."""
+        purge = self._purge(older_than, type, batch_size)
+        while not purge.done:
+            purge.took(await self._run(purge.batch()))
+        return purge.deleted
+
+    async def replay_check(self, app: Handlers) -> builtins.list[ReplayReport]:
+        """Replay unfinished runs against ``app``'s code; see :meth:`Admin.replay_check`."""
+        return await self._replays(app, close=False)
+
+    async def aclose(self) -> None:
+        if self._owns_backend:
+            await self.backend.aclose()
+
+    async def __aenter__(self) -> AsyncAdmin:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

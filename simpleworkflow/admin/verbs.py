@@ -1,0 +1,209 @@
+"""What both faces of the admin share: the store, its schema check, argument checks and
+the op of each verb, built once."""
+
+from __future__ import annotations
+
+import builtins
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+from simpleworkflow import durations, errors, names, observe, replaycheck, schema_check
+from simpleworkflow.admin.records import STATES, TypeStats
+from simpleworkflow.backends import Backend, open_backend
+from simpleworkflow.backends.records import Op, RegistryEntry
+from simpleworkflow.handlers import Handlers
+from simpleworkflow.models import Run
+from simpleworkflow.replaycheck import ReplayReport
+
+T = TypeVar("T")
+
+#: How an admin's own Postgres connections appear in ``pg_stat_activity``.
+ADMIN_NAME = "simpleworkflow admin"
+DEFAULT_PURGE_BATCH = 1000
+MAX_PURGE_BATCH = 10_000
+# As far back as a delay may reach forward (client.MAX_DELAY_SECONDS): every store can
+# subtract it from now.
+MAX_AGE_SECONDS = 100 * 366 * 86400
+_RUNTIME = re.compile(r"[a-z][a-z0-9_]{0,31}")
+
+
+@dataclass
+class _Purge:
+    """A purge in progress: one transaction per batch, until a batch comes back short."""
+
+    backend: Backend
+    observers: observe.Observers
+    older_than: float
+    type: str | None
+    batch_size: int
+    deleted: int = 0
+    done: bool = False
+
+    def batch(self) -> Op[Counter[str]]:
+        return self.backend.purge_runs(self.older_than, self.type, self.batch_size)
+
+    def took(self, gone: Counter[str]) -> None:
+        """Count a committed batch, and tell the observers what went."""
+        count = sum(gone.values())
+        self.deleted += count
+        self.done = count < self.batch_size
+        for type_name, runs in sorted(gone.items()):
+            self.observers.runs_deleted(observe.RunsDeleted(type=type_name, count=runs))
+
+
+class Verbs:
+    """What both faces share: the store, its schema check, argument checks and the ops."""
+
+    def __init__(
+        self,
+        database_url: str | None = None,
+        *,
+        schema: str | None = None,
+        auto_migrate: bool | None = None,
+        backend: Backend | None = None,
+        observers: Iterable[observe.Observer] = (),
+    ) -> None:
+        self._owns_backend = backend is None
+        self.backend = backend or open_backend(
+            database_url, schema=schema, application_name=ADMIN_NAME
+        )
+        self._auto_migrate = schema_check.auto_migrates(self.backend, auto_migrate)
+        self._schema_ok = False
+        #: Told of the runs a purge deletes (``runs_deleted``, once per type and batch);
+        #: an ``Observers`` given (an app's, say) is shared, not copied.
+        self.observers = (
+            observers if isinstance(observers, observe.Observers) else observe.Observers(observers)
+        )
+
+    @property
+    def latest_version(self) -> int:
+        """The schema version this code needs (the newest migration it knows)."""
+        return self.backend.latest_version
+
+    def migration_sql(self) -> str:
+        """Every migration as one script, for teams that apply schemas with their own
+        tools; the database is not touched."""
+        return self.backend.migration_sql()
+
+    # -- the ops, built once for both faces ------------------------------------------
+
+    def _set_op(self, type: str, runtime: str, description: str | None) -> Op[RegistryEntry]:
+        return self.backend.set_registry(
+            names.validate_type(type),
+            check_runtime(runtime),
+            _check_text("a description", description),
+        )
+
+    def _switch_op(self, type: str, enabled: bool) -> Op[RegistryEntry]:
+        return self._switched(names.validate_type(type), enabled)
+
+    def _switched(self, name: str, enabled: bool) -> Op[RegistryEntry]:
+        entry = yield from self.backend.enable_registry(name, enabled)
+        if entry is None:
+            raise errors.TypeNotRegistered(name)
+        return entry
+
+    def _stats_op(self) -> Op[builtins.list[TypeStats]]:
+        counts = yield from self.backend.count_runs()
+        late = yield from self.backend.oldest_due()
+        entries = yield from self.backend.list_registry()
+        registry = {entry.workflow_name: entry for entry in entries}
+        return [
+            TypeStats(
+                type=name,
+                counts=_all_states(counts.get(name, Counter())),
+                oldest_due=late.get(name),
+                registry=registry.get(name),
+            )
+            for name in sorted({*counts, *late, *registry})
+        ]
+
+    def _counts_op(self) -> Op[dict[str, dict[str, int]]]:
+        counts = yield from self.backend.count_runs()
+        return {name: _all_states(counts[name]) for name in sorted(counts)}
+
+    def _of_run(self, run_id: str, read: Callable[[str], Op[T]]) -> Op[T]:
+        """``read(run_id)``, or :class:`RunNotFound` when there is no such run."""
+        return self._reading(names.normalize_run_id(run_id), read)
+
+    def _reading(self, run_id: str, read: Callable[[str], Op[T]]) -> Op[T]:
+        if (yield from self.backend.get_run(run_id)) is None:
+            raise errors.RunNotFound(run_id)
+        return (yield from read(run_id))
+
+    def _retry_op(self, run_id: str) -> Op[Run]:
+        return self._retrying(names.normalize_run_id(run_id))
+
+    def _retrying(self, run_id: str) -> Op[Run]:
+        outcome = yield from self.backend.retry_run(run_id)
+        if outcome is None:
+            raise errors.RunNotFound(run_id)
+        run, retried = outcome
+        if not retried:
+            raise errors.RunNotRetryable(
+                run.id, run.status.value, deleted=run.deleted_at is not None
+            )
+        return run
+
+    def _retried(self, run: Run) -> Run:
+        """After the commit: wake this process's idle workers (stores without triggers)."""
+        self.backend.notify_local("wake", run.type)
+        return run
+
+    def _purge(self, older_than: durations.Duration, type: str | None, batch_size: int) -> _Purge:
+        seconds = durations.to_seconds(older_than, what="older_than")
+        if seconds > MAX_AGE_SECONDS:
+            raise errors.InvalidArgument(
+                f"older_than must be at most 100 years ({MAX_AGE_SECONDS} seconds), not {seconds}"
+            )
+        if (
+            isinstance(batch_size, bool)
+            or not isinstance(batch_size, int)
+            or not (1 <= batch_size <= MAX_PURGE_BATCH)
+        ):
+            raise errors.InvalidArgument(
+                f"batch_size must be an integer from 1 to {MAX_PURGE_BATCH}, not {batch_size!r}"
+            )
+        return _Purge(
+            backend=self.backend,
+            observers=self.observers,
+            older_than=seconds,
+            type=None if type is None else names.validate_type(type),
+            batch_size=batch_size,
+        )
+
+    async def _replays(self, app: Handlers, *, close: bool) -> builtins.list[ReplayReport]:
+        # A missing or old schema is an error, never "nothing to check": a deploy pipeline
+        # pointed at the wrong database must not pass.
+        try:
+            version = await self.backend.execute_async(self.backend.schema_version(), readonly=True)
+            schema_check.needs_migration(self.backend, version, auto_migrate=False)
+            return await replaycheck.check_runs(app, self.backend)
+        finally:
+            if close:  # the event loop ends with this call: its connections go with it
+                await self.backend.aclose()
+
+
+def check_runtime(runtime: object) -> str:
+    """A runtime's name: a lowercase word such as ``python`` or ``go``."""
+    if not isinstance(runtime, str) or not _RUNTIME.fullmatch(runtime):
+        raise errors.InvalidArgument(
+            f"invalid runtime {runtime!r}: use a lowercase word such as python or go "
+            "(letters, digits and '_', at most 32 characters)"
+        )
+    return runtime
+
+
+def _check_text(what: str, text: str | None) -> str | None:
+    if text is not None and (not isinstance(text, str) or names.unstorable(text)):
+        raise errors.InvalidArgument(
+            f"{what} must be text without NUL characters or lone surrogates, not {text!r:.80}"
+        )
+    return text
+
+
+def _all_states(tally: Mapping[str, int]) -> dict[str, int]:
+    return {state: tally.get(state, 0) for state in STATES}

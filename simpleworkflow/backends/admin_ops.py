@@ -1,0 +1,77 @@
+"""Operator verbs: runs counted by state, how late each queue is, a retry, a purge."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+from simpleworkflow.backends.core import StoreCore
+from simpleworkflow.backends.records import ATOMIC, Op
+from simpleworkflow.models import WAITING_STATES, Run, RunStatus
+
+_STATE_OF_WAIT = {kind: state for state, kind in WAITING_STATES.items()}
+RETRYABLE = frozenset({RunStatus.FAILED, RunStatus.CANCELLED})
+
+
+class AdminOps(StoreCore):
+    def count_runs(self) -> Op[dict[str, Counter[str]]]:
+        """Runs not deleted, by type then state: each status, and for pending runs also
+        the waiting states they are in (:data:`~simpleworkflow.models.WAITING_STATES`),
+        which count a run in each of its waits and so overlap one another."""
+        rows = yield self.stmt("count_runs")
+        counts: dict[str, Counter[str]] = {}
+        for row in rows:
+            tally = counts.setdefault(row["type"], Counter())
+            runs = int(row["runs"])
+            tally[row["status"]] += runs
+            for kind in (row["waits"] or "").split(","):
+                if kind in _STATE_OF_WAIT:
+                    tally[_STATE_OF_WAIT[kind]] += runs
+        return counts
+
+    def oldest_due(self) -> Op[dict[str, float]]:
+        """Seconds since the oldest due pending run of each type became due, by the
+        database's clock; types with no due run are left out."""
+        rows = yield self.stmt("oldest_due")
+        return {row["type"]: max(0.0, float(row["seconds"])) for row in rows}
+
+    def retry_run(self, run_id: str) -> Op[tuple[Run, bool] | None]:
+        """Give a failed or cancelled run a new attempt: ``(the run now, True)``; a run in
+        another state comes back unchanged with ``False``; ``None`` when there is none.
+
+        The run is pending and due at once, with at least one attempt left; its journal
+        stays, except that steps that used up their attempts may run again.
+        """
+        yield ATOMIC  # the run stays locked from the check to the update
+        rows = yield self.stmt("lock_run_row", id=run_id)
+        if not rows:
+            return None
+        run = self.run_from_row(rows[0])
+        if run.status not in RETRYABLE or run.deleted_at is not None:
+            return run, False
+        params: dict[str, Any] = {
+            "id": run_id,
+            "status": run.status.value,
+            "max_attempts": max(run.max_attempts, run.attempt + 1),
+        }
+        params["data"] = json.dumps(
+            {
+                "previous_status": run.status.value,
+                "last_error": run.last_error,
+                "attempt": run.attempt,
+                "max_attempts": params["max_attempts"],
+            }
+        )
+        rows = yield self.stmt("retry_run", **params)
+        yield from self.then("retry_run", **params)
+        return self.run_from_row(rows[0]), True
+
+    def purge_runs(self, older_than: float, type: str | None, limit: int) -> Op[Counter[str]]:
+        """Delete up to ``limit`` finished (or soft-deleted, unleased) runs unchanged for
+        ``older_than`` seconds, with their events, journal and signals; return how many
+        of each type went."""
+        # Whole milliseconds: SQLite reads "-1e-05 seconds" as no time at all.
+        age = round(float(older_than), 3)
+        rows = yield self.stmt("purge_runs", older_than=age, type=type, limit=limit)
+        return Counter(row["type"] for row in rows)
