@@ -22,7 +22,8 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from simpleworkflow import durations, errors, execution, leases, names, outage, recovery, shutdown
+from simpleworkflow import durations, errors, execution, names, outage
+from simpleworkflow.worker import leases, recovery, shutdown
 from simpleworkflow.attempts import Attempt, Threads, TrackedExecutor, charge_to
 from simpleworkflow.backends import Backend, open_backend
 from simpleworkflow.backends.base import (
