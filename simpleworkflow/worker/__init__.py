@@ -4,6 +4,16 @@ Import :class:`IntentPoller` from here (or from ``simpleworkflow``); the modules
 package are its parts, each one concept.
 """
 
-from simpleworkflow.worker.poller import RUNTIME, WATCH_INTERVAL, IntentPoller
+from simpleworkflow.worker.options import RUNTIME, WATCH_INTERVAL, WorkerOptions, WorkerSettings
+from simpleworkflow.worker.poller import IntentPoller
+from simpleworkflow.worker.supervisor import Loop, Service
 
-__all__ = ["RUNTIME", "WATCH_INTERVAL", "IntentPoller"]
+__all__ = [
+    "RUNTIME",
+    "WATCH_INTERVAL",
+    "IntentPoller",
+    "Loop",
+    "Service",
+    "WorkerOptions",
+    "WorkerSettings",
+]
