@@ -219,7 +219,8 @@ class Holdings:
             elif state == LOST:
                 _log.warning("run %s: lease lost to another worker; abandoning it", run_id)
                 active.ctx._request_stop("lease lost")
-                hooks.lease_lost(self._observers, active.lease, self._worker_id, hooks.TAKEN)
+                if self._renewals.until(active.lease.token) is not None:  # said once
+                    hooks.lease_lost(self._observers, active.lease, self._worker_id, hooks.TAKEN)
             self._renewals.forget(active.lease.token)  # nothing left to give up
 
     def give_up(self, tokens: list[str]) -> None:

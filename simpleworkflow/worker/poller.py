@@ -186,6 +186,25 @@ class IntentPoller:
         backend = self._backend
         await self._prepare_schema()
         await backend.execute_async(backend.register_types(types, RUNTIME))
+        runner, claims, outbox, supervisor = self._assemble(types)
+        supervisor.start()
+        _log.info(
+            "worker %s claiming %s on %s (concurrency %d)",
+            self.worker_id,
+            ", ".join(types),
+            backend.location,
+            self.concurrency,
+        )
+        try:
+            await claims.run()
+        finally:
+            await self._wind_down(runner, outbox, supervisor)
+        if self._failure is not None:
+            raise self._failure
+
+    def _assemble(self, types: list[str]) -> tuple[Runner, ClaimLoop, Outbox, Supervisor]:
+        """The parts of one ``run_async``: they live as long as it does."""
+        backend = self._backend
         # Today's outcome lines come first, then whatever the app registered.
         observers = observe.Observers([self._outcomes, self.app.observers])
         outbox = Outbox(backend, self.worker_id, self._outage)
@@ -214,20 +233,7 @@ class IntentPoller:
         supervisor = Supervisor(self._failed)
         for service, critical in self._services(runner, claims, outbox, steps, observers):
             supervisor.add(service, critical=critical)
-        supervisor.start()
-        _log.info(
-            "worker %s claiming %s on %s (concurrency %d)",
-            self.worker_id,
-            ", ".join(types),
-            backend.location,
-            self.concurrency,
-        )
-        try:
-            await claims.run()
-        finally:
-            await self._wind_down(runner, outbox, supervisor)
-        if self._failure is not None:
-            raise self._failure
+        return runner, claims, outbox, supervisor
 
     async def _wind_down(self, runner: Runner, outbox: Outbox, supervisor: Supervisor) -> None:
         running = await self._stop_attempts(runner, outbox)

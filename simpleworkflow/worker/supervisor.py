@@ -102,23 +102,15 @@ class Supervisor:
         self.failure: errors.WorkerFailed | None = None
 
     def add(self, service: Service, *, critical: bool = False) -> None:
-        """Run ``service`` once :meth:`start` is called (at once if it was). ``critical``:
-        its death fails the worker at once, without a restart."""
+        """Run ``service`` from :meth:`start` on. ``critical``: its death fails the worker
+        at once, without a restart."""
         self._services.append((service, critical))
-        if self._tasks:
-            self._launch(service, critical)
-
-    @property
-    def names(self) -> list[str]:
-        return [service.name for service, _ in self._services]
 
     def start(self) -> None:
-        for service, critical in self._services:
-            self._launch(service, critical)
-
-    def _launch(self, service: Service, critical: bool) -> None:
-        task = asyncio.create_task(self._supervise(service, critical), name=service.name)
-        self._tasks.append(task)
+        self._tasks = [
+            asyncio.create_task(self._supervise(service, critical), name=service.name)
+            for service, critical in self._services
+        ]
 
     async def stop(self) -> None:
         """Cancel every service and wait until each has ended."""
