@@ -15,7 +15,7 @@ A store outage is not a death: services catch ``StoreUnavailable`` and retry the
 logging the outage once (see ``outage``).
 
 A new service is one class, registered the way the worker registers its own; a cron
-scheduler or a retention sweeper looks like this::
+scheduler or a retention sweeper looks like this (``purge`` stands for what it calls)::
 
     class RetentionSweeper:
         name = "retention"
