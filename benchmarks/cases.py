@@ -8,7 +8,6 @@ Python overhead per run or per step.
 from __future__ import annotations
 
 import functools
-import inspect
 import json
 import time
 from dataclasses import dataclass
@@ -17,9 +16,9 @@ from tqdm import tqdm
 
 from benchmarks import stores, workers
 from benchmarks.stores import BenchStore
-from simpleworkflow import IntentPoller
+from simpleworkflow.worker import WorkerOptions
 
-DEFAULT_CONCURRENCY: int = inspect.signature(IntentPoller).parameters["concurrency"].default
+DEFAULT_CONCURRENCY: int = WorkerOptions.concurrency
 WARM_UP = 20  # starts before the clock runs: connections opened, statements prepared
 BATCH = 1000
 STEPS_PER_RUN = 10

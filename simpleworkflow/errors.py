@@ -25,7 +25,8 @@ and each message says what was wrong and what to do about it::
     │   └── ChildFailed             a child run failed or was cancelled
     ├── RetryAfter                  raised in a step: run it again later, no attempt counted
     ├── HandlerTimeout              a handler ran past its timeout (retried like any error)
-    └── OutcomeRefused              the store refused what an attempt produced; the run fails
+    ├── OutcomeRefused              the store refused what an attempt produced; the run fails
+    └── WorkerFailed                a worker service kept dying: the worker stopped
 
     BaseException
     ├── Cancelled                   raised in a handler by ctx.raise_if_cancelled()
@@ -158,6 +159,12 @@ class OutcomeRefused(SimpleWorkflowError):
     """The store refused to record what an attempt produced (its result, error or
     suspension) even with its text made storable. Never raised to a caller: the worker
     fails the run with it, as its recorded error, instead of leaving the run to its lease."""
+
+
+class WorkerFailed(SimpleWorkflowError):
+    """A worker stopped because one of its services kept dying (or one it cannot run
+    without died): it stopped its handlers and gave their runs back. Raised by
+    ``run_async`` (``run`` exits non-zero); restart the process once the cause is fixed."""
 
 
 class Cancelled(BaseException):

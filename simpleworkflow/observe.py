@@ -87,7 +87,8 @@ class AttemptFinished:
     """One attempt ended: ``outcome`` is one of the constants above.
 
     ``error`` is the exception's message for ``failed`` and ``retried``; ``retry_in``
-    the seconds until the run is due again for ``retried``."""
+    the seconds until the run is due again for ``retried``; ``waits`` the audit events of
+    what a ``suspended`` run waits for (``"sleeping"``, ``"waiting, sleeping"``)."""
 
     run: Run
     worker_id: str
@@ -95,6 +96,7 @@ class AttemptFinished:
     duration: float
     error: str | None = None
     retry_in: float | None = None
+    waits: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,10 +1,13 @@
-"""What a worker says about the attempts it finished.
+"""What a worker says about the attempts it finished: the first observer of every worker.
 
 A failure is one line each (INFO when the run will be retried, WARNING when it failed for
 good): each is worth reading. Successes are most of what a busy worker does, so they are
 summed up: a success after a quiet spell is logged at once, with its run id; the ones that
 follow within ``interval`` seconds wait for one line that counts them by type. The log
 says that work gets done without a line per run.
+
+It hears of attempts through ``attempt_finished`` like any observer (see ``observe``); the
+worker registers it ahead of the app's observers and flushes it when it stops.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from simpleworkflow.backends.base import Failure, Lease, Suspension
+from simpleworkflow import observe
 from simpleworkflow.models import Run
 from simpleworkflow.wording import plural
 
@@ -23,7 +26,7 @@ from simpleworkflow.wording import plural
 SUMMARY_INTERVAL = 5.0
 
 
-class OutcomeLog:
+class OutcomeLog(observe.Observer):
     """Logs finished attempts on ``log``; call :meth:`flush` when the worker stops."""
 
     def __init__(
@@ -41,35 +44,29 @@ class OutcomeLog:
         self._last = -float("inf")
         self._timer: asyncio.TimerHandle | None = None
 
-    def record(self, lease: Lease, outcome: object) -> None:
-        """Log the outcome of one attempt of ``lease.run`` (``None``: nothing to say)."""
-        run = lease.run
-        if isinstance(outcome, Failure):
-            self._failed(run, outcome)
-        elif isinstance(outcome, Suspension):
-            self._log.debug("run %s (%s) suspended: %s", run.id, run.type, outcome.event)
-        elif outcome is not None:
+    def attempt_finished(self, event: observe.AttemptFinished) -> None:
+        run = event.run
+        if event.outcome == observe.SUCCEEDED:
             self._succeeded(run)
-
-    def _failed(self, run: Run, failure: Failure) -> None:
-        message = failure.data.get("error", {}).get("message", "")
-        if failure.final:
+        elif event.outcome == observe.FAILED:
             self._log.warning(
                 "run %s (%s) failed for good on attempt %d: %s",
                 run.id,
                 run.type,
                 run.attempt + 1,
-                message,
+                event.error,
             )
-        else:
+        elif event.outcome == observe.RETRIED:
             self._log.info(
                 "run %s (%s) attempt %d failed: %s; retrying in %.1fs",
                 run.id,
                 run.type,
                 run.attempt + 1,
-                message,
-                failure.delay,
+                event.error,
+                event.retry_in,
             )
+        elif event.outcome == observe.SUSPENDED:
+            self._log.debug("run %s (%s) suspended: %s", run.id, run.type, event.waits)
 
     def _succeeded(self, run: Run) -> None:
         self._counts[run.type] += 1

@@ -4,7 +4,7 @@ pays for its own crashes only; with real worker processes, on both stores.
 A crash is not an error of the handler: the runs are due again about one lease after the
 worker's last heartbeat, not after the retry policy's backoff (a minute by default). And
 since a dead worker cannot say which of its runs killed it, none is charged until it has
-run alone (see ``simpleworkflow.recovery``).
+run alone (see ``simpleworkflow.worker.recovery``).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""How a worker reckons the end of its leases (``simpleworkflow.leases``), without I/O."""
+"""How a worker reckons the end of its leases (``simpleworkflow.worker.leases``), without I/O."""
 
 from __future__ import annotations
 
 import pytest
 
-from simpleworkflow import leases
+from simpleworkflow.worker import leases
 
 
 @pytest.mark.parametrize(("lease", "margin"), [(1, 0.25), (3, 0.75), (5, 1.0), (30, 6.0)])

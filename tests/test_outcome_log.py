@@ -1,4 +1,6 @@
-"""The worker's lines about finished attempts: every failure, successes summed up."""
+"""The worker's lines about finished attempts: every failure, successes summed up.
+
+``OutcomeLog`` is an observer: it hears of attempts through ``attempt_finished`` events."""
 
 from __future__ import annotations
 
@@ -8,16 +10,17 @@ from datetime import UTC, datetime
 
 import pytest
 
-from simpleworkflow.backends.base import Failure, Lease, Success
+from simpleworkflow import observe
 from simpleworkflow.models import Run, RunStatus
 from simpleworkflow.outcome_log import OutcomeLog
 from simpleworkflow.wording import plural
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
+INVOICE = "billing.invoice.v1"
 
 
-def lease(n: int, type_name: str = "billing.invoice.v1", attempt: int = 0) -> Lease:
-    run = Run(
+def run(n: int, type_name: str = "billing.invoice.v1", attempt: int = 0) -> Run:
+    return Run(
         id=f"00000000-0000-4000-8000-{n:012d}",
         type=type_name,
         payload={},
@@ -35,11 +38,10 @@ def lease(n: int, type_name: str = "billing.invoice.v1", attempt: int = 0) -> Le
         updated_at=NOW,
         deleted_at=None,
     )
-    return Lease(run=run, token="t")
 
 
-def success(n: int) -> Success:
-    return Success(run_id=lease(n).run.id, token="t", result="{}")
+def success(n: int, type_name: str = "billing.invoice.v1") -> observe.AttemptFinished:
+    return observe.AttemptFinished(run(n, type_name), "w1", observe.SUCCEEDED, 0.1)
 
 
 class Lines:
@@ -60,24 +62,23 @@ def lines(caplog: pytest.LogCaptureFixture) -> Lines:
 
 def test_a_lone_success_is_logged_at_once_with_its_run(lines: Lines) -> None:
     log = OutcomeLog(logging.getLogger("test.outcomes"))
-    log.record(lease(1), success(1))
-    assert lines() == [f"run {lease(1).run.id} (billing.invoice.v1) succeeded on attempt 1"]
+    log.attempt_finished(success(1))
+    assert lines() == [f"run {run(1).id} (billing.invoice.v1) succeeded on attempt 1"]
 
 
 def test_successes_that_follow_are_counted_in_one_line(lines: Lines) -> None:
     async def busy() -> None:
         log = OutcomeLog(logging.getLogger("test.outcomes"), interval=0.2)
-        log.record(lease(0), success(0))
+        log.attempt_finished(success(0))
         for n in range(1, 11):
-            log.record(lease(n, "billing.refund.v1" if n % 3 == 0 else "billing.invoice.v1"),
-                       success(n))  # fmt: skip
+            log.attempt_finished(success(n, "billing.refund.v1" if n % 3 == 0 else INVOICE))
         assert len(lines()) == 1  # the rest wait for the interval to pass
         await asyncio.sleep(0.6)
-        log.record(lease(11), success(11))  # quiet for longer than the interval: at once
+        log.attempt_finished(success(11))  # quiet for longer than the interval: at once
 
     asyncio.run(busy())
     assert lines()[1] == "10 runs succeeded (billing.invoice.v1: 7, billing.refund.v1: 3)"
-    assert lines()[2].startswith(f"run {lease(11).run.id} (billing.invoice.v1) succeeded")
+    assert lines()[2].startswith(f"run {run(11).id} (billing.invoice.v1) succeeded")
     assert len(lines()) == 3
 
 
@@ -85,7 +86,7 @@ def test_flush_reports_what_is_left(lines: Lines) -> None:
     async def stopping() -> None:
         log = OutcomeLog(logging.getLogger("test.outcomes"), interval=60)
         for n in range(3):
-            log.record(lease(n), success(n))
+            log.attempt_finished(success(n))
         log.flush()  # as the worker does when it stops: no timer left behind
 
     asyncio.run(stopping())
@@ -94,22 +95,35 @@ def test_flush_reports_what_is_left(lines: Lines) -> None:
 
 def test_without_an_event_loop_a_success_is_said_at_once(lines: Lines) -> None:
     log = OutcomeLog(logging.getLogger("test.outcomes"), interval=60)
-    log.record(lease(1), success(1))
-    log.record(lease(2), success(2))
+    log.attempt_finished(success(1))
+    log.attempt_finished(success(2))
     assert len(lines()) == 2
 
 
 def test_each_failure_is_a_line_of_its_own(lines: Lines) -> None:
     log = OutcomeLog(logging.getLogger("test.outcomes"))
-    error = {"error": {"type": "RuntimeError", "message": "down"}}
-    log.record(lease(1), Failure("r", "t", final=False, delay=4, error="x", data=error))
-    log.record(lease(2, attempt=2), Failure("r", "t", final=True, delay=0, error="x", data=error))
+    log.attempt_finished(
+        observe.AttemptFinished(run(1), "w1", observe.RETRIED, 0.1, error="down", retry_in=4)
+    )
+    log.attempt_finished(
+        observe.AttemptFinished(run(2, attempt=2), "w1", observe.FAILED, 0.1, error="down")
+    )
     assert lines() == [
-        f"run {lease(1).run.id} (billing.invoice.v1) attempt 1 failed: down; retrying in 4.0s",
-        f"run {lease(2).run.id} (billing.invoice.v1) failed for good on attempt 3: down",
+        f"run {run(1).id} (billing.invoice.v1) attempt 1 failed: down; retrying in 4.0s",
+        f"run {run(2).id} (billing.invoice.v1) failed for good on attempt 3: down",
     ]
 
 
 def test_plural() -> None:
     assert [plural(n, "run") for n in (0, 1, 2)] == ["0 runs", "1 run", "2 runs"]
     assert plural(2, "entry", "entries") == "2 entries"
+
+
+def test_a_suspension_is_a_debug_line_and_a_stop_says_nothing(lines: Lines) -> None:
+    log = OutcomeLog(logging.getLogger("test.outcomes"))
+    log.attempt_finished(
+        observe.AttemptFinished(run(1), "w1", observe.SUSPENDED, 0.1, waits="sleeping")
+    )
+    for outcome in (observe.CANCELLED, observe.LEASE_LOST, observe.STOPPED):
+        log.attempt_finished(observe.AttemptFinished(run(2), "w1", outcome, 0.1))
+    assert lines() == [f"run {run(1).id} (billing.invoice.v1) suspended: sleeping"]

@@ -13,7 +13,7 @@ from test_reaper import expire_lease
 from simpleworkflow import Client
 from simpleworkflow.backends import Backend
 from simpleworkflow.backends.base import Claim, Failure, Lease, Outcomes, Release, Suspension
-from simpleworkflow.recovery import crashed
+from simpleworkflow.worker.recovery import crashed
 
 TYPE = "billing.invoice.v1"
 CLAIM = Claim(worker_id="w", types=(TYPE,), limit=10, lease_seconds=30)

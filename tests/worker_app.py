@@ -26,7 +26,7 @@ from typing import Any
 from simpleworkflow.app import App
 from simpleworkflow.context import Context
 from simpleworkflow.retry import RetryPolicy
-from simpleworkflow.worker import IntentPoller
+from simpleworkflow.worker import IntentPoller, leases
 
 # Quick retries, so that a crashed attempt is retried within the test's patience.
 app = App(retry=RetryPolicy(backoff="fixed", base=0.2, jitter=0))
@@ -221,6 +221,24 @@ def wait_until(
         time.sleep(0.05)
 
 
+def break_heartbeats_when(trigger: Path) -> None:
+    """A deliberate fault for ``test_supervisor``: once ``trigger`` exists, the worker's
+    heartbeat service dies of an unexpected exception, at once and every time it is
+    started again, as a bug in it would make it."""
+    beat = leases.Keeper.beat
+
+    async def breaking(self: leases.Keeper) -> None:
+        running = asyncio.ensure_future(beat(self))
+        try:
+            while not trigger.exists() and not running.done():
+                await asyncio.sleep(0.02)
+        finally:
+            running.cancel()
+        raise RuntimeError("heartbeats broken on purpose by the test")
+
+    leases.Keeper.beat = breaking  # type: ignore[method-assign]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--worker-id", required=True)
@@ -239,6 +257,8 @@ def main(argv: list[str] | None = None) -> None:
         level=logging.INFO,
         format=f"%(asctime)s {args.worker_id} %(levelname)s %(message)s",
     )
+    if "WORKER_APP_BREAK_HEARTBEATS" in os.environ:
+        break_heartbeats_when(Path(os.environ["WORKER_APP_BREAK_HEARTBEATS"]))
     poller = IntentPoller(
         app,
         type_prefixes=args.prefixes,

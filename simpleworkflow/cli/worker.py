@@ -10,6 +10,7 @@ deployment with a typo fails at once instead of idling with nothing to claim.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 import time
@@ -18,7 +19,7 @@ from typing import Any
 from simpleworkflow import durations, errors
 from simpleworkflow.app import App
 from simpleworkflow.cli import _common, _imports
-from simpleworkflow.worker import IntentPoller
+from simpleworkflow.worker import IntentPoller, WorkerOptions
 
 DEFAULT_ATTRIBUTE = "app"
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -120,7 +121,10 @@ DURATION_FLAGS = {
 def run(args: argparse.Namespace) -> int:
     poller = build_poller(load_target(args.target), args)
     configure_logging(args.log_level)
-    poller.run()
+    try:
+        poller.run()
+    except errors.WorkerFailed:
+        return 1  # the worker has logged why, with the traceback
     return 0
 
 
@@ -155,14 +159,13 @@ def build_poller(target: App | IntentPoller, args: argparse.Namespace) -> Intent
     environment's) applies, as for any poller.
     """
     app = target.app if isinstance(target, IntentPoller) else target
-    options = _poller_settings(target) if isinstance(target, IntentPoller) else {}
-    options.update(_given_options(args))
-    poller = IntentPoller(
-        app,
+    options = dataclasses.replace(
+        target.options if isinstance(target, IntentPoller) else WorkerOptions(),
         database_url=getattr(args, "database_url", None),
         schema=getattr(args, "schema", None),
-        **options,
+        **_given_options(args),
     )
+    poller = IntentPoller(app, options=options)
     if not poller.types:
         raise errors.ConfigurationError(
             f"no handler matches the prefixes {', '.join(poller.type_prefixes)}; "
@@ -178,10 +181,6 @@ def _given_options(args: argparse.Namespace) -> dict[str, Any]:
         if name in given:
             given[name] = durations.to_seconds(given[name], what=flag)
     return given
-
-
-def _poller_settings(poller: IntentPoller) -> dict[str, Any]:
-    return {name: getattr(poller, name) for name in POLLER_OPTIONS}
 
 
 class _UTCFormatter(logging.Formatter):

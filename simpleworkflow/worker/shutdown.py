@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterable
@@ -50,7 +51,7 @@ async def drain(
     ``exiting``: the process exits next, which stops them; their runs are given back too,
     due again :data:`EXIT_DELAY` seconds from now.
     """
-    if attempts:
+    if attempts and grace > 0:
         _log.info("waiting up to %gs for %s", grace, plural(len(attempts), "handler"))
         await until_stopped(attempts, grace)
     leftovers = [a for a in attempts if not a.stopped]
@@ -158,3 +159,20 @@ class Lingering(threading.Thread):
         for run_id, state in self._backend.execute(op).items():
             if state != HELD:  # cancelled, or taken over: nothing left to hold
                 self._held.pop(run_id, None)
+
+
+def threads_outlive(timeout: float) -> bool:
+    """Whether threads the interpreter would wait for at exit are still running after
+    ``timeout`` seconds (idle threads of the pools end at once)."""
+    deadline = time.monotonic() + timeout
+    current = threading.current_thread()
+    others = [t for t in threading.enumerate() if t is not current and not t.daemon]
+    for thread in others:
+        thread.join(max(deadline - time.monotonic(), 0.0))
+    return any(thread.is_alive() for thread in others)
+
+
+def exit_now(status: int = 0) -> None:
+    """End the process without waiting for threads that may never return."""
+    logging.shutdown()
+    os._exit(status)

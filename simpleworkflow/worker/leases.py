@@ -20,11 +20,17 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
 
-from simpleworkflow import errors
+from simpleworkflow import errors, observe
 from simpleworkflow.backends import Backend
-from simpleworkflow.backends.base import HELD
+from simpleworkflow.backends.base import CANCELLED, HELD, LOST
 from simpleworkflow.outage import Outage
+from simpleworkflow.wording import plural
+from simpleworkflow.worker import hooks
+
+if TYPE_CHECKING:
+    from simpleworkflow.worker.running import Runner
 
 _log = logging.getLogger("simpleworkflow.worker")
 
@@ -176,3 +182,66 @@ class Keeper:
             next_end = self._renewals.next_end()
             pause = WATCH_PAUSE if next_end is None else min(next_end - now, WATCH_PAUSE)
             await asyncio.sleep(max(pause, 0.01))
+
+
+class Holdings:
+    """The leases of a worker's attempts, as its :class:`Keeper` sees them: which to
+    renew, what to do with what the store said of each, and which to give up."""
+
+    def __init__(
+        self, runner: Runner, renewals: Renewals, observers: observe.Observer, worker_id: str
+    ) -> None:
+        self._runner = runner
+        self._renewals = renewals
+        self._observers = observers
+        self._worker_id = worker_id
+
+    def held(self) -> list[tuple[str, str]]:
+        """Leases to keep: those of attempts whose code runs, also when asked to stop at
+        shutdown (until it has stopped, the run must not expire into other hands)."""
+        runner = self._runner
+        attempts = [*(a for a in runner.draining if not a.stopped), *runner.active.values()]
+        held = {
+            a.lease.run.id: a.lease.token
+            for a in attempts
+            if not (a.finishing or a.state.stop_reason in ("cancelled", "lease lost"))
+        }
+        return list(held.items())
+
+    def apply(self, states: Mapping[str, str]) -> None:
+        for run_id, state in states.items():
+            active = self._runner.active.get(run_id)
+            if active is None or active.finishing or state == HELD:
+                continue
+            if state == CANCELLED:
+                _log.info("run %s was cancelled; stopping its handler", run_id)
+                active.state.request_stop("cancelled")
+            elif state == LOST:
+                _log.warning("run %s: lease lost to another worker; abandoning it", run_id)
+                active.state.request_stop("lease lost")
+                if self._renewals.until(active.lease.token) is not None:  # said once
+                    hooks.lease_lost(self._observers, active.lease, self._worker_id, hooks.TAKEN)
+            self._renewals.forget(active.lease.token)  # nothing left to give up
+
+    def give_up(self, tokens: list[str]) -> None:
+        """Leases about to end unrenewed (see above): stop their handlers, which then
+        write nothing more; another worker may take the runs once the leases end."""
+        ending = set(tokens)
+        attempts = [
+            a
+            for a in self._runner.active.values()
+            if a.lease.token in ending and not (a.finishing or a.state.stop_reason == "cancelled")
+        ]
+        for attempt in attempts:
+            attempt.state.request_stop("lease lost")
+        if attempts:
+            _log.warning(
+                "lease lost: could not renew the lease of %s (%s) in time; stopping %s, "
+                "writing nothing more for %s",
+                plural(len(attempts), "run"),
+                ", ".join(a.lease.run.id for a in attempts),
+                "its handler" if len(attempts) == 1 else "their handlers",
+                "it" if len(attempts) == 1 else "them",
+            )
+        for attempt in attempts:
+            hooks.lease_lost(self._observers, attempt.lease, self._worker_id, hooks.NOT_RENEWED)

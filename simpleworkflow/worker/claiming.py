@@ -1,0 +1,131 @@
+"""The claim loop: lease as many due runs as there are free slots, in one statement.
+
+It claims again at once while claims fill every free slot (there may be more), and
+otherwise rests until its :class:`~simpleworkflow.worker.timer.Bell` rings or the poll
+interval passes. While the store is down it retries within a second (see ``outage``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from simpleworkflow import errors, outage
+from simpleworkflow.backends import Backend
+from simpleworkflow.backends.base import Claim, Lease
+from simpleworkflow.handlers import Definition
+from simpleworkflow.wording import plural
+from simpleworkflow.worker.leases import Renewals
+from simpleworkflow.worker.options import RUNTIME, WorkerOptions
+from simpleworkflow.worker.running import Runner
+from simpleworkflow.worker.timer import Bell
+
+_log = logging.getLogger("simpleworkflow.worker")
+
+VERSIONS_INTERVAL = 300.0  # seconds between warnings about runs of unknown code versions
+
+
+class ClaimLoop:
+    """Claims runs of ``types`` for ``runner`` until the bell says stop."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        options: WorkerOptions,
+        definitions: Mapping[str, Definition],
+        types: list[str],
+        *,
+        runner: Runner,
+        bell: Bell,
+        renewals: Renewals,
+        unavailable: outage.Outage,
+    ) -> None:
+        self._backend = backend
+        self._options = options
+        self._definitions = definitions
+        self._types = types
+        self._runner = runner
+        self._bell = bell
+        self._renewals = renewals
+        self._outage = unavailable
+
+    async def run(self) -> None:
+        bell = self._bell
+        claim_more = True  # the last claim filled every free slot: there may be more
+        pause = 0.0
+        while not bell.stopping:
+            free = self._runner.free_slots()
+            if free > 0 and (claim_more or bell.woken):
+                bell.woken = False
+                try:
+                    leases = await self._claim_unless_stopping(free)
+                except errors.StoreUnavailable as exc:
+                    self._outage.failed(exc)
+                    pause, bell.woken = outage.next_pause(pause), True
+                    await bell.rest(pause)
+                    continue
+                self._outage.ended()
+                pause = 0.0
+                for lease in leases:
+                    self._runner.start(lease)
+                claim_more = len(leases) == free
+                continue
+            if await bell.rest(self._options.poll_interval):
+                bell.woken = True
+
+    async def _claim_unless_stopping(self, limit: int) -> list[Lease]:
+        """Claim, but give up when asked to stop: on a network gone silent a claim may
+        wait for its connection's timeouts, and shutdown must not wait for them. Runs a
+        claim given up on may have leased stay so until their leases expire."""
+        claim = asyncio.ensure_future(self._claim(limit))
+        while not claim.done() and not self._bell.stopping:
+            stop = self._bell.next_ring()
+            either: set[asyncio.Future[Any]] = {claim, stop}
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            stop.cancel()
+        if not claim.done():
+            claim.cancel()
+            return []
+        return claim.result()
+
+    def request(self, limit: int) -> Claim:
+        definitions = [self._definitions[t] for t in self._types]
+        return Claim(
+            worker_id=self._options.worker_id,
+            types=tuple(self._types),
+            limit=limit,
+            lease_seconds=self._options.lease_duration,
+            runtime=RUNTIME,
+            versions={d.type: d.version for d in definitions},
+            known=tuple(f"{d.type}@{v}" for d in definitions for v in d.known_versions),
+            alone=not self._runner.active,
+        )
+
+    async def _claim(self, limit: int) -> list[Lease]:
+        op = self._backend.claim(self.request(limit))
+        sent_at = time.monotonic()
+        claimed = await self._backend.execute_async(op)
+        self._renewals.granted((lease.token for lease in claimed), sent_at)
+        return claimed
+
+    async def report_unknown_versions(self) -> None:
+        """Say which due runs this worker leaves alone because it lacks their code version."""
+        while True:
+            op = self._backend.unknown_versions(self.request(0))
+            try:
+                rows = await self._backend.execute_async(op, readonly=True)
+            except errors.StoreUnavailable:
+                rows = []
+            for type_name, version, count in rows:
+                _log.warning(
+                    "%s of %s started on code version %r, which this worker does "
+                    "not have (it knows %s); deploy a worker that knows it, or cancel them",
+                    plural(count, "due run"),
+                    type_name,
+                    version,
+                    ", ".join(self._definitions[type_name].known_versions),
+                )
+            await asyncio.sleep(VERSIONS_INTERVAL)

@@ -1,0 +1,91 @@
+"""How a worker is configured: one frozen object, checked once when it is made.
+
+:class:`WorkerOptions` holds every setting of an :class:`~simpleworkflow.IntentPoller`.
+The poller's keyword arguments (``IntentPoller(type_prefixes=..., lease_duration=...)``)
+build one; :class:`WorkerSettings` types those keywords. Adding a setting means a field
+here and a key there (a test checks that the two agree), and nothing in the poller's
+signature.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TypedDict
+
+from simpleworkflow import durations, errors, names
+from simpleworkflow.worker.supervisor import Service
+
+RUNTIME = "python"
+# How often a worker on a store without cross-process notifications (SQLite) checks
+# whether another process wrote to it: a shared-memory read, so cheap to do this often.
+WATCH_INTERVAL = 0.005
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """Every setting of a worker; durations are seconds once made.
+
+    Durations may also be given as strings (``"30s"``, ``"5ms"``) or timedeltas, and
+    ``type_prefixes`` as any iterable: both are normalised here. ``worker_id`` defaults
+    to ``host-pid``; ``database_url`` and ``schema`` to the app's. ``services`` run beside
+    the worker's own, under its supervisor (see ``supervisor``).
+    """
+
+    type_prefixes: tuple[str, ...] = ("%",)
+    lease_duration: float = 30.0
+    worker_id: str = ""
+    concurrency: int = 10
+    poll_interval: float = 1.0
+    watch_interval: float = WATCH_INTERVAL
+    shutdown_grace: float = 30.0
+    heartbeat_events: bool = True
+    database_url: str | None = None
+    schema: str | None = None
+    services: tuple[Service, ...] = ()
+
+    def __post_init__(self) -> None:
+        self._set("type_prefixes", tuple(_checked_prefix(p) for p in self.type_prefixes))
+        for name in ("lease_duration", "poll_interval", "watch_interval", "shutdown_grace"):
+            self._set(name, durations.to_seconds(getattr(self, name), what=name))
+        if self.lease_duration < 1:
+            raise errors.InvalidArgument("lease_duration must be at least one second")
+        concurrency = self.concurrency
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise errors.InvalidArgument("concurrency must be a positive integer")
+        self._set("worker_id", self.worker_id or f"{socket.gethostname()}-{os.getpid()}")
+        self._set("services", tuple(self.services))
+        for service in self.services:
+            if not isinstance(getattr(service, "name", None), str) or not callable(
+                getattr(service, "run", None)
+            ):
+                raise errors.InvalidArgument(
+                    f"a service needs a name and an async run() method, not {service!r:.60}"
+                )
+
+    def _set(self, name: str, value: object) -> None:
+        object.__setattr__(self, name, value)  # frozen: only while it is being made
+
+
+class WorkerSettings(TypedDict, total=False):
+    """The keyword arguments of ``IntentPoller``: the fields of :class:`WorkerOptions`,
+    as a caller may give them."""
+
+    type_prefixes: Iterable[str]
+    lease_duration: durations.Duration
+    worker_id: str | None
+    concurrency: int
+    poll_interval: durations.Duration
+    watch_interval: durations.Duration
+    shutdown_grace: durations.Duration
+    heartbeat_events: bool
+    database_url: str | None
+    schema: str | None
+    services: Iterable[Service]
+
+
+def _checked_prefix(prefix: str) -> str:
+    names.prefix_stem(prefix)
+    return prefix

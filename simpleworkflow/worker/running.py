@@ -1,0 +1,132 @@
+"""Running the attempts a worker claimed: one task each, its outcome handed to the outbox.
+
+A slot counts as busy while a handler runs. Once it returns, its outcome is still being
+written, but the next claim need not wait for that: see :meth:`Runner.free_slots`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+
+from simpleworkflow import execution, observe
+from simpleworkflow.attempt_state import AttemptState
+from simpleworkflow.attempts import Attempt, Threads, TrackedExecutor, charge_to
+from simpleworkflow.backends import Backend
+from simpleworkflow.backends.base import Lease
+from simpleworkflow.durable import StepJournal
+from simpleworkflow.handlers import Definition, Handlers
+from simpleworkflow.outbox import Outbox
+from simpleworkflow.worker import hooks
+from simpleworkflow.worker.leases import Renewals
+from simpleworkflow.worker.timer import Bell, due_in
+
+_log = logging.getLogger("simpleworkflow.worker")
+
+
+class Runner:
+    """The attempts one ``run_async`` of a worker holds, and the task of each."""
+
+    def __init__(
+        self,
+        app: Handlers,
+        worker_id: str,
+        concurrency: int,
+        backend: Backend,
+        *,
+        outbox: Outbox,
+        steps: StepJournal,
+        renewals: Renewals,
+        bell: Bell,
+        observers: observe.Observer,
+    ) -> None:
+        self.app = app
+        self.worker_id = worker_id
+        self.concurrency = concurrency
+        self._backend = backend
+        self._outbox = outbox
+        self._steps = steps
+        self._renewals = renewals
+        self._bell = bell
+        self._observers = observers
+        self.active: dict[str, Attempt] = {}
+        self.draining: list[Attempt] = []  # at shutdown: attempts that may still run
+        self._executor = TrackedExecutor(concurrency, name="simpleworkflow-handler")
+        self._step_executor = TrackedExecutor(name="simpleworkflow-step")  # sync steps
+
+    def free_slots(self) -> int:
+        """Slots for new runs. A run whose handler has returned no longer holds one while
+        its outcome is written, so the next claim overlaps that write instead of waiting
+        for it; at most ``concurrency`` such writes are waited for at a time. A suspect
+        (see ``recovery``) runs alone: while it runs there are none."""
+        if any(active.lease.isolated for active in self.active.values()):
+            return 0
+        running = sum(1 for active in self.active.values() if not active.finishing)
+        return min(self.concurrency - running, 2 * self.concurrency - len(self.active))
+
+    def start(self, lease: Lease) -> None:
+        hooks.claimed(self._observers, lease, self.worker_id)
+        definition = self.app.definitions[lease.run.type]
+        state = AttemptState(
+            lease,
+            self.worker_id,
+            self._backend,
+            async_body=definition.is_async,
+            steps=self._steps,
+            executor=self._step_executor,
+            lease_ended=functools.partial(self._renewals.ended, lease.token),
+            observers=self.app.observers,  # the step hooks: the outcome log needs none
+        )
+        threads = Threads()
+        task = asyncio.create_task(self._execute(lease, state, threads), name=f"run-{lease.run.id}")
+        self.active[lease.run.id] = Attempt(lease, state, task, threads)
+
+    async def _execute(self, lease: Lease, state: AttemptState, threads: Threads) -> None:
+        charge_to(threads)
+        definition: Definition = self.app.definitions[lease.run.type]
+        started = time.monotonic()
+        try:
+            self._observers.attempt_started(observe.AttemptStarted(lease.run, self.worker_id))
+            outcome = await execution.attempt(definition, state, self._executor)
+            duration = time.monotonic() - started
+            own = self.own(lease)
+            if own is not None:
+                own.finishing = True
+                self._bell.ring()  # a slot is free for the next claim
+            # Stopped from outside (cancelled, lease lost, shutdown): nothing to record.
+            # A timeout stops the handler too, but its failure is the outcome.
+            stopped = state.stop_reason not in (None, execution.TIMED_OUT)
+            recorded = outcome is None or stopped or await self._outbox.deliver(outcome)
+            if recorded and not stopped:
+                self._bell.wake_in(due_in(outcome))
+            if not recorded:
+                _log.warning(
+                    "run %s: lease lost before its outcome was recorded; discarded", lease.run.id
+                )
+            end = hooks.Ending(outcome, state.stop_reason, recorded, duration)
+            hooks.finished(self._observers, lease, self.worker_id, end)
+        except Exception as exc:
+            _log.exception("run %s: worker error while running it", lease.run.id)
+            spent = time.monotonic() - started
+            self._observers.attempt_finished(hooks.worker_error(lease, self.worker_id, exc, spent))
+        finally:
+            self._renewals.forget(lease.token)
+            if self.own(lease) is not None:
+                del self.active[lease.run.id]
+                # Empty now: the moment to take a suspect, if one waits (see recovery).
+                self._bell.woken = self._bell.woken or not self.active
+            self._bell.ring()
+
+    def own(self, lease: Lease) -> Attempt | None:
+        """This attempt's entry. Once a suspension is recorded the run may be due at once
+        (a signal came) and claimed again by this worker before the attempt has cleaned
+        up: the entry under its id is then the next attempt's, which it must leave alone."""
+        active = self.active.get(lease.run.id)
+        return active if active is not None and active.lease is lease else None
+
+    def close(self) -> None:
+        """Let the pools' idle threads go; threads still running are left to end."""
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._step_executor.shutdown(wait=False, cancel_futures=True)
