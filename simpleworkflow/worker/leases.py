@@ -20,17 +20,15 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from simpleworkflow import errors, observe
+from simpleworkflow.attempts import Attempt
 from simpleworkflow.backends import Backend
 from simpleworkflow.backends.base import CANCELLED, HELD, LOST
 from simpleworkflow.outage import Outage
 from simpleworkflow.wording import plural
 from simpleworkflow.worker import hooks
-
-if TYPE_CHECKING:
-    from simpleworkflow.worker.running import Runner
 
 _log = logging.getLogger("simpleworkflow.worker")
 
@@ -184,12 +182,19 @@ class Keeper:
             await asyncio.sleep(max(pause, 0.01))
 
 
+class Attempts(Protocol):
+    """What :class:`Holdings` reads of the worker's runner (``running.Runner``)."""
+
+    active: dict[str, Attempt]  # by run id
+    draining: list[Attempt]  # at shutdown: attempts that may still run
+
+
 class Holdings:
     """The leases of a worker's attempts, as its :class:`Keeper` sees them: which to
     renew, what to do with what the store said of each, and which to give up."""
 
     def __init__(
-        self, runner: Runner, renewals: Renewals, observers: observe.Observer, worker_id: str
+        self, runner: Attempts, renewals: Renewals, observers: observe.Observer, worker_id: str
     ) -> None:
         self._runner = runner
         self._renewals = renewals
