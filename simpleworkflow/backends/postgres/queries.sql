@@ -671,7 +671,7 @@ select * from retried
 -- A child whose parent is under way stays: the parent may yet read its outcome.
 with doomed as (
     select r.id from {schema}workflow_run r
-    where r.updated_at < now() - make_interval(secs => %(older_than)s)
+    where r.updated_at <= now() - make_interval(secs => %(older_than)s)
       and (r.status in ('succeeded', 'failed', 'cancelled')
            or (r.deleted_at is not null and r.status <> 'leased'))
       and (%(type)s::text is null or r.type = %(type)s)

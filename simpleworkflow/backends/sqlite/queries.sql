@@ -638,7 +638,7 @@ where run_id = :id
 delete from workflow_run
 where id in (
     select r.id from workflow_run r
-    where r.updated_at < strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || :older_than || ' seconds')
+    where r.updated_at <= strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || :older_than || ' seconds')
       and (r.status in ('succeeded', 'failed', 'cancelled')
            or (r.deleted_at is not null and r.status <> 'leased'))
       and (:type is null or r.type = :type)
