@@ -10,13 +10,14 @@ open one on a database URL (``Admin("postgresql://...")``), then:
   :meth:`~Admin.resume`;
 - the types at a glance: :meth:`~Admin.stats` (runs by state, the oldest due run's age,
   the registry entry), or its parts :meth:`~Admin.counts` and :meth:`~Admin.oldest_due`;
+- what is under way, cheaply enough for every metrics scrape: :meth:`~Admin.queues`;
 - one run: :meth:`~Admin.retry`, :meth:`~Admin.events`, :meth:`~Admin.steps` (timed);
 - housekeeping: :meth:`~Admin.purge`, :meth:`~Admin.migrate`, :meth:`~Admin.migration_sql`,
   :meth:`~Admin.replay_check`.
 """
 
 from simpleworkflow.admin.faces import Admin, AsyncAdmin
-from simpleworkflow.admin.records import STATES, TypeStats, registry_dict
+from simpleworkflow.admin.records import STATES, Queues, QueueStats, TypeStats, registry_dict
 from simpleworkflow.admin.verbs import ADMIN_NAME, check_runtime
 
 __all__ = [
@@ -24,6 +25,8 @@ __all__ = [
     "STATES",
     "Admin",
     "AsyncAdmin",
+    "QueueStats",
+    "Queues",
     "TypeStats",
     "check_runtime",
     "registry_dict",

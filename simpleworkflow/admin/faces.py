@@ -11,7 +11,7 @@ import builtins
 from typing import TypeVar
 
 from simpleworkflow import durations, schema_check
-from simpleworkflow.admin.records import TypeStats
+from simpleworkflow.admin.records import Queues, TypeStats
 from simpleworkflow.admin.verbs import DEFAULT_PURGE_BATCH, Verbs
 from simpleworkflow.backends.records import JournalEntry, Op, RegistryEntry
 from simpleworkflow.handlers import Handlers
@@ -71,6 +71,12 @@ class Admin(Verbs):
         """``{type: seconds}`` since each type's oldest due pending run became due, by the
         database's clock; types with nothing due are left out."""
         return self._run(self.backend.oldest_due(), readonly=True)
+
+    def queues(self) -> Queues:
+        """What is under way: each type's pending, due and leased runs, how late its
+        queue is, and the workers holding leases. One statement that reads no finished
+        run, cheap enough for every metrics scrape."""
+        return self._run(self._queues_op(), readonly=True)
 
     def retry(self, run_id: str) -> Run:
         """Give a failed or cancelled run a new attempt, on the same id: pending and due
@@ -163,6 +169,10 @@ class AsyncAdmin(Verbs):
     async def oldest_due(self) -> dict[str, float]:
         """How late each type's queue is; see :meth:`Admin.oldest_due`."""
         return await self._run(self.backend.oldest_due(), readonly=True)
+
+    async def queues(self) -> Queues:
+        """What is under way; see :meth:`Admin.queues`."""
+        return await self._run(self._queues_op(), readonly=True)
 
     async def retry(self, run_id: str) -> Run:
         """A new attempt for a failed or cancelled run; see :meth:`Admin.retry`."""

@@ -1,4 +1,5 @@
-"""What the admin facade returns besides the engine's records: a type at a glance."""
+"""What the admin facade returns besides the engine's records: a type at a glance, and
+what is under way now."""
 
 from __future__ import annotations
 
@@ -62,3 +63,59 @@ def registry_dict(entry: RegistryEntry) -> dict[str, Any]:
             ("updated_at", entry.updated_at),
         )
     }
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """One type's unfinished runs: what a metrics scrape reports for it."""
+
+    type: str
+    #: Pending runs not deleted, due or not (sleeping, waiting, delayed).
+    pending: int
+    #: Of those, the ones due now: what the workers have yet to claim.
+    due: int
+    #: Seconds since the oldest due run became due; ``None`` when none is due.
+    oldest_due: float | None
+    #: Runs a worker holds (in flight).
+    leased: int
+    #: Of those, the ones whose lease ran out: their worker died or froze, and a reaper
+    #: has yet to give them back.
+    expired_leases: int
+    #: Whether the type is in the registry, and paused there.
+    registered: bool
+    paused: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict, as the CLI and API print it."""
+        return {
+            "type": self.type,
+            "pending": self.pending,
+            "due": self.due,
+            "oldest_due_seconds": self.oldest_due,
+            "leased": self.leased,
+            "expired_leases": self.expired_leases,
+            "registered": self.registered,
+            "paused": self.paused,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Queues:
+    """What is under way, read in one statement that touches no finished run."""
+
+    #: Every type with unfinished runs or a registry entry, by name.
+    types: tuple[QueueStats, ...]
+    #: Leased runs by the worker that holds them (its ``worker_id``).
+    holders: Mapping[str, int]
+
+    @property
+    def workers(self) -> int:
+        """Workers holding at least one lease (an idle worker holds none)."""
+        return len(self.holders)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "types": [stats.to_dict() for stats in self.types],
+            "holders": dict(self.holders),
+            "workers": self.workers,
+        }

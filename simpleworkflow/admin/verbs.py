@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from simpleworkflow import durations, errors, names, observe, replaycheck, schema_check
-from simpleworkflow.admin.records import STATES, TypeStats
+from simpleworkflow.admin.records import STATES, Queues, QueueStats, TypeStats
 from simpleworkflow.backends import Backend, open_backend
 from simpleworkflow.backends.records import Op, RegistryEntry
 from simpleworkflow.handlers import Handlers
@@ -124,6 +124,26 @@ class Verbs:
     def _counts_op(self) -> Op[dict[str, dict[str, int]]]:
         counts = yield from self.backend.count_runs()
         return {name: _all_states(counts[name]) for name in sorted(counts)}
+
+    def _queues_op(self) -> Op[Queues]:
+        live = yield from self.backend.live_runs()
+        every = sorted({*live.pending, *live.leased, *live.registered})
+        return Queues(
+            types=tuple(
+                QueueStats(
+                    type=name,
+                    pending=live.pending.get(name, 0),
+                    due=live.due.get(name, 0),
+                    oldest_due=live.oldest_due.get(name),
+                    leased=live.leased[name],
+                    expired_leases=live.expired[name],
+                    registered=name in live.registered,
+                    paused=live.registered.get(name) is False,
+                )
+                for name in every
+            ),
+            holders=dict(sorted(live.holders.items())),
+        )
 
     def _of_run(self, run_id: str, read: Callable[[str], Op[T]]) -> Op[T]:
         """``read(run_id)``, or :class:`RunNotFound` when there is no such run."""

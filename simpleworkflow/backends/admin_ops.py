@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 from simpleworkflow.backends.core import StoreCore
@@ -12,6 +13,22 @@ from simpleworkflow.models import WAITING_STATES, Run, RunStatus
 
 _STATE_OF_WAIT = {kind: state for state, kind in WAITING_STATES.items()}
 RETRYABLE = frozenset({RunStatus.FAILED, RunStatus.CANCELLED})
+
+
+@dataclass
+class LiveRuns:
+    """Unfinished runs as one statement reads them (``live_runs``): by type, pending runs,
+    the due ones among them and how many seconds the oldest of those is late; leased
+    runs and those whose lease ran out; leased runs by lease holder; and every registered
+    type with whether it is enabled."""
+
+    pending: dict[str, int] = field(default_factory=dict)
+    due: dict[str, int] = field(default_factory=dict)
+    oldest_due: dict[str, float] = field(default_factory=dict)
+    leased: Counter[str] = field(default_factory=Counter)
+    expired: Counter[str] = field(default_factory=Counter)
+    holders: Counter[str] = field(default_factory=Counter)
+    registered: dict[str, bool] = field(default_factory=dict)
 
 
 class AdminOps(StoreCore):
@@ -35,6 +52,28 @@ class AdminOps(StoreCore):
         database's clock; types with no due run are left out."""
         rows = yield self.stmt("oldest_due")
         return {row["type"]: max(0.0, float(row["seconds"])) for row in rows}
+
+    def live_runs(self) -> Op[LiveRuns]:
+        """What is under way, read without touching a finished run: see :class:`LiveRuns`."""
+        rows = yield self.stmt("live_runs")
+        live = LiveRuns()
+        for row in rows:
+            kind, type_name = row["kind"], row["type"]
+            if kind == "pending":
+                live.pending[type_name] = int(row["runs"])
+                live.due[type_name] = int(row["past"] or 0)
+                # The oldest pending run is due when it became due in the past: its age
+                # is how late the queue is. Pending runs all in the future: none is late.
+                if row["past"]:
+                    live.oldest_due[type_name] = max(0.0, float(row["seconds"]))
+            elif kind == "leased":
+                live.leased[type_name] += int(row["runs"])
+                live.expired[type_name] += int(row["past"] or 0)
+                if row["holder"] is not None:
+                    live.holders[row["holder"]] += int(row["runs"])
+            else:
+                live.registered[type_name] = bool(row["enabled"])
+        return live
 
     def retry_run(self, run_id: str) -> Op[tuple[Run, bool] | None]:
         """Give a failed or cancelled run a new attempt: ``(the run now, True)``; a run in

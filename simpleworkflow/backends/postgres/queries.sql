@@ -640,6 +640,29 @@ cross join lateral (
 ) as o
 where o.run_at <= now()
 
+-- name: live_runs
+-- What is under way, for a metrics scrape: one statement that reads no finished run.
+-- Pending runs by type (all of them, the due ones, and how late the oldest is) from
+-- idx_workflow_run_due alone; leased runs by type and holder through
+-- idx_workflow_run_lease_expiry (as many as the workers run at once); the registry (one
+-- row per type), so that a registered type with nothing under way still has its zeros.
+-- The column past counts runs whose time has come: due (pending), or lease run out (leased).
+select 'pending' as kind, type, null::text as holder, count(*) as runs,
+       count(*) filter (where run_at <= now()) as past,
+       extract(epoch from now() - min(run_at))::float8 as seconds, null::boolean as enabled
+from {schema}workflow_run
+where status = 'pending' and deleted_at is null
+group by type
+union all
+select 'leased', type, leased_by, count(*), count(*) filter (where lease_until < now()),
+       null, null
+from {schema}workflow_run
+where status = 'leased'
+group by type, leased_by
+union all
+select 'registered', workflow_name, null, 0, 0, null, is_enabled
+from {schema}workflow_registry
+
 -- name: lock_run_row
 select * from {schema}workflow_run where id = %(id)s for update
 

@@ -604,6 +604,27 @@ where status = 'pending' and deleted_at is null
   and run_at <= strftime('%Y-%m-%d %H:%M:%f', 'now')
 group by type
 
+-- name: live_runs
+-- What is under way, for a metrics scrape, as on Postgres: pending runs by type from
+-- idx_workflow_run_due alone, leased runs through idx_workflow_run_lease_expiry, and the
+-- registry. The column past counts runs whose time has come: due (pending), or lease run
+-- out (leased).
+select 'pending' as kind, type, null as holder, count(*) as runs,
+       sum(run_at <= strftime('%Y-%m-%d %H:%M:%f', 'now')) as past,
+       (julianday('now') - julianday(min(run_at))) * 86400.0 as seconds, null as enabled
+from workflow_run indexed by idx_workflow_run_due
+where status = 'pending' and deleted_at is null
+group by type
+union all
+select 'leased', type, leased_by, count(*),
+       sum(lease_until < strftime('%Y-%m-%d %H:%M:%f', 'now')), null, null
+from workflow_run indexed by idx_workflow_run_lease_expiry
+where status = 'leased'
+group by type, leased_by
+union all
+select 'registered', workflow_name, null, 0, 0, null, is_enabled
+from workflow_registry
+
 -- name: lock_run_row
 -- The transaction holds the database's write lock already (BEGIN IMMEDIATE).
 select * from workflow_run where id = :id
