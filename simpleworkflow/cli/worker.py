@@ -41,6 +41,19 @@ def register(subparsers: Any) -> None:
     )
     _add_poller_options(parser)
     parser.add_argument(
+        "--metrics-port",
+        type=_port,
+        metavar="N",
+        help="serve Prometheus metrics at http://ADDRESS:N/metrics (0: any free port, "
+        "logged); needs the metrics extra. One port per worker process",
+    )
+    parser.add_argument(
+        "--metrics-address",
+        default="0.0.0.0",
+        metavar="ADDRESS",
+        help="the address the metrics port listens on (default: 0.0.0.0, every interface)",
+    )
+    parser.add_argument(
         "--log-level",
         choices=LOG_LEVELS,
         default="info",
@@ -121,11 +134,37 @@ DURATION_FLAGS = {
 def run(args: argparse.Namespace) -> int:
     poller = build_poller(load_target(args.target), args)
     configure_logging(args.log_level)
+    if args.metrics_port is not None:
+        serve_metrics(poller, args.metrics_port, args.metrics_address)
     try:
         poller.run()
     except errors.WorkerFailed:
         return 1  # the worker has logged why, with the traceback
     return 0
+
+
+def serve_metrics(poller: IntentPoller, port: int, address: str) -> None:
+    """Count what the poller does, and serve it with the database's gauges from a thread
+    of this process; it lives as long as the process."""
+    from simpleworkflow.metrics import Metrics  # the metrics extra, only when asked for
+
+    metrics = Metrics(
+        poller.options.database_url or poller.app.database_url,
+        schema=poller.options.schema or poller.app.schema,
+    )
+    poller.app.observe(metrics.observer)
+    server = metrics.serve(port, address)
+    logging.getLogger("simpleworkflow.metrics").info("serving metrics on %s", server.url)
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is a number from 0 to 65535, not {text!r}")
+    return port
 
 
 def load_target(target: str) -> App | IntentPoller:
