@@ -16,6 +16,7 @@ from tqdm import tqdm
 
 from benchmarks import stores, workers
 from benchmarks.stores import BenchStore
+from benchmarks.worker import OBSERVERS_ENV
 from simpleworkflow.worker import WorkerOptions
 
 DEFAULT_CONCURRENCY: int = WorkerOptions.concurrency
@@ -89,6 +90,22 @@ def drain_default(store: BenchStore, sizes: Sizes) -> dict[str, float]:
         label=f"drain, concurrency {DEFAULT_CONCURRENCY}",
     )
     return {"drain_1_default": rate}
+
+
+def drain_metrics(store: BenchStore, sizes: Sizes) -> dict[str, float]:
+    """The 1-process drain with Prometheus metrics on, as ``--metrics-port`` turns them
+    on: the observer counts every claim, attempt and run, and the worker serves them.
+    Against ``drain_1``, what the metrics cost (the target: under 10 % of the rate)."""
+    rate = workers.drain(
+        store,
+        runs=sizes.items,
+        processes=1,
+        concurrency=sizes.concurrency,
+        load=lambda: store.load_runs(sizes.items),
+        label="drain, 1 process, metrics",
+        env={OBSERVERS_ENV: "metrics"},
+    )
+    return {"drain_1_metrics": rate}
 
 
 def steps(store: BenchStore, sizes: Sizes) -> dict[str, float]:

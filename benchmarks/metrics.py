@@ -63,6 +63,7 @@ FIXED = [
     Metric("drain_2", "drain, 2 worker processes", "runs/s", "update"),
     Metric("drain_4", "drain, 4 worker processes", "runs/s", "update"),
     Metric("drain_1_default", "drain, 1 process, default concurrency", "runs/s", "update"),
+    Metric("drain_1_metrics", "drain, 1 process, Prometheus metrics on", "runs/s", "update"),
     Metric("step_overhead_ms", "per-step overhead (journaled no-op)", "ms", "insert", ("<=", 0.25)),
     Metric("ten_step", "10-step workflows", "runs/s", "insert"),
     Metric("idle_p50_ms", "idle worker: insert to start, p50", "ms", "idle_insert_p50", ("<=", 2)),

@@ -52,6 +52,7 @@ CASES: list[tuple[str, Case]] = [
     ("drain, 2 processes", lambda s, o: cases.drain(s, o.sizes, 2)),
     ("drain, 4 processes", lambda s, o: cases.drain(s, o.sizes, 4)),
     ("drain, default concurrency", lambda s, o: cases.drain_default(s, o.sizes)),
+    ("drain, 1 process, metrics", lambda s, o: cases.drain_metrics(s, o.sizes)),
     ("steps", lambda s, o: cases.steps(s, o.sizes)),
     ("idle pick-up", lambda s, o: latency.idle_pickup(s, o.samples, o.concurrency)),
     ("signal to resume", lambda s, o: latency.signal_resume(s, o.samples, o.concurrency)),

@@ -4,7 +4,9 @@ It registers the benchmark's handlers and builds its poller, prints ``ready``, t
 for a line on stdin before it starts claiming: imports and connections stay out of the
 measured window, and several processes begin together. SIGTERM stops it gracefully.
 With ``PROFILE_ENV`` set to a path, the worker runs under cProfile and writes its
-statistics there when it stops (``python -m benchmarks.profile`` uses this).
+statistics there when it stops (``python -m benchmarks.profile`` uses this). With
+``OBSERVERS_ENV`` set to ``metrics``, it counts and serves Prometheus metrics on a free
+port, as ``simpleworkflow worker --metrics-port`` does.
 """
 
 from __future__ import annotations
@@ -18,8 +20,11 @@ from typing import Any
 
 from benchmarks import stores
 from simpleworkflow import App, Context
+from simpleworkflow.cli.worker import serve_metrics
 
 PROFILE_ENV = "SIMPLEWORKFLOW_BENCH_PROFILE"
+#: Comma-separated observers to turn on: ``metrics``.
+OBSERVERS_ENV = "SIMPLEWORKFLOW_BENCH_OBSERVERS"
 
 
 async def _nothing() -> None:
@@ -57,6 +62,9 @@ def main(argv: list[str]) -> None:
     poller = build_app(url, schema).poller(
         type_prefixes=["bench.%"], concurrency=concurrency, worker_id=f"bench-{schema}"
     )
+    observers = os.environ.get(OBSERVERS_ENV, "").split(",")
+    if "metrics" in observers:
+        serve_metrics(poller, 0, "127.0.0.1")
     print("ready", flush=True)
     if sys.stdin.readline().strip() != "go":
         return

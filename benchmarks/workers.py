@@ -151,14 +151,16 @@ def drain(
     concurrency: int,
     load: Callable[[], None] | None = None,
     label: str = "drain",
+    env: dict[str, str] | None = None,
 ) -> float:
     """Runs per second from the first claim to the ``runs``-th completion.
 
     ``load`` writes the runs once the workers are up and idle (nothing is claimed before
-    :meth:`WorkerPool.go`); without it the runs must already be there.
+    :meth:`WorkerPool.go`); without it the runs must already be there. ``env`` is added
+    to the workers' environment.
     """
     after = store.last_event()
-    with WorkerPool(store, processes, concurrency) as pool:
+    with WorkerPool(store, processes, concurrency, env) as pool:
         if load is not None:
             load()
         pool.go()

@@ -26,6 +26,7 @@ METRICS = [
     "drain_2",
     "drain_4",
     "drain_1_default",
+    "drain_1_metrics",
     "step_overhead_ms",
     "ten_step",
     "idle_p50_ms",
