@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gzip
+import json
 import re
 import subprocess
 import sys
@@ -360,3 +361,42 @@ def test_step_and_signal_names_are_bounded_per_type(client: Client) -> None:
     consumed = "simpleworkflow_signals_consumed_total"
     assert total(seen, consumed, signal=OTHER) == 2
     assert total(seen, steps) == 6
+
+
+def exported_names(tmp_path: Path) -> dict[str, str]:
+    """Every series name the metrics can have, with its metric's type. (A scrape of a
+    store with no schema still lists every gauge, with no samples.)"""
+    metrics = Metrics(f"sqlite:///{tmp_path / 'none.db'}")
+    names: dict[str, str] = {}
+    suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"]}
+    try:
+        for family in metrics.registry.collect():
+            if family.name.startswith("simpleworkflow_"):
+                for suffix in suffixes.get(family.type, [""]):
+                    names[family.name + suffix] = family.type
+    finally:
+        metrics.close()
+    return names
+
+
+def test_names_follow_prometheus_conventions(tmp_path: Path) -> None:
+    names = exported_names(tmp_path)
+    for name, kind in names.items():
+        assert re.fullmatch(r"simpleworkflow_[a-z_]+", name), name
+        if kind == "counter":
+            assert name.endswith("_total"), name
+        if kind == "histogram":
+            assert re.search(r"_seconds_(bucket|sum|count)$", name), name
+    assert len({n for n, kind in names.items() if kind == "gauge"}) == 8
+
+
+def test_the_grafana_dashboard_reads_only_names_the_metrics_export(tmp_path: Path) -> None:
+    dashboard = json.loads((TESTS.parent / "docs" / "grafana-dashboard.json").read_text())
+    queries = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    queries += [v["definition"] for v in dashboard["templating"]["list"] if "definition" in v]
+    used = {name for query in queries for name in re.findall(r"simpleworkflow_\w+", query)}
+    exported = set(exported_names(tmp_path))
+    assert used <= exported, used - exported
+    titles = [panel["title"] for panel in dashboard["panels"]]
+    for wanted in ("Queue depth", "Oldest due", "Throughput", "Failures", "p50 / p95 / p99"):
+        assert any(wanted in title for title in titles), wanted
