@@ -330,21 +330,28 @@ class Observers(Observer):
         self._each("runs_deleted", event)
 
     def around_attempt(self, run: Run, worker_id: str) -> ContextManager[None]:
-        if not self._observers:
+        enclosing = [o for o in self._observers if _encloses(o, "around_attempt")]
+        if not enclosing:
             return contextlib.nullcontext()
-        return self._around("around_attempt", lambda o: o.around_attempt(run, worker_id))
+        return self._around("around_attempt", enclosing, lambda o: o.around_attempt(run, worker_id))
 
     def around_step(self, run: Run, step: str, attempt: int) -> ContextManager[None]:
-        if not self._observers:
+        enclosing = [o for o in self._observers if _encloses(o, "around_step")]
+        if not enclosing:
             return contextlib.nullcontext()
-        return self._around("around_step", lambda o: o.around_step(run, step, attempt))
+        return self._around("around_step", enclosing, lambda o: o.around_step(run, step, attempt))
 
     @contextlib.contextmanager
-    def _around(self, hook: str, make: Callable[[Observer], ContextManager[Any]]) -> Iterator[None]:
+    def _around(
+        self,
+        hook: str,
+        observers: list[Observer],
+        make: Callable[[Observer], ContextManager[Any]],
+    ) -> Iterator[None]:
         """Enter every observer's context manager, outermost first; one that raises on
         the way in or out is skipped, and the user's exception always goes on."""
         with contextlib.ExitStack() as stack:
-            for observer in self._observers:
+            for observer in observers:
                 try:
                     manager = make(observer)
                     manager.__enter__()
@@ -365,3 +372,12 @@ class Observers(Observer):
             return False  # never swallow what the user's code raised
 
         return leave
+
+
+def _encloses(observer: Observer, hook: str) -> bool:
+    """Whether ``observer``'s ``around_*`` hook does anything. The base class's returns a
+    null context; entering it (and a stack to hold it) for every attempt and step was
+    most of what an observer that only counts cost."""
+    if isinstance(observer, Observers):
+        return any(_encloses(inner, hook) for inner in observer)
+    return getattr(getattr(observer, hook), "__func__", None) is not getattr(Observer, hook)

@@ -88,3 +88,18 @@ def test_no_observers_costs_a_null_context_and_refuses_what_is_not_an_observer()
     assert isinstance(empty.around_attempt(RUN, "w"), contextlib.nullcontext)
     with pytest.raises(TypeError, match="subclass it"):
         empty.add(object())  # type: ignore[arg-type]
+
+
+def test_observers_that_only_count_are_not_entered_around_attempts_and_steps() -> None:
+    """The base class's wrappers do nothing: the composite skips them (a null context),
+    nested composites too, and still enters an observer that overrides one."""
+    seen: list[str] = []
+    counting = observe.Observers([observe.Observer(), observe.Observer()])
+    nested = observe.Observers([observe.Observer(), counting])
+    assert isinstance(nested.around_attempt(RUN, "w"), contextlib.nullcontext)
+    assert isinstance(nested.around_step(RUN, "charge", 1), contextlib.nullcontext)
+    nested.add(observe.Observers([Recorder("b", seen)]))
+    assert isinstance(nested.around_attempt(RUN, "w"), contextlib.nullcontext)  # steps only
+    with nested.around_step(RUN, "charge", 1):
+        seen.append("body")
+    assert seen == ["b enter charge", "body", "b leave charge"]
