@@ -129,7 +129,8 @@ class MetricsApp:
         if scope["type"] != "http":
             return
         if scope.get("method", "GET") not in ("GET", "HEAD"):
-            await _respond(send, 405, b"text/plain; charset=utf-8", b"use GET\n", [])
+            allow = [(b"allow", b"GET, HEAD")]
+            await _respond(send, 405, b"text/plain; charset=utf-8", b"use GET\n", allow)
             return
         headers = {name.lower(): value for name, value in scope.get("headers", [])}
         encoder, content_type = choose_encoder(headers.get(b"accept", b"").decode("latin-1"))
