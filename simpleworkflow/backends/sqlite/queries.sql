@@ -669,8 +669,8 @@ returning pattern
 -- name: list_subscriptions
 -- Every subscription, of one type or all, or those whose pattern matches a topic: the
 -- topic is LIKE the pattern's topic_like and, unless the pattern ends in '#', has as many
--- segments (so that a '%' standing for '*' takes no '.'). The test of docs/topics.md's
--- publishing statement; the table is small and read whole.
+-- segments (so that the wildcard standing for a '*' takes no '.'). The same test as the
+-- publishing statement of docs/topics.md; the table is small and read whole.
 select * from workflow_subscription
 where (:type is null or workflow_type = :type)
   and (:topic is null
