@@ -11,6 +11,7 @@ open one on a database URL (``Admin("postgresql://...")``), then:
 - the types at a glance: :meth:`~Admin.stats` (runs by state, the oldest due run's age,
   the registry entry), or its parts :meth:`~Admin.counts` and :meth:`~Admin.oldest_due`;
 - one run: :meth:`~Admin.retry`, :meth:`~Admin.events`, :meth:`~Admin.steps` (timed);
+- topics: :meth:`~Admin.subscribe`, :meth:`~Admin.unsubscribe`, :meth:`~Admin.subscriptions`;
 - housekeeping: :meth:`~Admin.purge`, :meth:`~Admin.migrate`, :meth:`~Admin.migration_sql`,
   :meth:`~Admin.replay_check`.
 """

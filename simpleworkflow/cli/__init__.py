@@ -31,10 +31,11 @@ def _command_modules() -> list[ModuleType]:
         runs,
         start,
         stats,
+        topics,
         worker,
     )
 
-    return [demo, migrate, start, runs, stats, worker, replaycheck, registry]
+    return [demo, migrate, start, runs, stats, worker, replaycheck, registry, topics]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -649,3 +649,32 @@ where id in (
     limit :limit
 )
 returning type
+
+-- Topics (migration 0007): subscriptions of workflow types to topic patterns.
+
+-- name: subscribe
+-- Subscribing again keeps the subscription and takes the new start options.
+insert into workflow_subscription (pattern, workflow_type, priority, max_attempts)
+values (:pattern, :type, :priority, :max_attempts)
+on conflict (pattern, workflow_type) do update
+set priority = excluded.priority, max_attempts = excluded.max_attempts,
+    updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+returning *
+
+-- name: unsubscribe
+delete from workflow_subscription
+where pattern = :pattern and workflow_type = :type
+returning pattern
+
+-- name: list_subscriptions
+-- Every subscription, of one type or all, or those whose pattern matches a topic: the
+-- topic is LIKE the pattern's topic_like and, unless the pattern ends in '#', has as many
+-- segments (so that the wildcard standing for a '*' takes no '.'). The same test as the
+-- publishing statement of docs/topics.md; the table is small and read whole.
+select * from workflow_subscription
+where (:type is null or workflow_type = :type)
+  and (:topic is null
+       or (:topic like topic_like escape '\'
+           and (segments is null
+                or segments = length(:topic) - length(replace(:topic, '.', '')) + 1)))
+order by pattern, workflow_type
