@@ -29,12 +29,13 @@ def _command_modules() -> list[ModuleType]:
         registry,
         replaycheck,
         runs,
+        serve,
         start,
         stats,
         worker,
     )
 
-    return [demo, migrate, start, runs, stats, worker, replaycheck, registry]
+    return [demo, migrate, start, runs, stats, worker, serve, replaycheck, registry]
 
 
 def build_parser() -> argparse.ArgumentParser:
