@@ -34,6 +34,13 @@ Duration = StrictInt | StrictFloat | StrictStr
 JSON = Any
 
 
+#: What the engine accepts, written into the document for clients (and generated tests);
+#: the engine checks them itself, with messages that say which rule was broken.
+TYPE_PATTERN = r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+\.v[0-9]+$"
+EVENT_PATTERN = r"^[A-Za-z0-9_.:\-]{1,200}$"
+_INT4 = 2**31 - 1
+
+
 class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -44,6 +51,7 @@ class StartRun(_Request):
     type: StrictStr = Field(
         description="the workflow type: dotted lowercase segments ending in a version",
         examples=["content.thumbnail.v1"],
+        json_schema_extra={"pattern": TYPE_PATTERN, "maxLength": 200},
     )
     payload: JSON = Field(
         default=None, description="the run's input, any JSON (default {})", examples=[{"id": 1}]
@@ -52,8 +60,12 @@ class StartRun(_Request):
         default=None,
         description="a key already held by a run of this type returns that run (200, "
         "created false) and writes nothing; held by another type it is a 409",
+        min_length=1,
+        max_length=512,
     )
-    priority: StrictInt | None = Field(default=None, description="lower runs earlier (100)")
+    priority: StrictInt | None = Field(
+        default=None, ge=-_INT4, le=_INT4, description="lower runs earlier (100)"
+    )
     delay: Duration | None = Field(
         default=None, description="not before this long from now: seconds, or '30s', '5m'"
     )
@@ -61,7 +73,7 @@ class StartRun(_Request):
         default=None, description="not before this time (ISO 8601 with an offset)"
     )
     max_attempts: StrictInt | None = Field(
-        default=None, description="attempts before the run fails (3)"
+        default=None, ge=1, le=10_000, description="attempts before the run fails (3)"
     )
     deadline: Duration | None = Field(
         default=None,
@@ -93,6 +105,7 @@ class SendSignal(_Request):
     event: StrictStr = Field(
         description="the signal's name, as the workflow's wait_for_event names it",
         examples=["payment.confirmed"],
+        json_schema_extra={"pattern": EVENT_PATTERN},
     )
     payload: JSON = Field(default=None, description="any JSON (default {})")
 
