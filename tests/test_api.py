@@ -5,6 +5,8 @@ process: test_api_process.py; bad input: test_api_input.py; tokens: test_api_aut
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -428,3 +430,14 @@ def test_the_router_and_the_app_work_inside_a_users_app(store: Store) -> None:
         assert api.get("/healthz").status_code == 200
     finally:
         api.close()
+
+
+def test_only_the_server_package_imports_the_server_libraries() -> None:
+    """The core and the command line (``serve`` included) import without the extra."""
+    probe = (
+        "import sys, simpleworkflow, simpleworkflow.worker, simpleworkflow.cli, "
+        "simpleworkflow.cli.serve; print(sorted(m for m in sys.modules "
+        "if m.split('.')[0] in ('fastapi', 'starlette', 'uvicorn', 'pydantic', 'httpx')))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
