@@ -242,17 +242,19 @@ def _add_actions(api: APIRouter, source: ClientSource, writer: list[Any]) -> Non
 
 
 def _moment(what: str, text: str | None) -> datetime | None:
-    """A query's time, parsed here so that a time without an offset is refused by the
-    client with its message, as ``Client.list`` refuses it."""
+    """A query's time: ISO 8601 with its offset, as ``Client.list`` needs it."""
     if text is None:
         return None
     try:
-        return datetime.fromisoformat(text)
+        moment: datetime | None = datetime.fromisoformat(text)
     except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:
         raise errors.InvalidArgument(
             f"{what} must be an ISO 8601 time with its offset, like 2030-01-31T09:00:00Z, "
             f"not {text!r:.80}"
-        ) from None
+        )
+    return moment
 
 
 def _pattern(text: str | None) -> Any:
