@@ -128,6 +128,8 @@ class RunQuery:
     retrying: bool = False
     created_after: datetime | None = None
     created_before: datetime | None = None
+    #: JSON text: only runs whose payload contains it, as Postgres ``jsonb @>`` decides.
+    payload_contains: str | None = None
     include_deleted: bool = False
     limit: int = 50
     after_created_at: datetime | None = None

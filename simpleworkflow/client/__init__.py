@@ -107,14 +107,24 @@ class Client(Requests):
         include_deleted: bool = False,
         limit: int = 50,
         cursor: str | None = None,
+        payload_contains: Any = None,
     ) -> RunPage:
         """One page of runs, newest first; pass ``page.next_cursor`` for the next one.
 
         ``status`` takes stored statuses and the states of pending runs that wait
         (``sleeping``, ``waiting-signal``, ``waiting-child``, ``retrying``); a run in any
-        of those given is listed."""
+        of those given is listed. ``payload_contains`` (JSON: a dict, a list, a value)
+        lists only runs whose payload contains it, as Postgres ``jsonb @>`` decides:
+        ``{"customer": "c_1"}`` matches every payload with that key and value."""
         query = _listing.list_query(
-            type_prefix, status, created_after, created_before, include_deleted, limit, cursor
+            type_prefix,
+            status,
+            created_after,
+            created_before,
+            include_deleted,
+            limit,
+            cursor,
+            payload_contains,
         )
         return _listing.page(self._run(self.backend.list_runs(query), readonly=True), query)
 
@@ -224,10 +234,18 @@ class AsyncClient(Requests):
         include_deleted: bool = False,
         limit: int = 50,
         cursor: str | None = None,
+        payload_contains: Any = None,
     ) -> RunPage:
         """One page of runs, newest first; see :meth:`Client.list`."""
         query = _listing.list_query(
-            type_prefix, status, created_after, created_before, include_deleted, limit, cursor
+            type_prefix,
+            status,
+            created_after,
+            created_before,
+            include_deleted,
+            limit,
+            cursor,
+            payload_contains,
         )
         return _listing.page(await self._run(self.backend.list_runs(query), readonly=True), query)
 

@@ -76,6 +76,7 @@ where (%(type_like)s::text is null or type like %(type_like)s)
        or (%(retrying)s and status = 'pending' and waiting_for is null and attempt > 0))
   and (%(created_after)s::timestamptz is null or created_at >= %(created_after)s)
   and (%(created_before)s::timestamptz is null or created_at < %(created_before)s)
+  and (%(payload_contains)s::jsonb is null or payload @> %(payload_contains)s::jsonb)
   and (%(include_deleted)s or deleted_at is null)
   and (%(after_created_at)s::timestamptz is null
        or (created_at, id) < (%(after_created_at)s::timestamptz, %(after_id)s::uuid))

@@ -83,6 +83,8 @@ where (:type_like is null or type like :type_like escape '\')
        or (:retrying and status = 'pending' and waiting_for is null and attempt > 0))
   and (:created_after is null or created_at >= :created_after)
   and (:created_before is null or created_at < :created_before)
+  -- jsonb @> as Postgres decides it: see backends/sqlite/matching.py.
+  and (:payload_contains is null or json_contains(payload, :payload_contains))
   and (:include_deleted or deleted_at is null)
   and (:after_created_at is null
        or (created_at, rowid) < (:after_created_at,
