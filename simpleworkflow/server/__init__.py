@@ -24,7 +24,7 @@ from starlette.types import ASGIApp
 
 import simpleworkflow
 from simpleworkflow.client import AsyncClient
-from simpleworkflow.server import health, problems, routing, runs, types_index
+from simpleworkflow.server import health, problems, routing, runs, topics, types_index
 from simpleworkflow.server.auth import Auth, is_loopback
 from simpleworkflow.server.routing import DEFAULT_MAX_BODY_BYTES
 from simpleworkflow.server.source import ClientSource
@@ -33,9 +33,8 @@ from simpleworkflow.server.source import ClientSource
 API_PREFIX = "/api/v1"
 
 #: The API's sections under the prefix, each ``build(source, auth, route_class)``. A new
-#: group of endpoints (topics and subscriptions, say) is a module with such a function,
-#: added here.
-SECTIONS: tuple[Callable[..., APIRouter], ...] = (runs.router, types_index.router)
+#: group of endpoints is a module with such a function, added here.
+SECTIONS: tuple[Callable[..., APIRouter], ...] = (runs.router, types_index.router, topics.router)
 
 __all__ = [
     "API_PREFIX",

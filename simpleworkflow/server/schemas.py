@@ -254,3 +254,59 @@ class Problem(BaseModel):
     errors: list[dict[str, Any]] | None = Field(
         default=None, description="for a request that failed validation: each error found"
     )
+
+
+class Subscribe(_Request):
+    """A workflow type to start for every event published on a topic the pattern matches."""
+
+    pattern: StrictStr = Field(
+        description="a topic pattern: dotted segments; `*` is one segment, a final `#` one "
+        "or more (see docs/topics.md)",
+        examples=["orders.*"],
+        json_schema_extra={"maxLength": 200},
+    )
+    type: StrictStr = Field(
+        description="the workflow type to start",
+        examples=["billing.invoice.v1"],
+        json_schema_extra={"pattern": TYPE_PATTERN, "maxLength": 200},
+    )
+    priority: StrictInt = Field(default=100, description="the runs' priority (lower first)")
+    max_attempts: StrictInt | None = Field(
+        default=None, description="the runs' attempts (default 3)"
+    )
+
+
+class SubscriptionOut(BaseModel):
+    """A subscription of a workflow type to a topic pattern."""
+
+    pattern: str
+    workflow_type: str
+    priority: int
+    max_attempts: int | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class Unsubscribed(BaseModel):
+    removed: bool = Field(description="false when there was no such subscription")
+
+
+class Publish(_Request):
+    """An event on a topic: one run per subscribed workflow type, once per event id."""
+
+    payload: JSON = Field(default=None, description="the runs' input, any JSON (default {})")
+    event_id: StrictStr | None = Field(
+        default=None,
+        description="the event's id: publishing it again starts nothing new (default: a "
+        "new UUID, a new event)",
+        json_schema_extra={"maxLength": 100},
+    )
+
+
+class PublishedOut(BaseModel):
+    """What a publish did: the run of each subscribed type, started now or found."""
+
+    topic: str
+    event_id: str
+    started: int = Field(description="how many of the runs this call started")
+    runs: list[RunOut]
