@@ -406,29 +406,38 @@ class Observers(Observer):
             return None
         return carrier
 
-    @contextlib.contextmanager
-    def _around(self, hook: str, make: Callable[[Observer], ContextManager[Any]]) -> Iterator[None]:
-        """Enter every observer's context manager, outermost first; one that raises on
-        the way in or out is skipped, and the user's exception always goes on."""
-        with contextlib.ExitStack() as stack:
-            for observer in self._observers:
-                try:
-                    manager = make(observer)
-                    manager.__enter__()
-                except Exception:
-                    self._complain(observer, hook)
-                    continue
-                stack.push(self._guarded_exit(observer, hook, manager))
-            yield
+    def _around(self, hook: str, make: Callable[[Observer], ContextManager[Any]]) -> _Around:
+        return _Around(self, hook, make)
 
-    def _guarded_exit(
-        self, observer: Observer, hook: str, manager: ContextManager[Any]
-    ) -> Callable[..., bool]:
-        def leave(*exc_info: Any) -> bool:
+
+class _Around:
+    """Every observer's context manager as one, entered outermost first; one that raises
+    on the way in or out is skipped, and the user's exception always goes on. A class (not
+    a generator over an ExitStack): it encloses every attempt and step, and costs less."""
+
+    __slots__ = ("_entered", "_hook", "_make", "_owner")
+
+    def __init__(
+        self, owner: Observers, hook: str, make: Callable[[Observer], ContextManager[Any]]
+    ) -> None:
+        self._owner = owner
+        self._hook = hook
+        self._make = make
+        self._entered: list[tuple[Observer, ContextManager[Any]]] = []
+
+    def __enter__(self) -> None:
+        for observer in self._owner:
+            try:
+                manager = self._make(observer)
+                manager.__enter__()
+            except Exception:
+                self._owner._complain(observer, self._hook)
+                continue
+            self._entered.append((observer, manager))
+
+    def __exit__(self, *exc_info: Any) -> None:  # None: what the user's code raised goes on
+        for observer, manager in reversed(self._entered):
             try:
                 manager.__exit__(*exc_info)
             except Exception:
-                self._complain(observer, hook)
-            return False  # never swallow what the user's code raised
-
-        return leave
+                self._owner._complain(observer, self._hook)

@@ -36,6 +36,7 @@ _RUN_STATUS = {
     observe.STOPPED: "pending",
 }
 _NUMBERED = re.compile(r"#\d+$")  # a repeated step's number, left out of span names
+_NOTHING = contextlib.nullcontext()
 
 
 @dataclass(slots=True)
@@ -174,6 +175,8 @@ class TracingObserver(observe.Observer):
             links=links,
             start_time=start,
         )
+        if not span.is_recording() and not span.get_span_context().is_valid:
+            return  # no SDK, and no trace to carry on: nothing to make current or end
         if span.is_recording():
             span.set_attributes(_attempt_attributes(run, event.worker_id))
             if claim is not None and claim[0] is run:
@@ -226,6 +229,8 @@ class TracingObserver(observe.Observer):
         span = self._tracer.start_span(
             f"step {_NUMBERED.sub('', event.step)}", kind=SpanKind.INTERNAL, start_time=start
         )
+        if not span.is_recording() and not span.get_span_context().is_valid:
+            return  # as for attempts
         if span.is_recording():
             span.set_attributes(
                 {
@@ -305,12 +310,11 @@ class TracingObserver(observe.Observer):
     def _using(self, spans: dict[Any, _Open], key: Any, run: Run) -> ContextManager[Any]:
         held = self._held(spans, key, run)
         if held is None:
-            return contextlib.nullcontext()
+            return _NOTHING
         return trace.use_span(held.span, end_on_exit=False)
 
     def _held(self, spans: dict[Any, _Open], key: Any, run: Run) -> _Open | None:
-        with self._lock:
-            held = spans.get(key)
+        held = spans.get(key)  # a dict read is atomic; writes take the lock
         return held if held is not None and held.run is run else None
 
     def _end(self, spans: dict[Any, _Open], key: Any, held: _Open) -> None:
