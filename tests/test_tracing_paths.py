@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanContext
 
-from simpleworkflow import App, Context, RunStatus
+from simpleworkflow import App, Context, RunStatus, cli
 from simpleworkflow.tracing import TracingObserver
 
 PARENT = "trace.parent.v1"
@@ -114,7 +114,10 @@ def test_start_many_is_one_span_whose_context_every_run_stores(
 
 
 def test_a_run_written_with_sql_continues_the_trace_it_names(
-    store: Store, provider: TracerProvider, exporter: InMemorySpanExporter
+    store: Store,
+    provider: TracerProvider,
+    exporter: InMemorySpanExporter,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     app = App(store.url, schema=store.schema, observers=[TracingObserver(provider)])
     app.workflow(PLAIN)(lambda payload: "done")
@@ -132,6 +135,9 @@ def test_a_run_written_with_sql_continues_the_trace_it_names(
     assert f"{attempt.context.trace_id:032x}" == TRACEPARENT.split("-")[1]
     assert f"{attempt.parent.span_id:016x}" == TRACEPARENT.split("-")[2]
     assert [link.attributes for link in attempt.links] == [{"workflow.link.kind": "creation"}]
+    # An operator sees the context with the run.
+    assert cli.main(["-d", store.url, "--schema", store.schema, "runs", "show", run.id]) == 0
+    assert f'trace_context    {{"traceparent":"{TRACEPARENT}"}}' in capsys.readouterr().out
 
 
 def test_an_attempt_lost_with_its_worker_is_forgotten_by_the_next_one(
