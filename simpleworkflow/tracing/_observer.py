@@ -37,6 +37,8 @@ _RUN_STATUS = {
 }
 _NUMBERED = re.compile(r"#\d+$")  # a repeated step's number, left out of span names
 _NOTHING = contextlib.nullcontext()
+#: Tracer providers of the API alone: no SDK has been configured.
+_SILENT = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
 
 
 @dataclass(slots=True)
@@ -82,6 +84,7 @@ class TracingObserver(observe.Observer):
         self._tracer = trace.get_tracer(
             "simpleworkflow", _version(), tracer_provider=tracer_provider
         )
+        self._provider = tracer_provider
         self._propagator = propagator
         self._lock = threading.Lock()  # step hooks come from handlers' threads
         self._attempts: dict[int, _Open] = {}
@@ -148,16 +151,22 @@ class TracingObserver(observe.Observer):
     # -- consuming: attempts ----------------------------------------------------------
 
     def run_claimed(self, event: observe.RunClaimed) -> None:
+        if self._silent():
+            return
         with self._lock:
             self._claims[id(event.run)] = (event.run, event.queued_for, None)
 
     def run_resumed(self, event: observe.RunResumed) -> None:
+        if self._silent():
+            return
         with self._lock:
             run, queued_for, _ = self._claims.get(id(event.run), (event.run, 0.0, None))
             self._claims[id(event.run)] = (run, queued_for, event.kind)
 
     def attempt_started(self, event: observe.AttemptStarted) -> None:
         run = event.run
+        if run.trace_context is None and self._silent():
+            return  # no SDK, and no trace to carry on: nothing to make current or end
         with self._lock:
             claim = self._claims.pop(id(run), None)
         creation, previous = self._extract(run.trace_context)
@@ -225,6 +234,8 @@ class TracingObserver(observe.Observer):
     # -- steps --------------------------------------------------------------------------
 
     def step_started(self, event: observe.StepStarted) -> None:
+        if self._silent():
+            return  # the attempt's context, current already, is all there is to carry
         start = time.time_ns()
         span = self._tracer.start_span(
             f"step {_NUMBERED.sub('', event.step)}", kind=SpanKind.INTERNAL, start_time=start
@@ -275,6 +286,8 @@ class TracingObserver(observe.Observer):
     # -- signals received ---------------------------------------------------------------
 
     def signal_consumed(self, event: observe.SignalConsumed) -> None:
+        if self._silent():
+            return
         span = self._tracer.start_span(
             f"receive {event.event}",
             kind=SpanKind.CONSUMER,
@@ -291,6 +304,12 @@ class TracingObserver(observe.Observer):
         span.end()
 
     # -- plumbing -----------------------------------------------------------------------
+
+    def _silent(self) -> bool:
+        """No SDK: the tracer records nothing, and a span only carries a caller's context
+        along. Asked each time: an application may set its provider after making this."""
+        provider = self._provider or trace.get_tracer_provider()
+        return isinstance(provider, _SILENT)
 
     def _extract(self, stored: Any) -> tuple[trace.SpanContext | None, trace.SpanContext | None]:
         """The start's span context and the previous attempt's, from a run's trace_context."""
