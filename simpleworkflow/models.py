@@ -64,6 +64,10 @@ class Run:
     deadline: datetime | None = None
     #: The code version of the handler the run started on (set at its first claim).
     code_version: str | None = None
+    #: The W3C trace context the run continues (``traceparent``, ``tracestate``), stored
+    #: by a tracing producer; under ``attempt``, that of the attempt that last gave the
+    #: run back. ``None`` when nobody traced it (see docs/tracing.md).
+    trace_context: dict[str, Any] | None = None
     #: Set only on what ``start`` and ``start_many`` return: True when the call created
     #: the run, False when its idempotency key was held already and the run that holds it
     #: came back. ``None`` on runs read back. Not part of the run's equality.

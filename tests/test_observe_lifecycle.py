@@ -21,10 +21,12 @@ from simpleworkflow import App, Context, Observer, RetryPolicy, Run, RunStatus
 PARENT = "obs.life.parent.v1"
 CHILD = "obs.life.child.v1"
 FAST = RetryPolicy(backoff="fixed", base=0.1, jitter=0)
+# The hooks that take an event: not the wrappers, nor ``inject`` (what a tracer adds to
+# what is stored, see tests/test_tracing.py).
 HOOKS = [
     name
     for name, value in vars(Observer).items()
-    if callable(value) and not name.startswith("_") and not name.startswith("around_")
+    if callable(value) and not name.startswith(("_", "around_")) and name != "inject"
 ]
 
 

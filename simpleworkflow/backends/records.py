@@ -106,6 +106,8 @@ class NewRun:
     deadline: datetime | None = None
     #: Seconds from now, when ``deadline`` is not given as a time.
     deadline_in: float | None = None
+    #: JSON text: the W3C trace context the run continues (see ``observe.Observer.inject``).
+    trace_context: str | None = None
 
     def params(self) -> dict[str, Any]:
         """The statement parameters, by name."""
@@ -193,6 +195,9 @@ class Failure:
     data: dict[str, Any]  # event data
     charged: bool = True
     suspect: bool = False
+    #: The trace context of the attempt that ends here (W3C entries, from the observers'
+    #: ``inject``), stored with the run for the next attempt to link to.
+    trace: dict[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +208,7 @@ class Release:
     run_id: str
     token: str
     delay: float = 0.0
+    trace: dict[str, str] | None = None  # as Failure's
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +227,7 @@ class Suspension:
     run_at: datetime | None = None
     delay: float = 0.0
     waiting_for: dict[str, Any] | None = None
+    trace: dict[str, str] | None = None  # as Failure's
 
     @property
     def event(self) -> str:

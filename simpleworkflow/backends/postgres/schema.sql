@@ -42,7 +42,9 @@ create table {schema}workflow_run (
     deadline        timestamptz,
     code_version    text,
     -- rescued from an expired lease: claimed alone until an attempt ends otherwise (0008)
-    isolate         boolean not null default false
+    isolate         boolean not null default false,
+    -- W3C trace context of the start, and of the attempt that last gave the run back (0010)
+    trace_context   jsonb
 );
 
 -- Claims read only claimable rows, ordered by priority then by when they became due:

@@ -21,13 +21,15 @@ insert into workflow_schema_version (version, name) values (:version, :name)
 -- store decides is sent back; the client knows the rest of the row. The client picks
 -- the id (time-ordered, see names.new_run_id); plain SQL inserts get the column default.
 insert into workflow_run
-    (id, type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline)
+    (id, type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline,
+     trace_context)
 values (
     :id, :type, :payload, :idempotency_key, :priority,
     coalesce(:run_at, strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :delay || ' seconds')),
     coalesce(:max_attempts, 3),
     :parent_id,
-    coalesce(:deadline, strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :deadline_in || ' seconds'))
+    coalesce(:deadline, strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :deadline_in || ' seconds')),
+    :trace_context
 )
 on conflict (idempotency_key) do nothing
 returning id, run_at, deadline, created_at, updated_at
@@ -35,7 +37,8 @@ returning id, run_at, deadline, created_at, updated_at
 -- name: create_runs
 -- Many runs in one statement; ids come from the client so rows can be matched to items.
 insert into workflow_run
-    (id, type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline)
+    (id, type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline,
+     trace_context)
 select json_extract(i.value, '$.id'), json_extract(i.value, '$.type'),
        json_extract(i.value, '$.payload'), json_extract(i.value, '$.idempotency_key'),
        json_extract(i.value, '$.priority'),
@@ -46,7 +49,8 @@ select json_extract(i.value, '$.id'), json_extract(i.value, '$.type'),
        json_extract(i.value, '$.parent_id'),
        coalesce(strftime('%Y-%m-%d %H:%M:%f', json_extract(i.value, '$.deadline')),
                 strftime('%Y-%m-%d %H:%M:%f', 'now',
-                         '+' || json_extract(i.value, '$.deadline_in') || ' seconds'))
+                         '+' || json_extract(i.value, '$.deadline_in') || ' seconds')),
+       json_extract(i.value, '$.trace_context')
 from json_each(:items) as i
 where true
 order by i.key
@@ -346,12 +350,17 @@ set status = case when o.final then 'failed' else 'pending' end,
     leased_by = case when o.final then workflow_run.leased_by end,
     lease_until = null,
     lease_token = null,
+    -- the attempt given back, for the next one to link to (none: forget the last)
+    trace_context = case when o.trace is null
+                         then json_remove(workflow_run.trace_context, '$.attempt')
+                         else json_set(coalesce(workflow_run.trace_context, '{}'), '$.attempt',
+                                       json(o.trace)) end,
     updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
 from (
     select json_extract(value, '$.id') as id, json_extract(value, '$.token') as token,
            json_extract(value, '$.final') as final, json_extract(value, '$.delay') as delay,
            json_extract(value, '$.error') as error, json_extract(value, '$.charged') as charged,
-           json_extract(value, '$.suspect') as suspect
+           json_extract(value, '$.suspect') as suspect, json_extract(value, '$.trace') as trace
     from json_each(:items)
 ) as o
 where workflow_run.id = o.id
@@ -394,10 +403,15 @@ set status = 'pending', leased_by = null, lease_until = null, lease_token = null
     run_at = case when o.delay > 0
                   then strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || o.delay || ' seconds')
                   else workflow_run.run_at end,
+    -- the attempt given back, for the next one to link to (none: forget the last)
+    trace_context = case when o.trace is null
+                         then json_remove(workflow_run.trace_context, '$.attempt')
+                         else json_set(coalesce(workflow_run.trace_context, '{}'), '$.attempt',
+                                       json(o.trace)) end,
     updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
 from (
     select json_extract(value, '$.id') as id, json_extract(value, '$.token') as token,
-           json_extract(value, '$.delay') as delay
+           json_extract(value, '$.delay') as delay, json_extract(value, '$.trace') as trace
     from json_each(:items)
 ) as o
 where workflow_run.id = o.id
@@ -484,11 +498,17 @@ set status = 'pending',
     waiting_for = o.waiting_for,
     leased_by = null, lease_until = null, lease_token = null,
     isolate = 0,
+    -- the attempt given back, for the next one to link to (none: forget the last)
+    trace_context = case when o.trace is null
+                         then json_remove(workflow_run.trace_context, '$.attempt')
+                         else json_set(coalesce(workflow_run.trace_context, '{}'), '$.attempt',
+                                       json(o.trace)) end,
     updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
 from (
     select json_extract(value, '$.id') as id, json_extract(value, '$.token') as token,
            json_extract(value, '$.run_at') as run_at, json_extract(value, '$.delay') as delay,
-           json(json_extract(value, '$.waiting_for')) as waiting_for
+           json(json_extract(value, '$.waiting_for')) as waiting_for,
+           json_extract(value, '$.trace') as trace
     from json_each(:items)
 ) as o
 where workflow_run.id = o.id

@@ -29,7 +29,9 @@ create table workflow_run (
     deadline        text,
     code_version    text,
     -- rescued from an expired lease: claimed alone until an attempt ends otherwise (0005)
-    isolate         integer not null default 0
+    isolate         integer not null default 0,
+    -- W3C trace context of the start, and of the attempt that last gave the run back (0007)
+    trace_context   text check (trace_context is null or json_valid(trace_context))
 );
 
 create index idx_workflow_run_claim
