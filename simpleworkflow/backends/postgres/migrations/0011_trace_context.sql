@@ -1,4 +1,4 @@
--- simpleworkflow 0010: the trace a run continues. A producer stores the W3C trace context
+-- simpleworkflow 0011: the trace a run continues. A producer stores the W3C trace context
 -- of the request that started the run ({"traceparent": ..., "tracestate": ...}), so that
 -- a worker in another process continues that trace; a worker adds, under "attempt", the
 -- context of the attempt that gave the run back (a retry, a suspension, a release), for
