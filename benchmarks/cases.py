@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from benchmarks import stores, workers
 from benchmarks.stores import BenchStore
-from benchmarks.worker import OBSERVERS_ENV
+from benchmarks.worker import METRICS_ENV
 from simpleworkflow.worker import WorkerOptions
 
 DEFAULT_CONCURRENCY: int = WorkerOptions.concurrency
@@ -103,7 +103,7 @@ def drain_metrics(store: BenchStore, sizes: Sizes) -> dict[str, float]:
         concurrency=sizes.concurrency,
         load=lambda: store.load_runs(sizes.items),
         label="drain, 1 process, metrics",
-        env={OBSERVERS_ENV: "metrics"},
+        env={METRICS_ENV: "on"},
     )
     return {"drain_1_metrics": rate}
 

@@ -4,9 +4,11 @@ It registers the benchmark's handlers and builds its poller, prints ``ready``, t
 for a line on stdin before it starts claiming: imports and connections stay out of the
 measured window, and several processes begin together. SIGTERM stops it gracefully.
 With ``PROFILE_ENV`` set to a path, the worker runs under cProfile and writes its
-statistics there when it stops (``python -m benchmarks.profile`` uses this). With
-``OBSERVERS_ENV`` set to ``metrics``, it counts and serves Prometheus metrics on a free
-port, as ``simpleworkflow worker --metrics-port`` does.
+statistics there when it stops (``python -m benchmarks.profile`` uses this).
+``TRACING_ENV`` registers the tracing observer: ``api`` with no SDK configured (its spans
+are no-ops), ``sdk`` with the SDK recording every span into a batch that goes nowhere.
+``METRICS_ENV`` set to ``on`` counts and serves Prometheus metrics on a free port, as
+``simpleworkflow worker --metrics-port`` does.
 """
 
 from __future__ import annotations
@@ -19,12 +21,12 @@ import time
 from typing import Any
 
 from benchmarks import stores
-from simpleworkflow import App, Context
+from simpleworkflow import App, Context, Observer
 from simpleworkflow.cli.worker import serve_metrics
 
 PROFILE_ENV = "SIMPLEWORKFLOW_BENCH_PROFILE"
-#: Comma-separated observers to turn on: ``metrics``.
-OBSERVERS_ENV = "SIMPLEWORKFLOW_BENCH_OBSERVERS"
+TRACING_ENV = "SIMPLEWORKFLOW_BENCH_TRACING"
+METRICS_ENV = "SIMPLEWORKFLOW_BENCH_METRICS"
 
 
 async def _nothing() -> None:
@@ -33,7 +35,7 @@ async def _nothing() -> None:
 
 def build_app(url: str, schema: str) -> App:
     """The handlers every case uses; each does no work of its own."""
-    app = App(url, schema=schema)
+    app = App(url, schema=schema, observers=_observers(os.environ.get(TRACING_ENV, "")))
 
     @app.workflow(stores.NOOP)
     async def noop(payload: Any) -> None:
@@ -56,14 +58,37 @@ def build_app(url: str, schema: str) -> App:
     return app
 
 
+def _observers(tracing: str) -> list[Observer]:
+    """The tracing observer, as ``TRACING_ENV`` asks (nothing: none)."""
+    if tracing not in ("", "api", "sdk"):
+        raise SystemExit(f"{TRACING_ENV}={tracing!r}: use api or sdk")
+    if not tracing:
+        return []
+    from simpleworkflow.tracing import TracingObserver
+
+    if tracing == "sdk":
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+        from opentelemetry.sdk.trace.export import SpanExportResult as Result
+
+        class Nowhere(SpanExporter):
+            def export(self, spans: object) -> Result:
+                return Result.SUCCESS
+
+        provider = TracerProvider()
+        provider.add_span_processor(BatchSpanProcessor(Nowhere()))
+        trace.set_tracer_provider(provider)
+    return [TracingObserver()]
+
+
 def main(argv: list[str]) -> None:
     url, schema, concurrency = argv[0], argv[1], int(argv[2])
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     poller = build_app(url, schema).poller(
         type_prefixes=["bench.%"], concurrency=concurrency, worker_id=f"bench-{schema}"
     )
-    observers = os.environ.get(OBSERVERS_ENV, "").split(",")
-    if "metrics" in observers:
+    if os.environ.get(METRICS_ENV) == "on":
         serve_metrics(poller, 0, "127.0.0.1")
     print("ready", flush=True)
     if sys.stdin.readline().strip() != "go":

@@ -47,7 +47,8 @@ FOREVER = datetime(9999, 1, 1, tzinfo=UTC)
 class StepJournal(GroupCommit[StepRecord]):
     """Journal entries of the steps of every run on a worker, group-committed: under load
     the steps of many runs share a statement and a commit. On a store without
-    notifications it also batches the status checks made before steps (``checks``)."""
+    notifications it also batches the status checks made before steps (``checks``, whose
+    ``run`` the worker supervises as a service of its own)."""
 
     what = "the journal entry"
 
@@ -61,9 +62,6 @@ class StepJournal(GroupCommit[StepRecord]):
 
     async def write(self, items: list[StepRecord]) -> set[Hashable]:
         return set(await self._backend.execute_async(self._backend.record_steps(items)))
-
-    async def run(self) -> None:
-        await asyncio.gather(super().run(), self.checks.run())
 
 
 class LeaseCheck(GroupCommit[tuple[str, str]]):
@@ -332,7 +330,13 @@ class Durable:
         return output
 
     async def create_child(
-        self, name: str, type: str, payload: str, priority: int, max_attempts: int | None
+        self,
+        name: str,
+        type: str,
+        payload: str,
+        priority: int,
+        max_attempts: int | None,
+        trace_context: dict[str, str] | None = None,
     ) -> Run:
         """Create the child run that step ``name`` starts, and wake this process's workers.
 
@@ -346,6 +350,7 @@ class Durable:
             priority=priority,
             max_attempts=max_attempts,
             parent_id=self.lease.run.id,
+            trace_context=None if trace_context is None else json.dumps(trace_context),
         )
         child = await self.backend.execute_async(self.backend.create_run(new))
         self.backend.notify_local("wake", type)

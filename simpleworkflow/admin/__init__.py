@@ -12,6 +12,7 @@ open one on a database URL (``Admin("postgresql://...")``), then:
   the registry entry), or its parts :meth:`~Admin.counts` and :meth:`~Admin.oldest_due`;
 - what is under way, cheaply enough for every metrics scrape: :meth:`~Admin.queues`;
 - one run: :meth:`~Admin.retry`, :meth:`~Admin.events`, :meth:`~Admin.steps` (timed);
+- topics: :meth:`~Admin.subscribe`, :meth:`~Admin.unsubscribe`, :meth:`~Admin.subscriptions`;
 - housekeeping: :meth:`~Admin.purge`, :meth:`~Admin.migrate`, :meth:`~Admin.migration_sql`,
   :meth:`~Admin.replay_check`.
 """

@@ -13,7 +13,7 @@ from typing import TypeVar
 from simpleworkflow import durations, schema_check
 from simpleworkflow.admin.records import Queues, TypeStats
 from simpleworkflow.admin.verbs import DEFAULT_PURGE_BATCH, Verbs
-from simpleworkflow.backends.records import JournalEntry, Op, RegistryEntry
+from simpleworkflow.backends.records import JournalEntry, Op, RegistryEntry, Subscription
 from simpleworkflow.handlers import Handlers
 from simpleworkflow.models import Event, Run
 from simpleworkflow.replaycheck import ReplayReport
@@ -37,6 +37,15 @@ class Admin(Verbs):
         self._schema_ok = True
         return applied
 
+    def schema_version(self) -> int:
+        """The version the database's schema is at, asked of the database on each call (a
+        readiness probe): migrated first where this admin may (an embedded SQLite file),
+        else :class:`~simpleworkflow.errors.SchemaError` when it is missing or older than
+        this code; :class:`~simpleworkflow.errors.StoreUnavailable` when unreachable."""
+        found = schema_check.ensure(self.backend, auto_migrate=self._auto_migrate)
+        self._schema_ok = True
+        return _version_now(self.backend.latest_version, found)
+
     def registry(self) -> builtins.list[RegistryEntry]:
         """Every registered type: the runtime that runs it, and whether it is paused."""
         return self._run(self.backend.list_registry(), readonly=True)
@@ -56,6 +65,27 @@ class Admin(Verbs):
     def resume(self, type: str) -> RegistryEntry:
         """Let the workers of its runtime claim ``type`` again."""
         return self._run(self._switch_op(type, True))
+
+    def subscribe(
+        self, pattern: str, type: str, *, priority: int = 100, max_attempts: int | None = None
+    ) -> Subscription:
+        """Have ``type`` run once for every event published on a topic ``pattern``
+        matches (``orders.created``, ``orders.*``, ``orders.#``; see docs/topics.md), with
+        these start options (``max_attempts`` ``None``: the default, 3). Subscribing
+        again changes the options; events published before are not delivered."""
+        return self._run(self._subscribe_op(pattern, type, priority, max_attempts))
+
+    def unsubscribe(self, pattern: str, type: str) -> bool:
+        """Stop delivering ``pattern``'s events to ``type``; runs already started go on.
+        ``False`` if there was no such subscription."""
+        return self._run(self._unsubscribe_op(pattern, type))
+
+    def subscriptions(
+        self, *, topic: str | None = None, type: str | None = None
+    ) -> builtins.list[Subscription]:
+        """The subscriptions, by pattern then type: every one, those of ``type``, or those
+        an event published on ``topic`` would start a run for."""
+        return self._run(self._subscriptions_op(topic, type), readonly=True)
 
     def stats(self) -> builtins.list[TypeStats]:
         """Every type with runs or a registry entry, by name: its runs by state, how late
@@ -140,6 +170,12 @@ class AsyncAdmin(Verbs):
         self._schema_ok = True
         return applied
 
+    async def schema_version(self) -> int:
+        """The schema's version, asked of the database; see :meth:`Admin.schema_version`."""
+        found = await schema_check.ensure_async(self.backend, auto_migrate=self._auto_migrate)
+        self._schema_ok = True
+        return _version_now(self.backend.latest_version, found)
+
     async def registry(self) -> builtins.list[RegistryEntry]:
         """Every registered type; see :meth:`Admin.registry`."""
         return await self._run(self.backend.list_registry(), readonly=True)
@@ -157,6 +193,22 @@ class AsyncAdmin(Verbs):
     async def resume(self, type: str) -> RegistryEntry:
         """Let workers claim ``type`` again."""
         return await self._run(self._switch_op(type, True))
+
+    async def subscribe(
+        self, pattern: str, type: str, *, priority: int = 100, max_attempts: int | None = None
+    ) -> Subscription:
+        """Subscribe ``type`` to a topic pattern; see :meth:`Admin.subscribe`."""
+        return await self._run(self._subscribe_op(pattern, type, priority, max_attempts))
+
+    async def unsubscribe(self, pattern: str, type: str) -> bool:
+        """Remove a subscription; see :meth:`Admin.unsubscribe`."""
+        return await self._run(self._unsubscribe_op(pattern, type))
+
+    async def subscriptions(
+        self, *, topic: str | None = None, type: str | None = None
+    ) -> builtins.list[Subscription]:
+        """The subscriptions; see :meth:`Admin.subscriptions`."""
+        return await self._run(self._subscriptions_op(topic, type), readonly=True)
 
     async def stats(self) -> builtins.list[TypeStats]:
         """Every type at a glance; see :meth:`Admin.stats`."""
@@ -212,3 +264,9 @@ class AsyncAdmin(Verbs):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _version_now(latest: int, found: int | None) -> int:
+    """The version after :func:`schema_check.ensure` found ``found``: an older or missing
+    schema was migrated to ``latest`` (or it raised)."""
+    return latest if found is None else max(found, latest)

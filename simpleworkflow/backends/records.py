@@ -106,6 +106,8 @@ class NewRun:
     deadline: datetime | None = None
     #: Seconds from now, when ``deadline`` is not given as a time.
     deadline_in: float | None = None
+    #: JSON text: the W3C trace context the run continues (see ``observe.Observer.inject``).
+    trace_context: str | None = None
 
     def params(self) -> dict[str, Any]:
         """The statement parameters, by name."""
@@ -128,6 +130,8 @@ class RunQuery:
     retrying: bool = False
     created_after: datetime | None = None
     created_before: datetime | None = None
+    #: JSON text: only runs whose payload contains it, as Postgres ``jsonb @>`` decides.
+    payload_contains: str | None = None
     include_deleted: bool = False
     limit: int = 50
     after_created_at: datetime | None = None
@@ -191,6 +195,9 @@ class Failure:
     data: dict[str, Any]  # event data
     charged: bool = True
     suspect: bool = False
+    #: The trace context of the attempt that ends here (W3C entries, from the observers'
+    #: ``inject``), stored with the run for the next attempt to link to.
+    trace: dict[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +208,7 @@ class Release:
     run_id: str
     token: str
     delay: float = 0.0
+    trace: dict[str, str] | None = None  # as Failure's
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +227,7 @@ class Suspension:
     run_at: datetime | None = None
     delay: float = 0.0
     waiting_for: dict[str, Any] | None = None
+    trace: dict[str, str] | None = None  # as Failure's
 
     @property
     def event(self) -> str:
@@ -250,6 +259,31 @@ class RegistryEntry:
     description: str | None
     created_at: datetime
     updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    """One row of ``workflow_subscription``: ``workflow_type`` runs once for every event
+    published on a topic that ``pattern`` matches, with these start options."""
+
+    pattern: str
+    workflow_type: str
+    priority: int
+    #: ``None``: the schema's default (3).
+    max_attempts: int | None
+    created_at: datetime
+    updated_at: datetime
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict, times as ISO 8601, as the CLI and API print it."""
+        return {
+            "pattern": self.pattern,
+            "workflow_type": self.workflow_type,
+            "priority": self.priority,
+            "max_attempts": self.max_attempts,
+            "created_at": self.created_at.isoformat(),
+            "updated_at": self.updated_at.isoformat(),
+        }
 
 
 @dataclass(frozen=True, slots=True)

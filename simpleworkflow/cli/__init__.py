@@ -29,12 +29,14 @@ def _command_modules() -> list[ModuleType]:
         registry,
         replaycheck,
         runs,
+        serve,
         start,
         stats,
+        topics,
         worker,
     )
 
-    return [demo, migrate, start, runs, stats, worker, replaycheck, registry]
+    return [demo, migrate, start, runs, stats, worker, serve, replaycheck, registry, topics]
 
 
 def build_parser() -> argparse.ArgumentParser:

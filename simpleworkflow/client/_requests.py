@@ -4,16 +4,17 @@ commit (wake-ups for workers in this process, then the observers)."""
 from __future__ import annotations
 
 import builtins
+import contextlib
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any, TypeVar
 
 from simpleworkflow import errors, names, observe, payloads, schema_check
 from simpleworkflow.backends import Backend, open_backend
 from simpleworkflow.backends.records import Op, SignalSent
-from simpleworkflow.client import _options
-from simpleworkflow.models import Run
+from simpleworkflow.client import _options, _topics
+from simpleworkflow.models import Published, Run
 
 T = TypeVar("T")
 #: How a client's Postgres connections appear in ``pg_stat_activity`` (``application_name``).
@@ -48,12 +49,37 @@ class Requests:
         self.observers.add(observer)
         return observer
 
-    def _start_op(self, type: str, payload: Any, options: Mapping[str, Any]) -> Op[Run]:
-        new = _options.new_run(type, payload, options, max_payload_bytes=self.max_payload_bytes)
+    @contextlib.contextmanager
+    def _starting(self, type: str | None) -> Iterator[dict[str, str] | None]:
+        """The observers' ``around_start``; yields the trace context to store with the
+        runs (what they inject there), if any."""
+        with self.observers.around_start(type):
+            yield self.observers.trace_context()
+
+    def _start_op(
+        self,
+        type: str,
+        payload: Any,
+        options: Mapping[str, Any],
+        trace_context: dict[str, str] | None = None,
+    ) -> Op[Run]:
+        new = _options.new_run(
+            type,
+            payload,
+            options,
+            max_payload_bytes=self.max_payload_bytes,
+            trace_context=trace_context,
+        )
         return self.backend.create_run(new)
 
-    def _many_op(self, requests: Iterable[_options.StartRequest]) -> Op[builtins.list[Run]]:
-        news = _options.new_runs(requests, max_payload_bytes=self.max_payload_bytes)
+    def _many_op(
+        self,
+        requests: Iterable[_options.StartRequest],
+        trace_context: dict[str, str] | None = None,
+    ) -> Op[builtins.list[Run]]:
+        news = _options.new_runs(
+            requests, max_payload_bytes=self.max_payload_bytes, trace_context=trace_context
+        )
         first = next(news, None)
         if first is None:
             raise errors.InvalidArgument("start_many needs at least one run to start")
@@ -75,6 +101,16 @@ class Requests:
             for run in runs:
                 self.observers.run_created(observe.RunCreated(run, created=bool(run.created)))
         return runs
+
+    def _publish_op(self, topic: str, payload: Any, event_id: str | None) -> Op[Published]:
+        topic = names.validate_topic(topic)
+        event_id = names.new_run_id() if event_id is None else names.validate_event_id(event_id)
+        text = payloads.encode({} if payload is None else payload, max_bytes=self.max_payload_bytes)
+        return _topics.publish(self.backend, topic, text, event_id)
+
+    def _published(self, published: Published) -> Published:
+        self._started_many(published.runs)
+        return published
 
     def _cancel_op(self, run_id: str, reason: str | None) -> Op[builtins.list[str] | None]:
         if reason is not None and (not isinstance(reason, str) or names.unstorable(reason)):

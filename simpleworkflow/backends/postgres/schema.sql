@@ -42,7 +42,9 @@ create table {schema}workflow_run (
     deadline        timestamptz,
     code_version    text,
     -- rescued from an expired lease: claimed alone until an attempt ends otherwise (0008)
-    isolate         boolean not null default false
+    isolate         boolean not null default false,
+    -- W3C trace context of the start, and of the attempt that last gave the run back (0010)
+    trace_context   jsonb
 );
 
 -- Claims read only claimable rows, ordered by priority then by when they became due:
@@ -202,6 +204,28 @@ create index idx_workflow_signal_pending
 
 -- A run's signals, for listing them and deleting them with their run (migration 0009).
 create index idx_workflow_signal_run on {schema}workflow_signal (run_id, id);
+
+-- Subscriptions of workflow types to topic patterns (migration 0010): publishing an event
+-- starts one run of each type a pattern of which matches its topic.
+create table {schema}workflow_subscription (
+    pattern       text not null,
+    workflow_type text not null,
+    -- the start options of the runs it starts
+    priority      integer not null default 100,
+    max_attempts  integer
+                  constraint workflow_subscription_max_attempts_check check (max_attempts >= 1),
+    created_at    timestamptz not null default now(),
+    updated_at    timestamptz not null default now(),
+    -- the pattern as a LIKE pattern: '*' and '#' become '%', '_' is escaped
+    topic_like    text not null generated always as (
+                      replace(replace(replace(pattern, '_', '\_'), '*', '%'), '#', '%')) stored,
+    -- the number of segments a matching topic has; null after a last '#' (one or more)
+    segments      integer generated always as (
+                      case when substr(pattern, length(pattern)) = '#' then null
+                           else length(pattern) - length(replace(pattern, '.', '')) + 1
+                      end) stored,
+    primary key (pattern, workflow_type)
+);
 
 -- Audit and journal rows go with their run (in place of foreign keys, which would lock
 -- the run for every row inserted).

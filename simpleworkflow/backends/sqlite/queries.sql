@@ -21,13 +21,15 @@ insert into workflow_schema_version (version, name) values (:version, :name)
 -- store decides is sent back; the client knows the rest of the row. The client picks
 -- the id (time-ordered, see names.new_run_id); plain SQL inserts get the column default.
 insert into workflow_run
-    (id, type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline)
+    (id, type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline,
+     trace_context)
 values (
     :id, :type, :payload, :idempotency_key, :priority,
     coalesce(:run_at, strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :delay || ' seconds')),
     coalesce(:max_attempts, 3),
     :parent_id,
-    coalesce(:deadline, strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :deadline_in || ' seconds'))
+    coalesce(:deadline, strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :deadline_in || ' seconds')),
+    :trace_context
 )
 on conflict (idempotency_key) do nothing
 returning id, run_at, deadline, created_at, updated_at
@@ -35,7 +37,8 @@ returning id, run_at, deadline, created_at, updated_at
 -- name: create_runs
 -- Many runs in one statement; ids come from the client so rows can be matched to items.
 insert into workflow_run
-    (id, type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline)
+    (id, type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline,
+     trace_context)
 select json_extract(i.value, '$.id'), json_extract(i.value, '$.type'),
        json_extract(i.value, '$.payload'), json_extract(i.value, '$.idempotency_key'),
        json_extract(i.value, '$.priority'),
@@ -46,7 +49,8 @@ select json_extract(i.value, '$.id'), json_extract(i.value, '$.type'),
        json_extract(i.value, '$.parent_id'),
        coalesce(strftime('%Y-%m-%d %H:%M:%f', json_extract(i.value, '$.deadline')),
                 strftime('%Y-%m-%d %H:%M:%f', 'now',
-                         '+' || json_extract(i.value, '$.deadline_in') || ' seconds'))
+                         '+' || json_extract(i.value, '$.deadline_in') || ' seconds')),
+       json_extract(i.value, '$.trace_context')
 from json_each(:items) as i
 where true
 order by i.key
@@ -83,6 +87,8 @@ where (:type_like is null or type like :type_like escape '\')
        or (:retrying and status = 'pending' and waiting_for is null and attempt > 0))
   and (:created_after is null or created_at >= :created_after)
   and (:created_before is null or created_at < :created_before)
+  -- jsonb @> as Postgres decides it: see backends/sqlite/matching.py.
+  and (:payload_contains is null or json_contains(payload, :payload_contains))
   and (:include_deleted or deleted_at is null)
   and (:after_created_at is null
        or (created_at, rowid) < (:after_created_at,
@@ -344,12 +350,17 @@ set status = case when o.final then 'failed' else 'pending' end,
     leased_by = case when o.final then workflow_run.leased_by end,
     lease_until = null,
     lease_token = null,
+    -- the attempt given back, for the next one to link to (none: forget the last)
+    trace_context = case when o.trace is null
+                         then json_remove(workflow_run.trace_context, '$.attempt')
+                         else json_set(coalesce(workflow_run.trace_context, '{}'), '$.attempt',
+                                       json(o.trace)) end,
     updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
 from (
     select json_extract(value, '$.id') as id, json_extract(value, '$.token') as token,
            json_extract(value, '$.final') as final, json_extract(value, '$.delay') as delay,
            json_extract(value, '$.error') as error, json_extract(value, '$.charged') as charged,
-           json_extract(value, '$.suspect') as suspect
+           json_extract(value, '$.suspect') as suspect, json_extract(value, '$.trace') as trace
     from json_each(:items)
 ) as o
 where workflow_run.id = o.id
@@ -392,10 +403,15 @@ set status = 'pending', leased_by = null, lease_until = null, lease_token = null
     run_at = case when o.delay > 0
                   then strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || o.delay || ' seconds')
                   else workflow_run.run_at end,
+    -- the attempt given back, for the next one to link to (none: forget the last)
+    trace_context = case when o.trace is null
+                         then json_remove(workflow_run.trace_context, '$.attempt')
+                         else json_set(coalesce(workflow_run.trace_context, '{}'), '$.attempt',
+                                       json(o.trace)) end,
     updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
 from (
     select json_extract(value, '$.id') as id, json_extract(value, '$.token') as token,
-           json_extract(value, '$.delay') as delay
+           json_extract(value, '$.delay') as delay, json_extract(value, '$.trace') as trace
     from json_each(:items)
 ) as o
 where workflow_run.id = o.id
@@ -482,11 +498,17 @@ set status = 'pending',
     waiting_for = o.waiting_for,
     leased_by = null, lease_until = null, lease_token = null,
     isolate = 0,
+    -- the attempt given back, for the next one to link to (none: forget the last)
+    trace_context = case when o.trace is null
+                         then json_remove(workflow_run.trace_context, '$.attempt')
+                         else json_set(coalesce(workflow_run.trace_context, '{}'), '$.attempt',
+                                       json(o.trace)) end,
     updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
 from (
     select json_extract(value, '$.id') as id, json_extract(value, '$.token') as token,
            json_extract(value, '$.run_at') as run_at, json_extract(value, '$.delay') as delay,
-           json(json_extract(value, '$.waiting_for')) as waiting_for
+           json(json_extract(value, '$.waiting_for')) as waiting_for,
+           json_extract(value, '$.trace') as trace
     from json_each(:items)
 ) as o
 where workflow_run.id = o.id
@@ -670,3 +692,32 @@ where id in (
     limit :limit
 )
 returning type
+
+-- Topics (migration 0007): subscriptions of workflow types to topic patterns.
+
+-- name: subscribe
+-- Subscribing again keeps the subscription and takes the new start options.
+insert into workflow_subscription (pattern, workflow_type, priority, max_attempts)
+values (:pattern, :type, :priority, :max_attempts)
+on conflict (pattern, workflow_type) do update
+set priority = excluded.priority, max_attempts = excluded.max_attempts,
+    updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+returning *
+
+-- name: unsubscribe
+delete from workflow_subscription
+where pattern = :pattern and workflow_type = :type
+returning pattern
+
+-- name: list_subscriptions
+-- Every subscription, of one type or all, or those whose pattern matches a topic: the
+-- topic is LIKE the pattern's topic_like and, unless the pattern ends in '#', has as many
+-- segments (so that the wildcard standing for a '*' takes no '.'). The same test as the
+-- publishing statement of docs/topics.md; the table is small and read whole.
+select * from workflow_subscription
+where (:type is null or workflow_type = :type)
+  and (:topic is null
+       or (:topic like topic_like escape '\'
+           and (segments is null
+                or segments = length(:topic) - length(replace(:topic, '.', '')) + 1)))
+order by pattern, workflow_type
