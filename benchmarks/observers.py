@@ -4,10 +4,12 @@ One worker process (as in the suite's drain) drains ``--runs`` no-op runs for ea
 variant in turn, ``--repeat`` times, interleaved so that the machine's other load falls on
 every variant alike: ``off`` (no observer), ``api`` (the tracing observer, with the
 OpenTelemetry API and no SDK configured: what an application gets that installs the
-``tracing`` extra and exports nothing) and ``sdk`` (the SDK records every span, into a
-batch exported nowhere). Reported per variant: the median drain rate (runs/s, by the
-database's clock) and the median CPU time the worker process spent per run, read from
-``/proc``, which other processes on a shared machine disturb far less than the rate.
+``tracing`` extra and exports nothing), ``sdk`` (the SDK records every span, into a
+batch exported nowhere), ``metrics`` (Prometheus metrics counted and served, as
+``worker --metrics-port`` does) and ``metrics+sdk`` (both). Reported per variant: the
+median drain rate (runs/s, by the database's clock) and the median CPU time the worker
+process spent per run, read from ``/proc``, which other processes on a shared machine
+disturb far less than the rate.
 """
 
 from __future__ import annotations
@@ -21,16 +23,18 @@ from typing import Any
 
 from benchmarks import profile, stores, workers
 from benchmarks.stores import BenchStore
-from benchmarks.worker import TRACING_ENV
+from benchmarks.worker import METRICS_ENV, TRACING_ENV
 
-VARIANTS = ("off", "api", "sdk")
+VARIANTS = ("off", "api", "sdk", "metrics", "metrics+sdk")
 
 
 def drain_once(store: BenchStore, runs: int, concurrency: int, variant: str) -> tuple[float, float]:
     """(runs/s, worker CPU microseconds per run) of one drain."""
     store.load_runs(runs, stores.NOOP)
     after = store.last_event()
-    env = {TRACING_ENV: "" if variant == "off" else variant}
+    parts = variant.split("+")
+    tracing = next((part for part in parts if part in ("api", "sdk")), "")
+    env = {TRACING_ENV: tracing, METRICS_ENV: "on" if "metrics" in parts else ""}
     with workers.WorkerPool(store, 1, concurrency, env=env) as pool:
         pid = pool.procs[0].pid
         before = profile._cpu([pid])[pid]
@@ -74,7 +78,7 @@ def main(argv: list[str]) -> None:
         base = results[kind]["off"]
         for variant, figures in results[kind].items():
             print(
-                f"{kind:8} {variant:3}  {figures['rate']:>8,.0f} runs/s "
+                f"{kind:8} {variant:11}  {figures['rate']:>8,.0f} runs/s "
                 f"({figures['rate'] / base['rate']:.0%})  "
                 f"worker CPU {figures['cpu_us_per_run']:6.1f} µs/run "
                 f"({figures['cpu_us_per_run'] / base['cpu_us_per_run']:.0%})"
