@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager as ContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 if TYPE_CHECKING:
     from simpleworkflow.models import Run
@@ -281,9 +281,14 @@ class Observers(Observer):
     """Several observers as one: calls each in the order registered, and logs and
     ignores what one raises. The engine holds one of these (empty: nothing is called)."""
 
+    #: Bumped by every ``add`` anywhere: composites nest, so a cache of which observers
+    #: enclose (``_enclosing``) is good only while no composite has changed.
+    _generation: ClassVar[int] = 0
+
     def __init__(self, observers: Iterable[Observer] = ()) -> None:
         self._observers: list[Observer] = []
         self._complained: set[tuple[int, str]] = set()
+        self._enclosers: dict[str, tuple[int, list[Observer]]] = {}
         for observer in observers:
             self.add(observer)
 
@@ -294,6 +299,7 @@ class Observers(Observer):
                 f"(subclass it and override the hooks you need), not {observer!r:.60}"
             )
         self._observers.append(observer)
+        Observers._generation += 1
 
     def __bool__(self) -> bool:
         return bool(self._observers)
@@ -413,8 +419,13 @@ class Observers(Observer):
     def _enclosing(self, hook: str) -> list[Observer]:
         """The observers whose ``hook`` (an ``around_*``) does something. The base class's
         returns a null context: entering it for every attempt and step was most of what
-        an observer that only counts cost."""
-        return [o for o in self._observers if _encloses(o, hook)]
+        an observer that only counts cost. Worked out again only after an ``add``."""
+        cached = self._enclosers.get(hook)
+        if cached is not None and cached[0] == Observers._generation:
+            return cached[1]
+        found = [o for o in self._observers if _encloses(o, hook)]
+        self._enclosers[hook] = (Observers._generation, found)
+        return found
 
     def _around(
         self, hook: str, observers: list[Observer], make: Callable[[Observer], ContextManager[Any]]

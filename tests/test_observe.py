@@ -103,3 +103,8 @@ def test_observers_that_only_count_are_not_entered_around_attempts_and_steps() -
     with nested.around_step(RUN, "charge", 1):
         seen.append("body")
     assert seen == ["b enter charge", "body", "b leave charge"]
+    counting.add(Recorder("a", seen))  # inside a composite already asked: noticed
+    seen.clear()
+    with nested.around_step(RUN, "charge", 1):
+        seen.append("body")
+    assert seen == ["a enter charge", "b enter charge", "body", "b leave charge", "a leave charge"]
