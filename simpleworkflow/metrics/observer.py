@@ -55,15 +55,16 @@ class _Names:
             if name in seen or len(seen) < self._limit:
                 seen.add(name)
                 return name
-        if len(seen) == self._limit:
-            seen.add(OTHER)  # warn once per type
+            first = OTHER not in seen
+            seen.add(OTHER)
+        if first:
             _log.warning(
-                "%s has more than %d %s names: later ones are counted as %r in metrics "
+                "more than %d %s names for %s: later ones are counted as %r in metrics "
                 "(a name built from data makes a series per run; raise max_names if they "
                 "are really that many)",
-                type_name,
                 self._limit,
                 self._what,
+                type_name or "every type",
                 OTHER,
             )
         return OTHER
