@@ -6,7 +6,7 @@ import abc
 import functools
 import json
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from simpleworkflow.backends.dialect import Dialect, followups
@@ -77,6 +77,7 @@ class StoreCore(abc.ABC):
             parent_id=None if row.get("parent_id") is None else str(row["parent_id"]),
             deadline=opt_time(row.get("deadline")),
             code_version=row.get("code_version"),
+            retention=duration(row.get("retention")),
         )
 
     def created_run(self, new: NewRun, row: Mapping[str, Any]) -> Run:
@@ -102,6 +103,7 @@ class StoreCore(abc.ABC):
             deleted_at=None,
             parent_id=new.parent_id,
             deadline=self.opt_time(row["deadline"]),
+            retention=None if new.retention is None else timedelta(seconds=new.retention),
             created=True,
         )
 
@@ -123,7 +125,15 @@ class StoreCore(abc.ABC):
             description=row["description"],
             created_at=self.decode_time(row["created_at"]),
             updated_at=self.decode_time(row["updated_at"]),
+            retention=duration(row.get("retention")),
         )
 
     def opt_time(self, value: Any) -> datetime | None:
         return None if value is None else self.decode_time(value)
+
+
+def duration(value: Any) -> timedelta | None:
+    """A stored retention: an ``interval`` (Postgres) or seconds (SQLite), or null."""
+    if value is None or isinstance(value, timedelta):
+        return value
+    return timedelta(seconds=float(value))

@@ -42,7 +42,9 @@ create table {schema}workflow_run (
     deadline        timestamptz,
     code_version    text,
     -- rescued from an expired lease: claimed alone until an attempt ends otherwise (0008)
-    isolate         boolean not null default false
+    isolate         boolean not null default false,
+    -- kept this long after it finished; null: its type's retention, else the default (0010)
+    retention       interval
 );
 
 -- Claims read only claimable rows, ordered by priority then by when they became due:
@@ -91,7 +93,9 @@ create table {schema}workflow_registry (
     is_enabled    boolean not null default true,
     description   text,
     created_at    timestamptz not null default now(),
-    updated_at    timestamptz not null default now()
+    updated_at    timestamptz not null default now(),
+    -- how long its runs are kept after they finish, unless they chose; null: the default
+    retention     interval
 );
 
 
@@ -218,3 +222,25 @@ create trigger workflow_run_delete_children
     after delete on {schema}workflow_run
     referencing old table as deleted_runs
     for each statement execute function {schema}workflow_run_delete_children();
+
+-- The retention sweeper's candidates (migration 0010): finished runs with no parent row,
+-- by type and finishing time, or by a retention of their own. Every range a sweep reads
+-- holds only expired runs, however many are kept (see docs/retention.md).
+create index idx_workflow_run_expiry_by_type
+    on {schema}workflow_run (type, updated_at)
+    where status in ('succeeded', 'failed', 'cancelled')
+      and retention is null and parent_id is null;
+
+create index idx_workflow_run_expiry_own
+    on {schema}workflow_run (retention, updated_at)
+    where status in ('succeeded', 'failed', 'cancelled')
+      and retention is not null and parent_id is null;
+
+-- One row per fleet-wide service (the retention sweeper): the worker running it, until
+-- when (migration 0010).
+create table {schema}workflow_service_lease (
+    name        text primary key,
+    holder      text not null,
+    lease_until timestamptz not null,
+    updated_at  timestamptz not null default now()
+);

@@ -29,7 +29,9 @@ create table workflow_run (
     deadline        text,
     code_version    text,
     -- rescued from an expired lease: claimed alone until an attempt ends otherwise (0005)
-    isolate         integer not null default 0
+    isolate         integer not null default 0,
+    -- seconds kept after it finished; null: its type's retention, else the default (0007)
+    retention       real
 );
 
 create index idx_workflow_run_claim
@@ -64,7 +66,9 @@ create table workflow_registry (
     is_enabled    integer not null default 1,
     description   text,
     created_at    text not null default (strftime('%Y-%m-%d %H:%M:%f', 'now')),
-    updated_at    text not null default (strftime('%Y-%m-%d %H:%M:%f', 'now'))
+    updated_at    text not null default (strftime('%Y-%m-%d %H:%M:%f', 'now')),
+    -- seconds its runs are kept after they finish, unless they chose; null: the default
+    retention     real
 );
 
 create index idx_workflow_run_lease_expiry
@@ -116,6 +120,23 @@ create index idx_workflow_run_due
     where status = 'pending' and deleted_at is null;
 
 create index idx_workflow_signal_run on workflow_signal (run_id, id);
+
+create index idx_workflow_run_expiry_by_type
+    on workflow_run (type, updated_at)
+    where status in ('succeeded', 'failed', 'cancelled')
+      and retention is null and parent_id is null;
+
+create index idx_workflow_run_expiry_own
+    on workflow_run (retention, updated_at)
+    where status in ('succeeded', 'failed', 'cancelled')
+      and retention is not null and parent_id is null;
+
+create table workflow_service_lease (
+    name        text primary key,
+    holder      text not null,
+    lease_until text not null,
+    updated_at  text not null default (strftime('%Y-%m-%d %H:%M:%f', 'now'))
+);
 
 -- The created event comes from the insert itself, so that runs written with plain SQL
 -- have the same audit trail as runs started through a client.
