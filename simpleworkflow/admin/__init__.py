@@ -11,12 +11,14 @@ open one on a database URL (``Admin("postgresql://...")``), then:
 - the types at a glance: :meth:`~Admin.stats` (runs by state, the oldest due run's age,
   the registry entry), or its parts :meth:`~Admin.counts` and :meth:`~Admin.oldest_due`;
 - one run: :meth:`~Admin.retry`, :meth:`~Admin.events`, :meth:`~Admin.steps` (timed);
+- retention: :meth:`~Admin.set_retention` (a type's), :meth:`~Admin.sweep` (delete the
+  runs past theirs);
 - housekeeping: :meth:`~Admin.purge`, :meth:`~Admin.migrate`, :meth:`~Admin.migration_sql`,
   :meth:`~Admin.replay_check`.
 """
 
 from simpleworkflow.admin.faces import Admin, AsyncAdmin
-from simpleworkflow.admin.records import STATES, TypeStats, registry_dict
+from simpleworkflow.admin.records import STATES, SweepReport, TypeStats, registry_dict
 from simpleworkflow.admin.verbs import ADMIN_NAME, check_runtime
 
 __all__ = [
@@ -24,6 +26,7 @@ __all__ = [
     "STATES",
     "Admin",
     "AsyncAdmin",
+    "SweepReport",
     "TypeStats",
     "check_runtime",
     "registry_dict",
