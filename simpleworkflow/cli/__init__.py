@@ -31,10 +31,11 @@ def _command_modules() -> list[ModuleType]:
         runs,
         start,
         stats,
+        sweep,
         worker,
     )
 
-    return [demo, migrate, start, runs, stats, worker, replaycheck, registry]
+    return [demo, migrate, start, runs, stats, worker, replaycheck, registry, sweep]
 
 
 def build_parser() -> argparse.ArgumentParser:
