@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -132,28 +133,45 @@ def check_batch(batch_size: object, limit: int) -> int:
 
 @dataclass
 class Batches:
-    """A deletion in progress: ``batch()`` is the op of the next transaction (``None``
-    from the op stops it: a sweeper that lost its lease), until a batch comes back short."""
+    """A deletion in progress: ``batch()`` is the op of the next transaction, until a
+    batch comes back short (``until_empty``: empty), or ``None`` (a sweeper that lost its
+    lease).
+
+    A sweep goes on until a batch finds nothing, since deleting a parent makes its
+    children candidates: one sweep takes a whole tree that is past its retention.
+
+    On a store with one writer at a time (SQLite, ``one_writer``) the caller rests
+    ``rest`` seconds between batches, as long as the last one took: back to back, the
+    batches would keep other processes' writers out (they poll for the lock) for the
+    whole deletion, and beyond their busy timeout in a large one."""
 
     next_op: Callable[[], Op[Counter[str] | None]]
     batch_size: int
     observers: observe.Observer
+    until_empty: bool = False
+    one_writer: bool = False
     deleted: Counter[str] = field(default_factory=Counter)
     batches: int = 0
     done: bool = False
+    rest: float = 0.0
+    _started: float = 0.0
 
     def batch(self) -> Op[Counter[str] | None]:
+        self._started = time.monotonic()
         return self.next_op()
 
     def took(self, gone: Counter[str] | None) -> None:
         """Count a committed batch, and tell the observers what went, per type."""
         self.batches += 1
+        self.rest = time.monotonic() - self._started if self.one_writer else 0.0
         if gone is None:
-            self.done = True
+            self.done, self.rest = True, 0.0
             return
         count = sum(gone.values())
         self.deleted.update(gone)
-        self.done = count < self.batch_size
+        self.done = count == 0 if self.until_empty else count < self.batch_size
+        if self.done:
+            self.rest = 0.0
         for type_name, runs in sorted(gone.items()):
             self.observers.runs_deleted(observe.RunsDeleted(type=type_name, count=runs))
 

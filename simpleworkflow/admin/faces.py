@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import time
 from typing import TypeVar
 
 from simpleworkflow import durations, schema_check
@@ -108,6 +109,7 @@ class Admin(Verbs):
         purge = self._purge(older_than, type, batch_size)
         while not purge.done:
             purge.took(self._run(purge.batch()))
+            time.sleep(purge.rest)
         return purge.total
 
     def sweep(
@@ -128,6 +130,7 @@ class Admin(Verbs):
             return self._report(policy, expired, dry_run=True)
         while not sweep.done:
             sweep.took(self._run(sweep.batch()))
+            time.sleep(sweep.rest)
         return self._report(policy, sweep.deleted, dry_run=False)
 
     def replay_check(self, app: Handlers) -> builtins.list[ReplayReport]:
@@ -218,6 +221,7 @@ class AsyncAdmin(Verbs):
         purge = self._purge(older_than, type, batch_size)
         while not purge.done:
             purge.took(await self._run(purge.batch()))
+            await asyncio.sleep(purge.rest)
         return purge.total
 
     async def sweep(
@@ -234,6 +238,7 @@ class AsyncAdmin(Verbs):
             return self._report(policy, expired, dry_run=True)
         while not sweep.done:
             sweep.took(await self._run(sweep.batch()))
+            await asyncio.sleep(sweep.rest)
         return self._report(policy, sweep.deleted, dry_run=False)
 
     async def replay_check(self, app: Handlers) -> builtins.list[ReplayReport]:

@@ -152,6 +152,7 @@ class Verbs:
             functools.partial(self.backend.purge_runs, seconds, one_type, size),
             size,
             self.observers,
+            one_writer=not self.backend.dialect.skip_locked,
         )
 
     def _set_retention_op(self, type: str, keep: durations.Duration | None) -> Op[RegistryEntry]:
@@ -169,7 +170,11 @@ class Verbs:
         size = retention.check_batch(batch_size, retention.MAX_BATCH)
         policy = retention.Policy.from_env(default_retention)
         sweep = functools.partial(self.backend.sweep_runs, policy.default, policy.ceiling, size)
-        return policy, retention.Batches(sweep, size, self.observers)
+        one_writer = not self.backend.dialect.skip_locked
+        batches = retention.Batches(
+            sweep, size, self.observers, until_empty=True, one_writer=one_writer
+        )
+        return policy, batches
 
     def _expired_op(self, policy: retention.Policy) -> Op[Counter[str]]:
         return self.backend.count_expired(policy.default, policy.ceiling)

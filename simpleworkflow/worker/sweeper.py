@@ -65,7 +65,7 @@ class Sweeper:
             await self._release()
 
     async def sweep_once(self) -> retention.Batches:
-        """One round: batches until one comes back short, the lease is another's, or the
+        """One round: batches until one finds nothing, the lease is another's, or the
         store cannot be reached (the next round tries again)."""
         sweep = functools.partial(
             self.backend.sweep_runs,
@@ -74,23 +74,29 @@ class Sweeper:
             retention.MAX_BATCH,
             self.lease,
         )
-        batches = retention.Batches(sweep, retention.MAX_BATCH, self.observers)
-        while not batches.done:
-            try:
-                gone = await self.backend.execute_async(batches.batch())
-            except errors.StoreUnavailable as exc:
+        one_writer = not self.backend.dialect.skip_locked
+        batches = retention.Batches(
+            sweep, retention.MAX_BATCH, self.observers, until_empty=True, one_writer=one_writer
+        )
+        try:
+            while not batches.done:
+                try:
+                    gone = await self.backend.execute_async(batches.batch())
+                except errors.StoreUnavailable as exc:
+                    if self._outage is not None:
+                        self._outage.failed(exc)
+                    break
                 if self._outage is not None:
-                    self._outage.failed(exc)
-                break
-            if self._outage is not None:
-                self._outage.ended()
-            batches.took(gone)
-        if batches.total:
-            _log.info(
-                "sweeper deleted %d run(s) past their retention: %s",
-                batches.total,
-                ", ".join(f"{name} {count}" for name, count in sorted(batches.deleted.items())),
-            )
+                    self._outage.ended()
+                batches.took(gone)
+                await asyncio.sleep(batches.rest)
+        finally:  # what went is told even when the worker stops mid-round
+            if batches.total:
+                _log.info(
+                    "sweeper deleted %d run(s) past their retention: %s",
+                    batches.total,
+                    ", ".join(f"{name} {n}" for name, n in sorted(batches.deleted.items())),
+                )
         return batches
 
     async def _release(self) -> None:

@@ -769,9 +769,9 @@ with recursive kinds (type) as (
         for update of r skip locked
     ) as d
 )
+-- The ids as an array: each found by primary key, never by a hash of the whole table.
 delete from {schema}workflow_run r
-using (select id from doomed limit %(limit)s) as x
-where r.id = x.id
+where r.id = any(array(select id from doomed limit %(limit)s))
 returning r.type
 
 -- name: count_expired
