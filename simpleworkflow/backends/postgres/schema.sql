@@ -208,12 +208,15 @@ create index idx_workflow_signal_pending
 create index idx_workflow_signal_run on {schema}workflow_signal (run_id, id);
 
 -- Audit and journal rows go with their run (in place of foreign keys, which would lock
--- the run for every row inserted).
+-- the run for every row inserted), found by index: a hash join of the deleted runs with
+-- the whole table read every event and step of every run (migration 0010).
 create function {schema}workflow_run_delete_children() returns trigger
 language plpgsql as $$
 begin
-    delete from {schema_name}.workflow_event e using deleted_runs d where e.workflow_id = d.id;
-    delete from {schema_name}.workflow_step s using deleted_runs d where s.run_id = d.id;
+    delete from {schema_name}.workflow_event
+    where workflow_id = any(array(select id from deleted_runs));
+    delete from {schema_name}.workflow_step
+    where run_id = any(array(select id from deleted_runs));
     return null;
 end
 $$;

@@ -27,3 +27,18 @@ create table {schema}workflow_service_lease (
     lease_until timestamptz not null,
     updated_at  timestamptz not null default now()
 );
+
+-- A deleted run's events and journal are found by index. Joined with the table of deleted
+-- runs, whose size the planner cannot know, they were read by a hash join over every
+-- event and step of every run: a sweep of 1,000 runs beside 200,000 kept took 200 ms,
+-- and more as the tables grew.
+create or replace function {schema}workflow_run_delete_children() returns trigger
+language plpgsql as $$
+begin
+    delete from {schema_name}.workflow_event
+    where workflow_id = any(array(select id from deleted_runs));
+    delete from {schema_name}.workflow_step
+    where run_id = any(array(select id from deleted_runs));
+    return null;
+end
+$$;
