@@ -59,7 +59,8 @@ def _days_from_env(name: str, default: float) -> float:
 
 def ceiling() -> float:
     """The operator's ceiling in seconds: ``$SIMPLEWORKFLOW_MAX_RETENTION_DAYS``, else 365
-    days; read each time, so a process sees a change at its next start or sweep."""
+    days; read when called (at a start that asks for a retention, at an admin's sweep,
+    when a worker with a sweeper is made)."""
     days = _days_from_env(MAX_ENV, MAX_DAYS)
     if days <= 0:
         raise errors.ConfigurationError(f"${MAX_ENV} must be more than 0 days, not {days:g}")
