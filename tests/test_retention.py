@@ -350,16 +350,38 @@ def test_observers_hear_of_each_batch_by_type(store: Store, client: Client) -> N
     assert Counter(t for t, n in seen for _ in range(n)) == {ORDER: 3, AUDIT: 2}
 
 
+def test_the_async_admin_sets_retention_and_sweeps_the_same(store: Store) -> None:
+    async def main() -> None:
+        async with store.async_client() as client:
+            admin = client.admin
+            await admin.set_runtime(AUDIT, "python")
+            entry = await admin.set_retention(AUDIT, timedelta(days=2))
+            assert entry.retention == timedelta(days=2)
+            runs = [await client.start(AUDIT), await client.start(ORDER, retention="1d")]
+            for run in runs:
+                finish(store, run.id, ago=3 * DAY)
+            assert (await admin.sweep(dry_run=True)).runs == {AUDIT: 1, ORDER: 1}
+            assert store.count() == 2
+            assert (await admin.sweep(batch_size=1)).total == 2
+            with pytest.raises(errors.TypeNotRegistered):
+                await admin.set_retention(ORDER, "1d")
+
+    asyncio.run(main())
+
+
 def test_a_key_reused_after_its_run_was_swept_starts_a_fresh_run(
     store: Store, client: Client, admin: Admin
 ) -> None:
     app = App(store.url, schema=store.schema)
     charged: list[int] = []
 
+    def charge(n: int) -> int:
+        charged.append(n)
+        return len(charged)
+
     @app.workflow(ORDER)
     async def order(payload: dict[str, Any], ctx: Any) -> dict[str, int]:
-        count = await ctx.step("charge", lambda: charged.append(payload["n"]) or len(charged))
-        return {"charges": count}
+        return {"charges": await ctx.step("charge", charge, payload["n"])}
 
     first = client.start(ORDER, {"n": 1}, idempotency_key="order:7")
     with poller_thread(app, poll_interval=0.1):
