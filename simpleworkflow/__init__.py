@@ -4,13 +4,14 @@ Producers use :class:`Client` (or :class:`AsyncClient`) to start runs; workers r
 handlers on an :class:`App` and run an :class:`IntentPoller`; handlers receive a
 :class:`Context` for durable steps, sleeps, signals and children. The records the
 clients return (:class:`Run`, :class:`Event`, :class:`JournalEntry`, :class:`Signal`,
-:class:`SignalSent`, :class:`RegistryEntry` ...) are importable from here too.
+:class:`SignalSent`, :class:`RegistryEntry`, :class:`Published`, :class:`Subscription` ...)
+are importable from here too.
 """
 
 import logging
 
 from simpleworkflow.app import App
-from simpleworkflow.backends.records import JournalEntry, RegistryEntry, SignalSent
+from simpleworkflow.backends.records import JournalEntry, RegistryEntry, SignalSent, Subscription
 from simpleworkflow.client import AsyncClient, Client
 from simpleworkflow.context import Context
 from simpleworkflow.errors import (
@@ -24,7 +25,7 @@ from simpleworkflow.errors import (
     StepFailed,
     WaitTimeout,
 )
-from simpleworkflow.models import Event, Run, RunPage, RunStatus, Signal
+from simpleworkflow.models import Event, Published, Run, RunPage, RunStatus, Signal
 from simpleworkflow.observe import Observer
 from simpleworkflow.retry import RetryPolicy
 from simpleworkflow.worker import IntentPoller
@@ -47,6 +48,7 @@ __all__ = [
     "JournalEntry",
     "Observer",
     "PermanentError",
+    "Published",
     "RegistryEntry",
     "RetryAfter",
     "RetryPolicy",
@@ -59,5 +61,6 @@ __all__ = [
     "SignalSent",
     "SimpleWorkflowError",
     "StepFailed",
+    "Subscription",
     "WaitTimeout",
 ]

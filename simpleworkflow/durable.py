@@ -47,7 +47,8 @@ FOREVER = datetime(9999, 1, 1, tzinfo=UTC)
 class StepJournal(GroupCommit[StepRecord]):
     """Journal entries of the steps of every run on a worker, group-committed: under load
     the steps of many runs share a statement and a commit. On a store without
-    notifications it also batches the status checks made before steps (``checks``)."""
+    notifications it also batches the status checks made before steps (``checks``, whose
+    ``run`` the worker supervises as a service of its own)."""
 
     what = "the journal entry"
 
@@ -61,9 +62,6 @@ class StepJournal(GroupCommit[StepRecord]):
 
     async def write(self, items: list[StepRecord]) -> set[Hashable]:
         return set(await self._backend.execute_async(self._backend.record_steps(items)))
-
-    async def run(self) -> None:
-        await asyncio.gather(super().run(), self.checks.run())
 
 
 class LeaseCheck(GroupCommit[tuple[str, str]]):

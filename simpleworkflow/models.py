@@ -1,4 +1,5 @@
-"""Plain, typed data: runs, events and pages of runs, as read back from a store."""
+"""Plain, typed data: runs, events and pages of runs, as read back from a store, and what
+a publish did."""
 
 from __future__ import annotations
 
@@ -183,3 +184,29 @@ class RunPage:
 
     runs: list[Run]
     next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """What ``publish`` did: the run of each workflow type subscribed to the topic, by
+    type. A run's ``created`` is True when this call started it, False when an earlier
+    publish of the same event (same topic and event id) had. No runs: no subscription
+    matches the topic, and nothing was written."""
+
+    topic: str
+    event_id: str
+    runs: list[Run]
+
+    @property
+    def started(self) -> list[Run]:
+        """The runs this call started (the others were started for the event before)."""
+        return [run for run in self.runs if run.created]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict, as the CLI and API print it."""
+        return {
+            "topic": self.topic,
+            "event_id": self.event_id,
+            "started": len(self.started),
+            "runs": [run.to_dict() for run in self.runs],
+        }

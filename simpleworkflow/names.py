@@ -1,4 +1,4 @@
-"""Validation of workflow type names, type prefixes and run ids."""
+"""Validation of workflow type names, type prefixes, run ids, topics and topic patterns."""
 
 from __future__ import annotations
 
@@ -129,6 +129,116 @@ def validate_event(event: object) -> str:
             "like 'verify' or 'payment.confirmed'"
         )
     return event
+
+
+MAX_TOPIC_LENGTH = 200
+#: Short enough that a published run's idempotency key (``topic:<topic>:<type>:<event id>``)
+#: stays within the clients' 512 characters.
+MAX_EVENT_ID_LENGTH = 100
+
+_TOPIC_SEGMENT = r"[a-z0-9][a-z0-9_\-]*"
+_TOPIC_RE = re.compile(rf"^{_TOPIC_SEGMENT}(?:\.{_TOPIC_SEGMENT})*$")
+_TOPIC_SEGMENT_RE = re.compile(rf"^{_TOPIC_SEGMENT}$")
+_TOPIC_RULES = "write dotted lowercase segments (letters, digits, '_', '-'), like 'orders.created'"
+
+
+def validate_topic(topic: object) -> str:
+    """Return ``topic`` if events may be published on it, else raise :class:`InvalidArgument`.
+
+    A topic is dotted lowercase segments (``orders.created``, ``billing.invoice-paid``):
+    the wildcards of patterns (``*``, ``#``) and the LIKE wildcards (``%``) never appear in
+    one, so that a topic matches a pattern only as the pattern's rules say.
+    """
+    if not isinstance(topic, str):
+        raise errors.InvalidArgument(f"a topic must be a string, not {type(topic).__name__}")
+    _check_length("topic", topic)
+    if not _TOPIC_RE.fullmatch(topic):
+        raise errors.InvalidArgument(
+            f"invalid topic {topic!r}: {_broken_topic_rule(topic, pattern=False)}; {_TOPIC_RULES}"
+        )
+    return topic
+
+
+def validate_topic_pattern(pattern: object) -> str:
+    """Return ``pattern`` if a workflow type may subscribe to it, else raise
+    :class:`InvalidArgument`.
+
+    A pattern is a topic whose segments may also be wildcards: ``*`` stands for exactly
+    one segment (``orders.*`` matches ``orders.created``, not ``orders.eu.created``), and
+    ``#``, as the last segment only, for one or more (``orders.#`` matches both, not
+    ``orders``; ``#`` alone matches every topic). A pattern with ``#`` has no ``*``: with
+    both, a match could not be decided by the ``LIKE`` every store (and every producer's
+    plain SQL) uses.
+    """
+    if not isinstance(pattern, str):
+        raise errors.InvalidArgument(
+            f"a topic pattern must be a string, not {type(pattern).__name__}"
+        )
+    _check_length("topic pattern", pattern)
+    problem = _broken_topic_rule(pattern, pattern=True)
+    if problem:
+        raise errors.InvalidArgument(
+            f"invalid topic pattern {pattern!r}: {problem}; {_TOPIC_RULES}, with '*' for "
+            "any one segment or a last '#' for one or more: 'orders.*', 'orders.#'"
+        )
+    return pattern
+
+
+def _check_length(what: str, text: str) -> None:
+    if len(text) > MAX_TOPIC_LENGTH:
+        raise errors.InvalidArgument(
+            f"a {what} is at most {MAX_TOPIC_LENGTH} characters, not {len(text)}"
+        )
+
+
+def _broken_topic_rule(text: str, *, pattern: bool) -> str:
+    """The first rule of topics (or patterns) that ``text`` breaks; empty if none."""
+    if not text:
+        return "it is empty"
+    if text != text.lower():
+        return "it has upper-case letters (topics are all lower case)"
+    segments = text.split(".")
+    if "" in segments:
+        return "it has an empty segment (a leading, trailing or doubled '.')"
+    if pattern and "#" in segments:
+        if segments.index("#") < len(segments) - 1:
+            return "'#' may only be the last segment"
+        if "*" in segments:
+            return "'#' cannot be combined with '*' in one pattern"
+    for segment in segments:
+        problem = _broken_segment_rule(segment, pattern=pattern)
+        if problem:
+            return problem
+    return ""
+
+
+def _broken_segment_rule(segment: str, *, pattern: bool) -> str:
+    if _TOPIC_SEGMENT_RE.fullmatch(segment) or (pattern and segment in ("*", "#")):
+        return ""
+    if "*" in segment or "#" in segment:
+        if pattern:
+            return f"a wildcard must be a whole segment, not part of {segment!r}"
+        return f"wildcards belong in subscription patterns, not in topics ({segment!r})"
+    return (
+        f"segment {segment!r} must start with a letter or digit and hold only letters, "
+        "digits, '_' and '-'"
+    )
+
+
+def validate_event_id(event_id: object) -> str:
+    """Return ``event_id`` if it can identify a published event (1 to 100 characters, any
+    text a store can hold: ``evt_123``, a UUID, ``orders-3:18442``)."""
+    if (
+        not isinstance(event_id, str)
+        or not event_id
+        or len(event_id) > MAX_EVENT_ID_LENGTH
+        or unstorable(event_id)
+    ):
+        raise errors.InvalidArgument(
+            f"an event id must be 1 to {MAX_EVENT_ID_LENGTH} characters without NUL "
+            f"characters or lone surrogates, not {event_id!r:.80}"
+        )
+    return event_id
 
 
 MAX_STEP_NAME = 200

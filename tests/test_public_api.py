@@ -22,6 +22,7 @@ PUBLIC_NAMES = [
     "JournalEntry",
     "Observer",
     "PermanentError",
+    "Published",
     "RegistryEntry",
     "RetryAfter",
     "RetryPolicy",
@@ -34,6 +35,7 @@ PUBLIC_NAMES = [
     "SignalSent",
     "SimpleWorkflowError",
     "StepFailed",
+    "Subscription",
     "WaitTimeout",
 ]
 

@@ -13,6 +13,7 @@ open one on a database URL (``Admin("postgresql://...")``), then:
 - one run: :meth:`~Admin.retry`, :meth:`~Admin.events`, :meth:`~Admin.steps` (timed);
 - retention: :meth:`~Admin.set_retention` (a type's), :meth:`~Admin.sweep` (delete the
   runs past theirs);
+- topics: :meth:`~Admin.subscribe`, :meth:`~Admin.unsubscribe`, :meth:`~Admin.subscriptions`;
 - housekeeping: :meth:`~Admin.purge`, :meth:`~Admin.migrate`, :meth:`~Admin.migration_sql`,
   :meth:`~Admin.replay_check`.
 """

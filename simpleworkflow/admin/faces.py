@@ -14,7 +14,7 @@ from typing import TypeVar
 from simpleworkflow import durations, schema_check
 from simpleworkflow.admin.records import SweepReport, TypeStats
 from simpleworkflow.admin.verbs import DEFAULT_PURGE_BATCH, DEFAULT_SWEEP_BATCH, Verbs
-from simpleworkflow.backends.records import JournalEntry, Op, RegistryEntry
+from simpleworkflow.backends.records import JournalEntry, Op, RegistryEntry, Subscription
 from simpleworkflow.handlers import Handlers
 from simpleworkflow.models import Event, Run
 from simpleworkflow.replaycheck import ReplayReport
@@ -64,6 +64,27 @@ class Admin(Verbs):
         (``$SIMPLEWORKFLOW_MAX_RETENTION_DAYS``); :class:`~simpleworkflow.errors.
         TypeNotRegistered` if the registry does not hold ``type``."""
         return self._run(self._set_retention_op(type, retention))
+
+    def subscribe(
+        self, pattern: str, type: str, *, priority: int = 100, max_attempts: int | None = None
+    ) -> Subscription:
+        """Have ``type`` run once for every event published on a topic ``pattern``
+        matches (``orders.created``, ``orders.*``, ``orders.#``; see docs/topics.md), with
+        these start options (``max_attempts`` ``None``: the default, 3). Subscribing
+        again changes the options; events published before are not delivered."""
+        return self._run(self._subscribe_op(pattern, type, priority, max_attempts))
+
+    def unsubscribe(self, pattern: str, type: str) -> bool:
+        """Stop delivering ``pattern``'s events to ``type``; runs already started go on.
+        ``False`` if there was no such subscription."""
+        return self._run(self._unsubscribe_op(pattern, type))
+
+    def subscriptions(
+        self, *, topic: str | None = None, type: str | None = None
+    ) -> builtins.list[Subscription]:
+        """The subscriptions, by pattern then type: every one, those of ``type``, or those
+        an event published on ``topic`` would start a run for."""
+        return self._run(self._subscriptions_op(topic, type), readonly=True)
 
     def stats(self) -> builtins.list[TypeStats]:
         """Every type with runs or a registry entry, by name: its runs by state, how late
@@ -185,6 +206,22 @@ class AsyncAdmin(Verbs):
     async def set_retention(self, type: str, retention: durations.Duration | None) -> RegistryEntry:
         """Choose how long ``type``'s runs are kept; see :meth:`Admin.set_retention`."""
         return await self._run(self._set_retention_op(type, retention))
+
+    async def subscribe(
+        self, pattern: str, type: str, *, priority: int = 100, max_attempts: int | None = None
+    ) -> Subscription:
+        """Subscribe ``type`` to a topic pattern; see :meth:`Admin.subscribe`."""
+        return await self._run(self._subscribe_op(pattern, type, priority, max_attempts))
+
+    async def unsubscribe(self, pattern: str, type: str) -> bool:
+        """Remove a subscription; see :meth:`Admin.unsubscribe`."""
+        return await self._run(self._unsubscribe_op(pattern, type))
+
+    async def subscriptions(
+        self, *, topic: str | None = None, type: str | None = None
+    ) -> builtins.list[Subscription]:
+        """The subscriptions; see :meth:`Admin.subscriptions`."""
+        return await self._run(self._subscriptions_op(topic, type), readonly=True)
 
     async def stats(self) -> builtins.list[TypeStats]:
         """Every type at a glance; see :meth:`Admin.stats`."""

@@ -21,7 +21,7 @@ from simpleworkflow import (
 )
 from simpleworkflow.admin.records import STATES, SweepReport, TypeStats
 from simpleworkflow.backends import Backend, open_backend
-from simpleworkflow.backends.records import Op, RegistryEntry
+from simpleworkflow.backends.records import Op, RegistryEntry, Subscription
 from simpleworkflow.handlers import Handlers
 from simpleworkflow.models import Run
 from simpleworkflow.replaycheck import ReplayReport
@@ -37,6 +37,9 @@ MAX_PURGE_BATCH = 10_000
 # subtract it from now.
 MAX_AGE_SECONDS = 100 * 366 * 86400
 _RUNTIME = re.compile(r"[a-z][a-z0-9_]{0,31}")
+# The bounds of start()'s priority and max_attempts: a subscription's runs take them.
+_INT4 = 2**31 - 1
+MAX_ATTEMPTS = 10_000
 
 
 class Verbs:
@@ -188,6 +191,31 @@ class Verbs:
             max_retention=policy.ceiling,
         )
 
+    def _subscribe_op(
+        self, pattern: str, type: str, priority: int, max_attempts: int | None
+    ) -> Op[Subscription]:
+        return self.backend.subscribe(
+            names.validate_topic_pattern(pattern),
+            names.validate_type(type),
+            _check_int("priority", priority, -_INT4, _INT4),
+            None
+            if max_attempts is None
+            else _check_int("max_attempts", max_attempts, 1, MAX_ATTEMPTS),
+        )
+
+    def _unsubscribe_op(self, pattern: str, type: str) -> Op[bool]:
+        return self.backend.unsubscribe(
+            names.validate_topic_pattern(pattern), names.validate_type(type)
+        )
+
+    def _subscriptions_op(
+        self, topic: str | None, type: str | None
+    ) -> Op[builtins.list[Subscription]]:
+        return self.backend.list_subscriptions(
+            topic=None if topic is None else names.validate_topic(topic),
+            type=None if type is None else names.validate_type(type),
+        )
+
     async def _replays(self, app: Handlers, *, close: bool) -> builtins.list[ReplayReport]:
         # A missing or old schema is an error, never "nothing to check": a deploy pipeline
         # pointed at the wrong database must not pass.
@@ -208,6 +236,14 @@ def check_runtime(runtime: object) -> str:
             "(letters, digits and '_', at most 32 characters)"
         )
     return runtime
+
+
+def _check_int(what: str, value: object, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise errors.InvalidArgument(
+            f"{what} must be an integer from {low} to {high}, not {value!r}"
+        )
+    return value
 
 
 def _check_text(what: str, text: str | None) -> str | None:

@@ -5,8 +5,8 @@ generator that yields the SQL statements it needs and receives each one's rows. 
 op is driven by a synchronous connection (:meth:`Backend.execute`) or an asynchronous one
 (:meth:`Backend.execute_async`), always inside one transaction, so the sync ``Client``
 and the ``AsyncClient`` share one implementation of every operation. The verbs live by
-concept in ``run_ops``, ``worker_ops``, ``journal_ops`` and ``admin_ops``; their data in
-``records``.
+concept in ``run_ops``, ``worker_ops``, ``journal_ops``, ``admin_ops`` and ``topic_ops``;
+their data in ``records``.
 """
 
 from __future__ import annotations
@@ -39,11 +39,13 @@ from simpleworkflow.backends.records import (
     Statement,
     StepRecord,
     Stream,
+    Subscription,
     Success,
     Suspension,
     drive,
 )
 from simpleworkflow.backends.run_ops import RunOps
+from simpleworkflow.backends.topic_ops import TopicOps
 from simpleworkflow.backends.worker_ops import WorkerOps
 
 T = TypeVar("T")
@@ -70,13 +72,14 @@ __all__ = [
     "Statement",
     "StepRecord",
     "Stream",
+    "Subscription",
     "Success",
     "Suspension",
     "drive",
 ]
 
 
-class Backend(RunOps, WorkerOps, JournalOps, AdminOps):
+class Backend(RunOps, WorkerOps, JournalOps, AdminOps, TopicOps):
     """A store of runs. Subclasses provide SQL, row decoding and the two drivers."""
 
     #: The newest migration this code knows.

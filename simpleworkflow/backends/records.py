@@ -268,6 +268,31 @@ class ServiceLease:
 
 
 @dataclass(frozen=True, slots=True)
+class Subscription:
+    """One row of ``workflow_subscription``: ``workflow_type`` runs once for every event
+    published on a topic that ``pattern`` matches, with these start options."""
+
+    pattern: str
+    workflow_type: str
+    priority: int
+    #: ``None``: the schema's default (3).
+    max_attempts: int | None
+    created_at: datetime
+    updated_at: datetime
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict, times as ISO 8601, as the CLI and API print it."""
+        return {
+            "pattern": self.pattern,
+            "workflow_type": self.workflow_type,
+            "priority": self.priority,
+            "max_attempts": self.max_attempts,
+            "created_at": self.created_at.isoformat(),
+            "updated_at": self.updated_at.isoformat(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class JournalEntry:
     """One row of the step journal: a completed step, or one still retrying.
 

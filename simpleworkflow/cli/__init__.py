@@ -32,10 +32,11 @@ def _command_modules() -> list[ModuleType]:
         start,
         stats,
         sweep,
+        topics,
         worker,
     )
 
-    return [demo, migrate, start, runs, stats, worker, replaycheck, registry, sweep]
+    return [demo, migrate, start, runs, stats, worker, replaycheck, registry, topics, sweep]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,4 +1,5 @@
-"""Producers: start runs, look them up, list, cancel, wait for and soft-delete them.
+"""Producers: start runs, publish events, look runs up, list, cancel, wait for and
+soft-delete them.
 
 ``Client`` and ``AsyncClient`` are two faces of one implementation: the arguments are
 checked and turned into a backend op by :class:`~simpleworkflow.client._requests.Requests`
@@ -29,7 +30,7 @@ from simpleworkflow.client._options import (
     StartRequest,
 )
 from simpleworkflow.client._requests import CLIENT_NAME, Requests
-from simpleworkflow.models import Event, Run, RunPage, Signal
+from simpleworkflow.models import Event, Published, Run, RunPage, Signal
 from simpleworkflow.schema_check import auto_migrates, needs_migration
 
 T = TypeVar("T")
@@ -79,6 +80,17 @@ class Client(Requests):
         :meth:`start` arguments. Returns the runs in order; a known idempotency key gives
         the run that holds it, as with :meth:`start`."""
         return self._started_many(self._run(self._many_op(requests)))
+
+    def publish(self, topic: str, payload: Any = None, *, event_id: str | None = None) -> Published:
+        """Publish an event: start, in one transaction, a run of ``payload`` for each
+        workflow type subscribed to a pattern that matches ``topic`` (see docs/topics.md).
+
+        Publishing the same ``event_id`` on the same topic again starts nothing and returns
+        the runs the first publish started (``created`` False); without an ``event_id``
+        each call is a new event (its id, a UUID, is in the result). No subscription: no
+        runs, and nothing written.
+        """
+        return self._published(self._run(self._publish_op(topic, payload, event_id)))
 
     def get(self, run_id: str) -> Run:
         """The run with this id; :class:`RunNotFound` if there is none."""
@@ -189,6 +201,13 @@ class AsyncClient(Requests):
     async def start_many(self, requests: Iterable[StartRequest]) -> builtins.list[Run]:
         """Start many runs in one statement; see :meth:`Client.start_many`."""
         return self._started_many(await self._run(self._many_op(requests)))
+
+    async def publish(
+        self, topic: str, payload: Any = None, *, event_id: str | None = None
+    ) -> Published:
+        """Publish an event to the workflow types subscribed to ``topic``; see
+        :meth:`Client.publish`."""
+        return self._published(await self._run(self._publish_op(topic, payload, event_id)))
 
     async def get(self, run_id: str) -> Run:
         """The run with this id; :class:`RunNotFound` if there is none."""

@@ -12,8 +12,8 @@ from typing import Any, TypeVar
 from simpleworkflow import errors, names, observe, payloads, schema_check
 from simpleworkflow.backends import Backend, open_backend
 from simpleworkflow.backends.records import Op, SignalSent
-from simpleworkflow.client import _options
-from simpleworkflow.models import Run
+from simpleworkflow.client import _options, _topics
+from simpleworkflow.models import Published, Run
 
 T = TypeVar("T")
 #: How a client's Postgres connections appear in ``pg_stat_activity`` (``application_name``).
@@ -75,6 +75,16 @@ class Requests:
             for run in runs:
                 self.observers.run_created(observe.RunCreated(run, created=bool(run.created)))
         return runs
+
+    def _publish_op(self, topic: str, payload: Any, event_id: str | None) -> Op[Published]:
+        topic = names.validate_topic(topic)
+        event_id = names.new_run_id() if event_id is None else names.validate_event_id(event_id)
+        text = payloads.encode({} if payload is None else payload, max_bytes=self.max_payload_bytes)
+        return _topics.publish(self.backend, topic, text, event_id)
+
+    def _published(self, published: Published) -> Published:
+        self._started_many(published.runs)
+        return published
 
     def _cancel_op(self, run_id: str, reason: str | None) -> Op[builtins.list[str] | None]:
         if reason is not None and (not isinstance(reason, str) or names.unstorable(reason)):

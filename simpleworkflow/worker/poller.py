@@ -276,6 +276,7 @@ class IntentPoller:
         listen = functools.partial(backend.listen, functools.partial(self._on_message, holdings))
         yield Loop("outbox", outbox.run), False
         yield Loop("journal", steps.run), False
+        yield Loop("lease-checks", steps.checks.run), False
         yield Loop("heartbeats", keeper.beat), False
         yield Loop("lease-ends", keeper.watch), True
         yield Loop("reaper", reap), False

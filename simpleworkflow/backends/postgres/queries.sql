@@ -698,7 +698,7 @@ using doomed d
 where r.id = d.id
 returning r.type
 
--- Retention (migration 0010). A run is past its retention when it finished (succeeded,
+-- Retention (migration 0011). A run is past its retention when it finished (succeeded,
 -- failed or cancelled) at least its retention ago: its own, else its type's in the
 -- registry, else the default; never longer than the ceiling. Pending and leased
 -- runs (sleeping and waiting ones are pending) are never candidates, however old. Nor is
@@ -843,3 +843,31 @@ returning holder
 -- name: release_service_lease
 delete from {schema}workflow_service_lease
 where name = %(name)s and holder = %(holder)s
+-- Topics (migration 0010): subscriptions of workflow types to topic patterns.
+
+-- name: subscribe
+-- Subscribing again keeps the subscription and takes the new start options.
+insert into {schema}workflow_subscription (pattern, workflow_type, priority, max_attempts)
+values (%(pattern)s, %(type)s, %(priority)s, %(max_attempts)s)
+on conflict (pattern, workflow_type) do update
+set priority = excluded.priority, max_attempts = excluded.max_attempts, updated_at = now()
+returning *
+
+-- name: unsubscribe
+delete from {schema}workflow_subscription
+where pattern = %(pattern)s and workflow_type = %(type)s
+returning pattern
+
+-- name: list_subscriptions
+-- Every subscription, of one type or all, or those whose pattern matches a topic: the
+-- topic is LIKE the pattern's topic_like and, unless the pattern ends in '#', has as many
+-- segments (so that the wildcard standing for a '*' takes no '.'). The same test as the
+-- publishing statement of docs/topics.md; the table is small and read whole.
+select * from {schema}workflow_subscription
+where (%(type)s::text is null or workflow_type = %(type)s)
+  and (%(topic)s::text is null
+       or (%(topic)s::text like topic_like escape '\'
+           and (segments is null
+                or segments = length(%(topic)s::text)
+                              - length(replace(%(topic)s::text, '.', '')) + 1)))
+order by pattern, workflow_type

@@ -43,7 +43,7 @@ create table {schema}workflow_run (
     code_version    text,
     -- rescued from an expired lease: claimed alone until an attempt ends otherwise (0008)
     isolate         boolean not null default false,
-    -- kept this long after it finished; null: its type's retention, else the default (0010)
+    -- kept this long after it finished; null: its type's retention, else the default (0011)
     retention       interval
 );
 
@@ -207,9 +207,31 @@ create index idx_workflow_signal_pending
 -- A run's signals, for listing them and deleting them with their run (migration 0009).
 create index idx_workflow_signal_run on {schema}workflow_signal (run_id, id);
 
+-- Subscriptions of workflow types to topic patterns (migration 0010): publishing an event
+-- starts one run of each type a pattern of which matches its topic.
+create table {schema}workflow_subscription (
+    pattern       text not null,
+    workflow_type text not null,
+    -- the start options of the runs it starts
+    priority      integer not null default 100,
+    max_attempts  integer
+                  constraint workflow_subscription_max_attempts_check check (max_attempts >= 1),
+    created_at    timestamptz not null default now(),
+    updated_at    timestamptz not null default now(),
+    -- the pattern as a LIKE pattern: '*' and '#' become '%', '_' is escaped
+    topic_like    text not null generated always as (
+                      replace(replace(replace(pattern, '_', '\_'), '*', '%'), '#', '%')) stored,
+    -- the number of segments a matching topic has; null after a last '#' (one or more)
+    segments      integer generated always as (
+                      case when substr(pattern, length(pattern)) = '#' then null
+                           else length(pattern) - length(replace(pattern, '.', '')) + 1
+                      end) stored,
+    primary key (pattern, workflow_type)
+);
+
 -- Audit and journal rows go with their run (in place of foreign keys, which would lock
 -- the run for every row inserted), found by index: a hash join of the deleted runs with
--- the whole table read every event and step of every run (migration 0010).
+-- the whole table read every event and step of every run (migration 0011).
 create function {schema}workflow_run_delete_children() returns trigger
 language plpgsql as $$
 begin
@@ -226,7 +248,7 @@ create trigger workflow_run_delete_children
     referencing old table as deleted_runs
     for each statement execute function {schema}workflow_run_delete_children();
 
--- The retention sweeper's candidates (migration 0010): finished runs with no parent row,
+-- The retention sweeper's candidates (migration 0011): finished runs with no parent row,
 -- by type and finishing time, or by a retention of their own. Every range a sweep reads
 -- holds only expired runs, however many are kept (see docs/retention.md).
 create index idx_workflow_run_expiry_by_type
@@ -240,7 +262,7 @@ create index idx_workflow_run_expiry_own
       and retention is not null and parent_id is null;
 
 -- One row per fleet-wide service (the retention sweeper): the worker running it, until
--- when (migration 0010).
+-- when (migration 0011).
 create table {schema}workflow_service_lease (
     name        text primary key,
     holder      text not null,

@@ -662,7 +662,7 @@ where id in (
 )
 returning type
 
--- Retention (migration 0007): which runs are past it, and why none other is, as in the
+-- Retention (migration 0008): which runs are past it, and why none other is, as in the
 -- Postgres file. Retentions are seconds; each cutoff is computed once per type (or per
 -- retention of a run's own) and the runs before it read from the index by range.
 
@@ -786,3 +786,31 @@ returning holder
 -- name: release_service_lease
 delete from workflow_service_lease
 where name = :name and holder = :holder
+-- Topics (migration 0007): subscriptions of workflow types to topic patterns.
+
+-- name: subscribe
+-- Subscribing again keeps the subscription and takes the new start options.
+insert into workflow_subscription (pattern, workflow_type, priority, max_attempts)
+values (:pattern, :type, :priority, :max_attempts)
+on conflict (pattern, workflow_type) do update
+set priority = excluded.priority, max_attempts = excluded.max_attempts,
+    updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+returning *
+
+-- name: unsubscribe
+delete from workflow_subscription
+where pattern = :pattern and workflow_type = :type
+returning pattern
+
+-- name: list_subscriptions
+-- Every subscription, of one type or all, or those whose pattern matches a topic: the
+-- topic is LIKE the pattern's topic_like and, unless the pattern ends in '#', has as many
+-- segments (so that the wildcard standing for a '*' takes no '.'). The same test as the
+-- publishing statement of docs/topics.md; the table is small and read whole.
+select * from workflow_subscription
+where (:type is null or workflow_type = :type)
+  and (:topic is null
+       or (:topic like topic_like escape '\'
+           and (segments is null
+                or segments = length(:topic) - length(replace(:topic, '.', '')) + 1)))
+order by pattern, workflow_type

@@ -30,7 +30,7 @@ create table workflow_run (
     code_version    text,
     -- rescued from an expired lease: claimed alone until an attempt ends otherwise (0005)
     isolate         integer not null default 0,
-    -- seconds kept after it finished; null: its type's retention, else the default (0007)
+    -- seconds kept after it finished; null: its type's retention, else the default (0008)
     retention       real
 );
 
@@ -121,6 +121,27 @@ create index idx_workflow_run_due
 
 create index idx_workflow_signal_run on workflow_signal (run_id, id);
 
+-- Subscriptions of workflow types to topic patterns (migration 0007): publishing an event
+-- starts one run of each type a pattern of which matches its topic.
+create table workflow_subscription (
+    pattern       text not null,
+    workflow_type text not null,
+    priority      integer not null default 100,
+    max_attempts  integer check (max_attempts >= 1),
+    created_at    text not null default (strftime('%Y-%m-%d %H:%M:%f', 'now')),
+    updated_at    text not null default (strftime('%Y-%m-%d %H:%M:%f', 'now')),
+    -- the pattern as a LIKE pattern: '*' and '#' become '%', '_' is escaped
+    topic_like    text not null generated always as (
+                      replace(replace(replace(pattern, '_', '\_'), '*', '%'), '#', '%')) stored,
+    -- the number of segments a matching topic has; null after a last '#' (one or more)
+    segments      integer generated always as (
+                      case when substr(pattern, length(pattern)) = '#' then null
+                           else length(pattern) - length(replace(pattern, '.', '')) + 1
+                      end) stored,
+    primary key (pattern, workflow_type)
+);
+
+-- The retention sweeper's candidates and its lease (migration 0008).
 create index idx_workflow_run_expiry_by_type
     on workflow_run (type, updated_at)
     where status in ('succeeded', 'failed', 'cancelled')
