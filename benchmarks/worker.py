@@ -5,6 +5,8 @@ for a line on stdin before it starts claiming: imports and connections stay out 
 measured window, and several processes begin together. SIGTERM stops it gracefully.
 With ``PROFILE_ENV`` set to a path, the worker runs under cProfile and writes its
 statistics there when it stops (``python -m benchmarks.profile`` uses this).
+``TRACING_ENV`` registers the tracing observer: ``api`` with no SDK configured (its spans
+are no-ops), ``sdk`` with the SDK recording every span into a batch that goes nowhere.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ import time
 from typing import Any
 
 from benchmarks import stores
-from simpleworkflow import App, Context
+from simpleworkflow import App, Context, Observer
 
 PROFILE_ENV = "SIMPLEWORKFLOW_BENCH_PROFILE"
+TRACING_ENV = "SIMPLEWORKFLOW_BENCH_TRACING"
 
 
 async def _nothing() -> None:
@@ -28,7 +31,7 @@ async def _nothing() -> None:
 
 def build_app(url: str, schema: str) -> App:
     """The handlers every case uses; each does no work of its own."""
-    app = App(url, schema=schema)
+    app = App(url, schema=schema, observers=_observers(os.environ.get(TRACING_ENV, "")))
 
     @app.workflow(stores.NOOP)
     async def noop(payload: Any) -> None:
@@ -49,6 +52,30 @@ def build_app(url: str, schema: str) -> App:
         return {"resumed": time.time()}
 
     return app
+
+
+def _observers(tracing: str) -> list[Observer]:
+    """The tracing observer, as ``TRACING_ENV`` asks (nothing: none)."""
+    if tracing not in ("", "api", "sdk"):
+        raise SystemExit(f"{TRACING_ENV}={tracing!r}: use api or sdk")
+    if not tracing:
+        return []
+    from simpleworkflow.tracing import TracingObserver
+
+    if tracing == "sdk":
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+        from opentelemetry.sdk.trace.export import SpanExportResult as Result
+
+        class Nowhere(SpanExporter):
+            def export(self, spans: object) -> Result:
+                return Result.SUCCESS
+
+        provider = TracerProvider()
+        provider.add_span_processor(BatchSpanProcessor(Nowhere()))
+        trace.set_tracer_provider(provider)
+    return [TracingObserver()]
 
 
 def main(argv: list[str]) -> None:

@@ -54,6 +54,8 @@ class AttemptState:
         self.async_body = async_body
         self.executor = executor  # for plain def steps of an async body (None: the loop's)
         self.observers = observe.Observers() if observers is None else observers
+        #: What the observers inject inside ``around_attempt`` (see ``execution.call``).
+        self.trace_context: dict[str, str] | None = None
         self.loop = asyncio.get_running_loop()
         # Whether the lease is past the point where the worker gives it up (see
         # ``leases``): checked on each call, so that code that runs on after the process
@@ -119,5 +121,23 @@ class AttemptState:
         return self.loop.run_in_executor(self.executor, call)
 
     def bridge(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on the worker's loop from a handler's thread, and wait for it."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+        """Run ``coro`` on the worker's loop from a handler's thread, and wait for it.
+
+        The task runs in a copy of the calling thread's context, as the durable call would
+        in an async body: a tracer's span and the run's log context stay current in it."""
+        context = contextvars.copy_context()
+        done: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def settle(task: asyncio.Task[T]) -> None:
+            if task.cancelled():
+                done.cancel()
+            elif (exc := task.exception()) is not None:
+                done.set_exception(exc)
+            else:
+                done.set_result(task.result())
+
+        def start() -> None:
+            self.loop.create_task(coro, context=context).add_done_callback(settle)
+
+        self.loop.call_soon_threadsafe(start)
+        return done.result()

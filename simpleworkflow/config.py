@@ -10,6 +10,9 @@ from simpleworkflow import errors
 
 ENV_VAR = "SIMPLEWORKFLOW_DATABASE_URL"
 SCHEMA_ENV_VAR = "SIMPLEWORKFLOW_SCHEMA"
+LOG_FORMAT_ENV_VAR = "SIMPLEWORKFLOW_LOG_FORMAT"
+#: The worker's log formats; the first is the default.
+LOG_FORMATS = ("text", "json")
 DEFAULT_URL = "sqlite:///simpleworkflow.db"
 DEFAULT_SCHEMA = "workflow"
 #: The values of a SQLite URL's ``synchronous`` option; the first is the default.
@@ -24,6 +27,18 @@ def database_url(url: str | None = None) -> str:
 def schema_name(schema: str | None = None) -> str:
     """The Postgres schema: the argument, else ``SIMPLEWORKFLOW_SCHEMA``, else ``workflow``."""
     return schema or os.environ.get(SCHEMA_ENV_VAR) or DEFAULT_SCHEMA
+
+
+def log_format(given: str | None = None) -> str:
+    """The worker's log format: the argument, else ``SIMPLEWORKFLOW_LOG_FORMAT``, else
+    ``text``; a value that is neither format is refused, saying which setting gave it."""
+    value = given or os.environ.get(LOG_FORMAT_ENV_VAR) or LOG_FORMATS[0]
+    if value.lower() not in LOG_FORMATS:
+        where = "--log-format" if given else LOG_FORMAT_ENV_VAR
+        raise errors.ConfigurationError(
+            f"{where}={value!r}: the log formats are {' and '.join(LOG_FORMATS)}"
+        )
+    return value.lower()
 
 
 def sqlite_path(url: str) -> str:

@@ -227,9 +227,12 @@ class Context:
         entry = await durable.begin(unique, "child", self.is_cancelled())
         if entry is not None:
             return str(entry.output["child_id"])
-        child = await durable.create_child(unique, type, payload, priority, max_attempts)
-        if self._state.observers:
-            self._state.observers.run_created(observe.RunCreated(child, bool(child.created)))
+        observers = self._state.observers
+        with observers.around_start(type, self.run):
+            trace = observers.trace_context()
+            child = await durable.create_child(unique, type, payload, priority, max_attempts, trace)
+            if observers:
+                observers.run_created(observe.RunCreated(child, bool(child.created)))
         data = {"step": unique, "child_id": child.id, "type": type}
         await durable.journal(
             unique,

@@ -330,7 +330,13 @@ class Durable:
         return output
 
     async def create_child(
-        self, name: str, type: str, payload: str, priority: int, max_attempts: int | None
+        self,
+        name: str,
+        type: str,
+        payload: str,
+        priority: int,
+        max_attempts: int | None,
+        trace_context: dict[str, str] | None = None,
     ) -> Run:
         """Create the child run that step ``name`` starts, and wake this process's workers.
 
@@ -344,6 +350,7 @@ class Durable:
             priority=priority,
             max_attempts=max_attempts,
             parent_id=self.lease.run.id,
+            trace_context=None if trace_context is None else json.dumps(trace_context),
         )
         child = await self.backend.execute_async(self.backend.create_run(new))
         self.backend.notify_local("wake", type)

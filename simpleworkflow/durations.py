@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from simpleworkflow import errors
 
@@ -30,6 +30,25 @@ def to_seconds(value: Duration, *, what: str = "duration") -> float:
     if seconds != seconds or seconds in (float("inf"), float("-inf")) or seconds < 0:
         raise errors.InvalidArgument(f"{what} must be a finite, non-negative duration")
     return seconds
+
+
+def duration_or_time(text: str, *, what: str) -> float | datetime:
+    """Text that is either a duration from now (seconds, or ``"1h"``, ``"3d"``) or an ISO
+    8601 time with its offset (``"2030-01-31T09:00:00Z"``), as a deadline may be given."""
+    try:
+        return to_seconds(text, what=what)
+    except errors.InvalidArgument:
+        pass
+    try:
+        moment: datetime | None = datetime.fromisoformat(text)
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:
+        raise errors.InvalidArgument(
+            f"{what} must be a duration like 1h or 3d, or a time with its offset like "
+            f"2030-01-31T09:00:00Z, not {text!r:.80}"
+        )
+    return moment
 
 
 def _parse(text: str, what: str) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import dataclasses
 import functools
 import traceback
 from typing import Any
@@ -26,7 +27,20 @@ async def attempt(
     max_result_bytes: int = payloads.DEFAULT_MAX_BYTES,
 ) -> Success | Failure | Suspension | None:
     """Run the handler once. ``None`` means there is nothing to record: it was asked to
-    stop, or lost its lease."""
+    stop, or lost its lease. An outcome that gives the run back carries the attempt's
+    trace context, for the next attempt to link to."""
+    outcome = await _outcome(definition, state, executor, max_result_bytes)
+    if state.trace_context is not None and isinstance(outcome, Failure | Suspension):
+        outcome = dataclasses.replace(outcome, trace=state.trace_context)
+    return outcome
+
+
+async def _outcome(
+    definition: Definition,
+    state: AttemptState,
+    executor: concurrent.futures.Executor,
+    max_result_bytes: int,
+) -> Success | Failure | Suspension | None:
     lease = state.lease
     deadline = lease.run.deadline
     if deadline is not None and lease.claimed_at is not None and lease.claimed_at >= deadline:
@@ -74,9 +88,11 @@ async def call(
     ``def`` in ``executor``; apply its timeout.
 
     The observers' ``around_attempt`` encloses the call, entered before the handler's
-    task or thread copies the context, so that a tracer's span is current inside it."""
+    task or thread copies the context, so that a tracer's span is current inside it;
+    what they inject there is the attempt's trace context."""
     args = (payload, Context(state)) if definition.takes_context else (payload,)
     with state.observers.around_attempt(state.run, state.worker_id):
+        state.trace_context = state.observers.trace_context()
         if definition.is_async:
             task = asyncio.ensure_future(definition.fn(*args))
             state.on_stop(task.cancel)

@@ -64,6 +64,10 @@ class Run:
     deadline: datetime | None = None
     #: The code version of the handler the run started on (set at its first claim).
     code_version: str | None = None
+    #: The W3C trace context the run continues (``traceparent``, ``tracestate``), stored
+    #: by a tracing producer; under ``attempt``, that of the attempt that last gave the
+    #: run back. ``None`` when nobody traced it (see docs/tracing.md).
+    trace_context: dict[str, Any] | None = None
     #: How long the run is kept after it finishes, as chosen at start; ``None``: its
     #: type's retention, else the sweeper's default (see docs/retention.md).
     retention: timedelta | None = None

@@ -14,12 +14,17 @@ thread-safe. An observer that raises is logged and ignored: it never fails a run
 
 ``around_attempt`` and ``around_step`` return context managers that enclose the handler's
 and each step's execution, so that a tracer can make its span current while the user's
-code runs (context variables carry it into a ``def`` handler's thread).
+code runs (context variables carry it into a ``def`` handler's thread); ``around_start``
+and ``around_signal`` enclose a client's writes likewise. Inside ``around_start`` and
+``around_attempt`` the engine asks for ``inject``: what identifies the trace there (W3C
+``traceparent``, ``tracestate``), which it stores with the run, so that the worker that
+claims it, in any process, continues that trace.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager as ContextManager
@@ -47,6 +52,10 @@ SIGNAL: Final = "signal"
 CHILD: Final = "child"
 RETRY: Final = "retry"  # a step's retry, after its backoff
 ANY: Final = "any"  # several of the above (a race or a gather): the first one wakes it
+
+#: The most a trace context stored with a run may take, as JSON: W3C allows 512
+#: characters of ``tracestate``, and baggage of a few kilobytes.
+MAX_TRACE_CONTEXT_BYTES: Final = 8192
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,11 +149,15 @@ class StepRetried:
 
 @dataclass(frozen=True, slots=True)
 class RunSuspended:
-    """``run`` gave its lease back until what it waits for happens (``until``: at the latest)."""
+    """``run`` gave its lease back until what it waits for happens (``until``: at the latest).
+
+    ``waiting_for`` is what the run stores (see docs/schema.md): the wait's step name, the
+    signal's event, the child's id ..."""
 
     run: Run
     kind: str
     until: datetime | None
+    waiting_for: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +257,25 @@ class Observer:
         """Entered just before a step's function is called, left when it returns or raises."""
         return contextlib.nullcontext()
 
+    def around_start(self, type: str | None, parent: Run | None = None) -> ContextManager[None]:
+        """Entered before a client stores a run of ``type`` (None: the several runs of a
+        ``start_many``), left once ``run_created`` has fired for them or the write failed.
+        ``parent`` is the run whose workflow starts a child (on the worker's loop)."""
+        return contextlib.nullcontext()
+
+    def around_signal(self, run_id: str, event: str) -> ContextManager[None]:
+        """Entered before a client stores signal ``event`` for ``run_id``, left once
+        ``signal_delivered`` has fired or the write failed."""
+        return contextlib.nullcontext()
+
+    def inject(self, carrier: dict[str, str]) -> None:
+        """Add to ``carrier`` what identifies the current trace, as W3C trace context
+        (``traceparent``, ``tracestate``; an OpenTelemetry propagator writes exactly this).
+
+        Asked inside ``around_start``: stored with the runs started, a worker continues
+        their trace. Asked inside ``around_attempt``: stored with what the attempt gives
+        back (a retry, a suspension), for the next attempt to link to."""
+
 
 class Observers(Observer):
     """Several observers as one: calls each in the order registered, and logs and
@@ -339,29 +371,73 @@ class Observers(Observer):
             return contextlib.nullcontext()
         return self._around("around_step", lambda o: o.around_step(run, step, attempt))
 
-    @contextlib.contextmanager
-    def _around(self, hook: str, make: Callable[[Observer], ContextManager[Any]]) -> Iterator[None]:
-        """Enter every observer's context manager, outermost first; one that raises on
-        the way in or out is skipped, and the user's exception always goes on."""
-        with contextlib.ExitStack() as stack:
-            for observer in self._observers:
-                try:
-                    manager = make(observer)
-                    manager.__enter__()
-                except Exception:
-                    self._complain(observer, hook)
-                    continue
-                stack.push(self._guarded_exit(observer, hook, manager))
-            yield
+    def around_start(self, type: str | None, parent: Run | None = None) -> ContextManager[None]:
+        if not self._observers:
+            return contextlib.nullcontext()
+        return self._around("around_start", lambda o: o.around_start(type, parent))
 
-    def _guarded_exit(
-        self, observer: Observer, hook: str, manager: ContextManager[Any]
-    ) -> Callable[..., bool]:
-        def leave(*exc_info: Any) -> bool:
+    def around_signal(self, run_id: str, event: str) -> ContextManager[None]:
+        if not self._observers:
+            return contextlib.nullcontext()
+        return self._around("around_signal", lambda o: o.around_signal(run_id, event))
+
+    def inject(self, carrier: dict[str, str]) -> None:
+        self._each("inject", carrier)
+
+    def trace_context(self) -> dict[str, str] | None:
+        """What the observers ``inject`` here, ready to store: ``None`` when they add
+        nothing, or something no store should hold (not text, or too large)."""
+        if not self._observers:
+            return None
+        carrier: dict[str, str] = {}
+        self.inject(carrier)
+        if not carrier:
+            return None
+        valid = all(isinstance(k, str) and isinstance(v, str) for k, v in carrier.items())
+        if not valid or len(json.dumps(carrier)) > MAX_TRACE_CONTEXT_BYTES:
+            if (0, "trace_context") not in self._complained:  # no observer's id is 0
+                self._complained.add((0, "trace_context"))
+                _log.warning(
+                    "observers injected a trace context that is not text or over %d bytes; "
+                    "runs are stored without it: %.200r",
+                    MAX_TRACE_CONTEXT_BYTES,
+                    carrier,
+                )
+            return None
+        return carrier
+
+    def _around(self, hook: str, make: Callable[[Observer], ContextManager[Any]]) -> _Around:
+        return _Around(self, hook, make)
+
+
+class _Around:
+    """Every observer's context manager as one, entered outermost first; one that raises
+    on the way in or out is skipped, and the user's exception always goes on. A class (not
+    a generator over an ExitStack): it encloses every attempt and step, and costs less."""
+
+    __slots__ = ("_entered", "_hook", "_make", "_owner")
+
+    def __init__(
+        self, owner: Observers, hook: str, make: Callable[[Observer], ContextManager[Any]]
+    ) -> None:
+        self._owner = owner
+        self._hook = hook
+        self._make = make
+        self._entered: list[tuple[Observer, ContextManager[Any]]] = []
+
+    def __enter__(self) -> None:
+        for observer in self._owner:
+            try:
+                manager = self._make(observer)
+                manager.__enter__()
+            except Exception:
+                self._owner._complain(observer, self._hook)
+                continue
+            self._entered.append((observer, manager))
+
+    def __exit__(self, *exc_info: Any) -> None:  # None: what the user's code raised goes on
+        for observer, manager in reversed(self._entered):
             try:
                 manager.__exit__(*exc_info)
             except Exception:
-                self._complain(observer, hook)
-            return False  # never swallow what the user's code raised
-
-        return leave
+                self._owner._complain(observer, self._hook)

@@ -15,7 +15,7 @@ import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from simpleworkflow import durations, errors, observe, payloads, races
+from simpleworkflow import durations, errors, logs, observe, payloads, races
 from simpleworkflow.attempt_state import AttemptState
 from simpleworkflow.backends.records import JournalEntry
 from simpleworkflow.durable import Durable
@@ -35,7 +35,7 @@ async def run_async(
 ) -> Any:
     """Step ``name`` of an async body: its journaled output, or ``fn``'s, now journaled."""
     durable = state.durable
-    with durable.calling():
+    with durable.calling(), logs.in_step(name):
         entry = await durable.begin(name, "step", state.is_cancelled())
         if entry is not None and answered(entry):
             return journaled(entry)
@@ -77,30 +77,31 @@ def run_sync(
 ) -> Any:
     """Step ``name`` of a ``def`` body, on its thread; the journal is read and written
     on the worker's loop."""
-    durable = state.durable
-    entry = state.bridge(durable.begin(name, "step", state.is_cancelled()))
-    if entry is not None and answered(entry):
-        return journaled(entry)
-    attempt = _attempt(entry)
-    started_at = durable.db_now()
-    began = _started(state, name, attempt)
-    try:
-        with state.observers.around_step(state.run, name, attempt):
-            value = fn(*args, **kwargs)
-            if inspect.isawaitable(value):
-                value = state.bridge(_awaited(value))
-        took = time.monotonic() - began
-        text = durable.encode(name, value)
-    except Exception as exc:
-        took = time.monotonic() - began
-        outcome = state.bridge(failed(durable, name, entry, retry, exc))
-        _failed(state, name, attempt, took, exc, outcome)
-        raise outcome from None
-    state.bridge(
-        durable.journal(name, "step", value, attempts=attempt, started_at=started_at, text=text)
-    )
-    _completed(state, name, attempt, took)
-    return value
+    with logs.in_step(name):
+        durable = state.durable
+        entry = state.bridge(durable.begin(name, "step", state.is_cancelled()))
+        if entry is not None and answered(entry):
+            return journaled(entry)
+        attempt = _attempt(entry)
+        started_at = durable.db_now()
+        began = _started(state, name, attempt)
+        try:
+            with state.observers.around_step(state.run, name, attempt):
+                value = fn(*args, **kwargs)
+                if inspect.isawaitable(value):
+                    value = state.bridge(_awaited(value))
+            took = time.monotonic() - began
+            text = durable.encode(name, value)
+        except Exception as exc:
+            took = time.monotonic() - began
+            outcome = state.bridge(failed(durable, name, entry, retry, exc))
+            _failed(state, name, attempt, took, exc, outcome)
+            raise outcome from None
+        state.bridge(
+            durable.journal(name, "step", value, attempts=attempt, started_at=started_at, text=text)
+        )
+        _completed(state, name, attempt, took)
+        return value
 
 
 def journaled(entry: JournalEntry) -> Any:

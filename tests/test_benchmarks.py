@@ -104,3 +104,29 @@ def test_the_recovery_benchmark_runs_and_reports_its_figures(postgres_url: str) 
         for name in ("recovery", "after_expiry"):
             p50, p99 = figures[f"{name}_p50_s"], figures[f"{name}_p99_s"]
             assert math.isfinite(p50) and p50 <= p99 <= figures[f"{name}_max_s"], (store, name)
+
+
+def test_the_api_benchmark_runs_and_reports_its_figures(postgres_url: str) -> None:
+    """``python -m benchmarks.api`` at its smallest: API starts against Client.start."""
+    command = [
+        sys.executable, "-m", "benchmarks.api",
+        "--stores", ",".join(STORES),
+        "--requests", "20",
+        "--concurrency", "2",
+        "--postgres-url", postgres_url,
+        "--json",
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = json.loads(done.stdout)
+    assert list(doc) == STORES
+    for store in STORES:
+        assert list(doc[store]) == [
+            "client_start",
+            "async_client_start",
+            "api_start",
+            "api_start_concurrent",
+            "api_vs_client",
+            "api_vs_async_client_concurrent",
+        ]
+        assert all(math.isfinite(value) and value > 0 for value in doc[store].values()), store

@@ -170,6 +170,30 @@ def test_list_filters_and_pages(store: Store, capsys: pytest.CaptureFixture[str]
     assert sorted(seen) == sorted([*ids, other["id"]])
 
 
+def test_list_filters_on_payload_content_and_creation_time(
+    store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = start(store, capsys, "-p", '{"customer": "c_1", "tags": ["red"]}')
+    second = start(store, capsys, "-p", '{"customer": "c_2"}')
+
+    def ids(*flags: str) -> list[str]:
+        result = run_cli(store, capsys, "runs", "list", "--json", *flags)
+        assert result.code == 0, result.err
+        return [run["id"] for run in result.json()["runs"]]
+
+    assert ids("--payload-contains", '{"customer": "c_1"}') == [first["id"]]
+    assert ids("--payload-contains", '{"tags": ["red"]}') == [first["id"]]
+    assert ids("--created-since", second["created_at"]) == [second["id"]]
+    assert ids("--created-until", second["created_at"]) == [first["id"]]
+    for flags, says in [
+        (("--payload-contains", "{customer"), "not JSON"),
+        (("--created-since", "yesterday"), "--created-since must be a time"),
+        (("--created-until", "2030-01-01T00:00:00"), "--created-until must be a time"),
+    ]:
+        result = run_cli(store, capsys, "runs", "list", *flags)
+        assert result.code == 2 and says in result.err, result.err
+
+
 def test_list_table_is_aligned(store: Store, capsys: pytest.CaptureFixture[str]) -> None:
     start(store, capsys)
     run_cli(store, capsys, "start", "billing.invoice.send.v2")
@@ -378,16 +402,16 @@ def test_every_command_says_what_it_does() -> None:
         assert parser.description, words  # and at the top of its own --help
 
 
-def test_every_command_takes_json_but_demo_and_worker() -> None:
+def test_every_command_takes_json_but_demo_worker_and_serve() -> None:
     without = {
         " ".join(words)
         for words, parser, _ in _leaves(cli.build_parser())
         if not any(isinstance(a, argparse._SubParsersAction) for a in parser._actions)
         and "--json" not in parser._option_string_actions
     }
-    assert without == {"demo", "worker"}
+    assert without == {"demo", "worker", "serve"}  # they run until stopped, logging
     for doc in (ROOT / "docs" / "cli.md", ROOT / "README.md"):
-        assert "Every command but `demo` and `worker`" in " ".join(doc.read_text().split())
+        assert "Every command but `demo`, `worker` and `serve`" in " ".join(doc.read_text().split())
 
 
 def test_version_and_bare_commands_in_a_real_shell() -> None:

@@ -387,6 +387,34 @@ def test_list_filters_by_creation_time(producer: Producer) -> None:
         producer.list(created_after=datetime(2020, 1, 1))  # naive
 
 
+def test_list_filters_on_payload_content_as_jsonb_containment(producer: Producer) -> None:
+    """``payload_contains`` means what Postgres ``@>`` means, on both stores."""
+    a = producer.start(TYPE, {"customer": "c_1", "tags": ["red", "big"], "n": 1})
+    b = producer.start(TYPE, {"customer": "c_2", "tags": ["red"], "nested": {"x": 1, "y": 2}})
+    c = producer.start(TYPE, ["red", 1])
+    d = producer.start(TYPE, {"customer": "c_1", "n": 1.0, "flag": True})
+
+    def ids(pattern: Any) -> set[str]:
+        return {run.id for run in producer.list(payload_contains=pattern).runs}
+
+    assert ids({"customer": "c_1"}) == {a.id, d.id}
+    assert ids({"tags": ["red"]}) == {a.id, b.id}
+    assert ids({"tags": ["big", "red"]}) == {a.id}  # order does not matter
+    assert ids({"nested": {"x": 1}}) == {b.id}
+    assert ids({"n": 1}) == {a.id, d.id}  # numbers compare as numbers
+    assert ids({"flag": 1}) == set()  # true is not 1
+    assert ids("red") == {c.id}  # a top-level array contains its scalar elements
+    assert ids({}) == {a.id, b.id, d.id}
+    assert ids(None) == {a.id, b.id, c.id, d.id}  # no filter
+    assert {r.id for r in producer.list(payload_contains={"customer": "c_1"}, limit=1).runs} <= {
+        a.id,
+        d.id,
+    }
+    for bad in [{"x": float("nan")}, {"x": "nul\x00"}, {"x": "\ud800"}, {1, 2}]:
+        with pytest.raises(errors.InvalidPayload):
+            producer.list(payload_contains=bad)
+
+
 def test_deleted_runs_are_hidden_unless_asked_for(producer: Producer) -> None:
     kept, deleted = producer.start(TYPE), producer.start(TYPE)
     assert producer.delete(deleted.id) is True

@@ -808,3 +808,25 @@ def test_the_sqlite_sweep_reads_no_run_outside_its_index_ranges(
     finally:
         lite.close()
         backend.close()
+
+
+# -- the HTTP API ----------------------------------------------------------------------------
+
+
+def test_the_api_starts_runs_with_a_retention_and_refuses_one_above_the_ceiling(
+    store: Store,
+) -> None:
+    from api_helpers import PREFIX, Api
+
+    api = Api(store)
+    try:
+        run = api.start(ORDER, retention="90d")
+        assert run["retention"] == 90 * DAY
+        assert api.get(f"{PREFIX}/runs/{run['id']}").json()["retention"] == 90 * DAY
+        assert api.start(ORDER)["retention"] is None
+        refused = api.post(f"{PREFIX}/runs", json={"type": ORDER, "retention": "400d"})
+        assert 400 <= refused.status_code < 500, refused.text
+        assert "retention must be at most 365 days" in refused.text
+        assert store.count() == 2
+    finally:
+        api.close()

@@ -38,6 +38,15 @@ class Admin(Verbs):
         self._schema_ok = True
         return applied
 
+    def schema_version(self) -> int:
+        """The version the database's schema is at, asked of the database on each call (a
+        readiness probe): migrated first where this admin may (an embedded SQLite file),
+        else :class:`~simpleworkflow.errors.SchemaError` when it is missing or older than
+        this code; :class:`~simpleworkflow.errors.StoreUnavailable` when unreachable."""
+        found = schema_check.ensure(self.backend, auto_migrate=self._auto_migrate)
+        self._schema_ok = True
+        return _version_now(self.backend.latest_version, found)
+
     def registry(self) -> builtins.list[RegistryEntry]:
         """Every registered type: the runtime that runs it, and whether it is paused."""
         return self._run(self.backend.list_registry(), readonly=True)
@@ -185,6 +194,12 @@ class AsyncAdmin(Verbs):
         self._schema_ok = True
         return applied
 
+    async def schema_version(self) -> int:
+        """The schema's version, asked of the database; see :meth:`Admin.schema_version`."""
+        found = await schema_check.ensure_async(self.backend, auto_migrate=self._auto_migrate)
+        self._schema_ok = True
+        return _version_now(self.backend.latest_version, found)
+
     async def registry(self) -> builtins.list[RegistryEntry]:
         """Every registered type; see :meth:`Admin.registry`."""
         return await self._run(self.backend.list_registry(), readonly=True)
@@ -291,3 +306,9 @@ class AsyncAdmin(Verbs):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _version_now(latest: int, found: int | None) -> int:
+    """The version after :func:`schema_check.ensure` found ``found``: an older or missing
+    schema was migrated to ``latest`` (or it raised)."""
+    return latest if found is None else max(found, latest)

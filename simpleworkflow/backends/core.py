@@ -77,6 +77,7 @@ class StoreCore(abc.ABC):
             parent_id=None if row.get("parent_id") is None else str(row["parent_id"]),
             deadline=opt_time(row.get("deadline")),
             code_version=row.get("code_version"),
+            trace_context=self.decode_json(row.get("trace_context")),
             retention=duration(row.get("retention")),
         )
 
@@ -103,6 +104,7 @@ class StoreCore(abc.ABC):
             deleted_at=None,
             parent_id=new.parent_id,
             deadline=self.opt_time(row["deadline"]),
+            trace_context=None if new.trace_context is None else json.loads(new.trace_context),
             retention=None if new.retention is None else timedelta(seconds=new.retention),
             created=True,
         )

@@ -106,6 +106,8 @@ class NewRun:
     deadline: datetime | None = None
     #: Seconds from now, when ``deadline`` is not given as a time.
     deadline_in: float | None = None
+    #: JSON text: the W3C trace context the run continues (see ``observe.Observer.inject``).
+    trace_context: str | None = None
     #: Seconds kept after it finishes; ``None``: its type's retention, else the default.
     retention: float | None = None
 
@@ -130,6 +132,8 @@ class RunQuery:
     retrying: bool = False
     created_after: datetime | None = None
     created_before: datetime | None = None
+    #: JSON text: only runs whose payload contains it, as Postgres ``jsonb @>`` decides.
+    payload_contains: str | None = None
     include_deleted: bool = False
     limit: int = 50
     after_created_at: datetime | None = None
@@ -193,6 +197,9 @@ class Failure:
     data: dict[str, Any]  # event data
     charged: bool = True
     suspect: bool = False
+    #: The trace context of the attempt that ends here (W3C entries, from the observers'
+    #: ``inject``), stored with the run for the next attempt to link to.
+    trace: dict[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +210,7 @@ class Release:
     run_id: str
     token: str
     delay: float = 0.0
+    trace: dict[str, str] | None = None  # as Failure's
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +229,7 @@ class Suspension:
     run_at: datetime | None = None
     delay: float = 0.0
     waiting_for: dict[str, Any] | None = None
+    trace: dict[str, str] | None = None  # as Failure's
 
     @property
     def event(self) -> str:

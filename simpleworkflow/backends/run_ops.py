@@ -116,6 +116,7 @@ class RunOps(StoreCore):
             retrying=query.retrying,
             created_after=query.created_after,
             created_before=query.created_before,
+            payload_contains=query.payload_contains,
             include_deleted=query.include_deleted,
             after_created_at=query.after_created_at,
             after_id=query.after_id,

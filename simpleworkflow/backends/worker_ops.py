@@ -122,7 +122,7 @@ class WorkerOps(StoreCore):
             accepted |= yield from self._fenced("fail_runs", [_failure(f) for f in outcomes.failed])
         if outcomes.released:
             released = [
-                {"id": r.run_id, "token": r.token, "delay": round(r.delay, 3)}
+                {"id": r.run_id, "token": r.token, "delay": round(r.delay, 3), "trace": r.trace}
                 for r in outcomes.released
             ]
             accepted |= yield from self._fenced(
@@ -137,6 +137,7 @@ class WorkerOps(StoreCore):
                     "delay": round(s.delay, 3),
                     "waiting_for": s.waiting_for,
                     "events": s.events,
+                    "trace": s.trace,
                 }
                 for s in outcomes.suspended
             ]
@@ -194,4 +195,5 @@ def _failure(f: Failure) -> dict[str, Any]:
         "data": f.data,
         "charged": f.charged,
         "suspect": f.suspect,
+        "trace": f.trace,
     }

@@ -29,6 +29,7 @@ def _command_modules() -> list[ModuleType]:
         registry,
         replaycheck,
         runs,
+        serve,
         start,
         stats,
         sweep,
@@ -36,7 +37,7 @@ def _command_modules() -> list[ModuleType]:
         worker,
     )
 
-    return [demo, migrate, start, runs, stats, worker, replaycheck, registry, topics, sweep]
+    return [demo, migrate, start, runs, stats, worker, serve, replaycheck, registry, topics, sweep]
 
 
 def build_parser() -> argparse.ArgumentParser:

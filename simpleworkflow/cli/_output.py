@@ -139,6 +139,7 @@ def _durable_fields(run: Run) -> list[tuple[str, str]]:
         ("parent_id", run.parent_id),
         ("deadline", None if run.deadline is None else when(run.deadline)),
         ("code_version", run.code_version),
+        ("trace_context", None if run.trace_context is None else compact_json(run.trace_context)),
         ("retention", kept),
     ]
     return [(key, value) for key, value in pairs if value is not None]

@@ -4,9 +4,10 @@ and a run's timed steps."""
 from __future__ import annotations
 
 import argparse
+from datetime import datetime
 from typing import Any
 
-from simpleworkflow import models, names
+from simpleworkflow import errors, models, names
 from simpleworkflow.cli import _common, _output, start
 
 
@@ -52,6 +53,18 @@ def _add_list(commands: Any) -> None:
     )
     parser.add_argument(
         "--limit", "-n", type=int, default=50, metavar="N", help="page size (default: 50)"
+    )
+    parser.add_argument(
+        "--payload-contains",
+        metavar="JSON",
+        help='only runs whose payload contains this JSON, as jsonb @> decides: \'{"customer": '
+        '"c_1"}\'',
+    )
+    parser.add_argument(
+        "--created-since", metavar="TIME", help="created at or after (ISO 8601 with an offset)"
+    )
+    parser.add_argument(
+        "--created-until", metavar="TIME", help="created before (ISO 8601 with an offset)"
     )
     parser.add_argument("--cursor", help="the next page, as printed after the previous one")
     parser.add_argument(
@@ -169,11 +182,32 @@ def _run_id(args: argparse.Namespace) -> str:
     return names.normalize_run_id(args.run_id)
 
 
+def _moment(flag: str, text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:
+        raise errors.InvalidArgument(
+            f"{flag} must be a time with its offset, like 2030-01-31T09:00:00Z, not {text!r}"
+        )
+    return moment
+
+
 def list_runs(args: argparse.Namespace) -> int:
     with _common.client_for(args) as client:
         page = client.list(
             type_prefix=args.type_prefix,
             status=args.status,
+            created_after=_moment("--created-since", args.created_since),
+            created_before=_moment("--created-until", args.created_until),
+            payload_contains=(
+                None
+                if args.payload_contains is None
+                else start.parse_payload(args.payload_contains)
+            ),
             include_deleted=args.include_deleted,
             limit=args.limit,
             cursor=args.cursor,

@@ -88,22 +88,7 @@ def run(args: argparse.Namespace) -> int:
 
 def parse_deadline(text: str | None) -> datetime | float | None:
     """``--deadline``: seconds from now for a duration, else a timezone-aware time."""
-    if text is None:
-        return None
-    try:
-        return durations.to_seconds(text, what="--deadline")
-    except errors.InvalidArgument:
-        pass
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        moment = None
-    if moment is None or moment.tzinfo is None:
-        raise errors.InvalidArgument(
-            f"--deadline must be a duration like 1h or 3d, or a time with its offset like "
-            f"2030-01-31T09:00:00Z, not {text!r}"
-        )
-    return moment
+    return None if text is None else durations.duration_or_time(text, what="--deadline")
 
 
 def read_payload_text(source: str) -> str:

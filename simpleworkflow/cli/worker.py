@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import logging
-import sys
-import time
 from typing import Any
 
-from simpleworkflow import durations, errors
+from simpleworkflow import config, durations, errors, logs
 from simpleworkflow.app import App
 from simpleworkflow.cli import _common, _imports, sweep
 from simpleworkflow.worker import IntentPoller, WorkerOptions
@@ -49,6 +46,13 @@ def register(subparsers: Any) -> None:
         default="info",
         metavar="LEVEL",
         help="debug, info, warning or error (default: info)",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=config.LOG_FORMATS,
+        metavar="FORMAT",
+        help="text (one line per record) or json (one JSON object per line); "
+        f"default: ${config.LOG_FORMAT_ENV_VAR}, else text",
     )
     _common.add_store_options(parser)
     parser.set_defaults(handler=run)
@@ -138,8 +142,9 @@ DURATION_FLAGS = {
 
 
 def run(args: argparse.Namespace) -> int:
+    log_format = config.log_format(args.log_format)
     poller = build_poller(load_target(args.target), args)
-    configure_logging(args.log_level)
+    logs.configure(args.log_level, log_format)
     try:
         poller.run()
     except errors.WorkerFailed:
@@ -202,23 +207,3 @@ def _given_options(args: argparse.Namespace) -> dict[str, Any]:
     if args.sweep and "sweep_every" not in given:
         given["sweep_every"] = SWEEP_EVERY
     return given
-
-
-class _UTCFormatter(logging.Formatter):
-    """``2025-01-31T09:30:00.123Z INFO simpleworkflow.worker: message``, one line per record.
-
-    UTC like every time the command line prints, so worker logs line up with
-    ``runs show`` output and with logs from other machines.
-    """
-
-    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-        return f"{stamp}.{int(record.msecs):03d}Z"
-
-
-def configure_logging(level: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_UTCFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())

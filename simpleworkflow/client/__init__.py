@@ -73,13 +73,15 @@ class Client(Requests):
         nothing (``created`` is then False); held by a run of another type, it raises
         :class:`~simpleworkflow.errors.IdempotencyConflict`.
         """
-        return self._started(self._run(self._start_op(type, payload, options)))
+        with self._starting(type) as trace:
+            return self._started(self._run(self._start_op(type, payload, options, trace)))
 
     def start_many(self, requests: Iterable[StartRequest]) -> builtins.list[Run]:
         """Start many runs in one statement: ``(type, payload)`` pairs, or dicts of
         :meth:`start` arguments. Returns the runs in order; a known idempotency key gives
         the run that holds it, as with :meth:`start`."""
-        return self._started_many(self._run(self._many_op(requests)))
+        with self._starting(None) as trace:
+            return self._started_many(self._run(self._many_op(requests, trace)))
 
     def publish(self, topic: str, payload: Any = None, *, event_id: str | None = None) -> Published:
         """Publish an event: start, in one transaction, a run of ``payload`` for each
@@ -107,14 +109,24 @@ class Client(Requests):
         include_deleted: bool = False,
         limit: int = 50,
         cursor: str | None = None,
+        payload_contains: Any = None,
     ) -> RunPage:
         """One page of runs, newest first; pass ``page.next_cursor`` for the next one.
 
         ``status`` takes stored statuses and the states of pending runs that wait
         (``sleeping``, ``waiting-signal``, ``waiting-child``, ``retrying``); a run in any
-        of those given is listed."""
+        of those given is listed. ``payload_contains`` (JSON: a dict, a list, a value)
+        lists only runs whose payload contains it, as Postgres ``jsonb @>`` decides:
+        ``{"customer": "c_1"}`` matches every payload with that key and value."""
         query = _listing.list_query(
-            type_prefix, status, created_after, created_before, include_deleted, limit, cursor
+            type_prefix,
+            status,
+            created_after,
+            created_before,
+            include_deleted,
+            limit,
+            cursor,
+            payload_contains,
         )
         return _listing.page(self._run(self.backend.list_runs(query), readonly=True), query)
 
@@ -126,8 +138,9 @@ class Client(Requests):
     def signal(self, run_id: str, event: str, payload: Any = None) -> SignalSent:
         """Store signal ``event`` for a run; a ``wait_for_event`` in it consumes it, whether
         the wait began before or after. :class:`RunFinished` if the run is over."""
-        sent = self._run(self._signal_op(run_id, event, payload))
-        return self._signalled(run_id, event, sent)
+        with self.observers.around_signal(run_id, event):
+            sent = self._run(self._signal_op(run_id, event, payload))
+            return self._signalled(run_id, event, sent)
 
     def delete(self, run_id: str) -> bool:
         """Soft-delete a run: hidden from claims and listings; ``False`` if already deleted."""
@@ -196,11 +209,13 @@ class AsyncClient(Requests):
 
     async def start(self, type: str, payload: Any = None, **options: Unpack[StartOptions]) -> Run:
         """Record the intent to run ``type`` with ``payload``; see :meth:`Client.start`."""
-        return self._started(await self._run(self._start_op(type, payload, options)))
+        with self._starting(type) as trace:
+            return self._started(await self._run(self._start_op(type, payload, options, trace)))
 
     async def start_many(self, requests: Iterable[StartRequest]) -> builtins.list[Run]:
         """Start many runs in one statement; see :meth:`Client.start_many`."""
-        return self._started_many(await self._run(self._many_op(requests)))
+        with self._starting(None) as trace:
+            return self._started_many(await self._run(self._many_op(requests, trace)))
 
     async def publish(
         self, topic: str, payload: Any = None, *, event_id: str | None = None
@@ -224,10 +239,18 @@ class AsyncClient(Requests):
         include_deleted: bool = False,
         limit: int = 50,
         cursor: str | None = None,
+        payload_contains: Any = None,
     ) -> RunPage:
         """One page of runs, newest first; see :meth:`Client.list`."""
         query = _listing.list_query(
-            type_prefix, status, created_after, created_before, include_deleted, limit, cursor
+            type_prefix,
+            status,
+            created_after,
+            created_before,
+            include_deleted,
+            limit,
+            cursor,
+            payload_contains,
         )
         return _listing.page(await self._run(self.backend.list_runs(query), readonly=True), query)
 
@@ -238,8 +261,9 @@ class AsyncClient(Requests):
 
     async def signal(self, run_id: str, event: str, payload: Any = None) -> SignalSent:
         """Store signal ``event`` for a run; see :meth:`Client.signal`."""
-        sent = await self._run(self._signal_op(run_id, event, payload))
-        return self._signalled(run_id, event, sent)
+        with self.observers.around_signal(run_id, event):
+            sent = await self._run(self._signal_op(run_id, event, payload))
+            return self._signalled(run_id, event, sent)
 
     async def delete(self, run_id: str) -> bool:
         """Soft-delete a run; ``False`` if it was already deleted."""

@@ -7,8 +7,9 @@ import binascii
 import json
 from collections.abc import Iterable
 from datetime import datetime
+from typing import Any
 
-from simpleworkflow import errors, names
+from simpleworkflow import errors, names, payloads
 from simpleworkflow.backends.records import RunQuery
 from simpleworkflow.client._options import check_int, check_time
 from simpleworkflow.models import WAITING_STATES, Run, RunPage, RunStatus
@@ -24,6 +25,7 @@ def list_query(
     include_deleted: bool,
     limit: int,
     cursor: str | None,
+    payload_contains: Any = None,
 ) -> RunQuery:
     raw = [] if status is None else [status] if isinstance(status, str) else [*status]
     states = [_check_status(s) for s in raw]
@@ -36,6 +38,11 @@ def list_query(
         retrying="retry" in waits,
         created_after=check_time("created_after", created_after),
         created_before=check_time("created_before", created_before),
+        payload_contains=(
+            None
+            if payload_contains is None
+            else payloads.encode(payload_contains, what="payload_contains")
+        ),
         include_deleted=bool(include_deleted),
         limit=check_int("limit", limit, 1, MAX_PAGE) + 1,  # one extra tells if more exist
         after_created_at=after_created_at,

@@ -9,6 +9,7 @@ clients and the CLI pass options through without naming them.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any, TypedDict
@@ -57,8 +58,10 @@ def new_run(
     *,
     max_payload_bytes: int = payloads.DEFAULT_MAX_BYTES,
     parent_id: str | None = None,
+    trace_context: Mapping[str, str] | None = None,
 ) -> NewRun:
-    """Check a start request and turn it into what the store writes."""
+    """Check a start request and turn it into what the store writes; ``trace_context``
+    is what the client's observers inject (see ``observe.Observers.trace_context``)."""
     unknown = sorted(options.keys() - OPTIONS)
     if unknown:
         known = ", ".join(sorted(OPTIONS))
@@ -90,14 +93,19 @@ def new_run(
             if deadline is None or isinstance(deadline, datetime)
             else durations.to_seconds(deadline, what="deadline")
         ),
+        trace_context=None if trace_context is None else json.dumps(dict(trace_context)),
         retention=retention.check(options.get("retention")),
     )
 
 
 def new_runs(
-    requests: Iterable[StartRequest], *, max_payload_bytes: int
+    requests: Iterable[StartRequest],
+    *,
+    max_payload_bytes: int,
+    trace_context: Mapping[str, str] | None = None,
 ) -> Iterator[tuple[str, NewRun]]:
-    """``(new run id, checked request)`` for each of ``start_many``'s requests."""
+    """``(new run id, checked request)`` for each of ``start_many``'s requests, each
+    with the batch's ``trace_context``."""
     for request in requests:
         if isinstance(request, tuple):
             type_name, payload = request
@@ -114,7 +122,13 @@ def new_runs(
             )
         yield (
             names.new_run_id(),
-            new_run(type_name, payload, options, max_payload_bytes=max_payload_bytes),
+            new_run(
+                type_name,
+                payload,
+                options,
+                max_payload_bytes=max_payload_bytes,
+                trace_context=trace_context,
+            ),
         )
 
 

@@ -4,8 +4,9 @@ commit (wake-ups for workers in this process, then the observers)."""
 from __future__ import annotations
 
 import builtins
+import contextlib
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -48,12 +49,37 @@ class Requests:
         self.observers.add(observer)
         return observer
 
-    def _start_op(self, type: str, payload: Any, options: Mapping[str, Any]) -> Op[Run]:
-        new = _options.new_run(type, payload, options, max_payload_bytes=self.max_payload_bytes)
+    @contextlib.contextmanager
+    def _starting(self, type: str | None) -> Iterator[dict[str, str] | None]:
+        """The observers' ``around_start``; yields the trace context to store with the
+        runs (what they inject there), if any."""
+        with self.observers.around_start(type):
+            yield self.observers.trace_context()
+
+    def _start_op(
+        self,
+        type: str,
+        payload: Any,
+        options: Mapping[str, Any],
+        trace_context: dict[str, str] | None = None,
+    ) -> Op[Run]:
+        new = _options.new_run(
+            type,
+            payload,
+            options,
+            max_payload_bytes=self.max_payload_bytes,
+            trace_context=trace_context,
+        )
         return self.backend.create_run(new)
 
-    def _many_op(self, requests: Iterable[_options.StartRequest]) -> Op[builtins.list[Run]]:
-        news = _options.new_runs(requests, max_payload_bytes=self.max_payload_bytes)
+    def _many_op(
+        self,
+        requests: Iterable[_options.StartRequest],
+        trace_context: dict[str, str] | None = None,
+    ) -> Op[builtins.list[Run]]:
+        news = _options.new_runs(
+            requests, max_payload_bytes=self.max_payload_bytes, trace_context=trace_context
+        )
         first = next(news, None)
         if first is None:
             raise errors.InvalidArgument("start_many needs at least one run to start")

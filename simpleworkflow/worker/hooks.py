@@ -49,8 +49,9 @@ def finished(observers: observe.Observer, lease: Lease, worker_id: str, end: End
     observers.attempt_finished(attempt_finished(lease, worker_id, end))
     if isinstance(end.outcome, Suspension) and end.recorded and not _stopped(end):
         suspension = end.outcome
+        kind = wait_kind(suspension.waiting_for)
         observers.run_suspended(
-            observe.RunSuspended(lease.run, wait_kind(suspension.waiting_for), _until(suspension))
+            observe.RunSuspended(lease.run, kind, _until(suspension), suspension.waiting_for)
         )
 
 

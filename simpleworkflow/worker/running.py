@@ -11,7 +11,7 @@ import functools
 import logging
 import time
 
-from simpleworkflow import execution, observe
+from simpleworkflow import execution, logs, observe
 from simpleworkflow.attempt_state import AttemptState
 from simpleworkflow.attempts import Attempt, Threads, TrackedExecutor, charge_to
 from simpleworkflow.backends import Backend
@@ -85,6 +85,7 @@ class Runner:
 
     async def _execute(self, lease: Lease, state: AttemptState, threads: Threads) -> None:
         charge_to(threads)
+        logs.enter_attempt(lease.run.id, lease.run.type, lease.run.attempt + 1)
         definition: Definition = self.app.definitions[lease.run.type]
         started = time.monotonic()
         try:

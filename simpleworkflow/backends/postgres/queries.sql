@@ -25,13 +25,14 @@ select pg_advisory_xact_lock(hashtext(%(key)s))
 -- the id (time-ordered, see names.new_run_id); plain SQL inserts get the column default.
 insert into {schema}workflow_run
     (id, type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline,
-     retention)
+     trace_context, retention)
 values (
     %(id)s::uuid, %(type)s, %(payload)s::jsonb, %(idempotency_key)s, %(priority)s,
     coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s)),
     coalesce(%(max_attempts)s, 3),
     %(parent_id)s::uuid,
     coalesce(%(deadline)s::timestamptz, now() + make_interval(secs => %(deadline_in)s)),
+    %(trace_context)s::jsonb,
     %(retention)s::float8 * interval '1 second'
 )
 on conflict (idempotency_key) do nothing
@@ -41,16 +42,17 @@ returning id::text as id, run_at, deadline, created_at, updated_at
 -- Many runs in one statement; ids come from the client so rows can be matched to items.
 insert into {schema}workflow_run
     (id, type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline,
-     retention)
+     trace_context, retention)
 select i.id, i.type, i.payload::jsonb, i.idempotency_key, i.priority,
        coalesce(i.run_at, now() + make_interval(secs => i.delay)),
        coalesce(i.max_attempts, 3), i.parent_id,
        coalesce(i.deadline, now() + make_interval(secs => i.deadline_in)),
+       i.trace_context::jsonb,
        i.retention * interval '1 second'
 from jsonb_to_recordset(%(items)s::jsonb)
     as i(id uuid, type text, payload text, idempotency_key text, priority integer,
          run_at timestamptz, delay float8, max_attempts integer, parent_id uuid,
-         deadline timestamptz, deadline_in float8, retention float8)
+         deadline timestamptz, deadline_in float8, trace_context text, retention float8)
 on conflict (idempotency_key) do nothing
 returning id::text as id, run_at, deadline, created_at, updated_at
 
@@ -80,6 +82,7 @@ where (%(type_like)s::text is null or type like %(type_like)s)
        or (%(retrying)s and status = 'pending' and waiting_for is null and attempt > 0))
   and (%(created_after)s::timestamptz is null or created_at >= %(created_after)s)
   and (%(created_before)s::timestamptz is null or created_at < %(created_before)s)
+  and (%(payload_contains)s::jsonb is null or payload @> %(payload_contains)s::jsonb)
   and (%(include_deleted)s or deleted_at is null)
   and (%(after_created_at)s::timestamptz is null
        or (created_at, id) < (%(after_created_at)s::timestamptz, %(after_id)s::uuid))
@@ -310,7 +313,7 @@ select id from done
 with outcomes as (
     select * from jsonb_to_recordset(%(items)s::jsonb)
         as o(id uuid, token uuid, final boolean, delay float8, error text, data jsonb,
-             charged boolean, suspect boolean)
+             charged boolean, suspect boolean, trace jsonb)
 ), done as (
     update {schema}workflow_run r
     set status = case when o.final then 'failed' else 'pending' end,
@@ -322,6 +325,10 @@ with outcomes as (
         leased_by = case when o.final then r.leased_by end,
         lease_until = null,
         lease_token = null,
+        -- the attempt given back, for the next one to link to (none: forget the last)
+        trace_context = case when o.trace is null then r.trace_context - 'attempt'
+                             else coalesce(r.trace_context, '{}'::jsonb)
+                                  || jsonb_build_object('attempt', o.trace) end,
         updated_at = now()
     from outcomes o
     where r.id = o.id and r.lease_token is not distinct from o.token and r.status = 'leased'
@@ -349,13 +356,18 @@ select id from done
 -- name: release_runs
 -- A release keeps the run's suspect mark: giving a run back says nothing about it.
 with outcomes as (
-    select * from jsonb_to_recordset(%(items)s::jsonb) as o(id uuid, token uuid, delay float8)
+    select * from jsonb_to_recordset(%(items)s::jsonb)
+        as o(id uuid, token uuid, delay float8, trace jsonb)
 ), done as (
     update {schema}workflow_run r
     set status = 'pending', leased_by = null, lease_until = null, lease_token = null,
         -- given back now, a run keeps its place in the queue; later, it waits its turn
         run_at = case when o.delay > 0 then now() + make_interval(secs => o.delay)
                       else r.run_at end,
+        -- the attempt given back, for the next one to link to (none: forget the last)
+        trace_context = case when o.trace is null then r.trace_context - 'attempt'
+                             else coalesce(r.trace_context, '{}'::jsonb)
+                                  || jsonb_build_object('attempt', o.trace) end,
         updated_at = now()
     from outcomes o
     where r.id = o.id and r.lease_token = o.token and r.status = 'leased'
@@ -485,7 +497,7 @@ select run_id::text as run_id, step_name from saved
 with outcomes as (
     select * from jsonb_to_recordset(%(items)s::jsonb)
         as o(id uuid, token uuid, run_at timestamptz, delay float8, waiting_for jsonb,
-             events jsonb)
+             events jsonb, trace jsonb)
 ), done as (
     update {schema}workflow_run r
     set status = 'pending',
@@ -494,6 +506,10 @@ with outcomes as (
         waiting_for = o.waiting_for,
         leased_by = null, lease_until = null, lease_token = null,
         isolate = false,
+        -- the attempt given back, for the next one to link to (none: forget the last)
+        trace_context = case when o.trace is null then r.trace_context - 'attempt'
+                             else coalesce(r.trace_context, '{}'::jsonb)
+                                  || jsonb_build_object('attempt', o.trace) end,
         updated_at = now()
     from outcomes o
     where r.id = o.id and r.lease_token = o.token and r.status = 'leased'
@@ -698,7 +714,7 @@ using doomed d
 where r.id = d.id
 returning r.type
 
--- Retention (migration 0011). A run is past its retention when it finished (succeeded,
+-- Retention (migration 0012). A run is past its retention when it finished (succeeded,
 -- failed or cancelled) at least its retention ago: its own, else its type's in the
 -- registry, else the default; never longer than the ceiling. Pending and leased
 -- runs (sleeping and waiting ones are pending) are never candidates, however old. Nor is

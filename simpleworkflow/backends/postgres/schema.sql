@@ -43,7 +43,9 @@ create table {schema}workflow_run (
     code_version    text,
     -- rescued from an expired lease: claimed alone until an attempt ends otherwise (0008)
     isolate         boolean not null default false,
-    -- kept this long after it finished; null: its type's retention, else the default (0011)
+    -- W3C trace context of the start, and of the attempt that last gave the run back (0010)
+    trace_context   jsonb,
+    -- kept this long after it finished; null: its type's retention, else the default (0012)
     retention       interval
 );
 
@@ -231,7 +233,7 @@ create table {schema}workflow_subscription (
 
 -- Audit and journal rows go with their run (in place of foreign keys, which would lock
 -- the run for every row inserted), found by index: a hash join of the deleted runs with
--- the whole table read every event and step of every run (migration 0011).
+-- the whole table read every event and step of every run (migration 0012).
 create function {schema}workflow_run_delete_children() returns trigger
 language plpgsql as $$
 begin
@@ -248,7 +250,7 @@ create trigger workflow_run_delete_children
     referencing old table as deleted_runs
     for each statement execute function {schema}workflow_run_delete_children();
 
--- The retention sweeper's candidates (migration 0011): finished runs with no parent row,
+-- The retention sweeper's candidates (migration 0012): finished runs with no parent row,
 -- by type and finishing time, or by a retention of their own. Every range a sweep reads
 -- holds only expired runs, however many are kept (see docs/retention.md).
 create index idx_workflow_run_expiry_by_type
@@ -262,7 +264,7 @@ create index idx_workflow_run_expiry_own
       and retention is not null and parent_id is null;
 
 -- One row per fleet-wide service (the retention sweeper): the worker running it, until
--- when (migration 0011).
+-- when (migration 0012).
 create table {schema}workflow_service_lease (
     name        text primary key,
     holder      text not null,

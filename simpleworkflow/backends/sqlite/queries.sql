@@ -22,13 +22,14 @@ insert into workflow_schema_version (version, name) values (:version, :name)
 -- the id (time-ordered, see names.new_run_id); plain SQL inserts get the column default.
 insert into workflow_run
     (id, type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline,
-     retention)
+     trace_context, retention)
 values (
     :id, :type, :payload, :idempotency_key, :priority,
     coalesce(:run_at, strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :delay || ' seconds')),
     coalesce(:max_attempts, 3),
     :parent_id,
     coalesce(:deadline, strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :deadline_in || ' seconds')),
+    :trace_context,
     :retention
 )
 on conflict (idempotency_key) do nothing
@@ -38,7 +39,7 @@ returning id, run_at, deadline, created_at, updated_at
 -- Many runs in one statement; ids come from the client so rows can be matched to items.
 insert into workflow_run
     (id, type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline,
-     retention)
+     trace_context, retention)
 select json_extract(i.value, '$.id'), json_extract(i.value, '$.type'),
        json_extract(i.value, '$.payload'), json_extract(i.value, '$.idempotency_key'),
        json_extract(i.value, '$.priority'),
@@ -50,6 +51,7 @@ select json_extract(i.value, '$.id'), json_extract(i.value, '$.type'),
        coalesce(strftime('%Y-%m-%d %H:%M:%f', json_extract(i.value, '$.deadline')),
                 strftime('%Y-%m-%d %H:%M:%f', 'now',
                          '+' || json_extract(i.value, '$.deadline_in') || ' seconds')),
+       json_extract(i.value, '$.trace_context'),
        json_extract(i.value, '$.retention')
 from json_each(:items) as i
 where true
@@ -87,6 +89,8 @@ where (:type_like is null or type like :type_like escape '\')
        or (:retrying and status = 'pending' and waiting_for is null and attempt > 0))
   and (:created_after is null or created_at >= :created_after)
   and (:created_before is null or created_at < :created_before)
+  -- jsonb @> as Postgres decides it: see backends/sqlite/matching.py.
+  and (:payload_contains is null or json_contains(payload, :payload_contains))
   and (:include_deleted or deleted_at is null)
   and (:after_created_at is null
        or (created_at, rowid) < (:after_created_at,
@@ -356,12 +360,17 @@ set status = case when o.final then 'failed' else 'pending' end,
     leased_by = case when o.final then workflow_run.leased_by end,
     lease_until = null,
     lease_token = null,
+    -- the attempt given back, for the next one to link to (none: forget the last)
+    trace_context = case when o.trace is null
+                         then json_remove(workflow_run.trace_context, '$.attempt')
+                         else json_set(coalesce(workflow_run.trace_context, '{}'), '$.attempt',
+                                       json(o.trace)) end,
     updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
 from (
     select json_extract(value, '$.id') as id, json_extract(value, '$.token') as token,
            json_extract(value, '$.final') as final, json_extract(value, '$.delay') as delay,
            json_extract(value, '$.error') as error, json_extract(value, '$.charged') as charged,
-           json_extract(value, '$.suspect') as suspect
+           json_extract(value, '$.suspect') as suspect, json_extract(value, '$.trace') as trace
     from json_each(:items)
 ) as o
 where workflow_run.id = o.id
@@ -404,10 +413,15 @@ set status = 'pending', leased_by = null, lease_until = null, lease_token = null
     run_at = case when o.delay > 0
                   then strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || o.delay || ' seconds')
                   else workflow_run.run_at end,
+    -- the attempt given back, for the next one to link to (none: forget the last)
+    trace_context = case when o.trace is null
+                         then json_remove(workflow_run.trace_context, '$.attempt')
+                         else json_set(coalesce(workflow_run.trace_context, '{}'), '$.attempt',
+                                       json(o.trace)) end,
     updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
 from (
     select json_extract(value, '$.id') as id, json_extract(value, '$.token') as token,
-           json_extract(value, '$.delay') as delay
+           json_extract(value, '$.delay') as delay, json_extract(value, '$.trace') as trace
     from json_each(:items)
 ) as o
 where workflow_run.id = o.id
@@ -494,11 +508,17 @@ set status = 'pending',
     waiting_for = o.waiting_for,
     leased_by = null, lease_until = null, lease_token = null,
     isolate = 0,
+    -- the attempt given back, for the next one to link to (none: forget the last)
+    trace_context = case when o.trace is null
+                         then json_remove(workflow_run.trace_context, '$.attempt')
+                         else json_set(coalesce(workflow_run.trace_context, '{}'), '$.attempt',
+                                       json(o.trace)) end,
     updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
 from (
     select json_extract(value, '$.id') as id, json_extract(value, '$.token') as token,
            json_extract(value, '$.run_at') as run_at, json_extract(value, '$.delay') as delay,
-           json(json_extract(value, '$.waiting_for')) as waiting_for
+           json(json_extract(value, '$.waiting_for')) as waiting_for,
+           json_extract(value, '$.trace') as trace
     from json_each(:items)
 ) as o
 where workflow_run.id = o.id
@@ -662,7 +682,7 @@ where id in (
 )
 returning type
 
--- Retention (migration 0008): which runs are past it, and why none other is, as in the
+-- Retention (migration 0009): which runs are past it, and why none other is, as in the
 -- Postgres file. Retentions are seconds; each cutoff is computed once per type (or per
 -- retention of a run's own) and the runs before it read from the index by range.
 

@@ -30,7 +30,9 @@ create table workflow_run (
     code_version    text,
     -- rescued from an expired lease: claimed alone until an attempt ends otherwise (0005)
     isolate         integer not null default 0,
-    -- seconds kept after it finished; null: its type's retention, else the default (0008)
+    -- W3C trace context of the start, and of the attempt that last gave the run back (0007)
+    trace_context   text check (trace_context is null or json_valid(trace_context)),
+    -- seconds kept after it finished; null: its type's retention, else the default (0009)
     retention       real
 );
 
@@ -141,7 +143,7 @@ create table workflow_subscription (
     primary key (pattern, workflow_type)
 );
 
--- The retention sweeper's candidates and its lease (migration 0008).
+-- The retention sweeper's candidates and its lease (migration 0009).
 create index idx_workflow_run_expiry_by_type
     on workflow_run (type, updated_at)
     where status in ('succeeded', 'failed', 'cancelled')

@@ -1,4 +1,4 @@
--- simpleworkflow 0008: retention, as Postgres's 0011. How long a finished run is kept
+-- simpleworkflow 0009: retention, as Postgres's 0012. How long a finished run is kept
 -- may be chosen when it starts (workflow_run.retention, seconds) and for its type
 -- (workflow_registry.retention); null means "the next one down", ending at the sweeper's
 -- default.

@@ -1,4 +1,4 @@
--- simpleworkflow 0011: retention. How long a finished run is kept may be chosen when it
+-- simpleworkflow 0012: retention. How long a finished run is kept may be chosen when it
 -- starts (workflow_run.retention) and for its type (workflow_registry.retention); null
 -- means "the next one down", ending at the sweeper's default. Adding nullable columns
 -- rewrites nothing.

@@ -1,0 +1,121 @@
+"""The HTTP API: a FastAPI router over ``AsyncClient`` and its ``admin`` facade.
+
+Needs the ``server`` extra (``pip install 'simpleworkflow[server]'``); nothing else in the
+package imports this one. Three ways to use it:
+
+- ``simpleworkflow serve`` runs :func:`create_app` under uvicorn;
+- ``app.include_router(simpleworkflow.server.router(client))`` adds the endpoints to an
+  application of your own (under ``/api/v1``, with ``/healthz`` and ``/readyz``);
+- ``app.mount("/workflows", simpleworkflow.server.create_app())`` mounts the whole app,
+  its OpenAPI document and interactive docs included.
+
+Endpoints act through the client only, so the API refuses and accepts exactly what
+``Client`` does; see docs/api.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from fastapi import APIRouter, FastAPI
+from starlette.types import ASGIApp
+
+import simpleworkflow
+from simpleworkflow.client import AsyncClient
+from simpleworkflow.server import health, problems, routing, runs, topics, types_index
+from simpleworkflow.server.auth import Auth, is_loopback
+from simpleworkflow.server.routing import DEFAULT_MAX_BODY_BYTES
+from simpleworkflow.server.source import ClientSource
+
+#: Where the versioned endpoints live.
+API_PREFIX = "/api/v1"
+
+#: The API's sections under the prefix, each ``build(source, auth, route_class)``. A new
+#: group of endpoints is a module with such a function, added here.
+SECTIONS: tuple[Callable[..., APIRouter], ...] = (runs.router, types_index.router, topics.router)
+
+__all__ = [
+    "API_PREFIX",
+    "DEFAULT_MAX_BODY_BYTES",
+    "Auth",
+    "create_app",
+    "is_loopback",
+    "router",
+]
+
+
+def router(
+    client: AsyncClient | None = None,
+    *,
+    database_url: str | None = None,
+    schema: str | None = None,
+    auth: Auth | None = None,
+    prefix: str = API_PREFIX,
+    health_checks: bool = True,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> APIRouter:
+    """The API as a router to include in a FastAPI app.
+
+    ``client`` is the ``AsyncClient`` every endpoint acts through (yours to close, used
+    in the loop that serves); without one the router opens its own on first use, on
+    ``database_url`` and ``schema`` (else the environment, as ``AsyncClient()`` does),
+    and closes it when the app shuts down. ``auth`` holds the tokens (none: no
+    authentication). ``health_checks`` adds ``/healthz`` and ``/readyz`` at the root.
+    """
+    if not prefix.startswith("/") or prefix.endswith("/"):
+        raise ValueError(f"prefix must start with '/' and not end with one, not {prefix!r}")
+    source = ClientSource(client, database_url=database_url, schema=schema)
+    auth = auth or Auth()
+    route_class = routing.route_class(max_body_bytes)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Any) -> AsyncIterator[None]:
+        yield
+        await source.aclose()
+
+    outer = APIRouter(lifespan=lifespan)
+    api = APIRouter(prefix=prefix)
+    for build in SECTIONS:
+        api.include_router(build(source, auth, route_class))
+    outer.include_router(api)
+    if health_checks:
+        outer.include_router(health.router(source, route_class))
+    return outer
+
+
+def create_app(
+    client: AsyncClient | None = None,
+    *,
+    database_url: str | None = None,
+    schema: str | None = None,
+    auth: Auth | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    metrics: ASGIApp | None = None,
+) -> FastAPI:
+    """A FastAPI application serving :func:`router`, its OpenAPI document at
+    ``/openapi.json`` and interactive docs at ``/docs``; ``metrics``, an ASGI app (the
+    Prometheus exposition), is mounted at ``/metrics``. What ``simpleworkflow serve``
+    runs."""
+    app = FastAPI(
+        title="simpleworkflow",
+        version=simpleworkflow.__version__,
+        summary="Start, inspect and steer durable workflow runs.",
+        description="Every endpoint but /healthz and /readyz needs a bearer token when the "
+        "server was given one. Errors are RFC 9457 problem details. See docs/api.md.",
+        redoc_url=None,
+    )
+    problems.install(app)
+    app.include_router(
+        router(
+            client,
+            database_url=database_url,
+            schema=schema,
+            auth=auth,
+            max_body_bytes=max_body_bytes,
+        )
+    )
+    if metrics is not None:
+        app.mount("/metrics", metrics)
+    return app

@@ -1,0 +1,65 @@
+"""Response bodies: the engine's records as the JSON that :mod:`schemas` declares.
+
+Encoded with the standard library's encoder rather than pydantic's: payloads, results and
+journal outputs may nest deeper than pydantic's serializer goes (255 levels), and every
+stored one was written by this encoder, so it can be read back through the API. The
+schemas still say what each body holds; the tests check the bodies against them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.responses import Response
+
+from simpleworkflow.admin import TypeStats, registry_dict
+from simpleworkflow.backends.records import JournalEntry, RegistryEntry, SignalSent
+from simpleworkflow.models import Event, Run, Signal
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def respond(content: Any, status: int = 200) -> Response:
+    return Response(_ENCODER.encode(content), status_code=status, media_type="application/json")
+
+
+def run(run: Run) -> dict[str, Any]:
+    """A run (``created`` too when a start returned it)."""
+    out = run.to_dict()
+    out["waiting_states"] = run.waiting_states
+    return out
+
+
+def event(event: Event) -> dict[str, Any]:
+    return event.to_dict()
+
+
+def signal(signal: Signal) -> dict[str, Any]:
+    return signal.to_dict()
+
+
+def signal_sent(sent: SignalSent) -> dict[str, Any]:
+    return {"signal_id": sent.signal_id, "woke": sent.woke}
+
+
+def step(entry: JournalEntry) -> dict[str, Any]:
+    return {
+        "step_name": entry.step_name,
+        "kind": entry.kind,
+        "position": entry.position,
+        "status": entry.status,
+        "output": entry.output,
+        "attempts": entry.attempts,
+        "started_at": None if entry.started_at is None else entry.started_at.isoformat(),
+        "completed_at": None if entry.completed_at is None else entry.completed_at.isoformat(),
+        "duration_seconds": entry.duration,
+    }
+
+
+def registry(entry: RegistryEntry) -> dict[str, Any]:
+    return registry_dict(entry)
+
+
+def type_stats(stats: TypeStats) -> dict[str, Any]:
+    return {**stats.to_dict(), "paused": stats.paused}

@@ -1,0 +1,124 @@
+"""The API's routes guard themselves, so that they behave the same in ``simpleworkflow
+serve`` and inside a user's app (whose exception handlers are not ours):
+
+- a body is read up to a limit (413 past it, before it is parsed);
+- JSON is parsed strictly: ``NaN`` and ``Infinity`` are not JSON, and a document nested
+  too deeply for the parser is refused, with a 400 that says so (FastAPI would say only
+  "There was an error parsing the body", or fail);
+- the engine's errors and failed validations become problem documents.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Coroutine
+from typing import Any, ClassVar, NoReturn
+
+from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from simpleworkflow import errors
+from simpleworkflow.server import problems
+
+#: A request body's default limit: room for a batch of runs with large payloads. Each
+#: payload is held to the client's ``max_payload_bytes`` (1 MiB) besides.
+DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+
+Handler = Callable[[Request], Coroutine[Any, Any, Response]]
+
+
+class GuardedRoute(APIRoute):
+    """An ``APIRoute`` that limits and parses its body itself and answers in problems;
+    :func:`route_class` sets the limit."""
+
+    max_body_bytes: ClassVar[int] = DEFAULT_MAX_BODY_BYTES
+
+    def get_route_handler(self) -> Handler:
+        handler = super().get_route_handler()
+        limit = self.max_body_bytes
+
+        async def guarded(request: Request) -> Response:
+            try:
+                if request.method in ("POST", "PUT", "PATCH"):
+                    await _read_json(request, limit)
+                return await handler(request)
+            except errors.SimpleWorkflowError as exc:
+                return problems.of_error(exc)
+            except problems.ApiProblem as exc:
+                return problems.problem_response(
+                    exc.status, exc.name, exc.detail, headers=exc.headers, **exc.extensions
+                )
+            except RequestValidationError as exc:
+                return problems.of_validation(exc)
+            except HTTPException as exc:
+                return problems.of_http(exc)
+
+        return guarded
+
+
+def route_class(max_body_bytes: int) -> type[GuardedRoute]:
+    """A :class:`GuardedRoute` whose bodies may hold up to ``max_body_bytes``."""
+    if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int):
+        raise TypeError(f"max_body_bytes must be an int, not {max_body_bytes!r}")
+    return type("GuardedRoute", (GuardedRoute,), {"max_body_bytes": max_body_bytes})
+
+
+async def _read_json(request: Request, limit: int) -> None:
+    """Read the body (up to ``limit`` bytes) and, if it is JSON, parse it, leaving both
+    where Starlette's ``Request.body()`` and ``.json()`` find them."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        _too_large(limit)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            _too_large(limit)
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    request._body = body  # Starlette's cache of the body: what .body() returns
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if body and (media == "application/json" or media.endswith("+json")):
+        request._json = parse_json(body)  # and of the parsed document: what .json() returns
+
+
+def parse_json(body: bytes | str, what: str = "the request body") -> Any:
+    """JSON text as Python values, or a 400 problem that says what is wrong with it."""
+    try:
+        return json.loads(body, parse_constant=_no_constant)
+    except _NotJSON as exc:
+        raise problems.ApiProblem(
+            400, "invalid-json", f"{what} holds {exc}, which JSON cannot hold; use null or a string"
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise problems.ApiProblem(
+            400,
+            "invalid-json",
+            f"{what} is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
+        ) from None
+    except RecursionError:
+        raise problems.ApiProblem(
+            400, "invalid-json", f"{what} is nested too deeply to be read"
+        ) from None
+    except ValueError as exc:  # not UTF-8, or an integer of more digits than Python reads
+        raise problems.ApiProblem(400, "invalid-json", f"{what} is not JSON: {exc}") from None
+
+
+class _NotJSON(ValueError):
+    pass
+
+
+def _no_constant(name: str) -> NoReturn:
+    raise _NotJSON(name)
+
+
+def _too_large(limit: int) -> NoReturn:
+    raise problems.ApiProblem(
+        413,
+        "body-too-large",
+        f"the request body is larger than {limit} bytes, the limit of this server "
+        "(`simpleworkflow serve --max-body-bytes`); send fewer runs per request",
+    )

@@ -1,0 +1,327 @@
+"""The API's request and response bodies, as typed models: the OpenAPI document is
+generated from them, and every response is checked against them before it leaves.
+
+Requests refuse unknown fields and values of the wrong JSON type (``"5"`` is not a
+priority); what the engine checks itself (type names, payloads, ranges) is left to the
+client, so that the API and ``Client.start`` refuse exactly the same things.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+)
+
+from simpleworkflow import durations
+from simpleworkflow.admin import STATES
+from simpleworkflow.models import RunStatus
+
+#: Runs one batch request may start (``Client.list``'s page limit too).
+MAX_BATCH = 1000
+
+#: A duration: seconds as a number, or text such as ``"90s"``, ``"5m"``, ``"1h30m"``.
+Duration = StrictInt | StrictFloat | StrictStr
+#: A JSON value of any kind: object, array, string, number, boolean or null.
+JSON = Any
+
+
+#: What the engine accepts, written into the document for clients (and generated tests);
+#: the engine checks them itself, with messages that say which rule was broken.
+TYPE_PATTERN = r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+\.v[0-9]+$"
+EVENT_PATTERN = r"^[A-Za-z0-9_.:\-]{1,200}$"
+_INT4 = 2**31 - 1
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StartRun(_Request):
+    """One run to start: ``Client.start``'s arguments."""
+
+    type: StrictStr = Field(
+        description="the workflow type: dotted lowercase segments ending in a version",
+        examples=["content.thumbnail.v1"],
+        json_schema_extra={"pattern": TYPE_PATTERN, "maxLength": 200},
+    )
+    payload: JSON = Field(
+        default=None, description="the run's input, any JSON (default {})", examples=[{"id": 1}]
+    )
+    idempotency_key: StrictStr | None = Field(
+        default=None,
+        description="a key already held by a run of this type returns that run (200, "
+        "created false) and writes nothing; held by another type it is a 409",
+        min_length=1,
+        max_length=512,
+    )
+    priority: StrictInt | None = Field(
+        default=None, ge=-_INT4, le=_INT4, description="lower runs earlier (100)"
+    )
+    delay: Duration | None = Field(
+        default=None, description="not before this long from now: seconds, or '30s', '5m'"
+    )
+    run_at: AwareDatetime | None = Field(
+        default=None, description="not before this time (ISO 8601 with an offset)"
+    )
+    max_attempts: StrictInt | None = Field(
+        default=None, ge=1, le=10_000, description="attempts before the run fails (3)"
+    )
+    deadline: Duration | None = Field(
+        default=None,
+        description="fail the run if it has not finished by then: a duration from now "
+        "(seconds, '1h', '3d') or an ISO 8601 time with its offset",
+        examples=["3d", "2030-01-31T09:00:00Z"],
+    )
+    retention: Duration | None = Field(
+        default=None,
+        description="keep the run this long after it finishes (seconds, '90d'), instead of "
+        "its type's retention or the default; at most the ceiling "
+        "($SIMPLEWORKFLOW_MAX_RETENTION_DAYS)",
+        examples=["90d"],
+    )
+
+    def options(self) -> dict[str, Any]:
+        """The start options given (``StartOptions``), for ``Client.start``."""
+        given = self.model_dump(exclude_unset=True, exclude={"type", "payload"})
+        options = {name: value for name, value in given.items() if value is not None}
+        if isinstance(options.get("deadline"), str):
+            options["deadline"] = durations.duration_or_time(options["deadline"], what="deadline")
+        return options
+
+
+class StartRuns(_Request):
+    """Many runs to start in one transaction: all of them, or none."""
+
+    runs: list[StartRun] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class CancelRun(_Request):
+    reason: StrictStr | None = Field(default=None, description="kept in the cancelled event")
+
+
+class SendSignal(_Request):
+    event: StrictStr = Field(
+        description="the signal's name, as the workflow's wait_for_event names it",
+        examples=["payment.confirmed"],
+        json_schema_extra={"pattern": EVENT_PATTERN},
+    )
+    payload: JSON = Field(default=None, description="any JSON (default {})")
+
+
+class RunOut(BaseModel):
+    """A run as stored, with what it waits for and who holds it."""
+
+    id: str
+    type: str
+    status: RunStatus
+    #: Defined for pending runs only: what they wait for, by name.
+    waiting_states: list[Literal["sleeping", "waiting-signal", "waiting-child", "retrying"]]
+    payload: JSON
+    result: JSON
+    last_error: str | None
+    priority: int
+    run_at: datetime = Field(description="when the run is (or was) due")
+    idempotency_key: str | None
+    attempt: int = Field(description="failed attempts so far (the stored count)")
+    attempts_made: int = Field(description="attempts made, the one under way included")
+    max_attempts: int
+    leased_by: str | None = Field(description="the worker holding the run's lease")
+    lease_until: datetime | None = Field(description="when that lease expires")
+    waiting_for: JSON = Field(description="what a suspended run waits for")
+    parent_id: str | None
+    deadline: datetime | None
+    code_version: str | None
+    retention: float | None = Field(
+        description="seconds kept after it finishes, as chosen at start; null: its type's "
+        "retention, else the default"
+    )
+    created_at: datetime
+    updated_at: datetime
+    deleted_at: datetime | None
+
+
+class StartedRun(RunOut):
+    """A run a start returned: ``created`` is false when its idempotency key was held
+    already and this is the run that holds it."""
+
+    created: bool
+
+
+class StartedRuns(BaseModel):
+    runs: list[StartedRun] = Field(description="in the order requested")
+    created: int = Field(description="how many of them this request created")
+
+
+class RunPageOut(BaseModel):
+    runs: list[RunOut] = Field(description="newest first")
+    next_cursor: str | None = Field(description="pass as ?cursor= for the next page; null: last")
+
+
+class Cancelled(BaseModel):
+    cancelled: bool = Field(description="false: the run had already finished; nothing changed")
+    run: RunOut
+
+
+class Deleted(BaseModel):
+    deleted: bool = Field(description="false: the run was deleted already; nothing changed")
+
+
+class EventOut(BaseModel):
+    """One entry of a run's audit trail."""
+
+    id: int
+    workflow_id: str
+    event_type: str
+    data: JSON
+    created_at: datetime
+
+
+class StepOut(BaseModel):
+    """One durable call of a workflow run's journal, with its timings."""
+
+    step_name: str
+    kind: str = Field(description="step, sleep, wait, child ...")
+    position: int
+    status: Literal["completed", "retrying"]
+    output: JSON
+    attempts: int
+    started_at: datetime | None
+    completed_at: datetime | None
+    duration_seconds: float | None
+
+
+class SignalOut(BaseModel):
+    """A signal sent to a run, consumed by a wait (``step_name``) or still stored."""
+
+    id: int
+    run_id: str
+    event: str
+    payload: JSON
+    created_at: datetime
+    consumed_at: datetime | None
+    step_name: str | None
+
+
+class SignalSentOut(BaseModel):
+    signal_id: int
+    woke: bool = Field(description="the run was waiting for this signal and is due now")
+
+
+class RegistryOut(BaseModel):
+    """A type's registry entry: the runtime that runs it, and whether it is paused."""
+
+    workflow_name: str
+    intent_type: str
+    runtime: str
+    is_enabled: bool
+    description: str | None
+    created_at: datetime
+    updated_at: datetime
+    retention: float | None = Field(
+        description="seconds its runs are kept after they finish unless they chose; null: "
+        "the default"
+    )
+
+
+class TypeOut(BaseModel):
+    """One workflow type at a glance."""
+
+    type: str
+    counts: dict[str, int] = Field(
+        description=f"runs not deleted by state: {', '.join(STATES)}; the waiting states "
+        "refine pending and may overlap"
+    )
+    total: int
+    oldest_due_seconds: float | None = Field(
+        description="seconds since the oldest due pending run became due; null: none due"
+    )
+    paused: bool
+    registry: RegistryOut | None
+
+
+class Health(BaseModel):
+    status: Literal["ok"] = "ok"
+
+
+class Ready(BaseModel):
+    status: Literal["ready"] = "ready"
+    schema_version: int
+
+
+class Problem(BaseModel):
+    """An error, as RFC 9457 problem details (``application/problem+json``)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str = Field(description="names the problem, e.g. urn:simpleworkflow:run-not-found")
+    title: str
+    status: int
+    detail: str = Field(description="what was wrong, and what to do about it")
+    errors: list[dict[str, Any]] | None = Field(
+        default=None, description="for a request that failed validation: each error found"
+    )
+
+
+class Subscribe(_Request):
+    """A workflow type to start for every event published on a topic the pattern matches."""
+
+    pattern: StrictStr = Field(
+        description="a topic pattern: dotted segments; `*` is one segment, a final `#` one "
+        "or more (see docs/topics.md)",
+        examples=["orders.*"],
+        json_schema_extra={"maxLength": 200},
+    )
+    type: StrictStr = Field(
+        description="the workflow type to start",
+        examples=["billing.invoice.v1"],
+        json_schema_extra={"pattern": TYPE_PATTERN, "maxLength": 200},
+    )
+    priority: StrictInt = Field(default=100, description="the runs' priority (lower first)")
+    max_attempts: StrictInt | None = Field(
+        default=None, description="the runs' attempts (default 3)"
+    )
+
+
+class SubscriptionOut(BaseModel):
+    """A subscription of a workflow type to a topic pattern."""
+
+    pattern: str
+    workflow_type: str
+    priority: int
+    max_attempts: int | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class Unsubscribed(BaseModel):
+    removed: bool = Field(description="false when there was no such subscription")
+
+
+class Publish(_Request):
+    """An event on a topic: one run per subscribed workflow type, once per event id."""
+
+    payload: JSON = Field(default=None, description="the runs' input, any JSON (default {})")
+    event_id: StrictStr | None = Field(
+        default=None,
+        description="the event's id: publishing it again starts nothing new (default: a "
+        "new UUID, a new event)",
+        json_schema_extra={"maxLength": 100},
+    )
+
+
+class PublishedOut(BaseModel):
+    """What a publish did: the run of each subscribed type, started now or found."""
+
+    topic: str
+    event_id: str
+    started: int = Field(description="how many of the runs this call started")
+    runs: list[RunOut]

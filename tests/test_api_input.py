@@ -1,0 +1,221 @@
+"""Bad input through the API, on both stores: each request gets a 4xx problem that says
+what was wrong, never a 5xx, and nothing is stored (no run, event, signal or registry row).
+
+Bodies are sent as raw bytes where JSON cannot say the wrong thing itself (NaN, lone
+surrogates written as escapes, invalid UTF-8, a document nested 100,000 deep)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from api_helpers import PREFIX, Api, assert_problem
+from conftest import Store
+
+RUNS = f"{PREFIX}/runs"
+TYPE = "content.thumbnail.v1"
+TABLES = ("workflow_run", "workflow_event", "workflow_signal", "workflow_registry")
+JSON = {"content-type": "application/json"}
+
+
+@pytest.fixture
+def api(store: Store) -> Iterator[Api]:
+    api = Api(store)
+    yield api
+    api.close()
+
+
+@pytest.fixture
+def unchanged(store: Store, api: Api) -> Iterator[str]:
+    """A run to aim at; the test must leave every table as it found it."""
+    run_id = api.start(TYPE)["id"]
+    before = {table: store.count(table) for table in TABLES}
+    yield run_id
+    assert {table: store.count(table) for table in TABLES} == before
+
+
+def raw(text: str) -> bytes:
+    """A body as written, escapes and all (``json=`` would refuse or rewrite some)."""
+    return text.encode("utf-8", "surrogatepass")
+
+
+def start(fields: str) -> bytes:
+    """A start request's body: the type, then ``fields`` as written."""
+    return raw(f'{{"type": "{TYPE}", {fields}}}')
+
+
+START_BODIES: list[tuple[str, bytes, int, str]] = [
+    ("NUL in payload", start('"payload": {"a": "x\\u0000y"}'), 422, "NUL"),
+    ("NUL in type", raw('{"type": "content.thumb\\u0000.v1"}'), 422, "invalid workflow type"),
+    ("NUL in key", start('"idempotency_key": "k\\u0000"'), 422, "NUL"),
+    ("surrogate", start('"payload": ["\\ud800"]'), 422, "lone surrogate"),
+    ("surrogate key", start('"payload": {"\\udc00": 1}'), 422, "surrogate"),
+    ("surrogate type", raw('{"type": "a.b\\ud800.v1"}'), 422, "invalid workflow type"),
+    ("NaN", start('"payload": {"x": NaN}'), 400, "NaN"),
+    ("Infinity", start('"payload": [Infinity]'), 400, "Infinity"),
+    ("-Infinity", start('"delay": -Infinity'), 400, "-Infinity"),
+    (
+        "deep",
+        start('"payload": ' + "[" * 100_000 + "]" * 100_000),
+        400,
+        "nested too deeply",
+    ),
+    ("not JSON", b'{"type": ', 400, "not JSON"),
+    ("not UTF-8", b'{"type": "\xff\xfe"}', 400, "not JSON"),
+    ("huge integer", start('"payload": ' + "9" * 5000), 400, "not JSON"),
+    ("unknown field", start('"colour": "red"'), 422, "colour"),
+    ("no type", raw('{"payload": {}}'), 422, "type"),
+    ("type not text", raw('{"type": 5}'), 422, "type"),
+    ("priority as text", start('"priority": "5"'), 422, "priority"),
+    ("priority as bool", start('"priority": true'), 422, "priority"),
+    ("priority too big", start('"priority": 1099511627776'), 422, "priority"),
+    ("attempts fraction", start('"max_attempts": 1.5'), 422, "max_attempts"),
+    ("attempts zero", start('"max_attempts": 0'), 422, "max_attempts"),
+    ("delay a list", start('"delay": []'), 422, "delay"),
+    ("delay negative", start('"delay": -5'), 422, "delay"),
+    ("delay unreadable", start('"delay": "soon"'), 422, "soon"),
+    ("run_at naive", start('"run_at": "2030-01-01T00:00:00"'), 422, "run_at"),
+    ("run_at text", start('"run_at": "tomorrow"'), 422, "run_at"),
+    (
+        "deadline naive",
+        start('"deadline": "2030-01-01T09:00"'),
+        422,
+        "deadline",
+    ),
+    (
+        "key too long",
+        start(f'"idempotency_key": "{"k" * 600}"'),
+        422,
+        "idempotency_key",
+    ),
+    ("a list", b"[1, 2]", 422, "body"),
+    ("empty", b"", 422, "body"),
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "says"),
+    [case[1:] for case in START_BODIES],
+    ids=[case[0] for case in START_BODIES],
+)
+def test_a_bad_start_is_refused_and_stores_nothing(
+    api: Api, unchanged: str, body: bytes, status: int, says: str
+) -> None:
+    assert_problem(api.post(RUNS, content=body, headers=JSON), status, says)
+
+
+def test_a_bad_run_in_a_batch_refuses_the_batch(api: Api, unchanged: str) -> None:
+    body = raw(f'{{"runs": [{{"type": "{TYPE}"}}, {{"type": "{TYPE}", "payload": "\\u0000"}}]}}')
+    assert_problem(api.post(f"{RUNS}/batch", content=body, headers=JSON), 422, "NUL")
+    body = raw(f'{{"runs": [{{"type": "{TYPE}"}}, {{"type": "{TYPE}", "extra": 1}}]}}')
+    assert_problem(api.post(f"{RUNS}/batch", content=body, headers=JSON), 422, "extra")
+
+
+def test_bodies_over_the_limit_are_413(store: Store) -> None:
+    api = Api(store, max_body_bytes=2000)
+    try:
+        baseline = store.count()
+        big = {"type": TYPE, "payload": {"blob": "x" * 3000}}
+        problem = assert_problem(api.post(RUNS, json=big), 413, "larger than 2000 bytes")
+        assert problem["type"] == "urn:simpleworkflow:body-too-large"
+
+        async def chunks() -> AsyncIterator[bytes]:  # no Content-Length: counted as it comes
+            yield b'{"type": "%s", "payload": "' % TYPE.encode()
+            for _ in range(10):
+                yield b"x" * 500
+            yield b'"}'
+
+        assert_problem(api.post(RUNS, content=chunks(), headers=JSON), 413, "larger than")
+        assert store.count() == baseline
+    finally:
+        api.close()
+
+
+def test_a_payload_over_the_clients_limit_is_413(api: Api, unchanged: str) -> None:
+    big = {"type": TYPE, "payload": {"blob": "x" * (1024 * 1024 + 1)}}
+    problem = assert_problem(api.post(RUNS, json=big), 413, "the limit is 1048576 bytes")
+    assert problem["type"] == "urn:simpleworkflow:payload-too-large"
+    signal = {"event": "big", "payload": "x" * (1024 * 1024 + 1)}
+    assert_problem(api.post(f"{RUNS}/{unchanged}/signals", json=signal), 413, "limit")
+
+
+def test_moderately_deep_payloads_go_through_and_read_back(store: Store, api: Api) -> None:
+    """Deeper than pydantic serializes (255), shallower than the JSON parser's limit."""
+    deep: Any = "leaf"
+    for _ in range(400):
+        deep = [deep]
+    run = api.start(TYPE, deep)
+    assert api.get(f"{RUNS}/{run['id']}").json()["payload"] == deep
+
+
+SIGNAL_BODIES: list[tuple[str, bytes, int, str]] = [
+    ("NUL in event", raw('{"event": "go\\u0000"}'), 422, "invalid event name"),
+    ("bad event", raw('{"event": "not ok!"}'), 422, "invalid event name"),
+    ("surrogate", raw('{"event": "go", "payload": "\\udfff"}'), 422, "lone surrogate"),
+    ("NaN", raw('{"event": "go", "payload": NaN}'), 400, "NaN"),
+    ("no event", raw('{"payload": 1}'), 422, "event"),
+    ("unknown field", raw('{"event": "go", "when": 1}'), 422, "when"),
+    ("event not text", raw('{"event": ["go"]}'), 422, "event"),
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "says"),
+    [case[1:] for case in SIGNAL_BODIES],
+    ids=[case[0] for case in SIGNAL_BODIES],
+)
+def test_a_bad_signal_is_refused_and_stores_nothing(
+    api: Api, unchanged: str, body: bytes, status: int, says: str
+) -> None:
+    response = api.post(f"{RUNS}/{unchanged}/signals", content=body, headers=JSON)
+    assert_problem(response, status, says)
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [(raw('{"reason": "x\\u0000"}'), "NUL"), (raw('{"reason": 5}'), "reason")],
+    ids=["NUL", "not text"],
+)
+def test_a_bad_cancel_reason_changes_nothing(
+    api: Api, unchanged: str, body: bytes, says: str
+) -> None:
+    assert_problem(api.post(f"{RUNS}/{unchanged}/cancel", content=body, headers=JSON), 422, says)
+    assert api.get(f"{RUNS}/{unchanged}").json()["status"] == "pending"
+
+
+QUERIES: list[tuple[str, dict[str, Any], int, str]] = [
+    ("payload not JSON", {"payload_contains": "{customer"}, 400, "payload_contains"),
+    ("payload NaN", {"payload_contains": '{"x": NaN}'}, 400, "NaN"),
+    ("payload NUL", {"payload_contains": '{"x": "\\u0000"}'}, 422, "NUL"),
+    ("status", {"status": "running"}, 422, "status"),
+    ("limit zero", {"limit": 0}, 422, "limit"),
+    ("limit large", {"limit": 5000}, 422, "limit"),
+    ("limit text", {"limit": "ten"}, 422, "limit"),
+    ("since text", {"created_since": "yesterday"}, 422, "created_since"),
+    ("since naive", {"created_since": "2030-01-01T00:00:00"}, 422, "created_since"),
+    ("until naive", {"created_until": "2030-01-01"}, 422, "created_until"),
+    ("cursor", {"cursor": "garbage"}, 422, "invalid cursor"),
+    ("type NUL", {"type": "billing\x00"}, 422, "invalid type prefix"),
+    ("type upper", {"type": "Billing.%"}, 422, "invalid type prefix"),
+    ("deleted", {"include_deleted": "maybe"}, 422, "include_deleted"),
+]
+
+
+@pytest.mark.parametrize(
+    ("params", "status", "says"),
+    [case[1:] for case in QUERIES],
+    ids=[case[0] for case in QUERIES],
+)
+def test_a_bad_listing_query_is_refused(
+    api: Api, unchanged: str, params: dict[str, Any], status: int, says: str
+) -> None:
+    assert_problem(api.get(RUNS, params=params), status, says)
+
+
+def test_bad_ids_and_type_names_in_paths(api: Api, unchanged: str) -> None:
+    assert_problem(api.get(f"{RUNS}/%00"), 404, "run ids are UUIDs")
+    assert_problem(api.get(f"{RUNS}/{'a' * 200}"), 422, "run_id")
+    assert_problem(api.post(f"{RUNS}/%ED%A0%80/cancel"), 404, "run ids are UUIDs")
+    assert_problem(api.post(f"{PREFIX}/types/a.b%00.v1/pause"), 422, "invalid workflow type")
+    assert_problem(api.request("PATCH", RUNS), 405)

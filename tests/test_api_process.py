@@ -1,0 +1,68 @@
+"""The API through a real ``simpleworkflow serve`` process on a free port, on both stores:
+start, signal and cancel over HTTP, with a real worker running the workflow between."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+from api_helpers import PREFIX, served
+from conftest import Store, poller_thread
+
+from simpleworkflow import App, Context
+
+TYPE = "orders.approve.v1"
+
+
+def test_start_signal_and_cancel_through_a_server_process(store: Store) -> None:
+    app = App(store.url, schema=store.schema)
+
+    @app.workflow(TYPE)
+    async def approve(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        decision = await ctx.wait_for_event("decision", event="approved", timeout="1h")
+        return {"order": payload["order"], "decision": decision}
+
+    with served(store) as base, httpx.Client(base_url=f"{base}{PREFIX}") as http:
+        started = http.post(
+            "/runs", json={"type": TYPE, "payload": {"order": 7}, "idempotency_key": "o7"}
+        )
+        assert started.status_code == 201, started.text
+        run_id = started.json()["id"]
+        again = http.post(
+            "/runs", json={"type": TYPE, "payload": {"order": 7}, "idempotency_key": "o7"}
+        )
+        assert again.status_code == 200 and again.json() | {"created": True} == started.json()
+        doomed = http.post("/runs", json={"type": TYPE, "payload": {"order": 8}}).json()["id"]
+
+        with poller_thread(app):
+            waiting = poll(http, run_id, lambda run: "waiting-signal" in run["waiting_states"])
+            assert waiting["waiting_for"]["event"] == "approved"
+            sent = http.post(
+                f"/runs/{run_id}/signals", json={"event": "approved", "payload": "yes"}
+            )
+            assert sent.status_code == 201 and sent.json()["woke"] is True
+            done = poll(http, run_id, lambda run: run["status"] == "succeeded")
+            assert done["result"] == {"order": 7, "decision": "yes"}
+
+            poll(http, doomed, lambda run: "waiting-signal" in run["waiting_states"])
+            cancelled = http.post(f"/runs/{doomed}/cancel", json={"reason": "out of stock"})
+            assert cancelled.status_code == 200 and cancelled.json()["cancelled"] is True
+        assert http.get(f"/runs/{doomed}").json()["status"] == "cancelled"
+        late = http.post(f"/runs/{doomed}/signals", json={"event": "approved"})
+        assert late.status_code == 409
+        assert late.headers["content-type"] == "application/problem+json"
+        assert "already finished" in late.json()["detail"]
+        events = [e["event_type"] for e in http.get(f"/runs/{doomed}/events").json()]
+        assert events[-1] == "cancelled"
+    assert store.count("workflow_signal") == 1  # the late signal was not stored
+
+
+def poll(http: httpx.Client, run_id: str, done: Any, timeout: float = 20) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        run: dict[str, Any] = http.get(f"/runs/{run_id}").json()
+        if done(run):
+            return run
+        assert time.monotonic() < deadline, run
+        time.sleep(0.05)

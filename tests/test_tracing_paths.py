@@ -1,0 +1,256 @@
+"""The other ways into a trace: a child started by a ``def`` body, ``start_many``, a run
+written with plain SQL, an attempt lost with its worker; and tracing with no SDK, or with
+no OpenTelemetry at all, in processes where those are missing.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conftest import Store, poller_thread
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanContext
+
+from simpleworkflow import App, Context, RunStatus, cli
+from simpleworkflow.tracing import TracingObserver
+
+PARENT = "trace.parent.v1"
+CHILD = "trace.child.v1"
+PLAIN = "trace.plain.v1"
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+@pytest.fixture
+def exporter() -> InMemorySpanExporter:
+    return InMemorySpanExporter()
+
+
+@pytest.fixture
+def provider(exporter: InMemorySpanExporter) -> Iterator[TracerProvider]:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield provider
+    provider.shutdown()
+
+
+def named(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
+    spans = [span for span in exporter.get_finished_spans() if span.name == name]
+    return sorted(spans, key=lambda span: span.start_time or 0)
+
+
+def span_id(span: ReadableSpan | SpanContext | None) -> int:
+    """The id of a span, or of a span's parent (a SpanContext)."""
+    context = span.context if isinstance(span, ReadableSpan) else span
+    assert context is not None
+    return context.span_id
+
+
+def test_a_child_started_by_a_def_body_continues_its_parents_trace(
+    store: Store, provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    app = App(store.url, schema=store.schema, observers=[TracingObserver(provider)])
+
+    @app.workflow(CHILD)
+    async def child(payload: Any) -> str:
+        return "shipped"
+
+    @app.workflow(PARENT)
+    def parent(payload: Any, ctx: Context) -> Any:  # runs in a thread: durable calls bridged
+        ctx.step("pack", lambda: "packed")
+        return ctx.wait_child(ctx.start_child(CHILD, {}))
+
+    with app.client() as client, poller_thread(app, poll_interval=0.05):
+        run_id = client.start(PARENT).id
+        assert client.wait(run_id, timeout=30).result == "shipped"
+
+    (start,) = named(exporter, f"start {PARENT}")
+    assert start.parent is None  # nothing was current: the start begins the trace
+    trace_id = start.context.trace_id  # type: ignore[union-attr]
+    # One attempt, or two if the child had not finished when the parent looked at it.
+    attempts = named(exporter, f"process {PARENT}")
+    first = attempts[0]
+    assert attempts[-1].attributes["workflow.attempt.outcome"] == "succeeded"  # type: ignore[index]
+    (pack,) = named(exporter, "step pack")
+    assert span_id(pack.parent) == span_id(first)
+    (start_child,) = named(exporter, f"start {CHILD}")
+    assert span_id(start_child.parent) == span_id(first)
+    assert start_child.attributes["workflow.run.parent_id"] == run_id  # type: ignore[index]
+    (child_attempt,) = named(exporter, f"process {CHILD}")
+    assert span_id(child_attempt.parent) == span_id(start_child)
+    assert child_attempt.attributes["workflow.run.parent_id"] == run_id  # type: ignore[index]
+    for span in (*attempts, pack, start_child, child_attempt):
+        assert span.context.trace_id == trace_id  # type: ignore[union-attr]
+
+
+def test_start_many_is_one_span_whose_context_every_run_stores(
+    store: Store, provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    app = App(store.url, schema=store.schema, observers=[TracingObserver(provider)])
+    key = f"order-{uuid.uuid4()}"
+    with app.client() as client:
+        runs = client.start_many(
+            [(PLAIN, {}), (PLAIN, {}), {"type": PLAIN, "idempotency_key": key}]
+        )
+        again = client.start(PLAIN, {}, idempotency_key=key)
+    (batch,) = named(exporter, "start_many")
+    assert batch.attributes is not None
+    assert batch.attributes["messaging.batch.message_count"] == 3
+    assert batch.attributes["messaging.operation.name"] == "start_many"
+    stored = f"{span_id(batch):016x}"
+    assert all(run.trace_context["traceparent"].split("-")[2] == stored for run in runs)  # type: ignore[index]
+    # A known key stores nothing: the run keeps the context of the call that stored it.
+    assert again.trace_context == runs[2].trace_context
+    (single,) = named(exporter, f"start {PLAIN}")
+    assert single.attributes is not None and single.attributes["workflow.run.created"] is False
+
+
+def test_a_run_written_with_sql_continues_the_trace_it_names(
+    store: Store,
+    provider: TracerProvider,
+    exporter: InMemorySpanExporter,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    app = App(store.url, schema=store.schema, observers=[TracingObserver(provider)])
+    app.workflow(PLAIN)(lambda payload: "done")
+    cast = "?::jsonb" if store.kind == "postgres" else "?"
+    store.sql(
+        f"insert into workflow_run (type, trace_context) values (?, {cast})",
+        PLAIN,
+        json.dumps({"traceparent": TRACEPARENT}),
+    )
+    with app.client() as client, poller_thread(app, poll_interval=0.05):
+        (run,) = client.list(type_prefix=PLAIN).runs
+        assert client.wait(run.id, timeout=30).status is RunStatus.SUCCEEDED
+    (attempt,) = named(exporter, f"process {PLAIN}")
+    assert attempt.context is not None and attempt.parent is not None
+    assert f"{attempt.context.trace_id:032x}" == TRACEPARENT.split("-")[1]
+    assert f"{attempt.parent.span_id:016x}" == TRACEPARENT.split("-")[2]
+    assert [link.attributes for link in attempt.links] == [{"workflow.link.kind": "creation"}]
+    # An operator sees the context with the run.
+    assert cli.main(["-d", store.url, "--schema", store.schema, "runs", "show", run.id]) == 0
+    assert f'trace_context    {{"traceparent":"{TRACEPARENT}"}}' in capsys.readouterr().out
+
+
+def test_an_attempt_lost_with_its_worker_is_forgotten_by_the_next_one(
+    store: Store, provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    """The run's context names the attempt before; a worker dies holding the run; the
+    reaper gives the run back, and the next attempt links to no attempt (the one stored
+    is not the one before it)."""
+    app = App(store.url, schema=store.schema, observers=[TracingObserver(provider)])
+    app.workflow(PLAIN)(lambda payload: "done")
+    earlier = "00-4bf92f3577b34da6a3ce929d0e0e4736-1111111111111111-01"
+    stored = json.dumps({"traceparent": TRACEPARENT, "attempt": {"traceparent": earlier}})
+    cast = "?::jsonb" if store.kind == "postgres" else "?"
+    past = "2000-01-01 00:00:00" + ("+00" if store.kind == "postgres" else ".000")
+    token = str(uuid.uuid4())
+    store.sql(
+        "insert into workflow_run (type, status, leased_by, lease_until, lease_token, "
+        f"trace_context) values (?, 'leased', 'ghost', ?, ?, {cast})",
+        PLAIN,
+        past,
+        token,
+        stored,
+    )
+    with app.client() as client, poller_thread(app, poll_interval=0.05):
+        (run,) = client.list(type_prefix=PLAIN).runs
+        done = client.wait(run.id, timeout=30)
+    assert done.status is RunStatus.SUCCEEDED
+    assert done.trace_context == {"traceparent": TRACEPARENT}  # the lost attempt: forgotten
+    (attempt,) = named(exporter, f"process {PLAIN}")
+    assert [link.attributes for link in attempt.links] == [{"workflow.link.kind": "creation"}]
+
+
+NO_SDK = """
+import asyncio, json, sys, threading
+sys.modules["opentelemetry.sdk"] = None  # as if the SDK were not installed
+
+from opentelemetry import context, propagate
+from simpleworkflow import App
+from simpleworkflow.tracing import TracingObserver
+
+app = App("sqlite:///{db}", observers=[TracingObserver()])
+
+@app.workflow("trace.nosdk.v1")
+async def handler(payload, ctx):
+    await ctx.step("one", lambda: 1)
+    await ctx.sleep("nap", 0.05)
+    return "done"
+
+poller = app.poller(poll_interval=0.05)
+thread = threading.Thread(target=lambda: asyncio.run(poller.run_async()))
+thread.start()
+with app.client() as client:
+    plain = client.start("trace.nosdk.v1").id
+    # A request that came in with a trace context: carried along, though nothing records.
+    token = context.attach(propagate.extract({{"traceparent": "{traceparent}"}}))
+    carried = client.start("trace.nosdk.v1").id
+    context.detach(token)
+    runs = [client.wait(run_id, timeout=30) for run_id in (plain, carried)]
+poller.stop()
+thread.join(15)
+print(json.dumps([[run.status.value, run.trace_context] for run in runs]))
+"""
+
+NO_OPENTELEMETRY = """
+import asyncio, sys, threading
+sys.modules["opentelemetry"] = None  # as if the tracing extra were not installed
+
+from simpleworkflow import App
+from simpleworkflow.cli import worker
+
+app = App("sqlite:///{db}")
+
+@app.workflow("trace.nootel.v1")
+async def handler(payload, ctx):
+    await ctx.step("one", lambda: 1)
+    return "done"
+
+poller = app.poller(poll_interval=0.05)
+thread = threading.Thread(target=lambda: asyncio.run(poller.run_async()))
+thread.start()
+with app.client() as client:
+    run = client.wait(client.start("trace.nootel.v1").id, timeout=30)
+poller.stop()
+thread.join(15)
+try:
+    import simpleworkflow.tracing
+except ImportError as exc:
+    print(run.status.value, run.trace_context, exc)
+"""
+
+
+def test_without_an_sdk_nothing_breaks_and_a_callers_context_still_travels(
+    tmp_path: Any,
+) -> None:
+    script = NO_SDK.format(db=tmp_path / "runs.db", traceparent=TRACEPARENT)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    plain, carried = json.loads(done.stdout)
+    assert plain == ["succeeded", None]  # no span anywhere: nothing to store
+    assert carried[0] == "succeeded"
+    assert carried[1]["traceparent"] == TRACEPARENT  # the caller's, passed through
+    assert "Traceback" not in done.stderr
+
+
+def test_without_opentelemetry_nothing_breaks_and_tracing_says_what_to_install(
+    tmp_path: Any,
+) -> None:
+    script = NO_OPENTELEMETRY.format(db=tmp_path / "runs.db")
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == (
+        "succeeded None simpleworkflow.tracing needs OpenTelemetry's API: "
+        "pip install 'simpleworkflow[tracing]'"
+    )
