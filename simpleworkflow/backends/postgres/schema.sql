@@ -43,7 +43,7 @@ create table {schema}workflow_run (
     code_version    text,
     -- rescued from an expired lease: claimed alone until an attempt ends otherwise (0008)
     isolate         boolean not null default false,
-    -- W3C trace context of the start, and of the attempt that last gave the run back (0010)
+    -- W3C trace context of the start, and of the attempt that last gave the run back (0011)
     trace_context   jsonb,
     -- kept this long after it finished; null: its type's retention, else the default (0012)
     retention       interval

@@ -30,7 +30,7 @@ create table workflow_run (
     code_version    text,
     -- rescued from an expired lease: claimed alone until an attempt ends otherwise (0005)
     isolate         integer not null default 0,
-    -- W3C trace context of the start, and of the attempt that last gave the run back (0007)
+    -- W3C trace context of the start, and of the attempt that last gave the run back (0008)
     trace_context   text check (trace_context is null or json_valid(trace_context)),
     -- seconds kept after it finished; null: its type's retention, else the default (0009)
     retention       real
