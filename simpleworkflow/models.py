@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 
@@ -68,6 +68,9 @@ class Run:
     #: by a tracing producer; under ``attempt``, that of the attempt that last gave the
     #: run back. ``None`` when nobody traced it (see docs/tracing.md).
     trace_context: dict[str, Any] | None = None
+    #: How long the run is kept after it finishes, as chosen at start; ``None``: its
+    #: type's retention, else the sweeper's default (see docs/retention.md).
+    retention: timedelta | None = None
     #: Set only on what ``start`` and ``start_many`` return: True when the call created
     #: the run, False when its idempotency key was held already and the run that holds it
     #: came back. ``None`` on runs read back. Not part of the run's equality.
@@ -110,17 +113,25 @@ class Run:
         return list(dict.fromkeys(_STATE_OF_WAIT[k] for k in kinds if k in _STATE_OF_WAIT))
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (times as ISO 8601 strings), as the CLI and API print it:
-        every column, and ``attempts_made``."""
+        """A JSON-ready dict (times as ISO 8601 strings, the retention in seconds), as
+        the CLI and API print it: every column, and ``attempts_made``."""
         out: dict[str, Any] = {}
         for name in self.__slots__:
-            value = getattr(self, name)
-            out[name] = value.isoformat() if isinstance(value, datetime) else value
+            out[name] = _json_ready(getattr(self, name))
         if self.created is None:
             del out["created"]  # a run read back, not one a start returned
         out["status"] = self.status.value
         out["attempts_made"] = self.attempts_made
         return out
+
+
+def _json_ready(value: Any) -> Any:
+    """A time as ISO 8601 text, a duration as seconds; anything else as it is."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return value
 
 
 @dataclass(frozen=True, slots=True)

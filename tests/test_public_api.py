@@ -94,5 +94,13 @@ def test_start_options_are_declared_once_and_typed_for_both_clients() -> None:
     for face in (simpleworkflow.Client, simpleworkflow.AsyncClient):
         hints = typing.get_type_hints(face.start, include_extras=True)
         assert hints["options"] == typing.Unpack[client.StartOptions]
-    names = ["deadline", "delay", "idempotency_key", "max_attempts", "priority", "run_at"]
+    names = [
+        "deadline",
+        "delay",
+        "idempotency_key",
+        "max_attempts",
+        "priority",
+        "retention",
+        "run_at",
+    ]
     assert sorted(client.OPTIONS) == names

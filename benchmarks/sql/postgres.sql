@@ -52,3 +52,21 @@ where id > %(after)s
 -- name: server_pids
 -- Every process of the server (backends and background workers), to read their CPU time.
 select pid from pg_stat_activity
+
+-- name: finish_runs
+-- The sweep benchmark's history: every pending run of the type succeeded %(days)s days
+-- ago, with the leased and succeeded events and two journal steps a real run leaves.
+with finished as (
+    update {schema}workflow_run
+    set status = 'succeeded', result = '{}'::jsonb, attempt = 0,
+        updated_at = now() - make_interval(days => %(days)s)
+    where type = %(type)s and status = 'pending'
+    returning id
+), events as (
+    insert into {schema}workflow_event (workflow_id, event_type, data)
+    select f.id, e.kind, '{"worker_id": "bench"}'::jsonb
+    from finished f cross join (values ('leased'), ('succeeded')) as e(kind)
+)
+insert into {schema}workflow_step (run_id, step_name, position, output)
+select f.id, s.name, s.position, '{"ok": true}'::jsonb
+from finished f cross join (values ('charge', 0), ('notify', 1)) as s(name, position)

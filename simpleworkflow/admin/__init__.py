@@ -12,13 +12,22 @@ open one on a database URL (``Admin("postgresql://...")``), then:
   the registry entry), or its parts :meth:`~Admin.counts` and :meth:`~Admin.oldest_due`;
 - what is under way, cheaply enough for every metrics scrape: :meth:`~Admin.queues`;
 - one run: :meth:`~Admin.retry`, :meth:`~Admin.events`, :meth:`~Admin.steps` (timed);
+- retention: :meth:`~Admin.set_retention` (a type's), :meth:`~Admin.sweep` (delete the
+  runs past theirs);
 - topics: :meth:`~Admin.subscribe`, :meth:`~Admin.unsubscribe`, :meth:`~Admin.subscriptions`;
 - housekeeping: :meth:`~Admin.purge`, :meth:`~Admin.migrate`, :meth:`~Admin.migration_sql`,
   :meth:`~Admin.replay_check`.
 """
 
 from simpleworkflow.admin.faces import Admin, AsyncAdmin
-from simpleworkflow.admin.records import STATES, Queues, QueueStats, TypeStats, registry_dict
+from simpleworkflow.admin.records import (
+    STATES,
+    Queues,
+    QueueStats,
+    SweepReport,
+    TypeStats,
+    registry_dict,
+)
 from simpleworkflow.admin.verbs import ADMIN_NAME, check_runtime
 
 __all__ = [
@@ -28,6 +37,7 @@ __all__ = [
     "AsyncAdmin",
     "QueueStats",
     "Queues",
+    "SweepReport",
     "TypeStats",
     "check_runtime",
     "registry_dict",

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import time
 from typing import TypeVar
 
 from simpleworkflow import durations, schema_check
-from simpleworkflow.admin.records import Queues, TypeStats
-from simpleworkflow.admin.verbs import DEFAULT_PURGE_BATCH, Verbs
+from simpleworkflow.admin.records import Queues, SweepReport, TypeStats
+from simpleworkflow.admin.verbs import DEFAULT_PURGE_BATCH, DEFAULT_SWEEP_BATCH, Verbs
 from simpleworkflow.backends.records import JournalEntry, Op, RegistryEntry, Subscription
 from simpleworkflow.handlers import Handlers
 from simpleworkflow.models import Event, Run
@@ -65,6 +66,13 @@ class Admin(Verbs):
     def resume(self, type: str) -> RegistryEntry:
         """Let the workers of its runtime claim ``type`` again."""
         return self._run(self._switch_op(type, True))
+
+    def set_retention(self, type: str, retention: durations.Duration | None) -> RegistryEntry:
+        """Keep finished runs of ``type`` that chose no retention at start this long
+        (``"90d"``); ``None`` gives them the sweeper's default again. At most the ceiling
+        (``$SIMPLEWORKFLOW_MAX_RETENTION_DAYS``); :class:`~simpleworkflow.errors.
+        TypeNotRegistered` if the registry does not hold ``type``."""
+        return self._run(self._set_retention_op(type, retention))
 
     def subscribe(
         self, pattern: str, type: str, *, priority: int = 100, max_attempts: int | None = None
@@ -137,7 +145,29 @@ class Admin(Verbs):
         purge = self._purge(older_than, type, batch_size)
         while not purge.done:
             purge.took(self._run(purge.batch()))
-        return purge.deleted
+            time.sleep(purge.rest)
+        return purge.total
+
+    def sweep(
+        self,
+        *,
+        default_retention: durations.Duration | None = None,
+        batch_size: int = DEFAULT_SWEEP_BATCH,
+        dry_run: bool = False,
+    ) -> SweepReport:
+        """Delete the runs past their retention (see docs/retention.md), with their
+        events, journal and signals, ``batch_size`` (at most 1,000) per transaction;
+        ``dry_run`` counts them instead and deletes nothing. ``default_retention`` is for
+        runs whose start and type chose none (else ``$SIMPLEWORKFLOW_RETENTION_DAYS``,
+        else 30 days). Never a pending or leased run, however old."""
+        policy, sweep = self._sweep(default_retention, batch_size)
+        if dry_run:
+            expired = self._run(self._expired_op(policy), readonly=True)
+            return self._report(policy, expired, dry_run=True)
+        while not sweep.done:
+            sweep.took(self._run(sweep.batch()))
+            time.sleep(sweep.rest)
+        return self._report(policy, sweep.deleted, dry_run=False)
 
     def replay_check(self, app: Handlers) -> builtins.list[ReplayReport]:
         """Replay the journal of every unfinished run of ``app``'s types against its code,
@@ -194,6 +224,10 @@ class AsyncAdmin(Verbs):
         """Let workers claim ``type`` again."""
         return await self._run(self._switch_op(type, True))
 
+    async def set_retention(self, type: str, retention: durations.Duration | None) -> RegistryEntry:
+        """Choose how long ``type``'s runs are kept; see :meth:`Admin.set_retention`."""
+        return await self._run(self._set_retention_op(type, retention))
+
     async def subscribe(
         self, pattern: str, type: str, *, priority: int = 100, max_attempts: int | None = None
     ) -> Subscription:
@@ -249,7 +283,25 @@ class AsyncAdmin(Verbs):
         purge = self._purge(older_than, type, batch_size)
         while not purge.done:
             purge.took(await self._run(purge.batch()))
-        return purge.deleted
+            await asyncio.sleep(purge.rest)
+        return purge.total
+
+    async def sweep(
+        self,
+        *,
+        default_retention: durations.Duration | None = None,
+        batch_size: int = DEFAULT_SWEEP_BATCH,
+        dry_run: bool = False,
+    ) -> SweepReport:
+        """Delete the runs past their retention; see :meth:`Admin.sweep`."""
+        policy, sweep = self._sweep(default_retention, batch_size)
+        if dry_run:
+            expired = await self._run(self._expired_op(policy), readonly=True)
+            return self._report(policy, expired, dry_run=True)
+        while not sweep.done:
+            sweep.took(await self._run(sweep.batch()))
+            await asyncio.sleep(sweep.rest)
+        return self._report(policy, sweep.deleted, dry_run=False)
 
     async def replay_check(self, app: Handlers) -> builtins.list[ReplayReport]:
         """Replay unfinished runs against ``app``'s code; see :meth:`Admin.replay_check`."""

@@ -1,11 +1,11 @@
-"""What the admin facade returns besides the engine's records: a type at a glance, and
-what is under way now."""
+"""What the admin facade returns besides the engine's records: a type at a glance, what
+is under way now, and what a sweep deleted."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from simpleworkflow.backends.records import RegistryEntry
@@ -50,9 +50,10 @@ class TypeStats:
 
 
 def registry_dict(entry: RegistryEntry) -> dict[str, Any]:
-    """A JSON-ready registry entry, times as ISO 8601 like every other JSON output."""
+    """A JSON-ready registry entry, times as ISO 8601 like every other JSON output and
+    the retention in seconds (``None``: the sweeper's default)."""
     return {
-        key: value.isoformat() if isinstance(value, datetime) else value
+        key: _json_ready(value)
         for key, value in (
             ("workflow_name", entry.workflow_name),
             ("intent_type", entry.intent_type),
@@ -61,6 +62,7 @@ def registry_dict(entry: RegistryEntry) -> dict[str, Any]:
             ("description", entry.description),
             ("created_at", entry.created_at),
             ("updated_at", entry.updated_at),
+            ("retention", entry.retention),
         )
     }
 
@@ -119,3 +121,38 @@ class Queues:
             "holders": dict(self.holders),
             "workers": self.workers,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class SweepReport:
+    """What a sweep deleted, or in a dry run would delete now, by type."""
+
+    #: Runs by type (types with none left out).
+    runs: Mapping[str, int]
+    dry_run: bool
+    #: The retention of runs that chose none and whose type has none, in seconds.
+    default_retention: float
+    #: The ceiling every retention was held to, in seconds.
+    max_retention: float
+
+    @property
+    def total(self) -> int:
+        return sum(self.runs.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict, as ``simpleworkflow sweep --json`` prints it."""
+        return {
+            "dry_run": self.dry_run,
+            "runs": dict(sorted(self.runs.items())),
+            "total": self.total,
+            "default_retention_seconds": self.default_retention,
+            "max_retention_seconds": self.max_retention,
+        }
+
+
+def _json_ready(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return value

@@ -4,14 +4,22 @@ the op of each verb, built once."""
 from __future__ import annotations
 
 import builtins
+import functools
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import TypeVar
 
-from simpleworkflow import durations, errors, names, observe, replaycheck, schema_check
-from simpleworkflow.admin.records import STATES, Queues, QueueStats, TypeStats
+from simpleworkflow import (
+    durations,
+    errors,
+    names,
+    observe,
+    replaycheck,
+    retention,
+    schema_check,
+)
+from simpleworkflow.admin.records import STATES, Queues, QueueStats, SweepReport, TypeStats
 from simpleworkflow.backends import Backend, open_backend
 from simpleworkflow.backends.records import Op, RegistryEntry, Subscription
 from simpleworkflow.handlers import Handlers
@@ -23,6 +31,7 @@ T = TypeVar("T")
 #: How an admin's own Postgres connections appear in ``pg_stat_activity``.
 ADMIN_NAME = "simpleworkflow admin"
 DEFAULT_PURGE_BATCH = 1000
+DEFAULT_SWEEP_BATCH = retention.DEFAULT_BATCH
 MAX_PURGE_BATCH = 10_000
 # As far back as a delay may reach forward (client.MAX_DELAY_SECONDS): every store can
 # subtract it from now.
@@ -31,30 +40,6 @@ _RUNTIME = re.compile(r"[a-z][a-z0-9_]{0,31}")
 # The bounds of start()'s priority and max_attempts: a subscription's runs take them.
 _INT4 = 2**31 - 1
 MAX_ATTEMPTS = 10_000
-
-
-@dataclass
-class _Purge:
-    """A purge in progress: one transaction per batch, until a batch comes back short."""
-
-    backend: Backend
-    observers: observe.Observers
-    older_than: float
-    type: str | None
-    batch_size: int
-    deleted: int = 0
-    done: bool = False
-
-    def batch(self) -> Op[Counter[str]]:
-        return self.backend.purge_runs(self.older_than, self.type, self.batch_size)
-
-    def took(self, gone: Counter[str]) -> None:
-        """Count a committed batch, and tell the observers what went."""
-        count = sum(gone.values())
-        self.deleted += count
-        self.done = count < self.batch_size
-        for type_name, runs in sorted(gone.items()):
-            self.observers.runs_deleted(observe.RunsDeleted(type=type_name, count=runs))
 
 
 class Verbs:
@@ -176,26 +161,54 @@ class Verbs:
         self.backend.notify_local("wake", run.type)
         return run
 
-    def _purge(self, older_than: durations.Duration, type: str | None, batch_size: int) -> _Purge:
+    def _purge(
+        self, older_than: durations.Duration, type: str | None, batch_size: int
+    ) -> retention.Batches:
         seconds = durations.to_seconds(older_than, what="older_than")
         if seconds > MAX_AGE_SECONDS:
             raise errors.InvalidArgument(
                 f"older_than must be at most 100 years ({MAX_AGE_SECONDS} seconds), not {seconds}"
             )
-        if (
-            isinstance(batch_size, bool)
-            or not isinstance(batch_size, int)
-            or not (1 <= batch_size <= MAX_PURGE_BATCH)
-        ):
-            raise errors.InvalidArgument(
-                f"batch_size must be an integer from 1 to {MAX_PURGE_BATCH}, not {batch_size!r}"
-            )
-        return _Purge(
-            backend=self.backend,
-            observers=self.observers,
-            older_than=seconds,
-            type=None if type is None else names.validate_type(type),
-            batch_size=batch_size,
+        size = retention.check_batch(batch_size, MAX_PURGE_BATCH)
+        one_type = None if type is None else names.validate_type(type)
+        return retention.Batches(
+            functools.partial(self.backend.purge_runs, seconds, one_type, size),
+            size,
+            self.observers,
+            one_writer=not self.backend.dialect.skip_locked,
+        )
+
+    def _set_retention_op(self, type: str, keep: durations.Duration | None) -> Op[RegistryEntry]:
+        return self._retained(names.validate_type(type), retention.check(keep))
+
+    def _retained(self, name: str, seconds: float | None) -> Op[RegistryEntry]:
+        entry = yield from self.backend.set_registry_retention(name, seconds)
+        if entry is None:
+            raise errors.TypeNotRegistered(name)
+        return entry
+
+    def _sweep(
+        self, default_retention: durations.Duration | None, batch_size: int
+    ) -> tuple[retention.Policy, retention.Batches]:
+        size = retention.check_batch(batch_size, retention.MAX_BATCH)
+        policy = retention.Policy.from_env(default_retention)
+        sweep = functools.partial(self.backend.sweep_runs, policy.default, policy.ceiling, size)
+        one_writer = not self.backend.dialect.skip_locked
+        batches = retention.Batches(
+            sweep, size, self.observers, until_empty=True, one_writer=one_writer
+        )
+        return policy, batches
+
+    def _expired_op(self, policy: retention.Policy) -> Op[Counter[str]]:
+        return self.backend.count_expired(policy.default, policy.ceiling)
+
+    @staticmethod
+    def _report(policy: retention.Policy, runs: Mapping[str, int], *, dry_run: bool) -> SweepReport:
+        return SweepReport(
+            runs=dict(runs),
+            dry_run=dry_run,
+            default_retention=policy.default,
+            max_retention=policy.ceiling,
         )
 
     def _subscribe_op(

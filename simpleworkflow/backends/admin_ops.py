@@ -1,4 +1,5 @@
-"""Operator verbs: runs counted by state, how late each queue is, a retry, a purge."""
+"""Operator verbs: runs counted by state, how late each queue is, a retry, a purge, and
+retention: a type's retention, the sweep of runs past theirs and the lease of its service."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simpleworkflow.backends.core import StoreCore
-from simpleworkflow.backends.records import ATOMIC, Op
+from simpleworkflow.backends.records import ATOMIC, Op, RegistryEntry, ServiceLease
 from simpleworkflow.models import WAITING_STATES, Run, RunStatus
 
 _STATE_OF_WAIT = {kind: state for state, kind in WAITING_STATES.items()}
@@ -114,3 +115,44 @@ class AdminOps(StoreCore):
         age = round(float(older_than), 3)
         rows = yield self.stmt("purge_runs", older_than=age, type=type, limit=limit)
         return Counter(row["type"] for row in rows)
+
+    def set_registry_retention(
+        self, name: str, retention: float | None
+    ) -> Op[RegistryEntry | None]:
+        """Keep runs of type ``name`` that chose no retention this many seconds after they
+        finish (``None``: the default); ``None`` back when the type is not registered."""
+        rows = yield self.stmt("set_registry_retention", name=name, retention=retention)
+        return self.registry_from_row(rows[0]) if rows else None
+
+    def sweep_runs(
+        self, default: float, ceiling: float, limit: int, lease: ServiceLease | None = None
+    ) -> Op[Counter[str] | None]:
+        """Delete up to ``limit`` runs past their retention (their own, else their type's,
+        else ``default`` seconds; at most ``ceiling``) with their events, journal and
+        signals; return how many of each type went.
+
+        With a ``lease``, first take or renew it in the same transaction, and delete
+        nothing (``None``) when another holder has it: one sweeper at a time in a fleet,
+        and a sweeper that stalled past its lease stops at its next batch."""
+        if lease is not None:
+            yield ATOMIC
+            if not (yield from self.hold_service_lease(lease)):
+                return None
+        rows = yield self.stmt("sweep_runs", default=default, ceiling=ceiling, limit=limit)
+        return Counter(row["type"] for row in rows)
+
+    def count_expired(self, default: float, ceiling: float) -> Op[Counter[str]]:
+        """How many runs of each type :meth:`sweep_runs` would delete now; locks nothing."""
+        rows = yield self.stmt("count_expired", default=default, ceiling=ceiling)
+        return Counter({row["type"]: int(row["runs"]) for row in rows})
+
+    def hold_service_lease(self, lease: ServiceLease) -> Op[bool]:
+        """Take or renew ``lease``; ``False`` while another holder has it."""
+        rows = yield self.stmt(
+            "hold_service_lease", name=lease.name, holder=lease.holder, seconds=lease.seconds
+        )
+        return bool(rows)
+
+    def release_service_lease(self, lease: ServiceLease) -> Op[None]:
+        """Give ``lease`` back, so that another worker need not wait for it to expire."""
+        yield self.stmt("release_service_lease", name=lease.name, holder=lease.holder)

@@ -6,7 +6,7 @@ import abc
 import functools
 import json
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from simpleworkflow.backends.dialect import Dialect, followups
@@ -78,6 +78,7 @@ class StoreCore(abc.ABC):
             deadline=opt_time(row.get("deadline")),
             code_version=row.get("code_version"),
             trace_context=self.decode_json(row.get("trace_context")),
+            retention=duration(row.get("retention")),
         )
 
     def created_run(self, new: NewRun, row: Mapping[str, Any]) -> Run:
@@ -104,6 +105,7 @@ class StoreCore(abc.ABC):
             parent_id=new.parent_id,
             deadline=self.opt_time(row["deadline"]),
             trace_context=None if new.trace_context is None else json.loads(new.trace_context),
+            retention=None if new.retention is None else timedelta(seconds=new.retention),
             created=True,
         )
 
@@ -125,7 +127,15 @@ class StoreCore(abc.ABC):
             description=row["description"],
             created_at=self.decode_time(row["created_at"]),
             updated_at=self.decode_time(row["updated_at"]),
+            retention=duration(row.get("retention")),
         )
 
     def opt_time(self, value: Any) -> datetime | None:
         return None if value is None else self.decode_time(value)
+
+
+def duration(value: Any) -> timedelta | None:
+    """A stored retention: an ``interval`` (Postgres) or seconds (SQLite), or null."""
+    if value is None or isinstance(value, timedelta):
+        return value
+    return timedelta(seconds=float(value))

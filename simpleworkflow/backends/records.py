@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field, fields
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from simpleworkflow.models import Run
@@ -108,6 +108,8 @@ class NewRun:
     deadline_in: float | None = None
     #: JSON text: the W3C trace context the run continues (see ``observe.Observer.inject``).
     trace_context: str | None = None
+    #: Seconds kept after it finishes; ``None``: its type's retention, else the default.
+    retention: float | None = None
 
     def params(self) -> dict[str, Any]:
         """The statement parameters, by name."""
@@ -259,6 +261,19 @@ class RegistryEntry:
     description: str | None
     created_at: datetime
     updated_at: datetime
+    #: How long its runs are kept after they finish unless they chose at start; ``None``:
+    #: the sweeper's default.
+    retention: timedelta | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceLease:
+    """The fleet-wide lease a service (the retention sweeper) holds while it works:
+    ``holder`` keeps it by renewing it for ``seconds`` at every transaction."""
+
+    name: str
+    holder: str
+    seconds: float
 
 
 @dataclass(frozen=True, slots=True)

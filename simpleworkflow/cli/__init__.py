@@ -32,11 +32,12 @@ def _command_modules() -> list[ModuleType]:
         serve,
         start,
         stats,
+        sweep,
         topics,
         worker,
     )
 
-    return [demo, migrate, start, runs, stats, worker, serve, replaycheck, registry, topics]
+    return [demo, migrate, start, runs, stats, worker, serve, replaycheck, registry, topics, sweep]
 
 
 def build_parser() -> argparse.ArgumentParser:

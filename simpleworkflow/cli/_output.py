@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from simpleworkflow import replay
+from simpleworkflow import replay, retention
 from simpleworkflow.admin import TypeStats
 from simpleworkflow.backends.records import JournalEntry
 from simpleworkflow.models import WAITING_STATES, Event, Run, RunStatus, Signal
@@ -131,13 +131,16 @@ def run_fields(run: Run) -> str:
 
 
 def _durable_fields(run: Run) -> list[tuple[str, str]]:
-    """The columns of durable execution, shown only when set (plain runs have none)."""
+    """The columns of durable execution, and a retention chosen at start, shown only
+    when set (plain runs have none)."""
+    kept = None if run.retention is None else retention.describe(run.retention.total_seconds())
     pairs = [
         ("waiting_for", None if run.waiting_for is None else compact_json(run.waiting_for)),
         ("parent_id", run.parent_id),
         ("deadline", None if run.deadline is None else when(run.deadline)),
         ("code_version", run.code_version),
         ("trace_context", None if run.trace_context is None else compact_json(run.trace_context)),
+        ("retention", kept),
     ]
     return [(key, value) for key, value in pairs if value is not None]
 

@@ -60,6 +60,13 @@ def register(subparsers: Any) -> None:
         help="fail the run if it has not finished by then: a duration from now (1h, 3d) "
         "or an ISO 8601 time with an offset (2030-01-31T09:00:00Z)",
     )
+    parser.add_argument(
+        "--retention",
+        default=None,
+        metavar="DURATION",
+        help="keep the run this long after it finishes (90d), instead of its type's "
+        "retention or the default",
+    )
     _common.add_common_options(parser)
     parser.set_defaults(handler=run)
 

@@ -16,8 +16,11 @@ from typing import Any
 
 from simpleworkflow import config, durations, errors, logs
 from simpleworkflow.app import App
-from simpleworkflow.cli import _common, _imports
+from simpleworkflow.cli import _common, _imports, sweep
 from simpleworkflow.worker import IntentPoller, WorkerOptions
+
+#: How often ``--sweep`` runs the retention sweeper unless ``--sweep-every`` says.
+SWEEP_EVERY = 600.0
 
 DEFAULT_ATTRIBUTE = "app"
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -115,6 +118,18 @@ def _add_poller_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="extend leases without writing a heartbeat event each time",
     )
+    parser.add_argument(
+        "--sweep",
+        action="store_true",
+        help="also delete finished runs past their retention, one worker of the fleet at "
+        f"a time (every {SWEEP_EVERY / 60:g} minutes unless --sweep-every says)",
+    )
+    parser.add_argument(
+        "--sweep-every",
+        metavar="DURATION",
+        help="run the retention sweeper this often: 10m, 1h (implies --sweep)",
+    )
+    sweep.add_default_retention(parser)
 
 
 POLLER_OPTIONS = (
@@ -126,6 +141,8 @@ POLLER_OPTIONS = (
     "watch_interval",
     "shutdown_grace",
     "heartbeat_events",
+    "sweep_every",
+    "default_retention",
 )
 #: Duration options by the flag that sets them, so that an error names the flag.
 DURATION_FLAGS = {
@@ -133,6 +150,8 @@ DURATION_FLAGS = {
     "poll_interval": "--poll-interval",
     "watch_interval": "--watch-interval",
     "shutdown_grace": "--grace",
+    "sweep_every": "--sweep-every",
+    "default_retention": "--default-retention",
 }
 
 
@@ -225,4 +244,6 @@ def _given_options(args: argparse.Namespace) -> dict[str, Any]:
     for name, flag in DURATION_FLAGS.items():
         if name in given:
             given[name] = durations.to_seconds(given[name], what=flag)
+    if args.sweep and "sweep_every" not in given:
+        given["sweep_every"] = SWEEP_EVERY
     return given

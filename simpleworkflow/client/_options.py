@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any, TypedDict
 
-from simpleworkflow import durations, errors, names, payloads
+from simpleworkflow import durations, errors, names, payloads, retention
 from simpleworkflow.backends.records import NewRun
 
 _INT4 = 2**31 - 1
@@ -39,6 +39,9 @@ class StartOptions(TypedDict, total=False):
     max_attempts: int | None
     #: Fail the run if it has not finished by then: a time, or a duration from now.
     deadline: datetime | durations.Duration | None
+    #: Keep the run this long after it finishes (``"90d"``), instead of its type's
+    #: retention or the default; at most the ceiling, ``$SIMPLEWORKFLOW_MAX_RETENTION_DAYS``.
+    retention: durations.Duration | None
 
 
 #: The names of the start options, for code that passes them through.
@@ -91,6 +94,7 @@ def new_run(
             else durations.to_seconds(deadline, what="deadline")
         ),
         trace_context=None if trace_context is None else json.dumps(dict(trace_context)),
+        retention=retention.check(options.get("retention")),
     )
 
 

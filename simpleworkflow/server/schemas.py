@@ -81,6 +81,13 @@ class StartRun(_Request):
         "(seconds, '1h', '3d') or an ISO 8601 time with its offset",
         examples=["3d", "2030-01-31T09:00:00Z"],
     )
+    retention: Duration | None = Field(
+        default=None,
+        description="keep the run this long after it finishes (seconds, '90d'), instead of "
+        "its type's retention or the default; at most the ceiling "
+        "($SIMPLEWORKFLOW_MAX_RETENTION_DAYS)",
+        examples=["90d"],
+    )
 
     def options(self) -> dict[str, Any]:
         """The start options given (``StartOptions``), for ``Client.start``."""
@@ -133,6 +140,10 @@ class RunOut(BaseModel):
     parent_id: str | None
     deadline: datetime | None
     code_version: str | None
+    retention: float | None = Field(
+        description="seconds kept after it finishes, as chosen at start; null: its type's "
+        "retention, else the default"
+    )
     created_at: datetime
     updated_at: datetime
     deleted_at: datetime | None
@@ -215,6 +226,10 @@ class RegistryOut(BaseModel):
     description: str | None
     created_at: datetime
     updated_at: datetime
+    retention: float | None = Field(
+        description="seconds its runs are kept after they finish unless they chose; null: "
+        "the default"
+    )
 
 
 class TypeOut(BaseModel):

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TypedDict
 
-from simpleworkflow import durations, errors, names
+from simpleworkflow import durations, errors, names, retention
 from simpleworkflow.worker.supervisor import Service
 
 RUNTIME = "python"
@@ -31,7 +31,9 @@ class WorkerOptions:
     Durations may also be given as strings (``"30s"``, ``"5ms"``) or timedeltas, and
     ``type_prefixes`` as any iterable: both are normalised here. ``worker_id`` defaults
     to ``host-pid``; ``database_url`` and ``schema`` to the app's. ``services`` run beside
-    the worker's own, under its supervisor (see ``supervisor``).
+    the worker's own, under its supervisor (see ``supervisor``). ``sweep_every`` runs the
+    retention sweeper (see ``sweeper``) that often, with ``default_retention`` for runs
+    whose start and type chose none.
     """
 
     type_prefixes: tuple[str, ...] = ("%",)
@@ -45,6 +47,8 @@ class WorkerOptions:
     database_url: str | None = None
     schema: str | None = None
     services: tuple[Service, ...] = ()
+    sweep_every: float | None = None
+    default_retention: float | None = None
 
     def __post_init__(self) -> None:
         self._set("type_prefixes", tuple(_checked_prefix(p) for p in self.type_prefixes))
@@ -56,6 +60,7 @@ class WorkerOptions:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise errors.InvalidArgument("concurrency must be a positive integer")
         self._set("worker_id", self.worker_id or f"{socket.gethostname()}-{os.getpid()}")
+        self._check_sweep()
         self._set("services", tuple(self.services))
         for service in self.services:
             if not isinstance(getattr(service, "name", None), str) or not callable(
@@ -64,6 +69,26 @@ class WorkerOptions:
                 raise errors.InvalidArgument(
                     f"a service needs a name and an async run() method, not {service!r:.60}"
                 )
+
+    def _check_sweep(self) -> None:
+        if self.sweep_every is not None:
+            self._set("sweep_every", durations.to_seconds(self.sweep_every, what="sweep_every"))
+            if self.sweep_every < 1:
+                raise errors.InvalidArgument("sweep_every must be at least one second")
+        if self.default_retention is not None:
+            if self.sweep_every is None:
+                raise errors.InvalidArgument(
+                    "default_retention (--default-retention) is the sweeper's: give "
+                    "sweep_every (--sweep) too"
+                )
+            keep = retention.check(self.default_retention, what="default_retention")
+            self._set("default_retention", keep)
+        if self.sweep_every is not None:
+            self.policy()  # a bad environment fails the worker's start, not its sweeper
+
+    def policy(self) -> retention.Policy:
+        """The retention default and ceiling this worker's sweeper applies."""
+        return retention.Policy.from_env(self.default_retention)
 
     def _set(self, name: str, value: object) -> None:
         object.__setattr__(self, name, value)  # frozen: only while it is being made
@@ -84,6 +109,8 @@ class WorkerSettings(TypedDict, total=False):
     database_url: str | None
     schema: str | None
     services: Iterable[Service]
+    sweep_every: durations.Duration | None
+    default_retention: durations.Duration | None
 
 
 def _checked_prefix(prefix: str) -> str:

@@ -35,6 +35,7 @@ from simpleworkflow.worker.claiming import ClaimLoop
 from simpleworkflow.worker.options import RUNTIME, WorkerOptions, WorkerSettings
 from simpleworkflow.worker.running import Runner
 from simpleworkflow.worker.supervisor import Loop, Service, Supervisor
+from simpleworkflow.worker.sweeper import Sweeper
 from simpleworkflow.worker.timer import Bell, due_in
 
 _log = logging.getLogger("simpleworkflow.worker")
@@ -287,6 +288,11 @@ class IntentPoller:
                 changes = backend.watch_changes
                 watch = functools.partial(changes, self._on_change, self.watch_interval)
                 yield Loop("change-watch", watch), False
+        if self.options.sweep_every is not None:
+            policy = self.options.policy()
+            every = self.options.sweep_every
+            sweeper = Sweeper(backend, self.worker_id, every, policy, observers, self._outage)
+            yield sweeper, False
         for service in self.options.services:
             yield service, False
 

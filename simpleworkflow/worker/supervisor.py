@@ -15,23 +15,24 @@ A store outage is not a death: services catch ``StoreUnavailable`` and retry the
 logging the outage once (see ``outage``).
 
 A new service is one class, registered the way the worker registers its own; a cron
-scheduler or a retention sweeper looks like this (``purge`` stands for what it calls)::
+scheduler looks like this (``start_due`` stands for what it calls)::
 
-    class RetentionSweeper:
-        name = "retention"
+    class Scheduler:
+        name = "scheduler"
 
-        def __init__(self, client: AsyncClient, every: float = 3600.0) -> None:
+        def __init__(self, client: AsyncClient, every: float = 60.0) -> None:
             self.client, self.every = client, every
 
         async def run(self) -> None:
             while True:
-                await self.client.purge(older_than="30d")
+                await start_due(self.client)
                 await asyncio.sleep(self.every)
 
-    IntentPoller(app, services=[RetentionSweeper(app.async_client())])
+    IntentPoller(app, services=[Scheduler(app.async_client())])
 
-and inside the worker, ``supervisor.add(RetentionSweeper(...))`` beside
-``supervisor.add(Loop("heartbeats", keeper.beat), ...)``.
+and inside the worker, ``supervisor.add(Scheduler(...))`` beside
+``supervisor.add(Loop("heartbeats", keeper.beat), ...)``. The retention sweeper
+(``sweeper``) is one, added when ``WorkerOptions.sweep_every`` is set.
 """
 
 from __future__ import annotations

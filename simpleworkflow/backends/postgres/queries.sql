@@ -25,14 +25,15 @@ select pg_advisory_xact_lock(hashtext(%(key)s))
 -- the id (time-ordered, see names.new_run_id); plain SQL inserts get the column default.
 insert into {schema}workflow_run
     (id, type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline,
-     trace_context)
+     trace_context, retention)
 values (
     %(id)s::uuid, %(type)s, %(payload)s::jsonb, %(idempotency_key)s, %(priority)s,
     coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s)),
     coalesce(%(max_attempts)s, 3),
     %(parent_id)s::uuid,
     coalesce(%(deadline)s::timestamptz, now() + make_interval(secs => %(deadline_in)s)),
-    %(trace_context)s::jsonb
+    %(trace_context)s::jsonb,
+    %(retention)s::float8 * interval '1 second'
 )
 on conflict (idempotency_key) do nothing
 returning id::text as id, run_at, deadline, created_at, updated_at
@@ -41,16 +42,17 @@ returning id::text as id, run_at, deadline, created_at, updated_at
 -- Many runs in one statement; ids come from the client so rows can be matched to items.
 insert into {schema}workflow_run
     (id, type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline,
-     trace_context)
+     trace_context, retention)
 select i.id, i.type, i.payload::jsonb, i.idempotency_key, i.priority,
        coalesce(i.run_at, now() + make_interval(secs => i.delay)),
        coalesce(i.max_attempts, 3), i.parent_id,
        coalesce(i.deadline, now() + make_interval(secs => i.deadline_in)),
-       i.trace_context::jsonb
+       i.trace_context::jsonb,
+       i.retention * interval '1 second'
 from jsonb_to_recordset(%(items)s::jsonb)
     as i(id uuid, type text, payload text, idempotency_key text, priority integer,
          run_at timestamptz, delay float8, max_attempts integer, parent_id uuid,
-         deadline timestamptz, deadline_in float8, trace_context text)
+         deadline timestamptz, deadline_in float8, trace_context text, retention float8)
 on conflict (idempotency_key) do nothing
 returning id::text as id, run_at, deadline, created_at, updated_at
 
@@ -162,6 +164,13 @@ returning *
 -- name: enable_registry
 update {schema}workflow_registry
 set is_enabled = %(enabled)s, updated_at = now()
+where workflow_name = %(name)s
+returning *
+
+-- name: set_registry_retention
+-- The retention of a type's runs started without one of their own; null: the default.
+update {schema}workflow_registry
+set retention = %(retention)s::float8 * interval '1 second', updated_at = now()
 where workflow_name = %(name)s
 returning *
 
@@ -728,6 +737,151 @@ using doomed d
 where r.id = d.id
 returning r.type
 
+-- Retention (migration 0012). A run is past its retention when it finished (succeeded,
+-- failed or cancelled) at least its retention ago: its own, else its type's in the
+-- registry, else the default; never longer than the ceiling. Pending and leased
+-- runs (sleeping and waiting ones are pending) are never candidates, however old. Nor is
+-- a run whose parent row still exists: deleting the parent sets parent_id to null, and
+-- the child is a candidate from then on. So an unfinished parent never loses a child,
+-- and two sweepers never wait for rows the other holds (a parent's delete touches only
+-- its children, which no sweep has taken).
+--
+-- Candidates are read by index at any size: the types of finished runs without a
+-- retention of their own are walked one index probe each (idx_workflow_run_expiry_by_type),
+-- then each type's expired range, oldest first; runs with a retention of their own the
+-- same way, by that retention (idx_workflow_run_expiry_own). Every range read holds
+-- only expired runs.
+
+-- name: sweep_runs
+-- Up to :limit runs past their retention, rows other transactions hold skipped; their
+-- events and journal go by trigger, their signals by cascade.
+with recursive kinds (type) as (
+    (select type from {schema}workflow_run
+     where status in ('succeeded', 'failed', 'cancelled')
+       and retention is null and parent_id is null
+     order by type limit 1)
+    union all
+    select (select r.type from {schema}workflow_run r
+            where r.status in ('succeeded', 'failed', 'cancelled')
+              and r.retention is null and r.parent_id is null and r.type > k.type
+            order by r.type limit 1)
+    from kinds k
+    where k.type is not null
+), spans (retention) as (
+    (select retention from {schema}workflow_run
+     where status in ('succeeded', 'failed', 'cancelled')
+       and retention is not null and parent_id is null
+     order by retention limit 1)
+    union all
+    select (select r.retention from {schema}workflow_run r
+            where r.status in ('succeeded', 'failed', 'cancelled')
+              and r.retention is not null and r.parent_id is null
+              and r.retention > s.retention
+            order by r.retention limit 1)
+    from spans s
+    where s.retention is not null
+), doomed as (
+    select d.id from kinds k
+    left join {schema}workflow_registry g on g.workflow_name = k.type
+    cross join lateral (
+        select r.id from {schema}workflow_run r
+        where r.type = k.type
+          and r.status in ('succeeded', 'failed', 'cancelled')
+          and r.retention is null and r.parent_id is null
+          and r.updated_at <= now() - least(coalesce(g.retention,
+                                                     make_interval(secs => %(default)s)),
+                                            make_interval(secs => %(ceiling)s))
+        order by r.updated_at
+        limit %(limit)s
+        for update of r skip locked
+    ) as d
+    union all
+    select d.id from spans s
+    cross join lateral (
+        select r.id from {schema}workflow_run r
+        where r.retention = s.retention
+          and r.status in ('succeeded', 'failed', 'cancelled')
+          and r.retention is not null and r.parent_id is null
+          and r.updated_at <= now() - least(s.retention, make_interval(secs => %(ceiling)s))
+        order by r.updated_at
+        limit %(limit)s
+        for update of r skip locked
+    ) as d
+)
+-- The ids as an array: each found by primary key, never by a hash of the whole table.
+delete from {schema}workflow_run r
+where r.id = any(array(select id from doomed limit %(limit)s))
+returning r.type
+
+-- name: count_expired
+-- What sweep_runs would delete now, by type (the children of runs it deletes become
+-- candidates only then). Reads the same index ranges; locks nothing.
+with recursive kinds (type) as (
+    (select type from {schema}workflow_run
+     where status in ('succeeded', 'failed', 'cancelled')
+       and retention is null and parent_id is null
+     order by type limit 1)
+    union all
+    select (select r.type from {schema}workflow_run r
+            where r.status in ('succeeded', 'failed', 'cancelled')
+              and r.retention is null and r.parent_id is null and r.type > k.type
+            order by r.type limit 1)
+    from kinds k
+    where k.type is not null
+), spans (retention) as (
+    (select retention from {schema}workflow_run
+     where status in ('succeeded', 'failed', 'cancelled')
+       and retention is not null and parent_id is null
+     order by retention limit 1)
+    union all
+    select (select r.retention from {schema}workflow_run r
+            where r.status in ('succeeded', 'failed', 'cancelled')
+              and r.retention is not null and r.parent_id is null
+              and r.retention > s.retention
+            order by r.retention limit 1)
+    from spans s
+    where s.retention is not null
+), expired (type, runs) as (
+    select k.type, d.runs from kinds k
+    left join {schema}workflow_registry g on g.workflow_name = k.type
+    cross join lateral (
+        select count(*) as runs from {schema}workflow_run r
+        where r.type = k.type
+          and r.status in ('succeeded', 'failed', 'cancelled')
+          and r.retention is null and r.parent_id is null
+          and r.updated_at <= now() - least(coalesce(g.retention,
+                                                     make_interval(secs => %(default)s)),
+                                            make_interval(secs => %(ceiling)s))
+    ) as d
+    union all
+    select d.type, d.runs from spans s
+    cross join lateral (
+        select r.type, count(*) as runs from {schema}workflow_run r
+        where r.retention = s.retention
+          and r.status in ('succeeded', 'failed', 'cancelled')
+          and r.retention is not null and r.parent_id is null
+          and r.updated_at <= now() - least(s.retention, make_interval(secs => %(ceiling)s))
+        group by r.type
+    ) as d
+)
+select type, sum(runs)::bigint as runs from expired
+where runs > 0
+group by type
+order by type
+
+-- name: hold_service_lease
+-- Take or renew the lease of a fleet-wide service: a row comes back while the caller
+-- holds it (it held it already, or the last holder let it expire), none otherwise.
+insert into {schema}workflow_service_lease as l (name, holder, lease_until)
+values (%(name)s, %(holder)s, now() + make_interval(secs => %(seconds)s))
+on conflict (name) do update
+set holder = excluded.holder, lease_until = excluded.lease_until, updated_at = now()
+where l.holder = excluded.holder or l.lease_until <= now()
+returning holder
+
+-- name: release_service_lease
+delete from {schema}workflow_service_lease
+where name = %(name)s and holder = %(holder)s
 -- Topics (migration 0010): subscriptions of workflow types to topic patterns.
 
 -- name: subscribe

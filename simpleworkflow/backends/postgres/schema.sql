@@ -43,8 +43,10 @@ create table {schema}workflow_run (
     code_version    text,
     -- rescued from an expired lease: claimed alone until an attempt ends otherwise (0008)
     isolate         boolean not null default false,
-    -- W3C trace context of the start, and of the attempt that last gave the run back (0010)
-    trace_context   jsonb
+    -- W3C trace context of the start, and of the attempt that last gave the run back (0011)
+    trace_context   jsonb,
+    -- kept this long after it finished; null: its type's retention, else the default (0012)
+    retention       interval
 );
 
 -- Claims read only claimable rows, ordered by priority then by when they became due:
@@ -93,7 +95,9 @@ create table {schema}workflow_registry (
     is_enabled    boolean not null default true,
     description   text,
     created_at    timestamptz not null default now(),
-    updated_at    timestamptz not null default now()
+    updated_at    timestamptz not null default now(),
+    -- how long its runs are kept after they finish, unless they chose; null: the default
+    retention     interval
 );
 
 
@@ -228,12 +232,15 @@ create table {schema}workflow_subscription (
 );
 
 -- Audit and journal rows go with their run (in place of foreign keys, which would lock
--- the run for every row inserted).
+-- the run for every row inserted), found by index: a hash join of the deleted runs with
+-- the whole table read every event and step of every run (migration 0012).
 create function {schema}workflow_run_delete_children() returns trigger
 language plpgsql as $$
 begin
-    delete from {schema_name}.workflow_event e using deleted_runs d where e.workflow_id = d.id;
-    delete from {schema_name}.workflow_step s using deleted_runs d where s.run_id = d.id;
+    delete from {schema_name}.workflow_event
+    where workflow_id = any(array(select id from deleted_runs));
+    delete from {schema_name}.workflow_step
+    where run_id = any(array(select id from deleted_runs));
     return null;
 end
 $$;
@@ -242,3 +249,25 @@ create trigger workflow_run_delete_children
     after delete on {schema}workflow_run
     referencing old table as deleted_runs
     for each statement execute function {schema}workflow_run_delete_children();
+
+-- The retention sweeper's candidates (migration 0012): finished runs with no parent row,
+-- by type and finishing time, or by a retention of their own. Every range a sweep reads
+-- holds only expired runs, however many are kept (see docs/retention.md).
+create index idx_workflow_run_expiry_by_type
+    on {schema}workflow_run (type, updated_at)
+    where status in ('succeeded', 'failed', 'cancelled')
+      and retention is null and parent_id is null;
+
+create index idx_workflow_run_expiry_own
+    on {schema}workflow_run (retention, updated_at)
+    where status in ('succeeded', 'failed', 'cancelled')
+      and retention is not null and parent_id is null;
+
+-- One row per fleet-wide service (the retention sweeper): the worker running it, until
+-- when (migration 0012).
+create table {schema}workflow_service_lease (
+    name        text primary key,
+    holder      text not null,
+    lease_until timestamptz not null,
+    updated_at  timestamptz not null default now()
+);

@@ -22,14 +22,15 @@ insert into workflow_schema_version (version, name) values (:version, :name)
 -- the id (time-ordered, see names.new_run_id); plain SQL inserts get the column default.
 insert into workflow_run
     (id, type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline,
-     trace_context)
+     trace_context, retention)
 values (
     :id, :type, :payload, :idempotency_key, :priority,
     coalesce(:run_at, strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :delay || ' seconds')),
     coalesce(:max_attempts, 3),
     :parent_id,
     coalesce(:deadline, strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :deadline_in || ' seconds')),
-    :trace_context
+    :trace_context,
+    :retention
 )
 on conflict (idempotency_key) do nothing
 returning id, run_at, deadline, created_at, updated_at
@@ -38,7 +39,7 @@ returning id, run_at, deadline, created_at, updated_at
 -- Many runs in one statement; ids come from the client so rows can be matched to items.
 insert into workflow_run
     (id, type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline,
-     trace_context)
+     trace_context, retention)
 select json_extract(i.value, '$.id'), json_extract(i.value, '$.type'),
        json_extract(i.value, '$.payload'), json_extract(i.value, '$.idempotency_key'),
        json_extract(i.value, '$.priority'),
@@ -50,7 +51,8 @@ select json_extract(i.value, '$.id'), json_extract(i.value, '$.type'),
        coalesce(strftime('%Y-%m-%d %H:%M:%f', json_extract(i.value, '$.deadline')),
                 strftime('%Y-%m-%d %H:%M:%f', 'now',
                          '+' || json_extract(i.value, '$.deadline_in') || ' seconds')),
-       json_extract(i.value, '$.trace_context')
+       json_extract(i.value, '$.trace_context'),
+       json_extract(i.value, '$.retention')
 from json_each(:items) as i
 where true
 order by i.key
@@ -183,6 +185,14 @@ returning *
 -- name: enable_registry
 update workflow_registry
 set is_enabled = :enabled, updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+where workflow_name = :name
+returning *
+
+-- name: set_registry_retention
+-- The retention of a type's runs started without one of their own (seconds); null: the
+-- default.
+update workflow_registry
+set retention = :retention, updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
 where workflow_name = :name
 returning *
 
@@ -693,6 +703,130 @@ where id in (
 )
 returning type
 
+-- Retention (migration 0009): which runs are past it, and why none other is, as in the
+-- Postgres file. Retentions are seconds; each cutoff is computed once per type (or per
+-- retention of a run's own) and the runs before it read from the index by range.
+
+-- name: sweep_runs
+-- Up to :limit runs past their retention; their events, journal and signals go by
+-- cascade. The transaction holds the database's write lock (BEGIN IMMEDIATE).
+delete from workflow_run
+where id in (
+    with recursive kinds (type) as (
+        select min(type) from workflow_run
+        where status in ('succeeded', 'failed', 'cancelled')
+          and retention is null and parent_id is null
+        union all
+        select (select min(r.type) from workflow_run r
+                where r.status in ('succeeded', 'failed', 'cancelled')
+                  and r.retention is null and r.parent_id is null and r.type > k.type)
+        from kinds k
+        where k.type is not null
+    ), spans (retention) as (
+        select min(retention) from workflow_run
+        where status in ('succeeded', 'failed', 'cancelled')
+          and retention is not null and parent_id is null
+        union all
+        select (select min(r.retention) from workflow_run r
+                where r.status in ('succeeded', 'failed', 'cancelled')
+                  and r.retention is not null and r.parent_id is null
+                  and r.retention > s.retention)
+        from spans s
+        where s.retention is not null
+    ), cutoffs (type, retention, before) as (
+        select k.type, null,
+               strftime('%Y-%m-%d %H:%M:%f',
+                        julianday('now') - min(coalesce(g.retention, :default), :ceiling) / 86400.0)
+        from kinds k
+        left join workflow_registry g on g.workflow_name = k.type
+        where k.type is not null
+        union all
+        select null, s.retention,
+               strftime('%Y-%m-%d %H:%M:%f', julianday('now') - min(s.retention, :ceiling) / 86400.0)
+        from spans s
+        where s.retention is not null
+    )
+    select r.id from cutoffs c
+    join workflow_run r indexed by idx_workflow_run_expiry_by_type
+        on r.type = c.type and r.updated_at <= c.before
+    where r.status in ('succeeded', 'failed', 'cancelled')
+      and r.retention is null and r.parent_id is null
+    union all
+    select r.id from cutoffs c
+    join workflow_run r indexed by idx_workflow_run_expiry_own
+        on r.retention = c.retention and r.updated_at <= c.before
+    where r.status in ('succeeded', 'failed', 'cancelled')
+      and r.retention is not null and r.parent_id is null
+    limit :limit
+)
+returning type
+
+-- name: count_expired
+-- What sweep_runs would delete now, by type.
+with recursive kinds (type) as (
+    select min(type) from workflow_run
+    where status in ('succeeded', 'failed', 'cancelled')
+      and retention is null and parent_id is null
+    union all
+    select (select min(r.type) from workflow_run r
+            where r.status in ('succeeded', 'failed', 'cancelled')
+              and r.retention is null and r.parent_id is null and r.type > k.type)
+    from kinds k
+    where k.type is not null
+), spans (retention) as (
+    select min(retention) from workflow_run
+    where status in ('succeeded', 'failed', 'cancelled')
+      and retention is not null and parent_id is null
+    union all
+    select (select min(r.retention) from workflow_run r
+            where r.status in ('succeeded', 'failed', 'cancelled')
+              and r.retention is not null and r.parent_id is null
+              and r.retention > s.retention)
+    from spans s
+    where s.retention is not null
+), cutoffs (type, retention, before) as (
+    select k.type, null,
+           strftime('%Y-%m-%d %H:%M:%f',
+                    julianday('now') - min(coalesce(g.retention, :default), :ceiling) / 86400.0)
+    from kinds k
+    left join workflow_registry g on g.workflow_name = k.type
+    where k.type is not null
+    union all
+    select null, s.retention,
+           strftime('%Y-%m-%d %H:%M:%f', julianday('now') - min(s.retention, :ceiling) / 86400.0)
+    from spans s
+    where s.retention is not null
+), expired (type) as (
+    select r.type from cutoffs c
+    join workflow_run r indexed by idx_workflow_run_expiry_by_type
+        on r.type = c.type and r.updated_at <= c.before
+    where r.status in ('succeeded', 'failed', 'cancelled')
+      and r.retention is null and r.parent_id is null
+    union all
+    select r.type from cutoffs c
+    join workflow_run r indexed by idx_workflow_run_expiry_own
+        on r.retention = c.retention and r.updated_at <= c.before
+    where r.status in ('succeeded', 'failed', 'cancelled')
+      and r.retention is not null and r.parent_id is null
+)
+select type, count(*) as runs from expired group by type order by type
+
+-- name: hold_service_lease
+-- Take or renew the lease of a fleet-wide service: a row comes back while the caller
+-- holds it (it held it already, or the last holder let it expire), none otherwise.
+insert into workflow_service_lease (name, holder, lease_until)
+values (:name, :holder,
+        strftime('%Y-%m-%d %H:%M:%f', julianday('now') + :seconds / 86400.0))
+on conflict (name) do update
+set holder = excluded.holder, lease_until = excluded.lease_until,
+    updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+where workflow_service_lease.holder = excluded.holder
+   or workflow_service_lease.lease_until <= strftime('%Y-%m-%d %H:%M:%f', 'now')
+returning holder
+
+-- name: release_service_lease
+delete from workflow_service_lease
+where name = :name and holder = :holder
 -- Topics (migration 0007): subscriptions of workflow types to topic patterns.
 
 -- name: subscribe

@@ -30,8 +30,10 @@ create table workflow_run (
     code_version    text,
     -- rescued from an expired lease: claimed alone until an attempt ends otherwise (0005)
     isolate         integer not null default 0,
-    -- W3C trace context of the start, and of the attempt that last gave the run back (0007)
-    trace_context   text check (trace_context is null or json_valid(trace_context))
+    -- W3C trace context of the start, and of the attempt that last gave the run back (0008)
+    trace_context   text check (trace_context is null or json_valid(trace_context)),
+    -- seconds kept after it finished; null: its type's retention, else the default (0009)
+    retention       real
 );
 
 create index idx_workflow_run_claim
@@ -66,7 +68,9 @@ create table workflow_registry (
     is_enabled    integer not null default 1,
     description   text,
     created_at    text not null default (strftime('%Y-%m-%d %H:%M:%f', 'now')),
-    updated_at    text not null default (strftime('%Y-%m-%d %H:%M:%f', 'now'))
+    updated_at    text not null default (strftime('%Y-%m-%d %H:%M:%f', 'now')),
+    -- seconds its runs are kept after they finish, unless they chose; null: the default
+    retention     real
 );
 
 create index idx_workflow_run_lease_expiry
@@ -137,6 +141,24 @@ create table workflow_subscription (
                            else length(pattern) - length(replace(pattern, '.', '')) + 1
                       end) stored,
     primary key (pattern, workflow_type)
+);
+
+-- The retention sweeper's candidates and its lease (migration 0009).
+create index idx_workflow_run_expiry_by_type
+    on workflow_run (type, updated_at)
+    where status in ('succeeded', 'failed', 'cancelled')
+      and retention is null and parent_id is null;
+
+create index idx_workflow_run_expiry_own
+    on workflow_run (retention, updated_at)
+    where status in ('succeeded', 'failed', 'cancelled')
+      and retention is not null and parent_id is null;
+
+create table workflow_service_lease (
+    name        text primary key,
+    holder      text not null,
+    lease_until text not null,
+    updated_at  text not null default (strftime('%Y-%m-%d %H:%M:%f', 'now'))
 );
 
 -- The created event comes from the insert itself, so that runs written with plain SQL
