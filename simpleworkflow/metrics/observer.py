@@ -143,7 +143,9 @@ class MetricsObserver(observe.Observer):
         self._reaped = counter(
             "leases_reaped", "Expired leases of dead or frozen workers given back."
         )
-        self._deleted = counter("runs_deleted", "Finished runs deleted by a purge.", ["type"])
+        self._deleted = counter(
+            "runs_deleted", "Finished runs deleted by retention: the sweeper or a purge.", ["type"]
+        )
         self._attempt_seconds = histogram(
             "attempt_duration_seconds",
             "Seconds one call of a handler took, by outcome.",
