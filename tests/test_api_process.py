@@ -66,3 +66,20 @@ def poll(http: httpx.Client, run_id: str, done: Any, timeout: float = 20) -> dic
             return run
         assert time.monotonic() < deadline, run
         time.sleep(0.05)
+
+
+def test_the_server_serves_metrics_counting_what_the_api_started(store: Store) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with served(store) as base, httpx.Client(base_url=base) as http:
+        for order in (1, 2):
+            assert http.post(f"{PREFIX}/runs", json={"type": TYPE, "payload": {"order": order}})
+        scraped = http.get("/metrics", follow_redirects=True)
+        assert scraped.status_code == 200, scraped.text
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(scraped.text)
+        for sample in family.samples
+    }
+    assert samples[("simpleworkflow_runs_started_total", (("type", TYPE),))] == 2
+    assert samples[("simpleworkflow_runs_due", (("type", TYPE),))] == 2

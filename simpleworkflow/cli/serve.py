@@ -9,12 +9,15 @@ than the loopback interface it refuses to serve without a token unless ``--insec
 from __future__ import annotations
 
 import argparse
+import logging
 import socket
 import sys
 from typing import Any
 
 from simpleworkflow import errors
 from simpleworkflow.cli import _common
+
+_log = logging.getLogger("simpleworkflow.server")
 
 DEFAULT_PORT = 8000
 _TOKEN_HELP = (
@@ -81,11 +84,14 @@ def run(args: argparse.Namespace) -> int:
         )
     _check_schema(args)
     sock = _bind(args.host, args.port)
+    metrics = _metrics(args)
     app = server.create_app(
         database_url=args.database_url,
         schema=args.schema,
         auth=auth,
         max_body_bytes=args.max_body_bytes or server.DEFAULT_MAX_BODY_BYTES,
+        metrics=None if metrics is None else metrics.asgi_app(),
+        observers=[] if metrics is None else [metrics.observer],
     )
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
@@ -99,6 +105,18 @@ def run(args: argparse.Namespace) -> int:
     )
     uvicorn.Server(config).run(sockets=[sock])
     return 0
+
+
+def _metrics(args: argparse.Namespace) -> Any:
+    """The Prometheus metrics served at ``/metrics`` (the gauges read from the database at
+    each scrape, and what the API starts and signals counted), when the metrics extra is
+    installed; without it the server serves none, and says so once."""
+    try:
+        from simpleworkflow.metrics import Metrics
+    except errors.ConfigurationError:
+        _log.info("no /metrics: pip install 'simpleworkflow[metrics]' to serve them")
+        return None
+    return Metrics(args.database_url, schema=args.schema)
 
 
 def _check_schema(args: argparse.Namespace) -> None:

@@ -16,13 +16,14 @@ Endpoints act through the client only, so the API refuses and accepts exactly wh
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from fastapi import APIRouter, FastAPI
 from starlette.types import ASGIApp
 
 import simpleworkflow
+from simpleworkflow import observe
 from simpleworkflow.client import AsyncClient
 from simpleworkflow.server import health, problems, routing, runs, topics, types_index
 from simpleworkflow.server.auth import Auth, is_loopback
@@ -55,6 +56,7 @@ def router(
     prefix: str = API_PREFIX,
     health_checks: bool = True,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    observers: Iterable[observe.Observer] = (),
 ) -> APIRouter:
     """The API as a router to include in a FastAPI app.
 
@@ -66,7 +68,7 @@ def router(
     """
     if not prefix.startswith("/") or prefix.endswith("/"):
         raise ValueError(f"prefix must start with '/' and not end with one, not {prefix!r}")
-    source = ClientSource(client, database_url=database_url, schema=schema)
+    source = ClientSource(client, database_url=database_url, schema=schema, observers=observers)
     auth = auth or Auth()
     route_class = routing.route_class(max_body_bytes)
 
@@ -93,6 +95,7 @@ def create_app(
     auth: Auth | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     metrics: ASGIApp | None = None,
+    observers: Iterable[observe.Observer] = (),
 ) -> FastAPI:
     """A FastAPI application serving :func:`router`, its OpenAPI document at
     ``/openapi.json`` and interactive docs at ``/docs``; ``metrics``, an ASGI app (the
@@ -114,6 +117,7 @@ def create_app(
             schema=schema,
             auth=auth,
             max_body_bytes=max_body_bytes,
+            observers=observers,
         )
     )
     if metrics is not None:

@@ -4,6 +4,9 @@ connections belong to the loop that opened them)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from simpleworkflow import observe
 from simpleworkflow.client import AsyncClient
 
 
@@ -16,9 +19,14 @@ class ClientSource:
         *,
         database_url: str | None = None,
         schema: str | None = None,
+        observers: Iterable[observe.Observer] = (),
     ) -> None:
         if client is not None and (database_url is not None or schema is not None):
             raise TypeError("give a client, or a database_url and schema, not both")
+        self._observers = list(observers)
+        if client is not None:
+            for observer in self._observers:
+                client.observe(observer)
         self._client = client
         self._owned = client is None
         self._url = database_url
@@ -28,7 +36,7 @@ class ClientSource:
     def client(self) -> AsyncClient:
         if self._client is None:
             # Opening connects to nothing yet; the first call does, in the running loop.
-            self._client = AsyncClient(self._url, schema=self._schema)
+            self._client = AsyncClient(self._url, schema=self._schema, observers=self._observers)
         return self._client
 
     async def aclose(self) -> None:
