@@ -9,9 +9,13 @@ embedded SQLite file, or ``auto_migrate=True``) or to refuse with a
 from __future__ import annotations
 
 import asyncio
+from typing import TypeVar
 
 from simpleworkflow import errors
 from simpleworkflow.backends import Backend
+from simpleworkflow.backends.records import Op
+
+T = TypeVar("T")
 
 
 def auto_migrates(backend: Backend, auto_migrate: bool | None) -> bool:
@@ -55,3 +59,43 @@ async def ensure_async(backend: Backend, *, auto_migrate: bool | None = None) ->
     if needs_migration(backend, version, auto_migrate=auto_migrates(backend, auto_migrate)):
         await asyncio.to_thread(backend.migrate)
     return version
+
+
+class Checked:
+    """Runs ops on ``backend`` once its schema fits: the sync client and admin share it."""
+
+    backend: Backend
+    _auto_migrate: bool
+    _schema_ok: bool
+
+    def _run(self, op: Op[T], *, readonly: bool = False) -> T:
+        if not self._schema_ok:
+            ensure(self.backend, auto_migrate=self._auto_migrate)
+            self._schema_ok = True
+        return self.backend.execute(op, readonly=readonly)
+
+    def migrate(self) -> list[int]:
+        """Create or upgrade the schema; return the migration versions applied now."""
+        applied = self.backend.migrate()
+        self._schema_ok = True
+        return applied
+
+
+class AsyncChecked:
+    """:class:`Checked`, awaited: the async client and admin share it."""
+
+    backend: Backend
+    _auto_migrate: bool
+    _schema_ok: bool
+
+    async def _run(self, op: Op[T], *, readonly: bool = False) -> T:
+        if not self._schema_ok:
+            await ensure_async(self.backend, auto_migrate=self._auto_migrate)
+            self._schema_ok = True
+        return await self.backend.execute_async(op, readonly=readonly)
+
+    async def migrate(self) -> list[int]:
+        """Create or upgrade the schema; return the migration versions applied now."""
+        applied = await asyncio.to_thread(self.backend.migrate)
+        self._schema_ok = True
+        return applied

@@ -9,34 +9,19 @@ from __future__ import annotations
 import asyncio
 import builtins
 import time
-from typing import TypeVar
 
 from simpleworkflow import durations, schema_check
 from simpleworkflow.admin.records import Queues, SweepReport, TypeStats
 from simpleworkflow.admin.verbs import DEFAULT_PURGE_BATCH, DEFAULT_SWEEP_BATCH, Verbs
-from simpleworkflow.backends.records import JournalEntry, Op, RegistryEntry, Subscription
+from simpleworkflow.backends.records import JournalEntry, RegistryEntry, Subscription
 from simpleworkflow.handlers import Handlers
 from simpleworkflow.models import Event, Run
 from simpleworkflow.replaycheck import ReplayReport
 
-T = TypeVar("T")
 
-
-class Admin(Verbs):
+class Admin(schema_check.Checked, Verbs):
     """Operator actions, blocking. ``close`` it when done (a no-op for ``client.admin``,
     whose connections are the client's)."""
-
-    def _run(self, op: Op[T], *, readonly: bool = False) -> T:
-        if not self._schema_ok:
-            schema_check.ensure(self.backend, auto_migrate=self._auto_migrate)
-            self._schema_ok = True
-        return self.backend.execute(op, readonly=readonly)
-
-    def migrate(self) -> builtins.list[int]:
-        """Create or upgrade the schema; return the migration versions applied now."""
-        applied = self.backend.migrate()
-        self._schema_ok = True
-        return applied
 
     def schema_version(self) -> int:
         """The version the database's schema is at, asked of the database on each call (a
@@ -185,20 +170,8 @@ class Admin(Verbs):
         self.close()
 
 
-class AsyncAdmin(Verbs):
+class AsyncAdmin(schema_check.AsyncChecked, Verbs):
     """Operator actions, awaited; see :class:`Admin` for what each verb does."""
-
-    async def _run(self, op: Op[T], *, readonly: bool = False) -> T:
-        if not self._schema_ok:
-            await schema_check.ensure_async(self.backend, auto_migrate=self._auto_migrate)
-            self._schema_ok = True
-        return await self.backend.execute_async(op, readonly=readonly)
-
-    async def migrate(self) -> builtins.list[int]:
-        """Create or upgrade the schema; return the migration versions applied now."""
-        applied = await asyncio.to_thread(self.backend.migrate)
-        self._schema_ok = True
-        return applied
 
     async def schema_version(self) -> int:
         """The schema's version, asked of the database; see :meth:`Admin.schema_version`."""

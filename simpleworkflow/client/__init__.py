@@ -15,11 +15,11 @@ import functools
 import time
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any, TypeVar, Unpack
+from typing import Any, Unpack
 
 from simpleworkflow import durations, names, schema_check
 from simpleworkflow.admin import Admin, AsyncAdmin
-from simpleworkflow.backends.records import JournalEntry, Op, SignalSent
+from simpleworkflow.backends.records import JournalEntry, SignalSent
 from simpleworkflow.client import _listing, _waiting
 from simpleworkflow.client._listing import MAX_PAGE
 from simpleworkflow.client._options import (
@@ -32,8 +32,6 @@ from simpleworkflow.client._options import (
 from simpleworkflow.client._requests import CLIENT_NAME, Requests
 from simpleworkflow.models import Event, Published, Run, RunPage, Signal
 from simpleworkflow.schema_check import auto_migrates, needs_migration
-
-T = TypeVar("T")
 
 __all__ = [
     "CLIENT_NAME",
@@ -50,20 +48,8 @@ __all__ = [
 ]
 
 
-class Client(Requests):
+class Client(schema_check.Checked, Requests):
     """A blocking producer client. Thread-safe; close it (or use ``with``) when done."""
-
-    def _run(self, op: Op[T], *, readonly: bool = False) -> T:
-        if not self._schema_ok:
-            schema_check.ensure(self.backend, auto_migrate=self._auto_migrate)
-            self._schema_ok = True
-        return self.backend.execute(op, readonly=readonly)
-
-    def migrate(self) -> builtins.list[int]:
-        """Create or upgrade the schema; return the migration versions applied now."""
-        applied = self.backend.migrate()
-        self._schema_ok = True
-        return applied
 
     def start(self, type: str, payload: Any = None, **options: Unpack[StartOptions]) -> Run:
         """Record the intent to run ``type`` with ``payload``; return the stored run.
@@ -192,20 +178,8 @@ class Client(Requests):
         self.close()
 
 
-class AsyncClient(Requests):
+class AsyncClient(schema_check.AsyncChecked, Requests):
     """The asyncio producer client. Use one per event loop; ``aclose`` it when done."""
-
-    async def _run(self, op: Op[T], *, readonly: bool = False) -> T:
-        if not self._schema_ok:
-            await schema_check.ensure_async(self.backend, auto_migrate=self._auto_migrate)
-            self._schema_ok = True
-        return await self.backend.execute_async(op, readonly=readonly)
-
-    async def migrate(self) -> builtins.list[int]:
-        """Create or upgrade the schema; return the migration versions applied now."""
-        applied = await asyncio.to_thread(self.backend.migrate)
-        self._schema_ok = True
-        return applied
 
     async def start(self, type: str, payload: Any = None, **options: Unpack[StartOptions]) -> Run:
         """Record the intent to run ``type`` with ``payload``; see :meth:`Client.start`."""
