@@ -135,12 +135,7 @@ class Verbs:
 
     def _of_run(self, run_id: str, read: Callable[[str], Op[T]]) -> Op[T]:
         """``read(run_id)``, or :class:`RunNotFound` when there is no such run."""
-        return self._reading(names.normalize_run_id(run_id), read)
-
-    def _reading(self, run_id: str, read: Callable[[str], Op[T]]) -> Op[T]:
-        if (yield from self.backend.get_run(run_id)) is None:
-            raise errors.RunNotFound(run_id)
-        return (yield from read(run_id))
+        return self.backend.of_run(names.normalize_run_id(run_id), read)
 
     def _retry_op(self, run_id: str) -> Op[Run]:
         return self._retrying(names.normalize_run_id(run_id))

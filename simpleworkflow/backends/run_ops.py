@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
+from typing import TypeVar
 
 from simpleworkflow import errors, names
 from simpleworkflow.backends.core import StoreCore
@@ -21,6 +22,8 @@ from simpleworkflow.backends.records import (
     Stream,
 )
 from simpleworkflow.models import Event, Run, Signal
+
+T = TypeVar("T")
 
 #: Runs per statement when create_runs streams a large batch.
 CHUNK = 200
@@ -147,6 +150,13 @@ class RunOps(StoreCore):
             return False if (yield from self._exists(run_id)) else None
         yield from self.then("delete_run", id=run_id)
         return True
+
+    def of_run(self, run_id: str, read: Callable[[str], Op[T]]) -> Op[T]:
+        """``read(run_id)`` in the same transaction as the check that the run exists;
+        :class:`~simpleworkflow.errors.RunNotFound` when it does not."""
+        if not (yield from self._exists(run_id)):
+            raise errors.RunNotFound(run_id)
+        return (yield from read(run_id))
 
     def _exists(self, run_id: str) -> Op[bool]:
         rows = yield self.stmt("get_run", id=run_id)

@@ -135,18 +135,18 @@ class Client(schema_check.Checked, Requests):
 
     def events(self, run_id: str) -> builtins.list[Event]:
         """The audit trail of a run, oldest first."""
-        run = self.get(run_id)
-        return self._run(self.backend.list_events(run.id), readonly=True)
+        run_id = names.normalize_run_id(run_id)
+        return self._run(self.backend.of_run(run_id, self.backend.list_events), readonly=True)
 
     def steps(self, run_id: str) -> builtins.list[JournalEntry]:
         """The run's journal: its durable calls in the order they first ran."""
-        run = self.get(run_id)
-        return self._run(self.backend.load_journal(run.id), readonly=True)
+        run_id = names.normalize_run_id(run_id)
+        return self._run(self.backend.of_run(run_id, self.backend.load_journal), readonly=True)
 
     def signals(self, run_id: str) -> builtins.list[Signal]:
         """The signals sent to the run, oldest first, consumed or still waiting for a wait."""
-        run = self.get(run_id)
-        return self._run(self.backend.list_signals(run.id), readonly=True)
+        run_id = names.normalize_run_id(run_id)
+        return self._run(self.backend.of_run(run_id, self.backend.list_signals), readonly=True)
 
     def wait(self, run_id: str, timeout: durations.Duration | None = None) -> Run:
         """Block until the run is succeeded, failed or cancelled, and return it."""
@@ -246,18 +246,23 @@ class AsyncClient(schema_check.AsyncChecked, Requests):
 
     async def events(self, run_id: str) -> builtins.list[Event]:
         """The audit trail of a run, oldest first."""
-        run = await self.get(run_id)
-        return await self._run(self.backend.list_events(run.id), readonly=True)
+        run_id = names.normalize_run_id(run_id)
+        op = self.backend.of_run(run_id, self.backend.list_events)
+        return await self._run(op, readonly=True)
 
     async def steps(self, run_id: str) -> builtins.list[JournalEntry]:
         """The run's journal: its durable calls in the order they first ran."""
-        run = await self.get(run_id)
-        return await self._run(self.backend.load_journal(run.id), readonly=True)
+        run_id = names.normalize_run_id(run_id)
+        return await self._run(
+            self.backend.of_run(run_id, self.backend.load_journal), readonly=True
+        )
 
     async def signals(self, run_id: str) -> builtins.list[Signal]:
         """The signals sent to the run; see :meth:`Client.signals`."""
-        run = await self.get(run_id)
-        return await self._run(self.backend.list_signals(run.id), readonly=True)
+        run_id = names.normalize_run_id(run_id)
+        return await self._run(
+            self.backend.of_run(run_id, self.backend.list_signals), readonly=True
+        )
 
     async def wait(self, run_id: str, timeout: durations.Duration | None = None) -> Run:
         """Wait until the run is succeeded, failed or cancelled, and return it."""
