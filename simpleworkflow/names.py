@@ -1,4 +1,5 @@
-"""Validation of workflow type names, type prefixes, run ids, topics and topic patterns."""
+"""Validation of workflow type names, type prefixes, run ids, topics and topic patterns,
+and of the integer options every way of starting a run shares (priority, max attempts)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,10 @@ import uuid
 from simpleworkflow import errors
 
 MAX_TYPE_LENGTH = 200
+#: A run's priority is a Postgres ``integer``: from -MAX_PRIORITY to MAX_PRIORITY.
+MAX_PRIORITY = 2**31 - 1
+#: The most attempts a run may be given.
+MAX_ATTEMPTS = 10_000
 
 _SEGMENT = r"[a-z][a-z0-9_]*"
 _TYPE_RE = re.compile(rf"^{_SEGMENT}(?:\.{_SEGMENT})+\.v[0-9]+$")
@@ -275,3 +280,23 @@ def new_run_id() -> str:
     raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 9562 variant
     h = raw.hex()
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def check_int(what: str, value: object, low: int, high: int) -> int:
+    """``value``, an ``int`` (not a ``bool``) from ``low`` to ``high``; else a clear error."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise errors.InvalidArgument(
+            f"{what} must be an integer from {low} to {high}, not {value!r}"
+        )
+    return value
+
+
+def check_priority(priority: object) -> int:
+    return check_int("priority", priority, -MAX_PRIORITY, MAX_PRIORITY)
+
+
+def check_max_attempts(max_attempts: object) -> int | None:
+    """``None`` (the default, 3) or a number of attempts."""
+    return (
+        None if max_attempts is None else check_int("max_attempts", max_attempts, 1, MAX_ATTEMPTS)
+    )

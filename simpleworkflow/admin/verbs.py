@@ -38,8 +38,6 @@ MAX_PURGE_BATCH = 10_000
 MAX_AGE_SECONDS = 100 * 366 * 86400
 _RUNTIME = re.compile(r"[a-z][a-z0-9_]{0,31}")
 # The bounds of start()'s priority and max_attempts: a subscription's runs take them.
-_INT4 = 2**31 - 1
-MAX_ATTEMPTS = 10_000
 
 
 class Verbs:
@@ -212,10 +210,8 @@ class Verbs:
         return self.backend.subscribe(
             names.validate_topic_pattern(pattern),
             names.validate_type(type),
-            _check_int("priority", priority, -_INT4, _INT4),
-            None
-            if max_attempts is None
-            else _check_int("max_attempts", max_attempts, 1, MAX_ATTEMPTS),
+            names.check_priority(priority),
+            names.check_max_attempts(max_attempts),
         )
 
     def _unsubscribe_op(self, pattern: str, type: str) -> Op[bool]:
@@ -251,14 +247,6 @@ def check_runtime(runtime: object) -> str:
             "(letters, digits and '_', at most 32 characters)"
         )
     return runtime
-
-
-def _check_int(what: str, value: object, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise errors.InvalidArgument(
-            f"{what} must be an integer from {low} to {high}, not {value!r}"
-        )
-    return value
 
 
 def _check_text(what: str, text: str | None) -> str | None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from simpleworkflow import errors, names, payloads
 from simpleworkflow.backends.records import RunQuery
-from simpleworkflow.client._options import check_int, check_time
+from simpleworkflow.client._options import check_time
 from simpleworkflow.models import WAITING_STATES, Run, RunPage, RunStatus
 
 MAX_PAGE = 1000
@@ -44,7 +44,7 @@ def list_query(
             else payloads.encode(payload_contains, what="payload_contains")
         ),
         include_deleted=bool(include_deleted),
-        limit=check_int("limit", limit, 1, MAX_PAGE) + 1,  # one extra tells if more exist
+        limit=names.check_int("limit", limit, 1, MAX_PAGE) + 1,  # one extra tells if more exist
         after_created_at=after_created_at,
         after_id=after_id,
     )

@@ -17,7 +17,6 @@ from typing import Any, TypedDict
 from simpleworkflow import durations, errors, names, payloads, retention
 from simpleworkflow.backends.records import NewRun
 
-_INT4 = 2**31 - 1
 MAX_KEY_LENGTH = 512
 # Far enough for any schedule, near enough that now + delay stays a valid timestamp in
 # every store (SQLite's date functions stop at year 9999).
@@ -80,12 +79,10 @@ def new_run(
         type=names.validate_type(type),
         payload=payloads.encode({} if payload is None else payload, max_bytes=max_payload_bytes),
         idempotency_key=_check_key(options.get("idempotency_key")),
-        priority=check_int("priority", options.get("priority", 100), -_INT4, _INT4),
+        priority=names.check_priority(options.get("priority", 100)),
         run_at=run_at,
         delay=_check_delay(delay),
-        max_attempts=(
-            None if max_attempts is None else check_int("max_attempts", max_attempts, 1, 10_000)
-        ),
+        max_attempts=names.check_max_attempts(max_attempts),
         parent_id=parent_id,
         deadline=check_time("deadline", deadline) if isinstance(deadline, datetime) else None,
         deadline_in=(
@@ -130,14 +127,6 @@ def new_runs(
                 trace_context=trace_context,
             ),
         )
-
-
-def check_int(what: str, value: object, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise errors.InvalidArgument(
-            f"{what} must be an integer from {low} to {high}, not {value!r}"
-        )
-    return value
 
 
 def check_time(what: str, value: datetime | None) -> datetime | None:

@@ -21,7 +21,7 @@ from pydantic import (
     StrictStr,
 )
 
-from simpleworkflow import durations
+from simpleworkflow import durations, names
 from simpleworkflow.admin import STATES
 from simpleworkflow.models import RunStatus
 
@@ -38,7 +38,7 @@ JSON = Any
 #: the engine checks them itself, with messages that say which rule was broken.
 TYPE_PATTERN = r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+\.v[0-9]+$"
 EVENT_PATTERN = r"^[A-Za-z0-9_.:\-]{1,200}$"
-_INT4 = 2**31 - 1
+_INT4 = names.MAX_PRIORITY
 
 
 class _Request(BaseModel):
