@@ -59,6 +59,17 @@ class Admin(schema_check.Checked, Verbs):
         TypeNotRegistered` if the registry does not hold ``type``."""
         return self._run(self._set_retention_op(type, retention))
 
+    def set_concurrency(
+        self, type: str, limit: int | None, *, per_key: int | None = None
+    ) -> RegistryEntry:
+        """Let at most ``limit`` runs of ``type`` be leased at once across the fleet, and at
+        most ``per_key`` of those started with one ``concurrency_key`` (``None``: no such
+        limit); both are set together. Runs over a limit wait as pending; runs already
+        leased finish. Claims pause while the leases are counted afresh (see
+        docs/flow-control.md). :class:`~simpleworkflow.errors.TypeNotRegistered` if the
+        registry does not hold ``type``."""
+        return self._run(self._set_concurrency_op(type, limit, per_key))
+
     def subscribe(
         self, pattern: str, type: str, *, priority: int = 100, max_attempts: int | None = None
     ) -> Subscription:
@@ -200,6 +211,13 @@ class AsyncAdmin(schema_check.AsyncChecked, Verbs):
     async def set_retention(self, type: str, retention: durations.Duration | None) -> RegistryEntry:
         """Choose how long ``type``'s runs are kept; see :meth:`Admin.set_retention`."""
         return await self._run(self._set_retention_op(type, retention))
+
+    async def set_concurrency(
+        self, type: str, limit: int | None, *, per_key: int | None = None
+    ) -> RegistryEntry:
+        """Limit how many runs of ``type`` are leased at once; see
+        :meth:`Admin.set_concurrency`."""
+        return await self._run(self._set_concurrency_op(type, limit, per_key))
 
     async def subscribe(
         self, pattern: str, type: str, *, priority: int = 100, max_attempts: int | None = None

@@ -37,6 +37,8 @@ MAX_PURGE_BATCH = 10_000
 # subtract it from now.
 MAX_AGE_SECONDS = 100 * 366 * 86400
 _RUNTIME = re.compile(r"[a-z][a-z0-9_]{0,31}")
+#: The largest concurrency limit (an int4 column).
+MAX_CONCURRENCY = 2**31 - 1
 # The bounds of start()'s priority and max_attempts: a subscription's runs take them.
 
 
@@ -180,6 +182,16 @@ class Verbs:
             raise errors.TypeNotRegistered(name)
         return entry
 
+    def _set_concurrency_op(
+        self, type: str, limit: int | None, per_key: int | None
+    ) -> Op[RegistryEntry]:
+        name = names.validate_type(type)
+        total, each = check_concurrency("limit", limit), check_concurrency("per_key", per_key)
+        entry = yield from self.backend.set_registry_concurrency(name, total, each)
+        if entry is None:
+            raise errors.TypeNotRegistered(name)
+        return entry
+
     def _sweep(
         self, default_retention: durations.Duration | None, batch_size: int
     ) -> tuple[retention.Policy, retention.Batches]:
@@ -247,6 +259,11 @@ def check_runtime(runtime: object) -> str:
             "(letters, digits and '_', at most 32 characters)"
         )
     return runtime
+
+
+def check_concurrency(what: str, limit: object) -> int | None:
+    """A concurrency limit: ``None`` (none) or a number of leased runs."""
+    return None if limit is None else names.check_int(what, limit, 1, MAX_CONCURRENCY)
 
 
 def _check_text(what: str, text: str | None) -> str | None:

@@ -124,6 +124,26 @@ class AdminOps(StoreCore):
         rows = yield self.stmt("set_registry_retention", name=name, retention=retention)
         return self.registry_from_row(rows[0]) if rows else None
 
+    def set_registry_concurrency(
+        self, name: str, concurrency: int | None, key_concurrency: int | None
+    ) -> Op[RegistryEntry | None]:
+        """Allow at most ``concurrency`` leased runs of type ``name``, and at most
+        ``key_concurrency`` per concurrency key (``None``: no limit), and count its leases
+        afresh; ``None`` back when the type is not registered."""
+        yield ATOMIC
+        yield self.stmt("lock_leases")  # no lease starts or ends until the recount commits
+        rows = yield self.stmt(
+            "set_registry_concurrency",
+            name=name,
+            concurrency=concurrency,
+            key_concurrency=key_concurrency,
+        )
+        if not rows:
+            return None
+        yield self.stmt("clear_concurrency", name=name)
+        yield self.stmt("recount_concurrency", name=name)
+        return self.registry_from_row(rows[0])
+
     def sweep_runs(
         self, default: float, ceiling: float, limit: int, lease: ServiceLease | None = None
     ) -> Op[Counter[str] | None]:

@@ -79,6 +79,7 @@ class StoreCore(abc.ABC):
             code_version=row.get("code_version"),
             trace_context=self.decode_json(row.get("trace_context")),
             retention=duration(row.get("retention")),
+            concurrency_key=row.get("concurrency_key"),
         )
 
     def created_run(self, new: NewRun, row: Mapping[str, Any]) -> Run:
@@ -106,6 +107,7 @@ class StoreCore(abc.ABC):
             deadline=self.opt_time(row["deadline"]),
             trace_context=None if new.trace_context is None else json.loads(new.trace_context),
             retention=None if new.retention is None else timedelta(seconds=new.retention),
+            concurrency_key=new.concurrency_key,
             created=True,
         )
 
@@ -128,6 +130,8 @@ class StoreCore(abc.ABC):
             created_at=self.decode_time(row["created_at"]),
             updated_at=self.decode_time(row["updated_at"]),
             retention=duration(row.get("retention")),
+            concurrency=row.get("concurrency"),
+            key_concurrency=row.get("key_concurrency"),
         )
 
     def opt_time(self, value: Any) -> datetime | None:

@@ -110,6 +110,8 @@ class NewRun:
     trace_context: str | None = None
     #: Seconds kept after it finishes; ``None``: its type's retention, else the default.
     retention: float | None = None
+    #: Counted against its type's per-key concurrency limit (docs/flow-control.md).
+    concurrency_key: str | None = None
 
     def params(self) -> dict[str, Any]:
         """The statement parameters, by name."""
@@ -264,6 +266,10 @@ class RegistryEntry:
     #: How long its runs are kept after they finish unless they chose at start; ``None``:
     #: the sweeper's default.
     retention: timedelta | None = None
+    #: At most this many of its runs leased at once across the fleet; ``None``: no limit.
+    concurrency: int | None = None
+    #: At most this many leased at once per concurrency key; ``None``: no limit.
+    key_concurrency: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

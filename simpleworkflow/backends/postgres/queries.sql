@@ -25,7 +25,7 @@ select pg_advisory_xact_lock(hashtext(%(key)s))
 -- the id (time-ordered, see names.new_run_id); plain SQL inserts get the column default.
 insert into {schema}workflow_run
     (id, type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline,
-     trace_context, retention)
+     trace_context, retention, concurrency_key)
 values (
     %(id)s::uuid, %(type)s, %(payload)s::jsonb, %(idempotency_key)s, %(priority)s,
     coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s)),
@@ -33,7 +33,8 @@ values (
     %(parent_id)s::uuid,
     coalesce(%(deadline)s::timestamptz, now() + make_interval(secs => %(deadline_in)s)),
     %(trace_context)s::jsonb,
-    %(retention)s::float8 * interval '1 second'
+    %(retention)s::float8 * interval '1 second',
+    %(concurrency_key)s
 )
 on conflict (idempotency_key) do nothing
 returning id::text as id, run_at, deadline, created_at, updated_at
@@ -42,17 +43,19 @@ returning id::text as id, run_at, deadline, created_at, updated_at
 -- Many runs in one statement; ids come from the client so rows can be matched to items.
 insert into {schema}workflow_run
     (id, type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline,
-     trace_context, retention)
+     trace_context, retention, concurrency_key)
 select i.id, i.type, i.payload::jsonb, i.idempotency_key, i.priority,
        coalesce(i.run_at, now() + make_interval(secs => i.delay)),
        coalesce(i.max_attempts, 3), i.parent_id,
        coalesce(i.deadline, now() + make_interval(secs => i.deadline_in)),
        i.trace_context::jsonb,
-       i.retention * interval '1 second'
+       i.retention * interval '1 second',
+       i.concurrency_key
 from jsonb_to_recordset(%(items)s::jsonb)
     as i(id uuid, type text, payload text, idempotency_key text, priority integer,
          run_at timestamptz, delay float8, max_attempts integer, parent_id uuid,
-         deadline timestamptz, deadline_in float8, trace_context text, retention float8)
+         deadline timestamptz, deadline_in float8, trace_context text, retention float8,
+         concurrency_key text)
 on conflict (idempotency_key) do nothing
 returning id::text as id, run_at, deadline, created_at, updated_at
 
@@ -174,12 +177,50 @@ set retention = %(retention)s::float8 * interval '1 second', updated_at = now()
 where workflow_name = %(name)s
 returning *
 
+-- name: set_registry_concurrency
+-- At most concurrency leased runs of the type, and key_concurrency per concurrency key;
+-- null: no limit. recount_concurrency follows, in the same transaction.
+update {schema}workflow_registry
+set concurrency = %(concurrency)s, key_concurrency = %(key_concurrency)s, updated_at = now()
+where workflow_name = %(name)s
+returning *
+
+-- name: lock_leases
+-- Waits for the claims and outcomes under way and holds new ones off until commit, so
+-- that the recount that follows sees every lease (a short pause of every worker).
+lock table {schema}workflow_run in share mode
+
+-- name: clear_concurrency
+delete from {schema}workflow_concurrency where workflow_name = %(name)s
+
+-- name: recount_concurrency
+-- The counters of a type whose limits changed, from its leased runs (keys with none get
+-- theirs at their next claim).
+insert into {schema}workflow_concurrency (workflow_name, concurrency_key, held, capacity)
+select r.type, k.concurrency_key, count(*), min(k.capacity)
+from {schema}workflow_run r
+join {schema}workflow_registry g on g.workflow_name = r.type
+cross join lateral (values ('', g.concurrency), (r.concurrency_key, g.key_concurrency))
+    as k(concurrency_key, capacity)
+where r.type = %(name)s and r.status = 'leased'
+  and k.concurrency_key is not null and k.capacity is not null
+group by r.type, k.concurrency_key
+
 -- name: claim
 -- A suspect (a run rescued from a dead worker, see 0008) goes only to a worker that holds
 -- no run (alone), and alone; while one is due, no worker claims ordinary runs, so that
 -- busy workers drain until one is empty and takes it.
-with suspect as (
-    select r.id, r.waiting_for
+--
+-- Concurrency limits (0013, docs/flow-control.md): the scan steps over types and keys
+-- whose counter is full (a hashed look-up, so a blocked key starves no one); then the
+-- candidates' counters are locked and read as they are now, and only as many runs of
+-- each key and type are claimed as they have room for. The trigger counts the leases.
+with full_slots as materialized (
+    select f.workflow_name, f.concurrency_key
+    from {schema}workflow_concurrency f
+    where f.held >= f.capacity
+), suspect as (
+    select r.id, r.waiting_for, r.type, r.concurrency_key, r.priority, r.run_at
     from {schema}workflow_run r
     where r.status = 'pending'
       and r.isolate
@@ -192,11 +233,14 @@ with suspect as (
           select g.workflow_name from {schema}workflow_registry g
           where g.runtime <> %(runtime)s or not g.is_enabled
       )
+      and r.type not in (select workflow_name from full_slots where concurrency_key = '')
+      and (r.concurrency_key is null
+           or (r.type, r.concurrency_key) not in (select * from full_slots))
     order by r.priority, r.run_at
     limit 1
     for update skip locked
 ), ordinary as (
-    select r.id, r.waiting_for
+    select r.id, r.waiting_for, r.type, r.concurrency_key, r.priority, r.run_at
     from {schema}workflow_run r
     where r.status = 'pending'
       and r.run_at <= now()
@@ -213,13 +257,58 @@ with suspect as (
           select g.workflow_name from {schema}workflow_registry g
           where g.runtime <> %(runtime)s or not g.is_enabled
       )
+      -- Full types and keys, hashed the same way.
+      and r.type not in (select workflow_name from full_slots where concurrency_key = '')
+      and (r.concurrency_key is null
+           or (r.type, r.concurrency_key) not in (select * from full_slots))
     order by r.priority, r.run_at
     limit %(limit)s
     for update skip locked
 ), candidates as (
-    select id, waiting_for from suspect where %(alone)s
+    select * from suspect where %(alone)s
     union all
-    select id, waiting_for from ordinary
+    select * from ordinary
+), limits as (
+    select g.workflow_name, g.concurrency, g.key_concurrency
+    from {schema}workflow_registry g
+    where g.workflow_name in (select type from candidates)
+      and (g.concurrency is not null or g.key_concurrency is not null)
+), slots as (
+    -- The counters of the candidates' limited types and keys, created if missing, locked
+    -- in key order (claims never wait on each other in a cycle) and read at their newest
+    -- version (on conflict do update locks it), not as this statement's snapshot saw them.
+    insert into {schema}workflow_concurrency (workflow_name, concurrency_key, capacity)
+    select distinct w.workflow_name, w.concurrency_key, w.capacity
+    from (
+        select l.workflow_name, '' as concurrency_key, l.concurrency as capacity
+        from limits l
+        where l.concurrency is not null
+        union all
+        select c.type, c.concurrency_key, l.key_concurrency
+        from candidates c join limits l on l.workflow_name = c.type
+        where l.key_concurrency is not null and c.concurrency_key is not null
+    ) as w
+    order by w.workflow_name, w.concurrency_key
+    on conflict (workflow_name, concurrency_key) do update set capacity = excluded.capacity
+    returning workflow_name, concurrency_key, held, capacity
+), by_key as (
+    -- within a key (and then a type) the claim takes runs in the usual order
+    select c.id, c.waiting_for, c.type, c.priority, c.run_at,
+           k.capacity - k.held as room,
+           row_number() over (partition by c.type, c.concurrency_key
+                              order by c.priority, c.run_at, c.id) as n
+    from candidates c
+    left join slots k on k.workflow_name = c.type and k.concurrency_key = c.concurrency_key
+), by_type as (
+    select b.id, b.waiting_for, b.type,
+           row_number() over (partition by b.type order by b.priority, b.run_at, b.id) as n
+    from by_key b
+    where b.room is null or b.n <= b.room
+), allowed as (
+    select b.id, b.waiting_for
+    from by_type b
+    left join slots t on t.workflow_name = b.type and t.concurrency_key = ''
+    where t.held is null or b.n <= t.capacity - t.held
 ), claimed as (
     update {schema}workflow_run r
     set status = 'leased',
@@ -229,10 +318,10 @@ with suspect as (
         waiting_for = null,
         code_version = coalesce(r.code_version, %(versions)s::jsonb ->> r.type),
         updated_at = now()
-    from candidates c
+    from allowed c
     -- The array makes this a primary-key lookup of the claimed ids; a bare join lets the
     -- planner hash the candidates and scan the whole table.
-    where r.id = any(array(select id from candidates)) and r.id = c.id
+    where r.id = any(array(select id from allowed)) and r.id = c.id
     returning r.*, c.waiting_for as was_waiting_for, now() as db_now
 ), claim_events as (
     insert into {schema}workflow_event (workflow_id, event_type, data)
@@ -284,12 +373,24 @@ left join {schema}workflow_run r on r.id = l.id
 -- name: succeed_runs
 with outcomes as (
     select * from jsonb_to_recordset(%(items)s::jsonb) as o(id uuid, token uuid, result text)
+), counters as (
+    -- The concurrency counters of these runs (0013), locked in key order before the
+    -- trigger changes them, as the claim locks them: no two transactions wait on each
+    -- other in a cycle. Nothing to lock for types without a limit.
+    select 1
+    from {schema}workflow_concurrency s
+    join {schema}workflow_run x
+      on s.workflow_name = x.type and s.concurrency_key in ('', coalesce(x.concurrency_key, ''))
+    where x.id in (select id from outcomes)
+    order by s.workflow_name, s.concurrency_key
+    for update of s
 ), done as (
     update {schema}workflow_run r
     set status = 'succeeded', result = o.result::jsonb, lease_until = null,
         lease_token = null, updated_at = now()
     from outcomes o
     where r.id = o.id and r.lease_token = o.token and r.status = 'leased'
+      and (select count(*) from counters) >= 0
     returning r.id, r.leased_by, r.attempt, r.parent_id
 ), done_events as (
     insert into {schema}workflow_event (workflow_id, event_type, data)
@@ -314,6 +415,17 @@ with outcomes as (
     select * from jsonb_to_recordset(%(items)s::jsonb)
         as o(id uuid, token uuid, final boolean, delay float8, error text, data jsonb,
              charged boolean, suspect boolean, trace jsonb)
+), counters as (
+    -- The concurrency counters of these runs (0013), locked in key order before the
+    -- trigger changes them, as the claim locks them: no two transactions wait on each
+    -- other in a cycle. Nothing to lock for types without a limit.
+    select 1
+    from {schema}workflow_concurrency s
+    join {schema}workflow_run x
+      on s.workflow_name = x.type and s.concurrency_key in ('', coalesce(x.concurrency_key, ''))
+    where x.id in (select id from outcomes)
+    order by s.workflow_name, s.concurrency_key
+    for update of s
 ), done as (
     update {schema}workflow_run r
     set status = case when o.final then 'failed' else 'pending' end,
@@ -332,6 +444,7 @@ with outcomes as (
         updated_at = now()
     from outcomes o
     where r.id = o.id and r.lease_token is not distinct from o.token and r.status = 'leased'
+      and (select count(*) from counters) >= 0
     returning r.id, r.status, r.attempt, r.run_at, r.parent_id
 ), woken_parents as (
     update {schema}workflow_run p
@@ -358,6 +471,17 @@ select id from done
 with outcomes as (
     select * from jsonb_to_recordset(%(items)s::jsonb)
         as o(id uuid, token uuid, delay float8, trace jsonb)
+), counters as (
+    -- The concurrency counters of these runs (0013), locked in key order before the
+    -- trigger changes them, as the claim locks them: no two transactions wait on each
+    -- other in a cycle. Nothing to lock for types without a limit.
+    select 1
+    from {schema}workflow_concurrency s
+    join {schema}workflow_run x
+      on s.workflow_name = x.type and s.concurrency_key in ('', coalesce(x.concurrency_key, ''))
+    where x.id in (select id from outcomes)
+    order by s.workflow_name, s.concurrency_key
+    for update of s
 ), done as (
     update {schema}workflow_run r
     set status = 'pending', leased_by = null, lease_until = null, lease_token = null,
@@ -371,6 +495,7 @@ with outcomes as (
         updated_at = now()
     from outcomes o
     where r.id = o.id and r.lease_token = o.token and r.status = 'leased'
+      and (select count(*) from counters) >= 0
     returning r.id
 ), release_events as (
     insert into {schema}workflow_event (workflow_id, event_type, data)
@@ -498,6 +623,17 @@ with outcomes as (
     select * from jsonb_to_recordset(%(items)s::jsonb)
         as o(id uuid, token uuid, run_at timestamptz, delay float8, waiting_for jsonb,
              events jsonb, trace jsonb)
+), counters as (
+    -- The concurrency counters of these runs (0013), locked in key order before the
+    -- trigger changes them, as the claim locks them: no two transactions wait on each
+    -- other in a cycle. Nothing to lock for types without a limit.
+    select 1
+    from {schema}workflow_concurrency s
+    join {schema}workflow_run x
+      on s.workflow_name = x.type and s.concurrency_key in ('', coalesce(x.concurrency_key, ''))
+    where x.id in (select id from outcomes)
+    order by s.workflow_name, s.concurrency_key
+    for update of s
 ), done as (
     update {schema}workflow_run r
     set status = 'pending',
@@ -513,6 +649,7 @@ with outcomes as (
         updated_at = now()
     from outcomes o
     where r.id = o.id and r.lease_token = o.token and r.status = 'leased'
+      and (select count(*) from counters) >= 0
     returning r.id, r.run_at
 ), suspend_events as (
     insert into {schema}workflow_event (workflow_id, event_type, data)

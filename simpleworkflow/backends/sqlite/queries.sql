@@ -22,7 +22,7 @@ insert into workflow_schema_version (version, name) values (:version, :name)
 -- the id (time-ordered, see names.new_run_id); plain SQL inserts get the column default.
 insert into workflow_run
     (id, type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline,
-     trace_context, retention)
+     trace_context, retention, concurrency_key)
 values (
     :id, :type, :payload, :idempotency_key, :priority,
     coalesce(:run_at, strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :delay || ' seconds')),
@@ -30,7 +30,8 @@ values (
     :parent_id,
     coalesce(:deadline, strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :deadline_in || ' seconds')),
     :trace_context,
-    :retention
+    :retention,
+    :concurrency_key
 )
 on conflict (idempotency_key) do nothing
 returning id, run_at, deadline, created_at, updated_at
@@ -39,7 +40,7 @@ returning id, run_at, deadline, created_at, updated_at
 -- Many runs in one statement; ids come from the client so rows can be matched to items.
 insert into workflow_run
     (id, type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline,
-     trace_context, retention)
+     trace_context, retention, concurrency_key)
 select json_extract(i.value, '$.id'), json_extract(i.value, '$.type'),
        json_extract(i.value, '$.payload'), json_extract(i.value, '$.idempotency_key'),
        json_extract(i.value, '$.priority'),
@@ -52,7 +53,8 @@ select json_extract(i.value, '$.id'), json_extract(i.value, '$.type'),
                 strftime('%Y-%m-%d %H:%M:%f', 'now',
                          '+' || json_extract(i.value, '$.deadline_in') || ' seconds')),
        json_extract(i.value, '$.trace_context'),
-       json_extract(i.value, '$.retention')
+       json_extract(i.value, '$.retention'),
+       json_extract(i.value, '$.concurrency_key')
 from json_each(:items) as i
 where true
 order by i.key
@@ -196,15 +198,50 @@ set retention = :retention, updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
 where workflow_name = :name
 returning *
 
+-- name: set_registry_concurrency
+-- At most concurrency leased runs of the type, and key_concurrency per concurrency key;
+-- null: no limit. recount_concurrency follows, in the same transaction.
+update workflow_registry
+set concurrency = :concurrency, key_concurrency = :key_concurrency,
+    updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+where workflow_name = :name
+returning *
+
+-- name: lock_leases
+-- Writers are serialised (BEGIN IMMEDIATE): no claim or outcome can come in between.
+select 1
+
+-- name: clear_concurrency
+delete from workflow_concurrency where workflow_name = :name
+
+-- name: recount_concurrency
+-- The counters of a type whose limits changed, from its leased runs (the keys with none
+-- get theirs at their next claim).
+insert into workflow_concurrency (workflow_name, concurrency_key, held, capacity)
+select k.type, k.concurrency_key, count(*), min(k.capacity)
+from (select r.type, '' as concurrency_key, g.concurrency as capacity
+      from workflow_run r join workflow_registry g on g.workflow_name = r.type
+      where r.type = :name and r.status = 'leased'
+      union all
+      select r.type, r.concurrency_key, g.key_concurrency
+      from workflow_run r join workflow_registry g on g.workflow_name = r.type
+      where r.type = :name and r.status = 'leased') as k
+where k.concurrency_key is not null and k.capacity is not null
+group by k.type, k.concurrency_key
+
 -- name: claim
 -- waiting_for is returned as it was (for replay) and cleared by claim_then_2. A suspect
 -- (a run rescued from a dead worker, see 0005) goes only to a worker that holds no run
 -- (alone), and alone; while one is due, no worker claims ordinary runs, so that busy
 -- workers drain until one is empty and takes it.
+--
+-- Concurrency limits (0010, docs/flow-control.md): the scan steps over full types and
+-- keys; then only as many runs of each key and type are claimed as they have room for.
+-- Writers are serialised, so the counters read here are current; the triggers count.
 with suspect as (
     -- Suspects are rare: without the hint SQLite may walk every due run in the claim
     -- index looking for one.
-    select s.id
+    select s.id, s.type, s.concurrency_key, s.priority, s.run_at
     from workflow_run s indexed by idx_workflow_run_suspects
     where s.status = 'pending'
       and s.isolate
@@ -218,10 +255,19 @@ with suspect as (
           select 1 from workflow_registry g
           where g.workflow_name = s.type and (g.runtime <> :runtime or not g.is_enabled)
       )
+      and s.type not in (
+          select f.workflow_name from workflow_concurrency f
+          where f.concurrency_key = '' and f.held >= f.capacity
+      )
+      and not exists (
+          select 1 from workflow_concurrency f
+          where f.workflow_name = s.type and f.concurrency_key = s.concurrency_key
+            and f.held >= f.capacity
+      )
     order by s.priority, s.run_at
     limit 1
 ), ordinary as (
-    select r.id
+    select r.id, r.type, r.concurrency_key, r.priority, r.run_at
     from workflow_run r
     where r.status = 'pending'
       and r.run_at <= strftime('%Y-%m-%d %H:%M:%f', 'now')
@@ -235,8 +281,43 @@ with suspect as (
           select 1 from workflow_registry g
           where g.workflow_name = r.type and (g.runtime <> :runtime or not g.is_enabled)
       )
+      and r.type not in (
+          select f.workflow_name from workflow_concurrency f
+          where f.concurrency_key = '' and f.held >= f.capacity
+      )
+      and not exists (
+          select 1 from workflow_concurrency f
+          where f.workflow_name = r.type and f.concurrency_key = r.concurrency_key
+            and f.held >= f.capacity
+      )
     order by r.priority, r.run_at
     limit :limit
+), candidates as (
+    select * from suspect where :alone
+    union all
+    select * from ordinary
+), by_key as (
+    -- within a key (and then a type) the claim takes runs in the usual order
+    select cand.id, cand.type, cand.priority, cand.run_at,
+           case when cand.concurrency_key is not null
+                then g.key_concurrency - coalesce(k.held, 0) end as room,
+           row_number() over (partition by cand.type, cand.concurrency_key
+                              order by cand.priority, cand.run_at, cand.id) as n
+    from candidates cand
+    left join workflow_registry g on g.workflow_name = cand.type
+    left join workflow_concurrency k
+      on k.workflow_name = cand.type and k.concurrency_key = cand.concurrency_key
+), by_type as (
+    select b.id, b.type,
+           row_number() over (partition by b.type order by b.priority, b.run_at, b.id) as n
+    from by_key b
+    where b.room is null or b.n <= b.room
+), allowed as (
+    select b.id
+    from by_type b
+    left join workflow_registry g on g.workflow_name = b.type
+    left join workflow_concurrency t on t.workflow_name = b.type and t.concurrency_key = ''
+    where g.concurrency is null or b.n <= g.concurrency - coalesce(t.held, 0)
 )
 update workflow_run
 set status = 'leased',
@@ -245,7 +326,7 @@ set status = 'leased',
     lease_token = lower(hex(randomblob(16))),
     code_version = coalesce(code_version, json_extract(:versions, '$."' || type || '"')),
     updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
-where id in (select id from suspect where :alone union all select id from ordinary)
+where id in (select id from allowed)
 returning *, strftime('%Y-%m-%d %H:%M:%f', 'now') as db_now
 
 -- name: claim_then_1_events

@@ -1,0 +1,62 @@
+-- simpleworkflow 0013: concurrency limits (docs/flow-control.md). A type may have at
+-- most workflow_registry.concurrency runs leased at once across the fleet, and at most
+-- key_concurrency leased runs per concurrency key (a start option: a customer id, say).
+alter table {schema}workflow_run add column concurrency_key text;
+alter table {schema}workflow_registry
+    add column concurrency integer
+        constraint workflow_registry_concurrency_check check (concurrency >= 1),
+    add column key_concurrency integer
+        constraint workflow_registry_key_concurrency_check check (key_concurrency >= 1);
+
+-- One counter per limited type (concurrency_key '') and per key of a type limited per
+-- key: how many of its runs are leased (held), and how many may be (capacity, the limit
+-- when the row was last claimed through). The claim locks the rows of its candidates
+-- (creating missing ones) in key order and reads them current, so no two claims can
+-- both take the last slot; a trigger below counts every lease that starts or ends.
+create table {schema}workflow_concurrency (
+    workflow_name   text not null,
+    concurrency_key text not null,
+    held            integer not null default 0,
+    capacity        integer not null default 1,
+    primary key (workflow_name, concurrency_key)
+);
+
+-- The claim steps over full types and keys by a hashed look-up of this small index: it
+-- holds no more rows than runs are leased.
+create index idx_workflow_concurrency_full
+    on {schema}workflow_concurrency (workflow_name, concurrency_key)
+    where held >= capacity;
+
+-- Every path that starts or ends a lease (claim; success, failure, retry, suspension,
+-- release, cancellation, the reaper; deleting a leased run) goes through here, whoever
+-- wrote it in whatever language. Types without a limit have no counter: an index probe
+-- that finds nothing.
+create function {schema}workflow_run_count_leases() returns trigger
+language plpgsql as $$
+begin
+    if tg_op = 'UPDATE' and new.status = 'leased' then
+        update {schema_name}.workflow_concurrency
+        set held = held + 1
+        where workflow_name = new.type
+          and concurrency_key in ('', coalesce(new.concurrency_key, ''));
+    else
+        update {schema_name}.workflow_concurrency
+        set held = greatest(held - 1, 0)
+        where workflow_name = old.type
+          and concurrency_key in ('', coalesce(old.concurrency_key, ''));
+    end if;
+    return null;
+end
+$$;
+
+create trigger workflow_run_count_leases
+    after update of status on {schema}workflow_run
+    for each row
+    when ((old.status = 'leased') <> (new.status = 'leased'))
+    execute function {schema}workflow_run_count_leases();
+
+create trigger workflow_run_count_deleted_leases
+    after delete on {schema}workflow_run
+    for each row
+    when (old.status = 'leased')
+    execute function {schema}workflow_run_count_leases();
