@@ -67,6 +67,13 @@ def register(subparsers: Any) -> None:
         help="keep the run this long after it finishes (90d), instead of its type's "
         "retention or the default",
     )
+    parser.add_argument(
+        "--concurrency-key",
+        default=None,
+        metavar="KEY",
+        help="count the run against its type's per-key concurrency limit under KEY (a "
+        "customer id, say; see docs/flow-control.md)",
+    )
     _common.add_common_options(parser)
     parser.set_defaults(handler=run)
 

@@ -88,6 +88,13 @@ class StartRun(_Request):
         "($SIMPLEWORKFLOW_MAX_RETENTION_DAYS)",
         examples=["90d"],
     )
+    concurrency_key: StrictStr | None = Field(
+        default=None,
+        description="count the run against its type's per-key concurrency limit under this "
+        "key (a customer id, say; see docs/flow-control.md)",
+        min_length=1,
+        max_length=512,
+    )
 
     def options(self) -> dict[str, Any]:
         """The start options given (``StartOptions``), for ``Client.start``."""
@@ -143,6 +150,9 @@ class RunOut(BaseModel):
     retention: float | None = Field(
         description="seconds kept after it finishes, as chosen at start; null: its type's "
         "retention, else the default"
+    )
+    concurrency_key: str | None = Field(
+        default=None, description="the key of its type's per-key concurrency limit"
     )
     created_at: datetime
     updated_at: datetime
@@ -229,6 +239,29 @@ class RegistryOut(BaseModel):
     retention: float | None = Field(
         description="seconds its runs are kept after they finish unless they chose; null: "
         "the default"
+    )
+    concurrency: int | None = Field(
+        default=None, description="at most this many of its runs leased at once; null: no limit"
+    )
+    key_concurrency: int | None = Field(
+        default=None, description="at most this many leased at once per concurrency key"
+    )
+
+
+class ConcurrencyIn(_Request):
+    """A type's concurrency limits, both set together (see docs/flow-control.md)."""
+
+    concurrency: StrictInt | None = Field(
+        default=None,
+        ge=1,
+        le=2**31 - 1,
+        description="at most this many runs of the type leased at once; null: no limit",
+    )
+    key_concurrency: StrictInt | None = Field(
+        default=None,
+        ge=1,
+        le=2**31 - 1,
+        description="at most this many leased at once per concurrency key; null: no limit",
     )
 
 
