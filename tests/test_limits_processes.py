@@ -4,6 +4,7 @@ the audit trail, whatever the workers believe."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import subprocess
 import sys
@@ -52,8 +53,8 @@ def workers(store: Store, count: int, tmp_path: Path) -> Iterator[list[subproces
                         stderr=subprocess.STDOUT,
                     )
                 )
-        for n in range(count):
-            wait_for(lambda: " claiming " in (tmp_path / f"w{n}.log").read_text(), tmp_path)
+        logs = [tmp_path / f"w{n}.log" for n in range(count)]
+        wait_for(lambda: all(" claiming " in log.read_text() for log in logs), tmp_path)
         yield procs
     finally:
         stop_processes(procs)
@@ -108,6 +109,6 @@ def test_a_key_limit_of_one_is_never_exceeded_by_many_workers(
     assert len(by_key) == 3
     for key, intervals in by_key.items():
         intervals.sort()
-        overlaps = [(a, b) for a, b in zip(intervals, intervals[1:]) if b[0] < a[1]]
+        overlaps = [(a, b) for a, b in itertools.pairwise(intervals) if b[0] < a[1]]
         assert not overlaps, f"{key}: leases held at once: {overlaps}"
     assert len(workers_seen - {None}) >= 2  # claims came from several processes
