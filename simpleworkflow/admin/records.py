@@ -65,6 +65,7 @@ def registry_dict(entry: RegistryEntry) -> dict[str, Any]:
             ("retention", entry.retention),
             ("concurrency", entry.concurrency),
             ("key_concurrency", entry.key_concurrency),
+            ("rate_limit", entry.rate_limit),
         )
     }
 

@@ -15,13 +15,14 @@ from simpleworkflow import (
     errors,
     names,
     observe,
+    rates,
     replaycheck,
     retention,
     schema_check,
 )
 from simpleworkflow.admin.records import STATES, Queues, QueueStats, SweepReport, TypeStats
 from simpleworkflow.backends import Backend, open_backend
-from simpleworkflow.backends.records import Op, RegistryEntry, Subscription
+from simpleworkflow.backends.records import Op, RateLimit, RegistryEntry, Subscription
 from simpleworkflow.handlers import Handlers
 from simpleworkflow.models import Run
 from simpleworkflow.replaycheck import ReplayReport
@@ -190,6 +191,22 @@ class Verbs:
         entry = yield from self.backend.set_registry_concurrency(name, total, each)
         if entry is None:
             raise errors.TypeNotRegistered(name)
+        return entry
+
+    def _set_rate_limit_op(
+        self, name: str, rate: str | tuple[int, durations.Duration], per_key: bool
+    ) -> Op[RateLimit]:
+        runs, period = rates.parse(rate)
+        if not isinstance(per_key, bool):
+            raise errors.InvalidArgument(f"per_key must be True or False, not {per_key!r:.40}")
+        return self.backend.set_rate_limit(rates.check_name(name), runs, period, per_key)
+
+    def _limit_rate_op(self, type: str, name: str | None) -> Op[RegistryEntry]:
+        type_name = names.validate_type(type)
+        limit = None if name is None else rates.check_name(name)
+        entry = yield from self.backend.set_registry_rate_limit(type_name, limit)
+        if entry is None:
+            raise errors.TypeNotRegistered(type_name)
         return entry
 
     def _sweep(

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from simpleworkflow.backends.dialect import Dialect, followups
-from simpleworkflow.backends.records import NewRun, Op, RegistryEntry, Statement
+from simpleworkflow.backends.records import NewRun, Op, RateLimit, RegistryEntry, Statement
 from simpleworkflow.models import Event, Run, RunStatus
 
 #: What the schema gives a run started without ``max_attempts`` (``coalesce(..., 3)``).
@@ -132,6 +132,17 @@ class StoreCore(abc.ABC):
             retention=duration(row.get("retention")),
             concurrency=row.get("concurrency"),
             key_concurrency=row.get("key_concurrency"),
+            rate_limit=row.get("rate_limit"),
+        )
+
+    def rate_limit_from_row(self, row: Mapping[str, Any]) -> RateLimit:
+        return RateLimit(
+            name=row["name"],
+            max_runs=row["max_runs"],
+            period=float(row["period"]),
+            per_key=bool(row["per_key"]),
+            created_at=self.decode_time(row["created_at"]),
+            updated_at=self.decode_time(row["updated_at"]),
         )
 
     def opt_time(self, value: Any) -> datetime | None:

@@ -246,6 +246,9 @@ class RegistryOut(BaseModel):
     key_concurrency: int | None = Field(
         default=None, description="at most this many leased at once per concurrency key"
     )
+    rate_limit: str | None = Field(
+        default=None, description="the rate limit its claims obey (docs/flow-control.md)"
+    )
 
 
 class ConcurrencyIn(_Request):

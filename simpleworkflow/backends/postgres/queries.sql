@@ -206,6 +206,35 @@ where r.type = %(name)s and r.status = 'leased'
   and k.concurrency_key is not null and k.capacity is not null
 group by r.type, k.concurrency_key
 
+-- name: set_rate_limit
+insert into {schema}workflow_rate_limit (name, max_runs, period, per_key)
+values (%(name)s, %(max_runs)s, %(period)s, %(per_key)s)
+on conflict (name) do update
+set max_runs = excluded.max_runs, period = excluded.period, per_key = excluded.per_key,
+    updated_at = now()
+returning *
+
+-- name: get_rate_limit
+select * from {schema}workflow_rate_limit where name = %(name)s
+
+-- name: list_rate_limits
+select * from {schema}workflow_rate_limit order by name
+
+-- name: delete_rate_limit
+-- Types that named it obey no rate limit until it is set again.
+with gone as (
+    delete from {schema}workflow_rate_limit where name = %(name)s returning name
+), windows as (
+    delete from {schema}workflow_rate_window where name in (select name from gone)
+)
+select name from gone
+
+-- name: set_registry_rate_limit
+update {schema}workflow_registry
+set rate_limit = %(rate_limit)s, updated_at = now()
+where workflow_name = %(name)s
+returning *
+
 -- name: claim
 -- A suspect (a run rescued from a dead worker, see 0008) goes only to a worker that holds
 -- no run (alone), and alone; while one is due, no worker claims ordinary runs, so that
@@ -215,6 +244,10 @@ group by r.type, k.concurrency_key
 -- whose counter is full (a hashed look-up, so a blocked key starves no one); then the
 -- candidates' counters are locked and read as they are now, and only as many runs of
 -- each key and type are claimed as they have room for. The trigger counts the leases.
+--
+-- Rate limits (0014): of the runs left, those of a type that obeys a rate limit take a
+-- token each from the limit's current window (locked the same way); those it has no
+-- token for stay pending, due again when the next window opens, with a throttled event.
 with full_slots as materialized (
     select f.workflow_name, f.concurrency_key
     from {schema}workflow_concurrency f
@@ -293,22 +326,72 @@ with full_slots as materialized (
     returning workflow_name, concurrency_key, held, capacity
 ), by_key as (
     -- within a key (and then a type) the claim takes runs in the usual order
-    select c.id, c.waiting_for, c.type, c.priority, c.run_at,
+    select c.id, c.waiting_for, c.type, c.concurrency_key, c.priority, c.run_at,
            k.capacity - k.held as room,
            row_number() over (partition by c.type, c.concurrency_key
                               order by c.priority, c.run_at, c.id) as n
     from candidates c
     left join slots k on k.workflow_name = c.type and k.concurrency_key = c.concurrency_key
 ), by_type as (
-    select b.id, b.waiting_for, b.type,
+    select b.id, b.waiting_for, b.type, b.concurrency_key, b.priority, b.run_at,
            row_number() over (partition by b.type order by b.priority, b.run_at, b.id) as n
     from by_key b
     where b.room is null or b.n <= b.room
 ), allowed as (
-    select b.id, b.waiting_for
+    select b.id, b.waiting_for, b.type, b.concurrency_key, b.priority, b.run_at
     from by_type b
     left join slots t on t.workflow_name = b.type and t.concurrency_key = ''
     where t.held is null or b.n <= t.capacity - t.held
+), rated as (
+    select a.id, l.name, l.max_runs, l.period,
+           case when l.per_key then coalesce(a.concurrency_key, '') else '' end as rate_key,
+           row_number() over (
+               partition by l.name, case when l.per_key then coalesce(a.concurrency_key, '') end
+               order by a.priority, a.run_at, a.id) as n
+    from allowed a
+    join {schema}workflow_registry g on g.workflow_name = a.type
+    join {schema}workflow_rate_limit l on l.name = g.rate_limit
+), windows as (
+    -- Each window is counted where it stands now: a window that opened since this
+    -- statement's snapshot (or before it) is the one on the row, locked.
+    insert into {schema}workflow_rate_window as w (name, rate_key, window_start, used, granted)
+    select r.name, r.rate_key, r.opens, r.tokens, r.tokens
+    from (
+        select name, rate_key, least(count(*), min(max_runs))::integer as tokens,
+               to_timestamp(floor(extract(epoch from now()) / min(period)) * min(period)) as opens
+        from rated
+        group by name, rate_key
+    ) as r
+    order by r.name, r.rate_key
+    on conflict (name, rate_key) do update
+    set granted = case when w.window_start >= excluded.window_start
+                       then greatest(least(excluded.granted, (
+                                select l.max_runs from {schema}workflow_rate_limit l
+                                where l.name = w.name) - w.used), 0)
+                       else excluded.granted end,
+        used = case when w.window_start >= excluded.window_start
+                    then w.used + greatest(least(excluded.granted, (
+                             select l.max_runs from {schema}workflow_rate_limit l
+                             where l.name = w.name) - w.used), 0)
+                    else excluded.granted end,
+        window_start = greatest(w.window_start, excluded.window_start)
+    returning w.name, w.rate_key, w.granted,
+              w.window_start + (select l.period from {schema}workflow_rate_limit l
+                                where l.name = w.name) * interval '1 second' as next_window
+), throttled as (
+    select r.id, w.next_window, r.name
+    from rated r join windows w on w.name = r.name and w.rate_key = r.rate_key
+    where r.n > w.granted
+), deferred as (
+    update {schema}workflow_run r
+    set run_at = t.next_window, updated_at = now()
+    from throttled t
+    where r.id = any(array(select id from throttled)) and r.id = t.id
+    returning r.id, r.run_at, t.name
+), deferred_events as (
+    insert into {schema}workflow_event (workflow_id, event_type, data)
+    select id, 'throttled', jsonb_build_object('rate_limit', name, 'until', run_at)
+    from deferred
 ), claimed as (
     update {schema}workflow_run r
     set status = 'leased',
@@ -321,7 +404,8 @@ with full_slots as materialized (
     from allowed c
     -- The array makes this a primary-key lookup of the claimed ids; a bare join lets the
     -- planner hash the candidates and scan the whole table.
-    where r.id = any(array(select id from allowed)) and r.id = c.id
+    where r.id = any(array(select id from allowed except select id from throttled))
+      and r.id = c.id
     returning r.*, c.waiting_for as was_waiting_for, now() as db_now
 ), claim_events as (
     insert into {schema}workflow_event (workflow_id, event_type, data)

@@ -104,7 +104,9 @@ create table {schema}workflow_registry (
     concurrency     integer
                     constraint workflow_registry_concurrency_check check (concurrency >= 1),
     key_concurrency integer
-                    constraint workflow_registry_key_concurrency_check check (key_concurrency >= 1)
+                    constraint workflow_registry_key_concurrency_check check (key_concurrency >= 1),
+    -- the rate limit its claims obey (workflow_rate_limit.name), if any (0014)
+    rate_limit      text
 );
 
 
@@ -332,3 +334,28 @@ create trigger workflow_run_count_deleted_leases
     for each row
     when (old.status = 'leased')
     execute function {schema}workflow_run_count_leases();
+
+-- Rate limits (migration 0014): named limits, and the current window of each.
+create table {schema}workflow_rate_limit (
+    name        text primary key,
+    max_runs    integer not null
+                constraint workflow_rate_limit_max_runs_check check (max_runs >= 1),
+    period      float8 not null
+                constraint workflow_rate_limit_period_check check (period > 0),
+    per_key     boolean not null default false,
+    created_at  timestamptz not null default now(),
+    updated_at  timestamptz not null default now()
+);
+
+-- The current window of each limit (and key): when it opened (a multiple of the period
+-- since the epoch), how many claims it let through, and how many the last claim got.
+-- The claim updates it with on conflict do update, which locks its newest version: two
+-- claims never both take the last token.
+create table {schema}workflow_rate_window (
+    name         text not null,
+    rate_key     text not null,
+    window_start timestamptz not null,
+    used         integer not null default 0,
+    granted      integer not null default 0,
+    primary key (name, rate_key)
+);

@@ -229,6 +229,33 @@ from (select r.type, '' as concurrency_key, g.concurrency as capacity
 where k.concurrency_key is not null and k.capacity is not null
 group by k.type, k.concurrency_key
 
+-- name: set_rate_limit
+insert into workflow_rate_limit (name, max_runs, period, per_key)
+values (:name, :max_runs, :period, :per_key)
+on conflict (name) do update
+set max_runs = excluded.max_runs, period = excluded.period, per_key = excluded.per_key,
+    updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+returning *
+
+-- name: get_rate_limit
+select * from workflow_rate_limit where name = :name
+
+-- name: list_rate_limits
+select * from workflow_rate_limit order by name
+
+-- name: delete_rate_limit
+-- Types that named it obey no rate limit until it is set again.
+delete from workflow_rate_limit where name = :name returning name
+
+-- name: delete_rate_limit_then_windows
+delete from workflow_rate_window where name = :name
+
+-- name: set_registry_rate_limit
+update workflow_registry
+set rate_limit = :rate_limit, updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+where workflow_name = :name
+returning *
+
 -- name: claim
 -- waiting_for is returned as it was (for replay) and cleared by claim_then_2. A suspect
 -- (a run rescued from a dead worker, see 0005) goes only to a worker that holds no run
@@ -238,6 +265,11 @@ group by k.type, k.concurrency_key
 -- Concurrency limits (0010, docs/flow-control.md): the scan steps over full types and
 -- keys; then only as many runs of each key and type are claimed as they have room for.
 -- Writers are serialised, so the counters read here are current; the triggers count.
+--
+-- Rate limits (0011): of the runs left, those of a type that obeys a rate limit take a
+-- token each from the limit's current window (claim_then_3 counts them); those it has
+-- no token for are not leased but due again when the next window opens (returned
+-- pending; claim_then_4 writes their throttled events).
 with suspect as (
     -- Suspects are rare: without the hint SQLite may walk every due run in the claim
     -- index looking for one.
@@ -298,7 +330,7 @@ with suspect as (
     select * from ordinary
 ), by_key as (
     -- within a key (and then a type) the claim takes runs in the usual order
-    select cand.id, cand.type, cand.priority, cand.run_at,
+    select cand.id, cand.type, cand.concurrency_key, cand.priority, cand.run_at,
            case when cand.concurrency_key is not null
                 then g.key_concurrency - coalesce(k.held, 0) end as room,
            row_number() over (partition by cand.type, cand.concurrency_key
@@ -308,25 +340,55 @@ with suspect as (
     left join workflow_concurrency k
       on k.workflow_name = cand.type and k.concurrency_key = cand.concurrency_key
 ), by_type as (
-    select b.id, b.type,
+    select b.id, b.type, b.concurrency_key, b.priority, b.run_at,
            row_number() over (partition by b.type order by b.priority, b.run_at, b.id) as n
     from by_key b
     where b.room is null or b.n <= b.room
 ), allowed as (
-    select b.id
+    select b.id, b.type, b.concurrency_key, b.priority, b.run_at
     from by_type b
     left join workflow_registry g on g.workflow_name = b.type
     left join workflow_concurrency t on t.workflow_name = b.type and t.concurrency_key = ''
     where g.concurrency is null or b.n <= g.concurrency - coalesce(t.held, 0)
+), rated as (
+    select a.id, l.period, a.priority, a.run_at, l.name, l.max_runs,
+           case when l.per_key then coalesce(a.concurrency_key, '') else '' end as rate_key,
+           cast((julianday('now') - 2440587.5) * 86400.0 / l.period as integer) * l.period
+               as opens
+    from allowed a
+    join workflow_registry g on g.workflow_name = a.type
+    join workflow_rate_limit l on l.name = g.rate_limit
+), throttled as (
+    select q.id, strftime('%Y-%m-%d %H:%M:%f', q.opens + q.period, 'unixepoch') as next_window
+    from (
+        select r.id, r.opens, r.period,
+               case when w.window_start >= strftime('%Y-%m-%d %H:%M:%f', r.opens, 'unixepoch')
+                    then r.max_runs - w.used else r.max_runs end as tokens,
+               row_number() over (partition by r.name, r.rate_key
+                                  order by r.priority, r.run_at, r.id) as n
+        from rated r
+        left join workflow_rate_window w on w.name = r.name and w.rate_key = r.rate_key
+    ) as q
+    where q.n > q.tokens
+), outcome as (
+    select a.id, t.next_window from allowed a left join throttled t on t.id = a.id
 )
 update workflow_run
-set status = 'leased',
-    leased_by = :worker_id,
-    lease_until = strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :lease || ' seconds'),
-    lease_token = lower(hex(randomblob(16))),
-    code_version = coalesce(code_version, json_extract(:versions, '$."' || type || '"')),
+set status = case when o.next_window is null then 'leased' else status end,
+    leased_by = case when o.next_window is null then :worker_id else leased_by end,
+    lease_until = case when o.next_window is null
+                       then strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :lease || ' seconds')
+                       else lease_until end,
+    lease_token = case when o.next_window is null then lower(hex(randomblob(16)))
+                       else lease_token end,
+    code_version = case when o.next_window is null
+                        then coalesce(code_version,
+                                      json_extract(:versions, '$."' || type || '"'))
+                        else code_version end,
+    run_at = coalesce(o.next_window, run_at),
     updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
-where id in (select id from allowed)
+from outcome as o
+where workflow_run.id = o.id
 returning *, strftime('%Y-%m-%d %H:%M:%f', 'now') as db_now
 
 -- name: claim_then_1_events
@@ -346,6 +408,34 @@ order by i.key, e.n
 -- name: claim_then_2_clear_waits
 update workflow_run set waiting_for = null
 where waiting_for is not null and id in (select value from json_each(:ids))
+
+-- name: claim_then_3_rate_windows
+-- The tokens the claimed runs took from their rate limits' current windows.
+insert into workflow_rate_window (name, rate_key, window_start, used, granted)
+select l.name, case when l.per_key then coalesce(r.concurrency_key, '') else '' end,
+       strftime('%Y-%m-%d %H:%M:%f',
+                cast((julianday('now') - 2440587.5) * 86400.0 / l.period as integer) * l.period,
+                'unixepoch'),
+       count(*), count(*)
+from json_each(:ids) as i
+join workflow_run r on r.id = i.value
+join workflow_registry g on g.workflow_name = r.type
+join workflow_rate_limit l on l.name = g.rate_limit
+where true
+group by 1, 2, 3
+on conflict (name, rate_key) do update
+set used = case when window_start >= excluded.window_start then used + excluded.used
+                else excluded.used end,
+    granted = excluded.granted,
+    window_start = max(window_start, excluded.window_start)
+
+-- name: claim_then_4_throttled_events
+insert into workflow_event (workflow_id, event_type, data)
+select r.id, 'throttled',
+       json_object('rate_limit', g.rate_limit, 'until', replace(r.run_at, ' ', 'T') || '+00:00')
+from json_each(:throttled) as i
+join workflow_run r on r.id = i.value
+join workflow_registry g on g.workflow_name = r.type
 
 -- name: unknown_versions
 -- Reads only idx_workflow_run_versioned (0004): never-claimed runs have no code version.

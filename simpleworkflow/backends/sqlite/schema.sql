@@ -77,7 +77,9 @@ create table workflow_registry (
     concurrency     integer
                     constraint workflow_registry_concurrency_check check (concurrency >= 1),
     key_concurrency integer
-                    constraint workflow_registry_key_concurrency_check check (key_concurrency >= 1)
+                    constraint workflow_registry_key_concurrency_check check (key_concurrency >= 1),
+    -- the rate limit its claims obey (workflow_rate_limit.name), if any (0011)
+    rate_limit      text
 );
 
 create index idx_workflow_run_lease_expiry
@@ -231,3 +233,26 @@ begin
     where workflow_name = old.type
       and concurrency_key in ('', coalesce(old.concurrency_key, ''));
 end;
+
+-- Rate limits (migration 0011): named limits, and the current window of each.
+create table workflow_rate_limit (
+    name        text primary key,
+    max_runs    integer not null
+                constraint workflow_rate_limit_max_runs_check check (max_runs >= 1),
+    period      real not null
+                constraint workflow_rate_limit_period_check check (period > 0),
+    per_key     integer not null default 0,
+    created_at  text not null default (strftime('%Y-%m-%d %H:%M:%f', 'now')),
+    updated_at  text not null default (strftime('%Y-%m-%d %H:%M:%f', 'now'))
+);
+
+-- The current window of each limit (and key): when it opened (a multiple of the period
+-- since the epoch), how many claims it let through, and how many the last claim got.
+create table workflow_rate_window (
+    name         text not null,
+    rate_key     text not null,
+    window_start text not null,
+    used         integer not null default 0,
+    granted      integer not null default 0,
+    primary key (name, rate_key)
+);
