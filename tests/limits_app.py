@@ -17,3 +17,11 @@ KEYED = "limits.keyed.v1"
 async def keyed(payload: dict[str, Any]) -> dict[str, Any]:
     await asyncio.sleep(0.03)
     return {}
+
+
+RATED = "limits.rated.v1"
+
+
+@app.workflow(RATED)
+async def rated(payload: dict[str, Any]) -> dict[str, Any]:
+    return {}

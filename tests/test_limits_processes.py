@@ -9,13 +9,13 @@ import os
 import subprocess
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from conftest import Store, stop_processes
-from limits_app import KEYED
+from limits_app import KEYED, RATED
 
 from simpleworkflow import Client
 
@@ -112,3 +112,26 @@ def test_a_key_limit_of_one_is_never_exceeded_by_many_workers(
         overlaps = [(a, b) for a, b in itertools.pairwise(intervals) if b[0] < a[1]]
         assert not overlaps, f"{key}: leases held at once: {overlaps}"
     assert len(workers_seen - {None}) >= 2  # claims came from several processes
+
+
+@pytest.mark.parametrize("processes", [2, 4])
+def test_a_rate_limit_of_ten_a_second_holds_across_workers(
+    store: Store, tmp_path: Path, processes: int
+) -> None:
+    with store.client() as client:
+        client.admin.set_runtime(RATED, "python")
+        client.admin.set_rate_limit("partner-api", "10/s")
+        client.admin.limit_rate(RATED, "partner-api")
+        with workers(store, processes, tmp_path):
+            runs = client.start_many([(RATED, {})] * 45)
+            wait_finished(client, [run.id for run in runs], tmp_path)
+        starts = [
+            e.created_at for r in runs for e in client.events(r.id) if e.event_type == "started"
+        ]
+        throttled = sum(e.event_type == "throttled" for r in runs for e in client.events(r.id))
+    assert len(starts) == 45 and throttled > 0
+    # The limit's windows are whole seconds since the epoch, as the claims count them.
+    per_second = Counter(int(start.timestamp()) for start in starts)
+    assert max(per_second.values()) <= 10, sorted(per_second.items())
+    span = max(per_second) - min(per_second) + 1
+    assert len(starts) <= 10 * span
