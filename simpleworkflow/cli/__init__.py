@@ -25,6 +25,7 @@ def _command_modules() -> list[ModuleType]:
     """The sub-command modules, in the order ``--help`` lists them."""
     from simpleworkflow.cli import (
         demo,
+        limits,
         migrate,
         registry,
         replaycheck,
@@ -37,7 +38,20 @@ def _command_modules() -> list[ModuleType]:
         worker,
     )
 
-    return [demo, migrate, start, runs, stats, worker, serve, replaycheck, registry, topics, sweep]
+    return [
+        demo,
+        migrate,
+        start,
+        runs,
+        stats,
+        worker,
+        serve,
+        replaycheck,
+        registry,
+        limits,
+        topics,
+        sweep,
+    ]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,6 +16,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
     StrictFloat,
     StrictInt,
     StrictStr,
@@ -361,3 +362,35 @@ class PublishedOut(BaseModel):
     event_id: str
     started: int = Field(description="how many of the runs this call started")
     runs: list[RunOut]
+
+
+class RateLimitIn(_Request):
+    """A rate limit's rate (see docs/flow-control.md)."""
+
+    rate: StrictStr = Field(
+        description="N/period: at most N claims per period", examples=["10/s", "600/m", "5/10s"]
+    )
+    per_key: StrictBool = Field(default=False, description="count each concurrency key apart")
+
+
+class RateLimitOut(BaseModel):
+    """A named rate limit."""
+
+    name: str
+    max_runs: int = Field(description="claims let through per period")
+    period: float = Field(description="the period, in seconds")
+    per_key: bool
+    created_at: datetime
+    updated_at: datetime
+
+
+class LimitDeleted(BaseModel):
+    deleted: bool = Field(description="false: there was no such limit")
+
+
+class TypeRateLimitIn(_Request):
+    """The rate limit a type obeys."""
+
+    rate_limit: StrictStr | None = Field(
+        description="a rate limit's name; null: obey none", examples=["partner-api"]
+    )
