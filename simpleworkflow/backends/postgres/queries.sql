@@ -194,17 +194,24 @@ lock table {schema}workflow_run in share mode
 delete from {schema}workflow_concurrency where workflow_name = %(name)s
 
 -- name: recount_concurrency
--- The counters of a type whose limits changed, from its leased runs (keys with none get
--- theirs at their next claim).
+-- The counters of a type whose limits changed: one for the type and one for each key of
+-- its pending and leased runs, holding its leased runs.
 insert into {schema}workflow_concurrency (workflow_name, concurrency_key, held, capacity)
-select r.type, k.concurrency_key, count(*), min(k.capacity)
+select r.type, k.concurrency_key, count(*) filter (where r.status = 'leased'), min(k.capacity)
 from {schema}workflow_run r
 join {schema}workflow_registry g on g.workflow_name = r.type
 cross join lateral (values ('', g.concurrency), (r.concurrency_key, g.key_concurrency))
     as k(concurrency_key, capacity)
-where r.type = %(name)s and r.status = 'leased'
+where r.type = %(name)s and r.status in ('pending', 'leased')
   and k.concurrency_key is not null and k.capacity is not null
 group by r.type, k.concurrency_key
+union all
+-- a type limited in all with no run yet
+select g.workflow_name, '', 0, g.concurrency
+from {schema}workflow_registry g
+where g.workflow_name = %(name)s and g.concurrency is not null
+  and not exists (select from {schema}workflow_run r
+                  where r.type = g.workflow_name and r.status in ('pending', 'leased'))
 
 -- name: set_rate_limit
 insert into {schema}workflow_rate_limit (name, max_runs, period, per_key)
@@ -243,7 +250,7 @@ returning *
 -- Concurrency limits (0013, docs/flow-control.md): the scan steps over types and keys
 -- whose counter is full (a hashed look-up, so a blocked key starves no one); then the
 -- candidates' counters are locked and read as they are now, and only as many runs of
--- each key and type are claimed as they have room for. The trigger counts the leases.
+-- each key and type are claimed as they have room for. A trigger counts the leases.
 --
 -- Rate limits (0014): of the runs left, those of a type that obeys a rate limit take a
 -- token each from the limit's current window (locked the same way); those it has no
@@ -307,33 +314,33 @@ with full_slots as materialized (
     where g.workflow_name in (select type from candidates)
       and (g.concurrency is not null or g.key_concurrency is not null)
 ), slots as (
-    -- The counters of the candidates' limited types and keys, created if missing, locked
-    -- in key order (claims never wait on each other in a cycle) and read at their newest
-    -- version (on conflict do update locks it), not as this statement's snapshot saw them.
-    insert into {schema}workflow_concurrency (workflow_name, concurrency_key, capacity)
-    select distinct w.workflow_name, w.concurrency_key, w.capacity
-    from (
-        select l.workflow_name, '' as concurrency_key, l.concurrency as capacity
-        from limits l
-        where l.concurrency is not null
+    -- The counters of the candidates' limited types and keys, locked in key order (claims
+    -- never wait on each other in a cycle) and read at their newest version, not as this
+    -- statement's snapshot saw them. A counter missing here leaves no room.
+    select s.workflow_name, s.concurrency_key, s.held
+    from {schema}workflow_concurrency s
+    where (s.workflow_name, s.concurrency_key) in (
+        select l.workflow_name, '' from limits l where l.concurrency is not null
         union all
-        select c.type, c.concurrency_key, l.key_concurrency
+        select c.type, c.concurrency_key
         from candidates c join limits l on l.workflow_name = c.type
         where l.key_concurrency is not null and c.concurrency_key is not null
-    ) as w
-    order by w.workflow_name, w.concurrency_key
-    on conflict (workflow_name, concurrency_key) do update set capacity = excluded.capacity
-    returning workflow_name, concurrency_key, held, capacity
+    )
+    order by s.workflow_name, s.concurrency_key
+    for update
 ), by_key as (
     -- within a key (and then a type) the claim takes runs in the usual order
     select c.id, c.waiting_for, c.type, c.concurrency_key, c.priority, c.run_at,
-           k.capacity - k.held as room,
+           l.concurrency,
+           case when l.key_concurrency is not null and c.concurrency_key is not null
+                then l.key_concurrency - coalesce(k.held, l.key_concurrency) end as room,
            row_number() over (partition by c.type, c.concurrency_key
                               order by c.priority, c.run_at, c.id) as n
     from candidates c
+    left join limits l on l.workflow_name = c.type
     left join slots k on k.workflow_name = c.type and k.concurrency_key = c.concurrency_key
 ), by_type as (
-    select b.id, b.waiting_for, b.type, b.concurrency_key, b.priority, b.run_at,
+    select b.id, b.waiting_for, b.type, b.concurrency_key, b.priority, b.run_at, b.concurrency,
            row_number() over (partition by b.type order by b.priority, b.run_at, b.id) as n
     from by_key b
     where b.room is null or b.n <= b.room
@@ -341,7 +348,7 @@ with full_slots as materialized (
     select b.id, b.waiting_for, b.type, b.concurrency_key, b.priority, b.run_at
     from by_type b
     left join slots t on t.workflow_name = b.type and t.concurrency_key = ''
-    where t.held is null or b.n <= t.capacity - t.held
+    where b.concurrency is null or b.n <= b.concurrency - coalesce(t.held, b.concurrency)
 ), rated as (
     select a.id, l.name, l.max_runs, l.period,
            case when l.per_key then coalesce(a.concurrency_key, '') else '' end as rate_key,

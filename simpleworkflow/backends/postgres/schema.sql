@@ -283,10 +283,12 @@ create table {schema}workflow_service_lease (
 
 -- Concurrency limits (migration 0013).
 -- One counter per limited type (concurrency_key '') and per key of a type limited per
--- key: how many of its runs are leased (held), and how many may be (capacity, the limit
--- when the row was last claimed through). The claim locks the rows of its candidates
--- (creating missing ones) in key order and reads them current, so no two claims can
--- both take the last slot; a trigger below counts every lease that starts or ends.
+-- key: how many of its runs are leased (held), and how many may be (capacity, the limit).
+-- A counter exists for every key of a limited type that has pending or leased runs: the
+-- insert trigger below creates it, and so does setting a limit. The claim locks its
+-- candidates' counters in key order and reads them at their newest version (select ...
+-- for update), so no two claims can both take the last slot; the update trigger below
+-- counts every lease that starts or ends.
 create table {schema}workflow_concurrency (
     workflow_name   text not null,
     concurrency_key text not null,
@@ -301,10 +303,34 @@ create index idx_workflow_concurrency_full
     on {schema}workflow_concurrency (workflow_name, concurrency_key)
     where held >= capacity;
 
--- Every path that starts or ends a lease (claim; success, failure, retry, suspension,
--- release, cancellation, the reaper; deleting a leased run) goes through here, whoever
--- wrote it in whatever language. Types without a limit have no counter: an index probe
--- that finds nothing.
+-- Counters for the keys of new runs of a limited type, whoever inserts them.
+create function {schema}workflow_run_count_keys() returns trigger
+language plpgsql as $$
+begin
+    insert into {schema_name}.workflow_concurrency (workflow_name, concurrency_key, capacity)
+    select distinct g.workflow_name, k.concurrency_key, k.capacity
+    from (select distinct type, concurrency_key from new_runs) as n
+    join {schema_name}.workflow_registry g on g.workflow_name = n.type
+    cross join lateral (values ('', g.concurrency), (n.concurrency_key, g.key_concurrency))
+        as k(concurrency_key, capacity)
+    where k.concurrency_key is not null and k.capacity is not null
+    order by 1, 2
+    on conflict do nothing;
+    return null;
+end
+$$;
+
+create trigger workflow_run_count_keys
+    after insert on {schema}workflow_run
+    referencing new table as new_runs
+    for each statement execute function {schema}workflow_run_count_keys();
+
+-- Every path that starts or ends a lease (the claim; success, failure, retry, suspension,
+-- release, cancellation, the reaper; deleting a leased run) is counted here, whoever wrote
+-- it in whatever language. Only those rows call the function; for a type without a limit
+-- it is an index probe that finds no counter. (A statement trigger, counting each counter
+-- once per statement from transition tables, cost every update of workflow_run the copy
+-- of its rows: a third of the drain rate of types without limits.)
 create function {schema}workflow_run_count_leases() returns trigger
 language plpgsql as $$
 begin
