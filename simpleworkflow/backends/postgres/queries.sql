@@ -250,7 +250,8 @@ returning *
 -- Concurrency limits (0013, docs/flow-control.md): the scan steps over types and keys
 -- whose counter is full (a hashed look-up, so a blocked key starves no one); then the
 -- candidates' counters are locked and read as they are now, and only as many runs of
--- each key and type are claimed as they have room for. A trigger counts the leases.
+-- each key and type are claimed as they have room for, and counted (a trigger counts
+-- the leases that end).
 --
 -- Rate limits (0014): of the runs left, those of a type that obeys a rate limit take a
 -- token each from the limit's current window (locked the same way); those it has no
@@ -414,6 +415,17 @@ with full_slots as materialized (
     where r.id = any(array(select id from allowed except select id from throttled))
       and r.id = c.id
     returning r.*, c.waiting_for as was_waiting_for, now() as db_now
+), counted as (
+    -- the leases taken, added once to each counter (locked above); the trigger counts
+    -- the leases that end
+    update {schema}workflow_concurrency s
+    set held = s.held + d.leases
+    from (select c.type, k.concurrency_key, count(*) as leases
+          from claimed c
+          cross join lateral (values (''), (c.concurrency_key)) as k(concurrency_key)
+          where k.concurrency_key is not null
+          group by c.type, k.concurrency_key) as d
+    where s.workflow_name = d.type and s.concurrency_key = d.concurrency_key
 ), claim_events as (
     insert into {schema}workflow_event (workflow_id, event_type, data)
     select c.id, e.event_type,

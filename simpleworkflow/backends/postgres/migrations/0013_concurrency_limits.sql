@@ -51,26 +51,20 @@ create trigger workflow_run_count_keys
     referencing new table as new_runs
     for each statement execute function {schema}workflow_run_count_keys();
 
--- Every path that starts or ends a lease (the claim; success, failure, retry, suspension,
--- release, cancellation, the reaper; deleting a leased run) is counted here, whoever wrote
--- it in whatever language. Only those rows call the function; for a type without a limit
--- it is an index probe that finds no counter. (A statement trigger, counting each counter
+-- The claim counts the leases it takes (it holds the counters locked, and adds to each
+-- once). Every path that ends a lease (success, failure, retry, suspension, release,
+-- cancellation, the reaper; deleting a leased run) is counted here, whoever wrote it in
+-- whatever language. Only those rows call the function; for a type without a limit it
+-- is an index probe that finds no counter. (A statement trigger, counting each counter
 -- once per statement from transition tables, cost every update of workflow_run the copy
 -- of its rows: a third of the drain rate of types without limits.)
 create function {schema}workflow_run_count_leases() returns trigger
 language plpgsql as $$
 begin
-    if tg_op = 'UPDATE' and new.status = 'leased' then
-        update {schema_name}.workflow_concurrency
-        set held = held + 1
-        where workflow_name = new.type
-          and concurrency_key in ('', coalesce(new.concurrency_key, ''));
-    else
-        update {schema_name}.workflow_concurrency
-        set held = greatest(held - 1, 0)
-        where workflow_name = old.type
-          and concurrency_key in ('', coalesce(old.concurrency_key, ''));
-    end if;
+    update {schema_name}.workflow_concurrency
+    set held = greatest(held - 1, 0)
+    where workflow_name = old.type
+      and concurrency_key in ('', coalesce(old.concurrency_key, ''));
     return null;
 end
 $$;
@@ -78,7 +72,7 @@ $$;
 create trigger workflow_run_count_leases
     after update of status on {schema}workflow_run
     for each row
-    when ((old.status = 'leased') <> (new.status = 'leased'))
+    when (old.status = 'leased' and new.status <> 'leased')
     execute function {schema}workflow_run_count_leases();
 
 create trigger workflow_run_count_deleted_leases
