@@ -217,6 +217,8 @@ class Context:
         names.validate_type(type)
         step = names.validate_step_name(name or f"child:{type}")
         text = payloads.encode({} if payload is None else payload)
+        priority = names.check_priority(priority)
+        max_attempts = names.check_max_attempts(max_attempts)
         return self._durable_call(self._start_child(step, type, text, priority, max_attempts))
 
     async def _start_child(
