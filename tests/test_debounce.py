@@ -7,10 +7,13 @@ callers, and callers racing a worker's claims, are checked from the database.
 from __future__ import annotations
 
 import json
+import re
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -338,3 +341,40 @@ def test_the_api_debounces(store: Store) -> None:
     finally:
         api.close()
     assert store.count() == 1
+
+
+def documented_sql() -> dict[str, str]:
+    """The plain SQL of docs/flow-control.md's "From other languages", by store."""
+    doc = (Path(__file__).parent.parent / "docs" / "flow-control.md").read_text()
+    section = doc.split("### From other languages", 1)[1]
+    postgres, sqlite = re.findall(r"```sql\n(.*?)```", section, re.S)
+    return {"postgres": postgres, "sqlite": sqlite}
+
+
+def test_the_documented_sql_debounces_with_the_clients(store: Store) -> None:
+    """Another language's producer, with the statement as the docs write it, joins the
+    run a client started, and the client's calls join its run."""
+    statement = documented_sql()[store.kind]
+    params = {"key": "user:42", "window_seconds": 30, "max_wait_seconds": None}
+
+    def plain_sql() -> str:
+        if store.kind == "sqlite":
+            with sqlite3.connect(store.url.removeprefix("sqlite:///")) as lite:
+                return str(lite.execute(statement, params).fetchone()[0])
+        text = re.sub(r":(\w+)", r"%(\1)s", statement.replace("workflow.", f'"{store.schema}".'))
+        with psycopg.connect(store.url, autocommit=True) as conn:
+            row = conn.execute(text.encode(), params).fetchone()
+            assert row is not None
+            return str(row[0])
+
+    with store.client() as client:
+        first = client.start("search.profile.reindex.v1", {"v": 1}, debounce=("user:42", "30s"))
+        assert plain_sql() == first.id
+        assert client.get(first.id).payload == {"user_id": 42}
+        again = client.start("search.profile.reindex.v1", {"v": 2}, debounce=("user:42", "30s"))
+        assert again.id == first.id
+        client.cancel(first.id)
+        fresh = plain_sql()
+        assert fresh != first.id
+        assert client.start("search.profile.reindex.v1", debounce=("user:42", "30s")).id == fresh
+    assert store.count() == 2
