@@ -30,6 +30,8 @@ DebounceSpec = tuple[str, durations.Duration] | Debounce
 
 
 class Checked(NamedTuple):
+    """A valid ``debounce``, its durations in seconds (``max_wait`` ``None``: no cap)."""
+
     key: str
     window: float
     max_wait: float | None
