@@ -21,6 +21,7 @@ from simpleworkflow import durations, names, schema_check
 from simpleworkflow.admin import Admin, AsyncAdmin
 from simpleworkflow.backends.records import JournalEntry, SignalSent
 from simpleworkflow.client import _listing, _waiting
+from simpleworkflow.client._debounce import Debounce
 from simpleworkflow.client._listing import MAX_PAGE
 from simpleworkflow.client._options import (
     MAX_DELAY_SECONDS,
@@ -41,6 +42,7 @@ __all__ = [
     "OPTIONS",
     "AsyncClient",
     "Client",
+    "Debounce",
     "StartOptions",
     "StartRequest",
     "auto_migrates",
