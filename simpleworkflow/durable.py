@@ -266,21 +266,10 @@ class Durable:
         ``text`` is ``output`` already encoded (see :meth:`encode`)."""
         if self.fenced:
             raise errors.LeaseLost(name)
-        replay = await self.load()
+        await self.load()
         if text is None:
             text = self.encode(name, output)
-        record = StepRecord(
-            run_id=self.lease.run.id,
-            token=self.lease.token,
-            name=name,
-            kind=kind,
-            position=replay.position(name),
-            output=text,
-            attempts=attempts,
-            status=status,
-            started_at=started_at,
-            events=_default_events(name, kind, started_at) if events is None else events,
-        )
+        record = self.entry(name, kind, text, attempts, started_at, status, events)
         if self._steps is not None:
             recorded = await self._steps.record(record)
         else:
@@ -289,11 +278,49 @@ class Durable:
             )
         if not recorded:
             raise errors.LeaseLost(name)
-        replay.remember(
-            JournalEntry(name, kind, record.position, status, json.loads(text), attempts)
+        self.remember(record)
+
+    def entry(
+        self,
+        name: str,
+        kind: str,
+        text: str | None,
+        attempts: int = 1,
+        started_at: datetime | None = None,
+        status: str = "completed",
+        events: list[dict[str, Any]] | None = None,
+    ) -> StepRecord:
+        """The journal entry of ``name`` to write, fenced by this attempt's lease (the
+        journal is loaded: :meth:`begin` came first)."""
+        assert self.replay is not None
+        return StepRecord(
+            run_id=self.lease.run.id,
+            token=self.lease.token,
+            name=name,
+            kind=kind,
+            position=self.replay.position(name),
+            output=text,
+            attempts=attempts,
+            status=status,
+            started_at=started_at,
+            events=_default_events(name, kind, started_at) if events is None else events,
+        )
+
+    def remember(self, record: StepRecord) -> None:
+        """Note an entry this attempt has written (committed): a later lookup finds it."""
+        assert self.replay is not None and record.output is not None
+        self.replay.remember(
+            JournalEntry(
+                record.name,
+                record.kind,
+                record.position,
+                record.status,
+                json.loads(record.output),
+                record.attempts,
+            )
         )
         for journaled in self._recordings:
-            journaled.add(name)
+            journaled.add(record.name)
 
     @staticmethod
     def encode(name: str, output: Any) -> str:
