@@ -9,8 +9,9 @@ holding every wait the body is suspended in (parallel branches may wait for seve
 things at once), so that whichever comes first wakes it.
 
 Every write an attempt makes goes through :class:`Durable` (journal entries, the signal
-a wait takes, the child run a workflow starts), so that the lease checks live in one
-place; :class:`~simpleworkflow.context.Context` decides what to ask for.
+a wait takes, the child run a workflow starts; a transactional step's entry as an op run
+on the step's own transaction, :meth:`Durable.journal_op`), so that the lease checks live
+in one place; :class:`~simpleworkflow.context.Context` decides what to ask for.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from simpleworkflow.backends.records import (
     JournalEntry,
     Lease,
     NewRun,
+    Op,
     StepRecord,
     Suspension,
 )
@@ -305,6 +307,13 @@ class Durable:
             started_at=started_at,
             events=_default_events(name, kind, started_at) if events is None else events,
         )
+
+    def journal_op(self, record: StepRecord) -> Op[bool]:
+        """Journal ``record`` on a transaction of the caller's (a transactional step's),
+        fenced by the lease; ``False``, writing nothing, when it is lost or given up."""
+        if self.fenced:
+            return False
+        return (yield from self.backend.record_step(record))
 
     def remember(self, record: StepRecord) -> None:
         """Note an entry this attempt has written (committed): a later lookup finds it."""

@@ -140,7 +140,7 @@ def _committed(
         with state.observers.around_step(state.run, record.name, record.attempts):
             value = fn(conn, *args, **kwargs)
         record = dataclasses.replace(record, output=durable.encode(record.name, value))
-        if durable.fenced or not backend.execute_on(conn, backend.record_step(record)):
+        if not backend.execute_on(conn, durable.journal_op(record)):
             raise errors.LeaseLost(record.name)  # rolls back the step's writes too
     return value, record
 
@@ -159,6 +159,6 @@ async def _committed_async(
         with state.observers.around_step(state.run, record.name, record.attempts):
             value = await fn(conn, *args, **kwargs)
         record = dataclasses.replace(record, output=durable.encode(record.name, value))
-        if durable.fenced or not await backend.execute_on_async(conn, backend.record_step(record)):
+        if not await backend.execute_on_async(conn, durable.journal_op(record)):
             raise errors.LeaseLost(record.name)
     return value, record

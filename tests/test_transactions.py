@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -260,3 +261,46 @@ async def _start_then(client: AsyncClient, store: Store, outcome: str) -> str:
         assert not store.sql("select id from workflow_run where id = ?", run.id)
         await getattr(conn, outcome)()
     return run.id
+
+
+def test_a_connection_that_loads_json_as_text_still_gives_parsed_runs(store: Store) -> None:
+    if store.kind == "sqlite":
+        pytest.skip("psycopg's loaders are Postgres's")
+    from psycopg.types.string import TextLoader
+
+    conn = connect(store)
+    conn.adapters.register_loader("jsonb", TextLoader)  # as Django's connections do
+    try:
+        with store.client() as client:
+            first = client.start(TYPE, {"order": 7}, idempotency_key="order:7")
+            found = client.start(TYPE, {"order": 8}, idempotency_key="order:7", connection=conn)
+            assert (found.id, found.created, found.payload) == (first.id, False, {"order": 7})
+        assert conn.execute("select '{}'::jsonb").fetchone() == ("{}",), "the caller's as it was"
+    finally:
+        conn.close()
+
+
+def test_two_transactions_starting_one_key_make_one_run(shop: Store, client: Client) -> None:
+    shared = {"check_same_thread": False} if shop.kind == "sqlite" else {}
+    first, second = connect(shop), connect(shop, **shared)
+    try:
+        run = client.start(TYPE, {"by": "first"}, idempotency_key="order:9", connection=first)
+        found: list[Any] = []
+        # The second waits for the first on the key's unique index (on SQLite, for the
+        # write lock), then finds its run once it has committed.
+        waiter = threading.Thread(
+            target=lambda: found.append(
+                client.start(TYPE, {"by": "second"}, idempotency_key="order:9", connection=second)
+            )
+        )
+        waiter.start()
+        waiter.join(0.5)
+        assert not found, "the second start did not wait for the first transaction"
+        first.commit()
+        waiter.join(10)
+        second.commit()
+    finally:
+        first.close()
+        second.close()
+    assert (found[0].id, found[0].created, found[0].payload) == (run.id, False, {"by": "first"})
+    assert shop.count("workflow_run") == 1

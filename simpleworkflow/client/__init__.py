@@ -71,7 +71,8 @@ class Client(schema_check.Checked, Requests):
         With ``connection`` (a psycopg ``Connection``, a ``sqlite3.Connection`` to the
         client's file, or a SQLAlchemy ``Connection`` or ``Session``) the run is written
         inside the caller's transaction on it, and exists exactly when that transaction
-        commits: see docs/transactions.md. So do the other writes that take it.
+        commits: see docs/transactions.md. ``start_many``, ``publish``, ``signal`` and
+        ``cancel`` take it too.
         """
         with self._starting(type) as trace:
             op = self._start_op(type, payload, options, trace)

@@ -10,19 +10,21 @@ own writes and leaves the caller's transaction usable, and nothing is committed 
 Only a connection in autocommit mode outside any transaction gets a transaction of the
 op's own, committed at its end, as the store's own connections do.
 
-Rows are dicts whatever row factory the connection has, so that the caller's connection
-needs no setting of ours.
+Rows are dicts whatever row factory the connection has, and JSON columns are parsed
+whatever loaders it has (Django's connections load ``jsonb`` as text), so that the
+caller's connection needs no setting of ours.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import psycopg
 from psycopg import pq
 from psycopg.rows import dict_row
+from psycopg.types.json import JsonbLoader, JsonLoader
 
 from simpleworkflow import errors
 from simpleworkflow.backends import base
@@ -66,7 +68,7 @@ def execute_joined(conn: Any, op: base.Op[T]) -> T:
     if not conn.autocommit and conn.info.transaction_status == pq.TransactionStatus.IDLE:
         conn.execute(_OPEN)
     with conn.transaction():  # a savepoint, or the op's own transaction in autocommit
-        return drive(conn, op)
+        return drive(conn, op, cursor=_caller_cursor)
 
 
 async def execute_joined_async(conn: Any, op: base.Op[T]) -> T:
@@ -75,7 +77,7 @@ async def execute_joined_async(conn: Any, op: base.Op[T]) -> T:
         await conn.execute(_OPEN)
     async with conn.transaction():
         try:
-            return await drive_async(conn, op, next(op))
+            return await drive_async(conn, op, next(op), cursor=_caller_cursor)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
 
@@ -125,20 +127,37 @@ def schema_missing(where: str) -> Iterator[None]:
         ) from exc
 
 
-def drive(conn: Any, op: base.Op[T], first: base.Statement | None = None) -> T:
-    """Feed ``op``'s statements to ``conn`` (in whatever transaction it is in)."""
+def _pool_cursor(conn: Any) -> Any:
+    return conn.cursor(row_factory=dict_row)
+
+
+def _caller_cursor(conn: Any) -> Any:
+    cursor = conn.cursor(row_factory=dict_row)
+    cursor.adapters.register_loader("jsonb", JsonbLoader)  # the cursor's copy only
+    cursor.adapters.register_loader("json", JsonLoader)
+    return cursor
+
+
+def drive(
+    conn: Any,
+    op: base.Op[T],
+    first: base.Statement | None = None,
+    cursor: Callable[[Any], Any] = _pool_cursor,
+) -> T:
+    """Feed ``op``'s statements to ``conn`` (in whatever transaction it is in), each on
+    a ``cursor(conn)``."""
 
     def run(statement: base.Statement) -> base.Rows:
-        cursor = conn.cursor(row_factory=dict_row)
-        cursor.execute(statement.sql, statement.params)
-        return cursor.fetchall() if cursor.description else []
+        sent = cursor(conn)
+        sent.execute(statement.sql, statement.params)
+        return sent.fetchall() if sent.description else []
 
     def stream(batch: base.Stream) -> None:
         with conn.pipeline():
             sent: Any = None
             for statement in batch.statements:  # the op builds it meanwhile
                 rows = _rows(sent)
-                sent = conn.cursor(row_factory=dict_row)
+                sent = cursor(conn)
                 sent.execute(statement.sql, statement.params)
                 if rows is not None:
                     batch.take(rows)  # while the server runs the next one
@@ -160,7 +179,12 @@ def _rows(cursor: Any) -> base.Rows | None:
         return []
 
 
-async def drive_async(conn: Any, op: base.Op[T], statement: base.Statement) -> T:
+async def drive_async(
+    conn: Any,
+    op: base.Op[T],
+    statement: base.Statement,
+    cursor: Callable[[Any], Any] = _pool_cursor,
+) -> T:
     """The async twin of ``base.drive``: the driver's calls must be awaited."""
     try:
         while True:
@@ -168,24 +192,24 @@ async def drive_async(conn: Any, op: base.Op[T], statement: base.Statement) -> T
                 statement = op.send([])
                 continue
             if isinstance(statement, base.Stream):
-                await _stream_async(conn, statement)
+                await _stream_async(conn, statement, cursor)
                 statement = op.send([])
                 continue
-            cursor = conn.cursor(row_factory=dict_row)
-            await cursor.execute(statement.sql, statement.params)
-            rows = await cursor.fetchall() if cursor.description else []
+            sent = cursor(conn)
+            await sent.execute(statement.sql, statement.params)
+            rows = await sent.fetchall() if sent.description else []
             statement = op.send(rows)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
 
 
-async def _stream_async(conn: Any, batch: base.Stream) -> None:
+async def _stream_async(conn: Any, batch: base.Stream, cursor: Callable[[Any], Any]) -> None:
     """The async twin of the pipelined ``stream`` in :func:`drive`."""
     async with conn.pipeline():
         sent: Any = None
         for statement in batch.statements:
             rows = await _rows_async(sent)
-            sent = conn.cursor(row_factory=dict_row)
+            sent = cursor(conn)
             await sent.execute(statement.sql, statement.params)
             if rows is not None:
                 batch.take(rows)
