@@ -230,25 +230,28 @@ class PostgresBackend(base.Backend):
         with _translated("talking to Postgres"), driving.schema_missing(self.location):
             return await driving.execute_joined_async(connection, op)
 
+    # Only opening the transaction is translated: what the block raises (the step's own
+    # statements, a lock timeout say) goes out as psycopg raised it.
+
     @contextlib.contextmanager
     def transaction(self) -> Iterator[psycopg.Connection[Any]]:
-        with _translated("talking to Postgres"):
-            pool = self._sync_pool()
-            with (
-                pool.connection() as conn,
-                _on_broken(conn, lambda: self._drop_pool(pool)),
-                conn.transaction(),
-            ):
-                yield conn
+        with contextlib.ExitStack() as stack:
+            with _translated("opening a transaction on Postgres"):
+                pool = self._sync_pool()
+                conn = stack.enter_context(pool.connection())
+                stack.enter_context(_on_broken(conn, lambda: self._drop_pool(pool)))
+                stack.enter_context(conn.transaction())
+            yield conn
 
     @contextlib.asynccontextmanager
     async def transaction_async(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        pool = await self._async_pool()
-        with _translated("talking to Postgres"):
-            async with pool.connection() as conn:
-                with _on_broken(conn, lambda: self._drop_async_pool(pool)):
-                    async with conn.transaction():
-                        yield conn
+        async with contextlib.AsyncExitStack() as stack:
+            with _translated("opening a transaction on Postgres"):
+                pool = await self._async_pool()
+                conn = await stack.enter_async_context(pool.connection())
+                stack.enter_context(_on_broken(conn, lambda: self._drop_async_pool(pool)))
+                await stack.enter_async_context(conn.transaction())
+            yield conn
 
     async def listen(self, on_message: Callable[[str, str], None]) -> None:
         """Deliver this schema's notifications; reconnect when the link drops.
