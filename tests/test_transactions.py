@@ -304,3 +304,20 @@ def test_two_transactions_starting_one_key_make_one_run(shop: Store, client: Cli
         second.close()
     assert (found[0].id, found[0].created, found[0].payload) == (run.id, False, {"by": "first"})
     assert shop.count("workflow_run") == 1
+
+
+@pytest.mark.parametrize("outcome", ["commit", "rollback"])
+def test_a_debounced_start_joins_the_callers_transaction(
+    shop: Store, client: Client, conn: Any, outcome: str
+) -> None:
+    """A debounced start inside a transaction: the collapsed run's new payload and due
+    time exist exactly when the caller commits."""
+    first = client.start(TYPE, {"order": 1}, debounce=("cart-7", "1h"))
+    conn.execute("insert into orders (id, item) values (7, 'lamp')")
+    joined = client.start(TYPE, {"order": 7}, debounce=("cart-7", "1h"), connection=conn)
+    assert (joined.id, joined.created) == (first.id, False)
+    assert client.get(first.id).payload == {"order": 1}  # not committed yet
+    getattr(conn, outcome)()
+    expected = {"order": 7} if outcome == "commit" else {"order": 1}
+    assert client.get(first.id).payload == expected
+    assert runs_and_orders(shop) == (1, 1 if outcome == "commit" else 0)
