@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any, Unpack
 
 from simpleworkflow import durations, names, schema_check
-from simpleworkflow.admin import Admin, AsyncAdmin
+from simpleworkflow.admin import Admin, AsyncAdmin, AsyncSchedules, Schedules
 from simpleworkflow.backends.records import JournalEntry, SignalSent
 from simpleworkflow.client import _listing, _waiting
 from simpleworkflow.client._listing import MAX_PAGE
@@ -168,6 +168,12 @@ class Client(schema_check.Checked, Requests):
             backend=self.backend, auto_migrate=self._auto_migrate, observers=self.observers
         )
 
+    @property
+    def schedules(self) -> Schedules:
+        """Cron schedules (create, list, pause, resume, delete), on this client's
+        connections; the same object as ``admin.schedules``. See docs/schedules.md."""
+        return self.admin.schedules
+
     def close(self) -> None:
         self.backend.close()
 
@@ -283,6 +289,11 @@ class AsyncClient(schema_check.AsyncChecked, Requests):
         return AsyncAdmin(
             backend=self.backend, auto_migrate=self._auto_migrate, observers=self.observers
         )
+
+    @property
+    def schedules(self) -> AsyncSchedules:
+        """Cron schedules, awaited; see :attr:`Client.schedules`."""
+        return self.admin.schedules
 
     async def aclose(self) -> None:
         await self.backend.aclose()
