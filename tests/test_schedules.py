@@ -9,10 +9,12 @@ import asyncio
 import inspect
 import json
 import logging
+import re
 import threading
 import zoneinfo
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -401,3 +403,40 @@ def test_a_worker_starts_the_ticks_of_a_seconds_schedule(store: Store) -> None:
     runs = scheduled_runs(store, "cron.tick.v1")
     assert len(runs) >= 2
     assert all(run_type == "cron.tick.v1" for run_type, _, _ in runs)
+
+
+def documented_sql(store: Store) -> list[str]:
+    """The statements of docs/schedules.md for other runtimes, for this store: on SQLite
+    without the schema prefix and with SQLite's clock, as the page says."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "schedules.md").read_text()
+    blocks = re.findall(r"```sql\n(.*?)```", text, flags=re.S)
+    statements = [s.strip() for block in blocks for s in block.split(";") if s.strip()]
+    statements = [
+        "\n".join(x for x in s.splitlines() if not x.startswith("--")) for s in statements
+    ]
+    if store.kind == "sqlite":
+        now = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
+        return [s.replace("workflow.", "").replace("now()", now) for s in statements]
+    return [s.replace("workflow.", f'"{store.schema}".') for s in statements]
+
+
+def test_the_documented_sql_creates_pauses_resumes_and_deletes(store: Store) -> None:
+    create, pause, resume, delete = documented_sql(store)
+    store.sql(create)
+    store.sql(create)  # again: an upsert
+    one_pass(store)
+    with store.client() as client:
+        made = client.schedules.get("reports.weekly")
+        assert (made.workflow_type, made.missed, made.payload) == (
+            REPORT,
+            "once",
+            {"period": "week"},
+        )
+        assert made.next_tick_at is not None and made.next_tick_at > datetime.now(UTC)
+        store.sql(pause)
+        assert client.schedules.get("reports.weekly").paused
+        store.sql(resume)
+        one_pass(store)
+        assert client.schedules.get("reports.weekly").next_tick_at == made.next_tick_at
+        store.sql(delete)
+        assert client.schedules.list() == []
