@@ -114,7 +114,11 @@ def check_cron(cron: object) -> str:
         )
     text = " ".join(cron.split())
     try:
-        CronSim(ALIASES.get(text, text), _EPOCH)
+        next(CronSim(ALIASES.get(text, text), datetime.now(UTC)))
+    except StopIteration:
+        raise errors.InvalidArgument(
+            f"cron expression {text!r} never ticks (within 50 years: a date such as 30 February)"
+        ) from None
     except (CronSimError, ValueError) as exc:
         raise errors.InvalidArgument(
             f"invalid cron expression {text!r}: {exc}; write five fields (minute hour "
@@ -128,13 +132,7 @@ def check_timezone(tz: object) -> str:
     """An IANA time zone name (``Europe/Berlin``, ``UTC``) that this machine knows."""
     if not isinstance(tz, str) or not tz or len(tz) > 100:
         raise errors.InvalidArgument(f"a time zone must be an IANA name such as 'UTC', not {tz!r}")
-    try:
-        zoneinfo.ZoneInfo(tz)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        raise errors.InvalidArgument(
-            f"unknown time zone {tz!r}: use an IANA name such as 'UTC' or 'Europe/Berlin' "
-            "(on a machine without the system's zone files, `pip install tzdata`)"
-        ) from None
+    zone(tz)
     return tz
 
 
@@ -166,7 +164,10 @@ def check_payload(payload: Mapping[str, Any] | None) -> str:
 
 def next_tick(cron: str, tz: str, after: datetime) -> datetime:
     """The first tick of ``cron`` in ``tz`` strictly after ``after``, in UTC."""
-    return _utc(next(_ticks(cron, tz, after)))
+    try:
+        return _utc(next(_ticks(cron, tz, after)))
+    except StopIteration:  # a row written by hand with plain SQL
+        raise errors.InvalidArgument(f"cron expression {cron!r} never ticks") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,11 +242,23 @@ def _count_from(cron: str, tz: str, next_at: datetime, before: datetime) -> int:
 def _ticks(cron: str, tz: str, start: datetime, *, reverse: bool = False) -> Iterator[datetime]:
     """cronsim's iterator from ``start`` (strictly after it; with ``reverse``, strictly
     before), read in the schedule's zone."""
-    local = start.astimezone(zoneinfo.ZoneInfo(tz))
+    local = start.astimezone(zone(tz))
     try:
         return iter(CronSim(ALIASES.get(cron, cron), local, reverse=reverse))
-    except CronSimError as exc:  # a row written by hand with plain SQL
+    except (CronSimError, ValueError) as exc:  # a row written by hand with plain SQL
         raise errors.InvalidArgument(f"invalid cron expression {cron!r}: {exc}") from None
+
+
+def zone(tz: str) -> zoneinfo.ZoneInfo:
+    """The time zone named ``tz``; :class:`~simpleworkflow.errors.InvalidArgument` if this
+    machine does not know it."""
+    try:
+        return zoneinfo.ZoneInfo(tz)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise errors.InvalidArgument(
+            f"unknown time zone {tz!r}: use an IANA name such as 'UTC' or 'Europe/Berlin' "
+            "(on a machine without the system's zone files, `pip install tzdata`)"
+        ) from None
 
 
 def _utc(moment: datetime) -> datetime:

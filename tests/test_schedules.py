@@ -148,6 +148,7 @@ def test_creating_again_changes_the_definition_and_keeps_the_pause(faces: Any) -
         ({"cron": "61 * * * *"}, errors.InvalidArgument, "Bad minute"),
         ({"cron": "* * *"}, errors.InvalidArgument, "Wrong number of fields"),
         ({"cron": ""}, errors.InvalidArgument, "non-empty"),
+        ({"cron": "* * */20 * 1L"}, errors.InvalidArgument, "never ticks"),
         ({"tz": "Mars/Olympus"}, errors.InvalidArgument, "unknown time zone"),
         ({"missed": "all"}, errors.InvalidArgument, "missed must be one of skip, once, each"),
         ({"payload": [1, 2]}, errors.InvalidPayload, "must be a JSON object"),
@@ -327,21 +328,37 @@ def test_a_schedule_inserted_with_plain_sql_is_planned_then_started(store: Store
     assert planned.payload == {"kind": "weekly"} and planned.missed == "skip"
 
 
+@pytest.mark.parametrize(
+    ("cron", "zone", "planned", "reason"),
+    [
+        ("every day", "UTC", False, "invalid cron expression"),
+        ("0 8 * * *", "Mars/Olympus", False, "unknown time zone"),
+        ("0 8 * * *", "Mars/Olympus", True, "unknown time zone"),  # a zone this host lacks
+    ],
+)
 def test_a_row_the_scheduler_cannot_read_is_paused_with_the_reason(
-    store: Store, caplog: pytest.LogCaptureFixture
+    store: Store,
+    caplog: pytest.LogCaptureFixture,
+    cron: str,
+    zone: str,
+    planned: bool,
+    reason: str,
 ) -> None:
     store.sql(
-        "insert into workflow_schedule (name, workflow_type, cron) values (?, ?, ?)",
+        "insert into workflow_schedule (name, workflow_type, cron, timezone) values (?, ?, ?, ?)",
         "broken.one",
         REPORT,
-        "every day",
+        cron,
+        zone,
     )
+    if planned:
+        set_next_tick(store, "broken.one", datetime.now(UTC) - timedelta(minutes=5))
     with caplog.at_level(logging.WARNING, logger="simpleworkflow.worker"):
         one_pass(store)
     with store.client() as client:
         broken = client.schedules.get("broken.one")
-    assert broken.paused and broken.error is not None and "invalid cron" in broken.error
-    assert "schedule broken.one paused: invalid cron expression" in caplog.text
+    assert broken.paused and broken.error is not None and reason in broken.error
+    assert f"schedule broken.one paused: {reason}" in caplog.text
     assert store.count() == 0
 
 
