@@ -457,3 +457,41 @@ def test_the_documented_sql_creates_pauses_resumes_and_deletes(store: Store) -> 
         assert client.schedules.get("reports.weekly").next_tick_at == made.next_tick_at
         store.sql(delete)
         assert client.schedules.list() == []
+
+
+def test_the_schedulers_read_is_an_index_scan(store: Store) -> None:
+    """20,000 schedules waiting for later: the scheduler's read of the due ones walks
+    ``idx_workflow_schedule_due`` on both stores, not the table."""
+    later = "2099-01-01 00:00:00"
+    if store.kind == "postgres":
+        store.sql(
+            "insert into workflow_schedule (name, workflow_type, cron, next_tick_at) "
+            "select 's.' || n, 'a.b.v1', '@daily', timestamptz '2099-01-01' + n * interval '1s' "
+            "from generate_series(1, 20000) as n"
+        )
+        store.sql("analyze workflow_schedule")
+    else:
+        store.sql(
+            "with recursive n(i) as (select 1 union all select i + 1 from n where i < 20000) "
+            "insert into workflow_schedule (name, workflow_type, cron, next_tick_at) "
+            "select 's.' || i, 'a.b.v1', '@daily', ? from n",
+            later,
+        )
+        store.sql("analyze")
+    backend = store.backend()
+    query = backend.q["due_schedules"]
+    backend.close()
+    if store.kind == "postgres":
+        plan = "\n".join(
+            row[0] for row in store.sql("explain " + query.replace("%(limit)s", "100"))
+        )
+        assert "idx_workflow_schedule_due" in plan and "Seq Scan" not in plan, plan
+    else:
+        plan = "\n".join(
+            str(row[-1])
+            for row in store.sql("explain query plan " + query.replace(":limit", "100"))
+        )
+        assert (
+            "USING INDEX idx_workflow_schedule_due" in plan
+            and "SCAN workflow_schedule\n" not in plan + "\n"
+        ), plan
