@@ -5,8 +5,8 @@ generator that yields the SQL statements it needs and receives each one's rows. 
 op is driven by a synchronous connection (:meth:`Backend.execute`) or an asynchronous one
 (:meth:`Backend.execute_async`), always inside one transaction, so the sync ``Client``
 and the ``AsyncClient`` share one implementation of every operation. The verbs live by
-concept in ``run_ops``, ``worker_ops``, ``journal_ops``, ``admin_ops`` and ``topic_ops``;
-their data in ``records``.
+concept in ``run_ops``, ``worker_ops``, ``journal_ops``, ``admin_ops``, ``topic_ops``
+and ``schedule_ops``; their data in ``records``.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from simpleworkflow.backends.records import (
     Release,
     Rows,
     RunQuery,
+    Schedule,
     ServiceLease,
     SignalSent,
     Statement,
@@ -46,6 +47,7 @@ from simpleworkflow.backends.records import (
     drive,
 )
 from simpleworkflow.backends.run_ops import RunOps
+from simpleworkflow.backends.schedule_ops import ScheduleOps
 from simpleworkflow.backends.topic_ops import TopicOps
 from simpleworkflow.backends.worker_ops import WorkerOps
 
@@ -68,6 +70,7 @@ __all__ = [
     "Release",
     "Rows",
     "RunQuery",
+    "Schedule",
     "ServiceLease",
     "SignalSent",
     "Statement",
@@ -80,7 +83,7 @@ __all__ = [
 ]
 
 
-class Backend(RunOps, WorkerOps, JournalOps, AdminOps, TopicOps):
+class Backend(RunOps, WorkerOps, JournalOps, AdminOps, TopicOps, ScheduleOps):
     """A store of runs. Subclasses provide SQL, row decoding and the two drivers."""
 
     #: The newest migration this code knows.
