@@ -3,6 +3,7 @@ claim steps over full keys; every way a lease ends gives its slot back; bad inpu
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterator
 
@@ -214,6 +215,15 @@ def test_a_bad_concurrency_key_is_refused(store: Store, client: Client, key: obj
     with pytest.raises(errors.InvalidArgument, match="concurrency_key must be a non-empty"):
         client.start(TYPE, {}, concurrency_key=key)  # type: ignore[arg-type]
     assert store.count() == 0
+
+
+def test_a_debounced_run_keeps_the_key_of_its_first_call(backend: Backend, limited: Client) -> None:
+    limited.admin.set_concurrency(TYPE, None, per_key=1)
+    first = limited.start(TYPE, {"n": 1}, concurrency_key="a", debounce=("d", 0.001))
+    again = limited.start(TYPE, {"n": 2}, concurrency_key="b", debounce=("d", 0.001))
+    assert again.id == first.id and limited.get(first.id).concurrency_key == "a"
+    time.sleep(0.05)  # the debounce window passes
+    assert [lease.run.payload for lease in claim(backend)] == [{"n": 2}]
 
 
 def test_the_key_is_kept_on_the_run(client: Client) -> None:

@@ -31,6 +31,7 @@ PUBLIC_NAMES = [
     "RunNotFound",
     "RunPage",
     "RunStatus",
+    "Schedule",
     "Signal",
     "SignalSent",
     "SimpleWorkflowError",
@@ -97,6 +98,7 @@ def test_start_options_are_declared_once_and_typed_for_both_clients() -> None:
     names = [
         "concurrency_key",
         "deadline",
+        "debounce",
         "delay",
         "idempotency_key",
         "max_attempts",

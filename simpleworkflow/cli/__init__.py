@@ -30,6 +30,7 @@ def _command_modules() -> list[ModuleType]:
         registry,
         replaycheck,
         runs,
+        schedules,
         serve,
         start,
         stats,
@@ -50,6 +51,7 @@ def _command_modules() -> list[ModuleType]:
         registry,
         limits,
         topics,
+        schedules,
         sweep,
     ]
 

@@ -16,6 +16,7 @@ from typing import Any, TypedDict
 
 from simpleworkflow import durations, errors, names, payloads, retention
 from simpleworkflow.backends.records import NewRun
+from simpleworkflow.client import _debounce
 
 MAX_KEY_LENGTH = 512
 # Far enough for any schedule, near enough that now + delay stays a valid timestamp in
@@ -44,6 +45,9 @@ class StartOptions(TypedDict, total=False):
     #: Count the run against its type's per-key concurrency limit under this key (a
     #: customer id, say; see docs/flow-control.md).
     concurrency_key: str | None
+    #: Starts with this key collapse into one run, due a window after the last:
+    #: ``("key", "30s")`` or a :class:`~simpleworkflow.client.Debounce`.
+    debounce: _debounce.DebounceSpec | None
 
 
 #: The names of the start options, for code that passes them through.
@@ -78,6 +82,9 @@ def new_run(
         raise errors.InvalidArgument(
             "run_at must be a timezone-aware datetime, e.g. datetime.now(timezone.utc)"
         )
+    debounce = _debounce.check(
+        options.get("debounce"), options, max_key=MAX_KEY_LENGTH, max_seconds=MAX_DELAY_SECONDS
+    )
     return NewRun(
         type=names.validate_type(type),
         payload=payloads.encode({} if payload is None else payload, max_bytes=max_payload_bytes),
@@ -96,6 +103,7 @@ def new_run(
         trace_context=None if trace_context is None else json.dumps(dict(trace_context)),
         retention=retention.check(options.get("retention")),
         concurrency_key=_check_key(options.get("concurrency_key"), "concurrency_key"),
+        **({} if debounce is None else debounce.params()),
     )
 
 
@@ -115,6 +123,11 @@ def new_runs(
             if "type" not in request:
                 raise TypeError("a start_many request needs a 'type'")
             options = {k: v for k, v in request.items() if k not in ("type", "payload")}
+            if options.get("debounce") is not None:
+                raise errors.InvalidArgument(
+                    "start_many does not debounce: each debounced call updates the run of "
+                    "its key in place, one statement per call; use start() for each"
+                )
             type_name, payload = request["type"], request.get("payload")
         else:
             raise errors.InvalidArgument(

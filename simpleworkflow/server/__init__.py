@@ -25,7 +25,16 @@ from starlette.types import ASGIApp
 import simpleworkflow
 from simpleworkflow import observe
 from simpleworkflow.client import AsyncClient
-from simpleworkflow.server import health, limits, problems, routing, runs, topics, types_index
+from simpleworkflow.server import (
+    health,
+    limits,
+    problems,
+    routing,
+    runs,
+    schedules,
+    topics,
+    types_index,
+)
 from simpleworkflow.server.auth import Auth, is_loopback
 from simpleworkflow.server.routing import DEFAULT_MAX_BODY_BYTES
 from simpleworkflow.server.source import ClientSource
@@ -40,6 +49,7 @@ SECTIONS: tuple[Callable[..., APIRouter], ...] = (
     types_index.router,
     topics.router,
     limits.router,
+    schedules.router,
 )
 
 __all__ = [

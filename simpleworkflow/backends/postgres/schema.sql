@@ -47,7 +47,9 @@ create table {schema}workflow_run (
     trace_context   jsonb,
     -- kept this long after it finished; null: its type's retention, else the default (0012)
     retention       interval,
-    -- runs of one key (a customer, say) share their type's per-key limit (0013)
+    -- a debounced start's key, while the run is pending and unclaimed (0013)
+    debounce_key    text,
+    -- runs of one key (a customer, say) share their type's per-key limit (0015)
     concurrency_key text
 );
 
@@ -100,12 +102,12 @@ create table {schema}workflow_registry (
     updated_at    timestamptz not null default now(),
     -- how long its runs are kept after they finish, unless they chose; null: the default
     retention     interval,
-    -- at most this many of its runs leased at once, in all, and per concurrency key (0013)
+    -- at most this many of its runs leased at once, in all, and per concurrency key (0015)
     concurrency     integer
                     constraint workflow_registry_concurrency_check check (concurrency >= 1),
     key_concurrency integer
                     constraint workflow_registry_key_concurrency_check check (key_concurrency >= 1),
-    -- the rate limit its claims obey (workflow_rate_limit.name), if any (0014)
+    -- the rate limit its claims obey (workflow_rate_limit.name), if any (0016)
     rate_limit      text
 );
 
@@ -281,7 +283,64 @@ create table {schema}workflow_service_lease (
     updated_at  timestamptz not null default now()
 );
 
--- Concurrency limits (migration 0013).
+-- Debounce (migration 0013, docs/flow-control.md): one pending, unclaimed run per type
+-- and key, which later debounced starts update in place (`on conflict ... do update`
+-- names this index); the key is cleared as the run stops being pending, whoever writes
+-- the row.
+create unique index idx_workflow_run_debounce
+    on {schema}workflow_run (type, debounce_key)
+    where status = 'pending' and deleted_at is null and debounce_key is not null;
+
+create function {schema}workflow_run_debounce_closed() returns trigger
+language plpgsql as $$
+begin
+    new.debounce_key := null;
+    return new;
+end
+$$;
+
+create trigger workflow_run_debounce_closed
+    before update on {schema}workflow_run
+    for each row
+    when (old.debounce_key is not null and new.status <> 'pending')
+    execute function {schema}workflow_run_debounce_closed();
+
+-- Cron schedules (migration 0014): each due tick of a schedule starts one run, keyed by
+-- the schedule's name and the tick, whichever worker's scheduler starts it.
+create table {schema}workflow_schedule (
+    name          text primary key,
+    workflow_type text not null,
+    cron          text not null,
+    timezone      text not null default 'UTC',
+    -- the static payload; each run gets it with "schedule" and "scheduled_for" added
+    payload       jsonb not null default '{}'::jsonb,
+    -- what to do about ticks no scheduler started within a minute: skip, once, each
+    missed        text not null default 'skip'
+                  constraint workflow_schedule_missed_check
+                  check (missed in ('skip', 'once', 'each')),
+    priority      integer not null default 100,
+    max_attempts  integer
+                  constraint workflow_schedule_max_attempts_check check (max_attempts >= 1),
+    paused        boolean not null default false,
+    -- the next tick to start, in UTC; null: not planned yet (a row inserted with plain
+    -- SQL), the next scheduler plans the first tick after its now
+    next_tick_at  timestamptz,
+    -- the latest tick a run was started for
+    last_tick_at  timestamptz,
+    -- declared by @app.schedule: written again by every worker of the app when it starts
+    in_code       boolean not null default false,
+    -- why the scheduler paused it: a cron expression or time zone it cannot read
+    error         text,
+    created_at    timestamptz not null default now(),
+    updated_at    timestamptz not null default now()
+);
+
+-- The scheduler's one query: the schedules due (or not planned yet), earliest first.
+create index idx_workflow_schedule_due
+    on {schema}workflow_schedule (next_tick_at)
+    where not paused;
+
+-- Concurrency limits (migration 0015).
 -- One counter per limited type (concurrency_key '') and per key of a type limited per
 -- key: how many of its runs are leased (held), and how many may be (capacity, the limit).
 -- A counter exists for every key of a limited type that has pending or leased runs: the
@@ -355,7 +414,7 @@ create trigger workflow_run_count_deleted_leases
     when (old.status = 'leased')
     execute function {schema}workflow_run_count_leases();
 
--- Rate limits (migration 0014): named limits, and the current window of each.
+-- Rate limits (migration 0016): named limits, and the current window of each.
 create table {schema}workflow_rate_limit (
     name        text primary key,
     max_runs    integer not null

@@ -34,7 +34,9 @@ create table workflow_run (
     trace_context   text check (trace_context is null or json_valid(trace_context)),
     -- seconds kept after it finished; null: its type's retention, else the default (0009)
     retention       real,
-    -- runs of one key (a customer, say) share their type's per-key limit (0010)
+    -- a debounced start's key, while the run is pending and unclaimed (0010)
+    debounce_key    text,
+    -- runs of one key (a customer, say) share their type's per-key limit (0012)
     concurrency_key text
 );
 
@@ -73,12 +75,12 @@ create table workflow_registry (
     updated_at    text not null default (strftime('%Y-%m-%d %H:%M:%f', 'now')),
     -- seconds its runs are kept after they finish, unless they chose; null: the default
     retention     real,
-    -- at most this many of its runs leased at once, in all, and per concurrency key (0010)
+    -- at most this many of its runs leased at once, in all, and per concurrency key (0012)
     concurrency     integer
                     constraint workflow_registry_concurrency_check check (concurrency >= 1),
     key_concurrency integer
                     constraint workflow_registry_key_concurrency_check check (key_concurrency >= 1),
-    -- the rate limit its claims obey (workflow_rate_limit.name), if any (0011)
+    -- the rate limit its claims obey (workflow_rate_limit.name), if any (0013)
     rate_limit      text
 );
 
@@ -170,6 +172,30 @@ create table workflow_service_lease (
     updated_at  text not null default (strftime('%Y-%m-%d %H:%M:%f', 'now'))
 );
 
+-- Cron schedules (migration 0011): each due tick of a schedule starts one run, keyed by
+-- the schedule's name and the tick.
+create table workflow_schedule (
+    name          text primary key,
+    workflow_type text not null,
+    cron          text not null,
+    timezone      text not null default 'UTC',
+    payload       text not null default '{}',
+    missed        text not null default 'skip' check (missed in ('skip', 'once', 'each')),
+    priority      integer not null default 100,
+    max_attempts  integer check (max_attempts >= 1),
+    paused        integer not null default 0,
+    next_tick_at  text,
+    last_tick_at  text,
+    in_code       integer not null default 0,
+    error         text,
+    created_at    text not null default (strftime('%Y-%m-%d %H:%M:%f', 'now')),
+    updated_at    text not null default (strftime('%Y-%m-%d %H:%M:%f', 'now'))
+);
+
+create index idx_workflow_schedule_due
+    on workflow_schedule (next_tick_at)
+    where not paused;
+
 -- The created event comes from the insert itself, so that runs written with plain SQL
 -- have the same audit trail as runs started through a client.
 create trigger workflow_run_created
@@ -181,7 +207,20 @@ begin
                         'run_at', replace(new.run_at, ' ', 'T') || '+00:00'));
 end;
 
--- Concurrency limits (migration 0010).
+-- Debounce (migration 0010): one pending, unclaimed run per type and key; the key is
+-- cleared as the run stops being pending.
+create unique index idx_workflow_run_debounce
+    on workflow_run (type, debounce_key)
+    where status = 'pending' and deleted_at is null and debounce_key is not null;
+
+create trigger workflow_run_debounce_closed
+after update of status on workflow_run
+when old.debounce_key is not null and new.status <> 'pending'
+begin
+    update workflow_run set debounce_key = null where id = new.id;
+end;
+
+-- Concurrency limits (migration 0012).
 -- One counter per limited type (concurrency_key '') and per key of a type limited per
 -- key: how many of its runs are leased (held), and how many may be (capacity). Writers
 -- are serialised, so the claim reads them as they are; the triggers below count every
@@ -234,7 +273,7 @@ begin
       and concurrency_key in ('', coalesce(old.concurrency_key, ''));
 end;
 
--- Rate limits (migration 0011): named limits, and the current window of each.
+-- Rate limits (migration 0013): named limits, and the current window of each.
 create table workflow_rate_limit (
     name        text primary key,
     max_runs    integer not null

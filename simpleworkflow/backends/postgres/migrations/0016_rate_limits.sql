@@ -1,4 +1,4 @@
--- simpleworkflow 0014: rate limits (docs/flow-control.md). A named limit lets at most
+-- simpleworkflow 0016: rate limits (docs/flow-control.md). A named limit lets at most
 -- max_runs claims through per period (per concurrency key, if per_key); a type names the
 -- limit it obeys in workflow_registry.rate_limit. Runs over it stay pending, due again
 -- when the next window opens.

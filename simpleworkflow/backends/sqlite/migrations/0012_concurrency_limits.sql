@@ -1,4 +1,4 @@
--- simpleworkflow 0010: concurrency limits, as Postgres's 0013 (docs/flow-control.md). A
+-- simpleworkflow 0012: concurrency limits, as Postgres's 0015 (docs/flow-control.md). A
 -- type may have at most workflow_registry.concurrency runs leased at once, and at most
 -- key_concurrency leased runs per concurrency key (a start option: a customer id, say).
 alter table workflow_run add column concurrency_key text;

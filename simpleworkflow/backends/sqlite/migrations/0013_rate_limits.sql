@@ -1,4 +1,4 @@
--- simpleworkflow 0011: rate limits, as Postgres's 0014 (docs/flow-control.md). A named
+-- simpleworkflow 0013: rate limits, as Postgres's 0016 (docs/flow-control.md). A named
 -- limit lets at most max_runs claims through per period (seconds; per concurrency key, if
 -- per_key); a type names the limit it obeys in workflow_registry.rate_limit. Runs over it
 -- stay pending, due again when the next window opens.

@@ -1,4 +1,4 @@
--- simpleworkflow 0013: concurrency limits (docs/flow-control.md). A type may have at
+-- simpleworkflow 0015: concurrency limits (docs/flow-control.md). A type may have at
 -- most workflow_registry.concurrency runs leased at once across the fleet, and at most
 -- key_concurrency leased runs per concurrency key (a start option: a customer id, say).
 alter table {schema}workflow_run add column concurrency_key text;
