@@ -71,6 +71,9 @@ class Run:
     #: How long the run is kept after it finishes, as chosen at start; ``None``: its
     #: type's retention, else the sweeper's default (see docs/retention.md).
     retention: timedelta | None = None
+    #: The key whose per-key concurrency limit the run counts against (a customer id,
+    #: say; see docs/flow-control.md); ``None``: only its type's limit.
+    concurrency_key: str | None = None
     #: Set only on what ``start`` and ``start_many`` return: True when the call created
     #: the run, False when its idempotency key was held already and the run that holds it
     #: came back. ``None`` on runs read back. Not part of the run's equality.

@@ -181,3 +181,55 @@ def test_postgres_wake_ups_find_runs_by_key_whatever_they_wait_for(store: Store)
     backend.close()
     for name, plan in plans.items():
         assert "Seq Scan on workflow_run" not in plan, f"{name}:\n{plan}"
+
+
+def test_a_claim_under_concurrency_limits_walks_the_claim_index_at_a_million_runs(
+    store: Store,
+) -> None:
+    """1,000,000 pending runs over 1,000 keys of a type limited per key and in all, half
+    the keys full: the claim still walks its index, stepping over the full keys by a
+    hashed look-up, and reads its counters by key."""
+    if store.kind != "postgres":
+        pytest.skip("a Postgres plan")
+    backend = store.backend()
+    backend.execute(backend.register_types([TYPE], "python"))
+    with psycopg.connect(store.url) as conn:
+        schema = f'"{store.schema}".'
+        conn.execute(  # no created events: the insert trigger is not what this measures
+            b"set local session_replication_role = replica"
+        )
+        conn.execute(
+            (
+                f"insert into {schema}workflow_run (type, concurrency_key, priority) "
+                f"select '{TYPE}', 'customer-' || (i % 1000), i % 3 "
+                "from generate_series(1, 1000000) as i"
+            ).encode()
+        )
+        conn.execute(
+            (
+                f"insert into {schema}workflow_concurrency "
+                "(workflow_name, concurrency_key, held, capacity) "
+                f"select '{TYPE}', 'customer-' || i, 2, 2 from generate_series(0, 999, 2) as i"
+            ).encode()
+        )
+    backend.execute(backend.set_registry_concurrency(TYPE, 1000, 2))
+    params = {
+        "worker_id": "w",
+        "types": [TYPE],
+        "runtime": "python",
+        "limit": 100,
+        "lease": 30.0,
+        "versions": json.dumps({TYPE: "1"}),
+        "known": [f"{TYPE}@1"],
+        "alone": False,
+    }
+    with psycopg.connect(store.url) as conn:
+        conn.execute(f'analyze "{store.schema}".workflow_run'.encode())
+        conn.execute(f'analyze "{store.schema}".workflow_concurrency'.encode())
+        rows = conn.execute(("explain " + backend.q["claim"]).encode(), params).fetchall()
+        conn.rollback()
+    backend.close()
+    plan = "\n".join(row[0] for row in rows)
+    assert "Index Scan using idx_workflow_run_claim" in plan, plan
+    assert "Seq Scan on workflow_run" not in plan, plan
+    assert "hashed SubPlan" in plan, plan  # full keys and types: looked up, not probed per run

@@ -96,6 +96,7 @@ def test_start_options_are_declared_once_and_typed_for_both_clients() -> None:
         hints = typing.get_type_hints(face.start, include_extras=True)
         assert hints["options"] == typing.Unpack[client.StartOptions]
     names = [
+        "concurrency_key",
         "deadline",
         "debounce",
         "delay",

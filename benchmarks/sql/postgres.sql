@@ -70,3 +70,10 @@ with finished as (
 insert into {schema}workflow_step (run_id, step_name, position, output)
 select f.id, s.name, s.position, '{"ok": true}'::jsonb
 from finished f cross join (values ('charge', 0), ('notify', 1)) as s(name, position)
+
+-- name: count_leases_off
+-- The limits benchmark's baseline: no trigger counts leases (what a run cost before 0013).
+alter table {schema}workflow_run disable trigger workflow_run_count_leases
+
+-- name: count_leases_on
+alter table {schema}workflow_run enable trigger workflow_run_count_leases

@@ -11,11 +11,11 @@ import builtins
 import functools
 import time
 
-from simpleworkflow import durations, schema_check
+from simpleworkflow import durations, rates, schema_check
 from simpleworkflow.admin.records import Queues, SweepReport, TypeStats
 from simpleworkflow.admin.schedules import AsyncSchedules, Schedules
 from simpleworkflow.admin.verbs import DEFAULT_PURGE_BATCH, DEFAULT_SWEEP_BATCH, Verbs
-from simpleworkflow.backends.records import JournalEntry, RegistryEntry, Subscription
+from simpleworkflow.backends.records import JournalEntry, RateLimit, RegistryEntry, Subscription
 from simpleworkflow.handlers import Handlers
 from simpleworkflow.models import Event, Run
 from simpleworkflow.replaycheck import ReplayReport
@@ -60,6 +60,42 @@ class Admin(schema_check.Checked, Verbs):
         (``$SIMPLEWORKFLOW_MAX_RETENTION_DAYS``); :class:`~simpleworkflow.errors.
         TypeNotRegistered` if the registry does not hold ``type``."""
         return self._run(self._set_retention_op(type, retention))
+
+    def set_concurrency(
+        self, type: str, limit: int | None, *, per_key: int | None = None
+    ) -> RegistryEntry:
+        """Let at most ``limit`` runs of ``type`` be leased at once across the fleet, and at
+        most ``per_key`` of those started with one ``concurrency_key`` (``None``: no such
+        limit); both are set together. Runs over a limit wait as pending; runs already
+        leased finish. Claims pause while the leases are counted afresh (see
+        docs/flow-control.md). :class:`~simpleworkflow.errors.TypeNotRegistered` if the
+        registry does not hold ``type``."""
+        return self._run(self._set_concurrency_op(type, limit, per_key))
+
+    def set_rate_limit(
+        self, name: str, rate: str | tuple[int, durations.Duration], *, per_key: bool = False
+    ) -> RateLimit:
+        """Create or change the rate limit ``name``: at most ``rate`` claims (``"10/s"``,
+        ``"600/m"``, ``"5/10s"``, or ``(runs, period)``) of the types that obey it, in
+        windows of the period; counted apart for each ``concurrency_key`` if ``per_key``.
+        Runs over it stay pending, due when the next window opens (docs/flow-control.md)."""
+        return self._run(self._set_rate_limit_op(name, rate, per_key))
+
+    def rate_limits(self) -> builtins.list[RateLimit]:
+        """Every rate limit, by name."""
+        return self._run(self.backend.list_rate_limits(), readonly=True)
+
+    def delete_rate_limit(self, name: str) -> bool:
+        """Delete a rate limit; the types that obeyed it run unthrottled until a limit of
+        that name is set again. ``False`` if there was none."""
+        return self._run(self.backend.delete_rate_limit(rates.check_name(name)))
+
+    def limit_rate(self, type: str, rate_limit: str | None) -> RegistryEntry:
+        """Have every claim of ``type`` take a token of the rate limit named
+        ``rate_limit`` (``None``: none). :class:`~simpleworkflow.errors.TypeNotRegistered`
+        for a type the registry does not hold, ``InvalidArgument`` for a limit that
+        does not exist."""
+        return self._run(self._limit_rate_op(type, rate_limit))
 
     def subscribe(
         self, pattern: str, type: str, *, priority: int = 100, max_attempts: int | None = None
@@ -207,6 +243,31 @@ class AsyncAdmin(schema_check.AsyncChecked, Verbs):
     async def set_retention(self, type: str, retention: durations.Duration | None) -> RegistryEntry:
         """Choose how long ``type``'s runs are kept; see :meth:`Admin.set_retention`."""
         return await self._run(self._set_retention_op(type, retention))
+
+    async def set_concurrency(
+        self, type: str, limit: int | None, *, per_key: int | None = None
+    ) -> RegistryEntry:
+        """Limit how many runs of ``type`` are leased at once; see
+        :meth:`Admin.set_concurrency`."""
+        return await self._run(self._set_concurrency_op(type, limit, per_key))
+
+    async def set_rate_limit(
+        self, name: str, rate: str | tuple[int, durations.Duration], *, per_key: bool = False
+    ) -> RateLimit:
+        """Create or change a rate limit; see :meth:`Admin.set_rate_limit`."""
+        return await self._run(self._set_rate_limit_op(name, rate, per_key))
+
+    async def rate_limits(self) -> builtins.list[RateLimit]:
+        """Every rate limit, by name."""
+        return await self._run(self.backend.list_rate_limits(), readonly=True)
+
+    async def delete_rate_limit(self, name: str) -> bool:
+        """Delete a rate limit; see :meth:`Admin.delete_rate_limit`."""
+        return await self._run(self.backend.delete_rate_limit(rates.check_name(name)))
+
+    async def limit_rate(self, type: str, rate_limit: str | None) -> RegistryEntry:
+        """Have ``type``'s claims obey a rate limit; see :meth:`Admin.limit_rate`."""
+        return await self._run(self._limit_rate_op(type, rate_limit))
 
     async def subscribe(
         self, pattern: str, type: str, *, priority: int = 100, max_attempts: int | None = None

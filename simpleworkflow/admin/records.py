@@ -63,6 +63,9 @@ def registry_dict(entry: RegistryEntry) -> dict[str, Any]:
             ("created_at", entry.created_at),
             ("updated_at", entry.updated_at),
             ("retention", entry.retention),
+            ("concurrency", entry.concurrency),
+            ("key_concurrency", entry.key_concurrency),
+            ("rate_limit", entry.rate_limit),
         )
     }
 

@@ -15,13 +15,14 @@ from simpleworkflow import (
     errors,
     names,
     observe,
+    rates,
     replaycheck,
     retention,
     schema_check,
 )
 from simpleworkflow.admin.records import STATES, Queues, QueueStats, SweepReport, TypeStats
 from simpleworkflow.backends import Backend, open_backend
-from simpleworkflow.backends.records import Op, RegistryEntry, Subscription
+from simpleworkflow.backends.records import Op, RateLimit, RegistryEntry, Subscription
 from simpleworkflow.handlers import Handlers
 from simpleworkflow.models import Run
 from simpleworkflow.replaycheck import ReplayReport
@@ -37,6 +38,8 @@ MAX_PURGE_BATCH = 10_000
 # subtract it from now.
 MAX_AGE_SECONDS = 100 * 366 * 86400
 _RUNTIME = re.compile(r"[a-z][a-z0-9_]{0,31}")
+#: The largest concurrency limit (an int4 column).
+MAX_CONCURRENCY = 2**31 - 1
 # The bounds of start()'s priority and max_attempts: a subscription's runs take them.
 
 
@@ -180,6 +183,32 @@ class Verbs:
             raise errors.TypeNotRegistered(name)
         return entry
 
+    def _set_concurrency_op(
+        self, type: str, limit: int | None, per_key: int | None
+    ) -> Op[RegistryEntry]:
+        name = names.validate_type(type)
+        total, each = check_concurrency("limit", limit), check_concurrency("per_key", per_key)
+        entry = yield from self.backend.set_registry_concurrency(name, total, each)
+        if entry is None:
+            raise errors.TypeNotRegistered(name)
+        return entry
+
+    def _set_rate_limit_op(
+        self, name: str, rate: str | tuple[int, durations.Duration], per_key: bool
+    ) -> Op[RateLimit]:
+        runs, period = rates.parse(rate)
+        if not isinstance(per_key, bool):
+            raise errors.InvalidArgument(f"per_key must be True or False, not {per_key!r:.40}")
+        return self.backend.set_rate_limit(rates.check_name(name), runs, period, per_key)
+
+    def _limit_rate_op(self, type: str, name: str | None) -> Op[RegistryEntry]:
+        type_name = names.validate_type(type)
+        limit = None if name is None else rates.check_name(name)
+        entry = yield from self.backend.set_registry_rate_limit(type_name, limit)
+        if entry is None:
+            raise errors.TypeNotRegistered(type_name)
+        return entry
+
     def _sweep(
         self, default_retention: durations.Duration | None, batch_size: int
     ) -> tuple[retention.Policy, retention.Batches]:
@@ -247,6 +276,11 @@ def check_runtime(runtime: object) -> str:
             "(letters, digits and '_', at most 32 characters)"
         )
     return runtime
+
+
+def check_concurrency(what: str, limit: object) -> int | None:
+    """A concurrency limit: ``None`` (none) or a number of leased runs."""
+    return None if limit is None else names.check_int(what, limit, 1, MAX_CONCURRENCY)
 
 
 def _check_text(what: str, text: str | None) -> str | None:

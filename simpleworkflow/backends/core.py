@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from simpleworkflow.backends.dialect import Dialect, followups
-from simpleworkflow.backends.records import NewRun, Op, RegistryEntry, Statement
+from simpleworkflow.backends.records import NewRun, Op, RateLimit, RegistryEntry, Statement
 from simpleworkflow.models import Event, Run, RunStatus
 
 #: What the schema gives a run started without ``max_attempts`` (``coalesce(..., 3)``).
@@ -79,6 +79,7 @@ class StoreCore(abc.ABC):
             code_version=row.get("code_version"),
             trace_context=self.decode_json(row.get("trace_context")),
             retention=duration(row.get("retention")),
+            concurrency_key=row.get("concurrency_key"),
         )
 
     def created_run(self, new: NewRun, row: Mapping[str, Any]) -> Run:
@@ -106,6 +107,7 @@ class StoreCore(abc.ABC):
             deadline=self.opt_time(row["deadline"]),
             trace_context=None if new.trace_context is None else json.loads(new.trace_context),
             retention=None if new.retention is None else timedelta(seconds=new.retention),
+            concurrency_key=new.concurrency_key,
             created=True,
         )
 
@@ -128,6 +130,19 @@ class StoreCore(abc.ABC):
             created_at=self.decode_time(row["created_at"]),
             updated_at=self.decode_time(row["updated_at"]),
             retention=duration(row.get("retention")),
+            concurrency=row.get("concurrency"),
+            key_concurrency=row.get("key_concurrency"),
+            rate_limit=row.get("rate_limit"),
+        )
+
+    def rate_limit_from_row(self, row: Mapping[str, Any]) -> RateLimit:
+        return RateLimit(
+            name=row["name"],
+            max_runs=row["max_runs"],
+            period=float(row["period"]),
+            per_key=bool(row["per_key"]),
+            created_at=self.decode_time(row["created_at"]),
+            updated_at=self.decode_time(row["updated_at"]),
         )
 
     def opt_time(self, value: Any) -> datetime | None:

@@ -110,6 +110,8 @@ class NewRun:
     trace_context: str | None = None
     #: Seconds kept after it finishes; ``None``: its type's retention, else the default.
     retention: float | None = None
+    #: Counted against its type's per-key concurrency limit (docs/flow-control.md).
+    concurrency_key: str | None = None
     #: Debounced (``debounce_run``): the key, the window and the cap, in seconds.
     debounce_key: str | None = None
     debounce_window: float | None = None
@@ -268,6 +270,37 @@ class RegistryEntry:
     #: How long its runs are kept after they finish unless they chose at start; ``None``:
     #: the sweeper's default.
     retention: timedelta | None = None
+    #: At most this many of its runs leased at once across the fleet; ``None``: no limit.
+    concurrency: int | None = None
+    #: At most this many leased at once per concurrency key; ``None``: no limit.
+    key_concurrency: int | None = None
+    #: The name of the rate limit its claims obey; ``None``: none.
+    rate_limit: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimit:
+    """One row of ``workflow_rate_limit``: at most ``max_runs`` claims per ``period``
+    seconds of the types that name it, counted apart for each concurrency key if
+    ``per_key``."""
+
+    name: str
+    max_runs: int
+    period: float
+    per_key: bool
+    created_at: datetime
+    updated_at: datetime
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict, times as ISO 8601, as the CLI and API print it."""
+        return {
+            "name": self.name,
+            "max_runs": self.max_runs,
+            "period": self.period,
+            "per_key": self.per_key,
+            "created_at": self.created_at.isoformat(),
+            "updated_at": self.updated_at.isoformat(),
+        }
 
 
 @dataclass(frozen=True, slots=True)

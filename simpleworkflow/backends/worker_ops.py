@@ -60,8 +60,13 @@ class WorkerOps(StoreCore):
             known=list(claim.known),
             alone=claim.alone,
         )
-        if rows:
-            yield from self.then("claim", ids=[str(row["id"]) for row in rows])
+        # Runs over a rate limit come back from SQLite's claim still pending, due again
+        # later (Postgres's claim writes their events itself and returns leased runs only).
+        throttled = [str(row["id"]) for row in rows if row["status"] != "leased"]
+        rows = [row for row in rows if row["status"] == "leased"]
+        if rows or throttled:
+            ids = [str(row["id"]) for row in rows]
+            yield from self.then("claim", ids=ids, throttled=throttled)
         return [
             Lease(
                 run=self.run_from_row(row),

@@ -25,6 +25,7 @@ def _command_modules() -> list[ModuleType]:
     """The sub-command modules, in the order ``--help`` lists them."""
     from simpleworkflow.cli import (
         demo,
+        limits,
         migrate,
         registry,
         replaycheck,
@@ -48,6 +49,7 @@ def _command_modules() -> list[ModuleType]:
         serve,
         replaycheck,
         registry,
+        limits,
         topics,
         schedules,
         sweep,

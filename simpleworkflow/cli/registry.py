@@ -1,10 +1,10 @@
-"""``simpleworkflow registry``: which runtime runs each type, the pause switch, and how
-long each type's finished runs are kept.
+"""``simpleworkflow registry``: which runtime runs each type, the pause switch, how long
+each type's finished runs are kept, and how many may be leased at once.
 
 A worker adds the types it can run when it starts (``python`` for this package) and
 leaves existing entries alone; these commands are how an operator moves a type to
 another runtime, stops every worker from claiming it without touching its runs, or sets
-its retention (see docs/retention.md).
+its retention (see docs/retention.md) or its concurrency limits (docs/flow-control.md).
 """
 
 from __future__ import annotations
@@ -12,12 +12,23 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from simpleworkflow import durations, names, retention
+from simpleworkflow import durations, errors, names, retention
 from simpleworkflow.admin import check_runtime, registry_dict
+from simpleworkflow.admin.verbs import check_concurrency
 from simpleworkflow.backends.records import RegistryEntry
 from simpleworkflow.cli import _common, _output
 
-REGISTRY_COLUMNS = ("TYPE", "RUNTIME", "STATE", "RETENTION", "UPDATED (UTC)", "DESCRIPTION")
+REGISTRY_COLUMNS = (
+    "TYPE",
+    "RUNTIME",
+    "STATE",
+    "RETENTION",
+    "CONCURRENCY",
+    "UPDATED (UTC)",
+    "DESCRIPTION",
+)
+#: What the concurrency options take for "no limit".
+NONE = "none"
 #: What ``set-retention`` takes to give a type the sweeper's default again.
 DEFAULT = "default"
 
@@ -31,7 +42,14 @@ def register(subparsers: Any) -> None:
         "ACTION has its own --help.",
     )
     commands = _common.add_commands(parser, dest="registry_command", metavar="ACTION")
-    for add in (_add_list, _add_set, _add_pause, _add_resume, _add_set_retention):
+    for add in (
+        _add_list,
+        _add_set,
+        _add_pause,
+        _add_resume,
+        _add_set_retention,
+        _add_set_concurrency,
+    ):
         add(commands)
 
 
@@ -62,6 +80,7 @@ def _add_set(commands: Any) -> None:
         metavar="DURATION",
         help="keep its finished runs this long (90d), as set-retention does",
     )
+    _add_limits(parser, "as set-concurrency does")
     _common.add_common_options(parser)
     parser.set_defaults(handler=set_entry)
 
@@ -104,6 +123,36 @@ def _add_set_retention(commands: Any) -> None:
     parser.set_defaults(handler=set_retention)
 
 
+def _add_set_concurrency(commands: Any) -> None:
+    parser = commands.add_parser(
+        "set-concurrency",
+        help="how many runs of a type may be leased at once, in all and per key",
+        description="At most N runs of TYPE leased at once across every worker "
+        "(--concurrency), and at most N of those started with one concurrency_key "
+        f"(--key-concurrency); '{NONE}' or an option left out: no such limit. Runs over a "
+        "limit wait as pending; runs already leased finish. The type must be in the "
+        "registry. See docs/flow-control.md.",
+    )
+    parser.add_argument("type", metavar="TYPE")
+    _add_limits(parser, "")
+    _common.add_common_options(parser)
+    parser.set_defaults(handler=set_concurrency)
+
+
+def _add_limits(parser: argparse.ArgumentParser, suffix: str) -> None:
+    also = f", {suffix}" if suffix else ""
+    parser.add_argument(
+        "--concurrency",
+        metavar="N",
+        help=f"at most N runs of the type leased at once, or '{NONE}'{also}",
+    )
+    parser.add_argument(
+        "--key-concurrency",
+        metavar="N",
+        help=f"at most N leased at once per concurrency key, or '{NONE}'{also}",
+    )
+
+
 def list_entries(args: argparse.Namespace) -> int:
     with _common.admin_for(args) as admin:
         entries = admin.registry()
@@ -120,10 +169,13 @@ def set_entry(args: argparse.Namespace) -> int:
     names.validate_type(args.type)  # refused before any database is opened
     check_runtime(args.runtime)
     keep = None if args.retention is None else _retention(args.retention, "--retention")
+    limits = _limits(args)
     with _common.admin_for(args, create=True) as admin:
         entry = admin.set_runtime(args.type, args.runtime, description=args.description)
         if args.retention is not None:
             entry = admin.set_retention(args.type, keep)
+        if args.concurrency is not None or args.key_concurrency is not None:
+            entry = admin.set_concurrency(args.type, limits[0], per_key=limits[1])
     if args.json:
         _output.emit_json(registry_dict(entry))
     else:
@@ -141,6 +193,49 @@ def set_retention(args: argparse.Namespace) -> int:
     else:
         print(f"{entry.workflow_name}: finished runs kept {_kept(entry)}")
     return 0
+
+
+def set_concurrency(args: argparse.Namespace) -> int:
+    names.validate_type(args.type)
+    total, per_key = _limits(args)
+    with _common.admin_for(args) as admin:
+        entry = admin.set_concurrency(args.type, total, per_key=per_key)
+    if args.json:
+        _output.emit_json(registry_dict(entry))
+    else:
+        print(f"{entry.workflow_name}: {_concurrency(entry)}")
+    return 0
+
+
+def _limits(args: argparse.Namespace) -> tuple[int | None, int | None]:
+    """``--concurrency`` and ``--key-concurrency`` as limits, checked before any database
+    is opened."""
+    return (
+        _limit(args.concurrency, "--concurrency"),
+        _limit(args.key_concurrency, "--key-concurrency"),
+    )
+
+
+def _limit(text: str | None, what: str) -> int | None:
+    if text is None or text.strip().lower() == NONE:
+        return None
+    try:
+        number = int(text)
+    except ValueError:
+        raise errors.InvalidArgument(
+            f"{what} must be a whole number of runs or '{NONE}', not {text!r}"
+        ) from None
+    return check_concurrency(what, number)
+
+
+def _concurrency(entry: RegistryEntry) -> str:
+    """``4 leased at most, 1 per key``, as the listing and set-concurrency say it."""
+    parts = []
+    if entry.concurrency is not None:
+        parts.append(f"{entry.concurrency} leased at most")
+    if entry.key_concurrency is not None:
+        parts.append(f"{entry.key_concurrency} per key")
+    return ", ".join(parts) or "no concurrency limit"
 
 
 def _retention(text: str, what: str) -> float | None:
@@ -194,6 +289,7 @@ def _entry_row(entry: RegistryEntry) -> list[str]:
         entry.runtime,
         _state(entry),
         DEFAULT if entry.retention is None else retention.describe(entry.retention.total_seconds()),
+        _concurrency(entry) if entry.concurrency or entry.key_concurrency else "-",
         _output.when(entry.updated_at),
         entry.description or "-",
     ]

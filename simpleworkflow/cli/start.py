@@ -68,6 +68,13 @@ def register(subparsers: Any) -> None:
         "retention or the default",
     )
     parser.add_argument(
+        "--concurrency-key",
+        default=None,
+        metavar="KEY",
+        help="count the run against its type's per-key concurrency limit under KEY (a "
+        "customer id, say; see docs/flow-control.md)",
+    )
+    parser.add_argument(
         "--debounce",
         nargs=2,
         default=None,

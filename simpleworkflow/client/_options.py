@@ -42,6 +42,9 @@ class StartOptions(TypedDict, total=False):
     #: Keep the run this long after it finishes (``"90d"``), instead of its type's
     #: retention or the default; at most the ceiling, ``$SIMPLEWORKFLOW_MAX_RETENTION_DAYS``.
     retention: durations.Duration | None
+    #: Count the run against its type's per-key concurrency limit under this key (a
+    #: customer id, say; see docs/flow-control.md).
+    concurrency_key: str | None
     #: Starts with this key collapse into one run, due a window after the last:
     #: ``("key", "30s")`` or a :class:`~simpleworkflow.client.Debounce`.
     debounce: _debounce.DebounceSpec | None
@@ -99,6 +102,7 @@ def new_run(
         ),
         trace_context=None if trace_context is None else json.dumps(dict(trace_context)),
         retention=retention.check(options.get("retention")),
+        concurrency_key=_check_key(options.get("concurrency_key"), "concurrency_key"),
         **({} if debounce is None else debounce.params()),
     )
 
@@ -157,12 +161,12 @@ def _check_delay(delay: durations.Duration | None) -> float:
     return seconds
 
 
-def _check_key(key: object) -> str | None:
+def _check_key(key: object, what: str = "idempotency_key") -> str | None:
     if key is None:
         return None
     if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH or names.unstorable(key):
         raise errors.InvalidArgument(
-            f"idempotency_key must be a non-empty string of at most {MAX_KEY_LENGTH} "
+            f"{what} must be a non-empty string of at most {MAX_KEY_LENGTH} "
             f"characters without NUL characters or lone surrogates, not {key!r:.80}"
         )
     return key

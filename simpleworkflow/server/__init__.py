@@ -27,6 +27,7 @@ from simpleworkflow import observe
 from simpleworkflow.client import AsyncClient
 from simpleworkflow.server import (
     health,
+    limits,
     problems,
     routing,
     runs,
@@ -47,6 +48,7 @@ SECTIONS: tuple[Callable[..., APIRouter], ...] = (
     runs.router,
     types_index.router,
     topics.router,
+    limits.router,
     schedules.router,
 )
 

@@ -16,6 +16,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
     StrictFloat,
     StrictInt,
     StrictStr,
@@ -108,6 +109,13 @@ class StartRun(_Request):
         "($SIMPLEWORKFLOW_MAX_RETENTION_DAYS)",
         examples=["90d"],
     )
+    concurrency_key: StrictStr | None = Field(
+        default=None,
+        description="count the run against its type's per-key concurrency limit under this "
+        "key (a customer id, say; see docs/flow-control.md)",
+        min_length=1,
+        max_length=512,
+    )
     debounce: DebounceIn | None = Field(
         default=None,
         description="collapse repeated starts into one run: it takes the last start's "
@@ -169,6 +177,9 @@ class RunOut(BaseModel):
     retention: float | None = Field(
         description="seconds kept after it finishes, as chosen at start; null: its type's "
         "retention, else the default"
+    )
+    concurrency_key: str | None = Field(
+        default=None, description="the key of its type's per-key concurrency limit"
     )
     created_at: datetime
     updated_at: datetime
@@ -255,6 +266,32 @@ class RegistryOut(BaseModel):
     retention: float | None = Field(
         description="seconds its runs are kept after they finish unless they chose; null: "
         "the default"
+    )
+    concurrency: int | None = Field(
+        default=None, description="at most this many of its runs leased at once; null: no limit"
+    )
+    key_concurrency: int | None = Field(
+        default=None, description="at most this many leased at once per concurrency key"
+    )
+    rate_limit: str | None = Field(
+        default=None, description="the rate limit its claims obey (docs/flow-control.md)"
+    )
+
+
+class ConcurrencyIn(_Request):
+    """A type's concurrency limits, both set together (see docs/flow-control.md)."""
+
+    concurrency: StrictInt | None = Field(
+        default=None,
+        ge=1,
+        le=2**31 - 1,
+        description="at most this many runs of the type leased at once; null: no limit",
+    )
+    key_concurrency: StrictInt | None = Field(
+        default=None,
+        ge=1,
+        le=2**31 - 1,
+        description="at most this many leased at once per concurrency key; null: no limit",
     )
 
 
@@ -353,6 +390,26 @@ class PublishedOut(BaseModel):
     runs: list[RunOut]
 
 
+class RateLimitIn(_Request):
+    """A rate limit's rate (see docs/flow-control.md)."""
+
+    rate: StrictStr = Field(
+        description="N/period: at most N claims per period", examples=["10/s", "600/m", "5/10s"]
+    )
+    per_key: StrictBool = Field(default=False, description="count each concurrency key apart")
+
+
+class RateLimitOut(BaseModel):
+    """A named rate limit."""
+
+    name: str
+    max_runs: int = Field(description="claims let through per period")
+    period: float = Field(description="the period, in seconds")
+    per_key: bool
+    created_at: datetime
+    updated_at: datetime
+
+
 class CreateSchedule(_Request):
     """A cron schedule: ``client.schedules.create``'s arguments (see docs/schedules.md)."""
 
@@ -400,6 +457,18 @@ class ScheduleOut(BaseModel):
     error: str | None = Field(description="why the scheduler paused it, if it did")
     created_at: datetime
     updated_at: datetime
+
+
+class LimitDeleted(BaseModel):
+    deleted: bool = Field(description="false: there was no such limit")
+
+
+class TypeRateLimitIn(_Request):
+    """The rate limit a type obeys."""
+
+    rate_limit: StrictStr | None = Field(
+        description="a rate limit's name; null: obey none", examples=["partner-api"]
+    )
 
 
 class ScheduleDeleted(BaseModel):

@@ -1,4 +1,5 @@
-"""``/types``: every workflow type at a glance, and pausing or resuming one."""
+"""``/types``: every workflow type at a glance, pausing or resuming one, and its
+concurrency limits."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from starlette.responses import Response
 from simpleworkflow.server import bodies, routing
 from simpleworkflow.server.auth import Auth
 from simpleworkflow.server.problems import responses
-from simpleworkflow.server.schemas import RegistryOut, TypeOut
+from simpleworkflow.server.schemas import ConcurrencyIn, RegistryOut, TypeOut
 from simpleworkflow.server.source import ClientSource
 
 TypeName = Annotated[
@@ -56,5 +57,20 @@ def router(source: ClientSource, auth: Auth, route_class: type[routing.GuardedRo
     async def resume_type(type: TypeName) -> Response:
         """Let the workers of its runtime claim the type again."""
         return bodies.respond(bodies.registry(await source.client.admin.resume(type)))
+
+    @api.put(
+        "/{type}/concurrency",
+        response_model=RegistryOut,
+        dependencies=[auth.writer()],
+        responses=switch_errors,
+    )
+    async def set_concurrency(type: TypeName, limits: ConcurrencyIn) -> Response:
+        """Set how many runs of the type may be leased at once, in all and per
+        concurrency key (both together; null: no limit). 404 for a type the registry
+        does not hold."""
+        entry = await source.client.admin.set_concurrency(
+            type, limits.concurrency, per_key=limits.key_concurrency
+        )
+        return bodies.respond(bodies.registry(entry))
 
     return api

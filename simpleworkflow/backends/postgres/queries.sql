@@ -25,7 +25,7 @@ select pg_advisory_xact_lock(hashtext(%(key)s))
 -- the id (time-ordered, see names.new_run_id); plain SQL inserts get the column default.
 insert into {schema}workflow_run
     (id, type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline,
-     trace_context, retention)
+     trace_context, retention, concurrency_key)
 values (
     %(id)s::uuid, %(type)s, %(payload)s::jsonb, %(idempotency_key)s, %(priority)s,
     coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s)),
@@ -33,7 +33,8 @@ values (
     %(parent_id)s::uuid,
     coalesce(%(deadline)s::timestamptz, now() + make_interval(secs => %(deadline_in)s)),
     %(trace_context)s::jsonb,
-    %(retention)s::float8 * interval '1 second'
+    %(retention)s::float8 * interval '1 second',
+    %(concurrency_key)s
 )
 on conflict (idempotency_key) do nothing
 returning id::text as id, run_at, deadline, created_at, updated_at
@@ -42,17 +43,19 @@ returning id::text as id, run_at, deadline, created_at, updated_at
 -- Many runs in one statement; ids come from the client so rows can be matched to items.
 insert into {schema}workflow_run
     (id, type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline,
-     trace_context, retention)
+     trace_context, retention, concurrency_key)
 select i.id, i.type, i.payload::jsonb, i.idempotency_key, i.priority,
        coalesce(i.run_at, now() + make_interval(secs => i.delay)),
        coalesce(i.max_attempts, 3), i.parent_id,
        coalesce(i.deadline, now() + make_interval(secs => i.deadline_in)),
        i.trace_context::jsonb,
-       i.retention * interval '1 second'
+       i.retention * interval '1 second',
+       i.concurrency_key
 from jsonb_to_recordset(%(items)s::jsonb)
     as i(id uuid, type text, payload text, idempotency_key text, priority integer,
          run_at timestamptz, delay float8, max_attempts integer, parent_id uuid,
-         deadline timestamptz, deadline_in float8, trace_context text, retention float8)
+         deadline timestamptz, deadline_in float8, trace_context text, retention float8,
+         concurrency_key text)
 on conflict (idempotency_key) do nothing
 returning id::text as id, run_at, deadline, created_at, updated_at
 
@@ -68,7 +71,7 @@ returning id::text as id, run_at, deadline, created_at, updated_at
 with upserted as (
     insert into {schema}workflow_run as r
         (id, type, payload, priority, run_at, max_attempts, deadline, trace_context,
-         retention, debounce_key)
+         retention, debounce_key, concurrency_key)
     values (
         %(id)s::uuid, %(type)s, %(payload)s::jsonb, %(priority)s,
         now() + make_interval(secs => %(debounce_window)s),
@@ -76,8 +79,10 @@ with upserted as (
         coalesce(%(deadline)s::timestamptz, now() + make_interval(secs => %(deadline_in)s)),
         %(trace_context)s::jsonb,
         %(retention)s::float8 * interval '1 second',
-        %(debounce_key)s
+        %(debounce_key)s,
+        %(concurrency_key)s
     )
+    -- the concurrency key stays the first call's: the run's counters were made for it
     on conflict (type, debounce_key)
         where status = 'pending' and deleted_at is null and debounce_key is not null
     do update set
@@ -220,12 +225,91 @@ set retention = %(retention)s::float8 * interval '1 second', updated_at = now()
 where workflow_name = %(name)s
 returning *
 
+-- name: set_registry_concurrency
+-- At most concurrency leased runs of the type, and key_concurrency per concurrency key;
+-- null: no limit. recount_concurrency follows, in the same transaction.
+update {schema}workflow_registry
+set concurrency = %(concurrency)s, key_concurrency = %(key_concurrency)s, updated_at = now()
+where workflow_name = %(name)s
+returning *
+
+-- name: lock_leases
+-- Waits for the claims and outcomes under way and holds new ones off until commit, so
+-- that the recount that follows sees every lease (a short pause of every worker).
+lock table {schema}workflow_run in share mode
+
+-- name: clear_concurrency
+delete from {schema}workflow_concurrency where workflow_name = %(name)s
+
+-- name: recount_concurrency
+-- The counters of a type whose limits changed: one for the type and one for each key of
+-- its pending and leased runs, holding its leased runs.
+insert into {schema}workflow_concurrency (workflow_name, concurrency_key, held, capacity)
+select r.type, k.concurrency_key, count(*) filter (where r.status = 'leased'), min(k.capacity)
+from {schema}workflow_run r
+join {schema}workflow_registry g on g.workflow_name = r.type
+cross join lateral (values ('', g.concurrency), (r.concurrency_key, g.key_concurrency))
+    as k(concurrency_key, capacity)
+where r.type = %(name)s and r.status in ('pending', 'leased')
+  and k.concurrency_key is not null and k.capacity is not null
+group by r.type, k.concurrency_key
+union all
+-- a type limited in all with no run yet
+select g.workflow_name, '', 0, g.concurrency
+from {schema}workflow_registry g
+where g.workflow_name = %(name)s and g.concurrency is not null
+  and not exists (select from {schema}workflow_run r
+                  where r.type = g.workflow_name and r.status in ('pending', 'leased'))
+
+-- name: set_rate_limit
+insert into {schema}workflow_rate_limit (name, max_runs, period, per_key)
+values (%(name)s, %(max_runs)s, %(period)s, %(per_key)s)
+on conflict (name) do update
+set max_runs = excluded.max_runs, period = excluded.period, per_key = excluded.per_key,
+    updated_at = now()
+returning *
+
+-- name: get_rate_limit
+select * from {schema}workflow_rate_limit where name = %(name)s
+
+-- name: list_rate_limits
+select * from {schema}workflow_rate_limit order by name
+
+-- name: delete_rate_limit
+-- Types that named it obey no rate limit until it is set again.
+with gone as (
+    delete from {schema}workflow_rate_limit where name = %(name)s returning name
+), windows as (
+    delete from {schema}workflow_rate_window where name in (select name from gone)
+)
+select name from gone
+
+-- name: set_registry_rate_limit
+update {schema}workflow_registry
+set rate_limit = %(rate_limit)s, updated_at = now()
+where workflow_name = %(name)s
+returning *
+
 -- name: claim
 -- A suspect (a run rescued from a dead worker, see 0008) goes only to a worker that holds
 -- no run (alone), and alone; while one is due, no worker claims ordinary runs, so that
 -- busy workers drain until one is empty and takes it.
-with suspect as (
-    select r.id, r.waiting_for
+--
+-- Concurrency limits (0015, docs/flow-control.md): the scan steps over types and keys
+-- whose counter is full (a hashed look-up, so a blocked key starves no one); then the
+-- candidates' counters are locked and read as they are now, and only as many runs of
+-- each key and type are claimed as they have room for, and counted (a trigger counts
+-- the leases that end).
+--
+-- Rate limits (0016): of the runs left, those of a type that obeys a rate limit take a
+-- token each from the limit's current window (locked the same way); those it has no
+-- token for stay pending, due again when the next window opens, with a throttled event.
+with full_slots as materialized (
+    select f.workflow_name, f.concurrency_key
+    from {schema}workflow_concurrency f
+    where f.held >= f.capacity
+), suspect as (
+    select r.id, r.waiting_for, r.type, r.concurrency_key, r.priority, r.run_at
     from {schema}workflow_run r
     where r.status = 'pending'
       and r.isolate
@@ -238,11 +322,14 @@ with suspect as (
           select g.workflow_name from {schema}workflow_registry g
           where g.runtime <> %(runtime)s or not g.is_enabled
       )
+      and r.type not in (select workflow_name from full_slots where concurrency_key = '')
+      and (r.concurrency_key is null
+           or (r.type, r.concurrency_key) not in (select * from full_slots))
     order by r.priority, r.run_at
     limit 1
     for update skip locked
 ), ordinary as (
-    select r.id, r.waiting_for
+    select r.id, r.waiting_for, r.type, r.concurrency_key, r.priority, r.run_at
     from {schema}workflow_run r
     where r.status = 'pending'
       and r.run_at <= now()
@@ -259,13 +346,108 @@ with suspect as (
           select g.workflow_name from {schema}workflow_registry g
           where g.runtime <> %(runtime)s or not g.is_enabled
       )
+      -- Full types and keys, hashed the same way.
+      and r.type not in (select workflow_name from full_slots where concurrency_key = '')
+      and (r.concurrency_key is null
+           or (r.type, r.concurrency_key) not in (select * from full_slots))
     order by r.priority, r.run_at
     limit %(limit)s
     for update skip locked
 ), candidates as (
-    select id, waiting_for from suspect where %(alone)s
+    select * from suspect where %(alone)s
     union all
-    select id, waiting_for from ordinary
+    select * from ordinary
+), limits as (
+    select g.workflow_name, g.concurrency, g.key_concurrency
+    from {schema}workflow_registry g
+    where g.workflow_name in (select type from candidates)
+      and (g.concurrency is not null or g.key_concurrency is not null)
+), slots as (
+    -- The counters of the candidates' limited types and keys, locked in key order (claims
+    -- never wait on each other in a cycle) and read at their newest version, not as this
+    -- statement's snapshot saw them. A counter missing here leaves no room.
+    select s.workflow_name, s.concurrency_key, s.held
+    from {schema}workflow_concurrency s
+    where (s.workflow_name, s.concurrency_key) in (
+        select l.workflow_name, '' from limits l where l.concurrency is not null
+        union all
+        select c.type, c.concurrency_key
+        from candidates c join limits l on l.workflow_name = c.type
+        where l.key_concurrency is not null and c.concurrency_key is not null
+    )
+    order by s.workflow_name, s.concurrency_key
+    for update
+), by_key as (
+    -- within a key (and then a type) the claim takes runs in the usual order
+    select c.id, c.waiting_for, c.type, c.concurrency_key, c.priority, c.run_at,
+           l.concurrency,
+           case when l.key_concurrency is not null and c.concurrency_key is not null
+                then l.key_concurrency - coalesce(k.held, l.key_concurrency) end as room,
+           row_number() over (partition by c.type, c.concurrency_key
+                              order by c.priority, c.run_at, c.id) as n
+    from candidates c
+    left join limits l on l.workflow_name = c.type
+    left join slots k on k.workflow_name = c.type and k.concurrency_key = c.concurrency_key
+), by_type as (
+    select b.id, b.waiting_for, b.type, b.concurrency_key, b.priority, b.run_at, b.concurrency,
+           row_number() over (partition by b.type order by b.priority, b.run_at, b.id) as n
+    from by_key b
+    where b.room is null or b.n <= b.room
+), allowed as (
+    select b.id, b.waiting_for, b.type, b.concurrency_key, b.priority, b.run_at
+    from by_type b
+    left join slots t on t.workflow_name = b.type and t.concurrency_key = ''
+    where b.concurrency is null or b.n <= b.concurrency - coalesce(t.held, b.concurrency)
+), rated as (
+    select a.id, l.name, l.max_runs, l.period,
+           case when l.per_key then coalesce(a.concurrency_key, '') else '' end as rate_key,
+           row_number() over (
+               partition by l.name, case when l.per_key then coalesce(a.concurrency_key, '') end
+               order by a.priority, a.run_at, a.id) as n
+    from allowed a
+    join {schema}workflow_registry g on g.workflow_name = a.type
+    join {schema}workflow_rate_limit l on l.name = g.rate_limit
+), windows as (
+    -- Each window is counted where it stands now: a window that opened since this
+    -- statement's snapshot (or before it) is the one on the row, locked.
+    insert into {schema}workflow_rate_window as w (name, rate_key, window_start, used, granted)
+    select r.name, r.rate_key, r.opens, r.tokens, r.tokens
+    from (
+        select name, rate_key, least(count(*), min(max_runs))::integer as tokens,
+               to_timestamp(floor(extract(epoch from now()) / min(period)) * min(period)) as opens
+        from rated
+        group by name, rate_key
+    ) as r
+    order by r.name, r.rate_key
+    on conflict (name, rate_key) do update
+    set granted = case when w.window_start >= excluded.window_start
+                       then greatest(least(excluded.granted, (
+                                select l.max_runs from {schema}workflow_rate_limit l
+                                where l.name = w.name) - w.used), 0)
+                       else excluded.granted end,
+        used = case when w.window_start >= excluded.window_start
+                    then w.used + greatest(least(excluded.granted, (
+                             select l.max_runs from {schema}workflow_rate_limit l
+                             where l.name = w.name) - w.used), 0)
+                    else excluded.granted end,
+        window_start = greatest(w.window_start, excluded.window_start)
+    returning w.name, w.rate_key, w.granted,
+              w.window_start + (select l.period from {schema}workflow_rate_limit l
+                                where l.name = w.name) * interval '1 second' as next_window
+), throttled as (
+    select r.id, w.next_window, r.name
+    from rated r join windows w on w.name = r.name and w.rate_key = r.rate_key
+    where r.n > w.granted
+), deferred as (
+    update {schema}workflow_run r
+    set run_at = t.next_window, updated_at = now()
+    from throttled t
+    where r.id = any(array(select id from throttled)) and r.id = t.id
+    returning r.id, r.run_at, t.name
+), deferred_events as (
+    insert into {schema}workflow_event (workflow_id, event_type, data)
+    select id, 'throttled', jsonb_build_object('rate_limit', name, 'until', run_at)
+    from deferred
 ), claimed as (
     update {schema}workflow_run r
     set status = 'leased',
@@ -275,11 +457,23 @@ with suspect as (
         waiting_for = null,
         code_version = coalesce(r.code_version, %(versions)s::jsonb ->> r.type),
         updated_at = now()
-    from candidates c
+    from allowed c
     -- The array makes this a primary-key lookup of the claimed ids; a bare join lets the
     -- planner hash the candidates and scan the whole table.
-    where r.id = any(array(select id from candidates)) and r.id = c.id
+    where r.id = any(array(select id from allowed except select id from throttled))
+      and r.id = c.id
     returning r.*, c.waiting_for as was_waiting_for, now() as db_now
+), counted as (
+    -- the leases taken, added once to each counter (locked above); the trigger counts
+    -- the leases that end
+    update {schema}workflow_concurrency s
+    set held = s.held + d.leases
+    from (select c.type, k.concurrency_key, count(*) as leases
+          from claimed c
+          cross join lateral (values (''), (c.concurrency_key)) as k(concurrency_key)
+          where k.concurrency_key is not null
+          group by c.type, k.concurrency_key) as d
+    where s.workflow_name = d.type and s.concurrency_key = d.concurrency_key
 ), claim_events as (
     insert into {schema}workflow_event (workflow_id, event_type, data)
     select c.id, e.event_type,
@@ -330,12 +524,24 @@ left join {schema}workflow_run r on r.id = l.id
 -- name: succeed_runs
 with outcomes as (
     select * from jsonb_to_recordset(%(items)s::jsonb) as o(id uuid, token uuid, result text)
+), counters as (
+    -- The concurrency counters of these runs (0015), locked in key order before the
+    -- trigger changes them, as the claim locks them: no two transactions wait on each
+    -- other in a cycle. Nothing to lock for types without a limit.
+    select 1
+    from {schema}workflow_concurrency s
+    join {schema}workflow_run x
+      on s.workflow_name = x.type and s.concurrency_key in ('', coalesce(x.concurrency_key, ''))
+    where x.id in (select id from outcomes)
+    order by s.workflow_name, s.concurrency_key
+    for update of s
 ), done as (
     update {schema}workflow_run r
     set status = 'succeeded', result = o.result::jsonb, lease_until = null,
         lease_token = null, updated_at = now()
     from outcomes o
     where r.id = o.id and r.lease_token = o.token and r.status = 'leased'
+      and (select count(*) from counters) >= 0
     returning r.id, r.leased_by, r.attempt, r.parent_id
 ), done_events as (
     insert into {schema}workflow_event (workflow_id, event_type, data)
@@ -360,6 +566,17 @@ with outcomes as (
     select * from jsonb_to_recordset(%(items)s::jsonb)
         as o(id uuid, token uuid, final boolean, delay float8, error text, data jsonb,
              charged boolean, suspect boolean, trace jsonb)
+), counters as (
+    -- The concurrency counters of these runs (0015), locked in key order before the
+    -- trigger changes them, as the claim locks them: no two transactions wait on each
+    -- other in a cycle. Nothing to lock for types without a limit.
+    select 1
+    from {schema}workflow_concurrency s
+    join {schema}workflow_run x
+      on s.workflow_name = x.type and s.concurrency_key in ('', coalesce(x.concurrency_key, ''))
+    where x.id in (select id from outcomes)
+    order by s.workflow_name, s.concurrency_key
+    for update of s
 ), done as (
     update {schema}workflow_run r
     set status = case when o.final then 'failed' else 'pending' end,
@@ -378,6 +595,7 @@ with outcomes as (
         updated_at = now()
     from outcomes o
     where r.id = o.id and r.lease_token is not distinct from o.token and r.status = 'leased'
+      and (select count(*) from counters) >= 0
     returning r.id, r.status, r.attempt, r.run_at, r.parent_id
 ), woken_parents as (
     update {schema}workflow_run p
@@ -404,6 +622,17 @@ select id from done
 with outcomes as (
     select * from jsonb_to_recordset(%(items)s::jsonb)
         as o(id uuid, token uuid, delay float8, trace jsonb)
+), counters as (
+    -- The concurrency counters of these runs (0015), locked in key order before the
+    -- trigger changes them, as the claim locks them: no two transactions wait on each
+    -- other in a cycle. Nothing to lock for types without a limit.
+    select 1
+    from {schema}workflow_concurrency s
+    join {schema}workflow_run x
+      on s.workflow_name = x.type and s.concurrency_key in ('', coalesce(x.concurrency_key, ''))
+    where x.id in (select id from outcomes)
+    order by s.workflow_name, s.concurrency_key
+    for update of s
 ), done as (
     update {schema}workflow_run r
     set status = 'pending', leased_by = null, lease_until = null, lease_token = null,
@@ -417,6 +646,7 @@ with outcomes as (
         updated_at = now()
     from outcomes o
     where r.id = o.id and r.lease_token = o.token and r.status = 'leased'
+      and (select count(*) from counters) >= 0
     returning r.id
 ), release_events as (
     insert into {schema}workflow_event (workflow_id, event_type, data)
@@ -544,6 +774,17 @@ with outcomes as (
     select * from jsonb_to_recordset(%(items)s::jsonb)
         as o(id uuid, token uuid, run_at timestamptz, delay float8, waiting_for jsonb,
              events jsonb, trace jsonb)
+), counters as (
+    -- The concurrency counters of these runs (0015), locked in key order before the
+    -- trigger changes them, as the claim locks them: no two transactions wait on each
+    -- other in a cycle. Nothing to lock for types without a limit.
+    select 1
+    from {schema}workflow_concurrency s
+    join {schema}workflow_run x
+      on s.workflow_name = x.type and s.concurrency_key in ('', coalesce(x.concurrency_key, ''))
+    where x.id in (select id from outcomes)
+    order by s.workflow_name, s.concurrency_key
+    for update of s
 ), done as (
     update {schema}workflow_run r
     set status = 'pending',
@@ -559,6 +800,7 @@ with outcomes as (
         updated_at = now()
     from outcomes o
     where r.id = o.id and r.lease_token = o.token and r.status = 'leased'
+      and (select count(*) from counters) >= 0
     returning r.id, r.run_at
 ), suspend_events as (
     insert into {schema}workflow_event (workflow_id, event_type, data)

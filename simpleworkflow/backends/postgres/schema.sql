@@ -48,7 +48,9 @@ create table {schema}workflow_run (
     -- kept this long after it finished; null: its type's retention, else the default (0012)
     retention       interval,
     -- a debounced start's key, while the run is pending and unclaimed (0013)
-    debounce_key    text
+    debounce_key    text,
+    -- runs of one key (a customer, say) share their type's per-key limit (0015)
+    concurrency_key text
 );
 
 -- Claims read only claimable rows, ordered by priority then by when they became due:
@@ -99,7 +101,14 @@ create table {schema}workflow_registry (
     created_at    timestamptz not null default now(),
     updated_at    timestamptz not null default now(),
     -- how long its runs are kept after they finish, unless they chose; null: the default
-    retention     interval
+    retention     interval,
+    -- at most this many of its runs leased at once, in all, and per concurrency key (0015)
+    concurrency     integer
+                    constraint workflow_registry_concurrency_check check (concurrency >= 1),
+    key_concurrency integer
+                    constraint workflow_registry_key_concurrency_check check (key_concurrency >= 1),
+    -- the rate limit its claims obey (workflow_rate_limit.name), if any (0016)
+    rate_limit      text
 );
 
 
@@ -330,3 +339,102 @@ create table {schema}workflow_schedule (
 create index idx_workflow_schedule_due
     on {schema}workflow_schedule (next_tick_at)
     where not paused;
+
+-- Concurrency limits (migration 0015).
+-- One counter per limited type (concurrency_key '') and per key of a type limited per
+-- key: how many of its runs are leased (held), and how many may be (capacity, the limit).
+-- A counter exists for every key of a limited type that has pending or leased runs: the
+-- insert trigger below creates it, and so does setting a limit. The claim locks its
+-- candidates' counters in key order and reads them at their newest version (select ...
+-- for update), so no two claims can both take the last slot; the update trigger below
+-- counts every lease that starts or ends.
+create table {schema}workflow_concurrency (
+    workflow_name   text not null,
+    concurrency_key text not null,
+    held            integer not null default 0,
+    capacity        integer not null default 1,
+    primary key (workflow_name, concurrency_key)
+);
+
+-- The claim steps over full types and keys by a hashed look-up of this small index: it
+-- holds no more rows than runs are leased.
+create index idx_workflow_concurrency_full
+    on {schema}workflow_concurrency (workflow_name, concurrency_key)
+    where held >= capacity;
+
+-- Counters for the keys of new runs of a limited type, whoever inserts them.
+create function {schema}workflow_run_count_keys() returns trigger
+language plpgsql as $$
+begin
+    insert into {schema_name}.workflow_concurrency (workflow_name, concurrency_key, capacity)
+    select distinct g.workflow_name, k.concurrency_key, k.capacity
+    from (select distinct type, concurrency_key from new_runs) as n
+    join {schema_name}.workflow_registry g on g.workflow_name = n.type
+    cross join lateral (values ('', g.concurrency), (n.concurrency_key, g.key_concurrency))
+        as k(concurrency_key, capacity)
+    where k.concurrency_key is not null and k.capacity is not null
+    order by 1, 2
+    on conflict do nothing;
+    return null;
+end
+$$;
+
+create trigger workflow_run_count_keys
+    after insert on {schema}workflow_run
+    referencing new table as new_runs
+    for each statement execute function {schema}workflow_run_count_keys();
+
+-- The claim counts the leases it takes (it holds the counters locked, and adds to each
+-- once). Every path that ends a lease (success, failure, retry, suspension, release,
+-- cancellation, the reaper; deleting a leased run) is counted here, whoever wrote it in
+-- whatever language. Only those rows call the function; for a type without a limit it
+-- is an index probe that finds no counter. (A statement trigger, counting each counter
+-- once per statement from transition tables, cost every update of workflow_run the copy
+-- of its rows: a third of the drain rate of types without limits.)
+create function {schema}workflow_run_count_leases() returns trigger
+language plpgsql as $$
+begin
+    update {schema_name}.workflow_concurrency
+    set held = greatest(held - 1, 0)
+    where workflow_name = old.type
+      and concurrency_key in ('', coalesce(old.concurrency_key, ''));
+    return null;
+end
+$$;
+
+create trigger workflow_run_count_leases
+    after update of status on {schema}workflow_run
+    for each row
+    when (old.status = 'leased' and new.status <> 'leased')
+    execute function {schema}workflow_run_count_leases();
+
+create trigger workflow_run_count_deleted_leases
+    after delete on {schema}workflow_run
+    for each row
+    when (old.status = 'leased')
+    execute function {schema}workflow_run_count_leases();
+
+-- Rate limits (migration 0016): named limits, and the current window of each.
+create table {schema}workflow_rate_limit (
+    name        text primary key,
+    max_runs    integer not null
+                constraint workflow_rate_limit_max_runs_check check (max_runs >= 1),
+    period      float8 not null
+                constraint workflow_rate_limit_period_check check (period > 0),
+    per_key     boolean not null default false,
+    created_at  timestamptz not null default now(),
+    updated_at  timestamptz not null default now()
+);
+
+-- The current window of each limit (and key): when it opened (a multiple of the period
+-- since the epoch), how many claims it let through, and how many the last claim got.
+-- The claim updates it with on conflict do update, which locks its newest version: two
+-- claims never both take the last token.
+create table {schema}workflow_rate_window (
+    name         text not null,
+    rate_key     text not null,
+    window_start timestamptz not null,
+    used         integer not null default 0,
+    granted      integer not null default 0,
+    primary key (name, rate_key)
+);

@@ -22,7 +22,7 @@ insert into workflow_schema_version (version, name) values (:version, :name)
 -- the id (time-ordered, see names.new_run_id); plain SQL inserts get the column default.
 insert into workflow_run
     (id, type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline,
-     trace_context, retention)
+     trace_context, retention, concurrency_key)
 values (
     :id, :type, :payload, :idempotency_key, :priority,
     coalesce(:run_at, strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :delay || ' seconds')),
@@ -30,7 +30,8 @@ values (
     :parent_id,
     coalesce(:deadline, strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :deadline_in || ' seconds')),
     :trace_context,
-    :retention
+    :retention,
+    :concurrency_key
 )
 on conflict (idempotency_key) do nothing
 returning id, run_at, deadline, created_at, updated_at
@@ -39,7 +40,7 @@ returning id, run_at, deadline, created_at, updated_at
 -- Many runs in one statement; ids come from the client so rows can be matched to items.
 insert into workflow_run
     (id, type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline,
-     trace_context, retention)
+     trace_context, retention, concurrency_key)
 select json_extract(i.value, '$.id'), json_extract(i.value, '$.type'),
        json_extract(i.value, '$.payload'), json_extract(i.value, '$.idempotency_key'),
        json_extract(i.value, '$.priority'),
@@ -52,7 +53,8 @@ select json_extract(i.value, '$.id'), json_extract(i.value, '$.type'),
                 strftime('%Y-%m-%d %H:%M:%f', 'now',
                          '+' || json_extract(i.value, '$.deadline_in') || ' seconds')),
        json_extract(i.value, '$.trace_context'),
-       json_extract(i.value, '$.retention')
+       json_extract(i.value, '$.retention'),
+       json_extract(i.value, '$.concurrency_key')
 from json_each(:items) as i
 where true
 order by i.key
@@ -64,7 +66,7 @@ returning id, run_at, deadline, created_at, updated_at
 -- unclaimed run of this type and key in place.
 insert into workflow_run as r
     (id, type, payload, priority, run_at, max_attempts, deadline, trace_context, retention,
-     debounce_key)
+     debounce_key, concurrency_key)
 values (
     :id, :type, :payload, :priority,
     strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :debounce_window || ' seconds'),
@@ -72,8 +74,10 @@ values (
     coalesce(:deadline, strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :deadline_in || ' seconds')),
     :trace_context,
     :retention,
-    :debounce_key
+    :debounce_key,
+    :concurrency_key
 )
+-- the concurrency key stays the first call's, as on Postgres
 on conflict (type, debounce_key)
     where status = 'pending' and deleted_at is null and debounce_key is not null
 do update set
@@ -237,15 +241,82 @@ set retention = :retention, updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
 where workflow_name = :name
 returning *
 
+-- name: set_registry_concurrency
+-- At most concurrency leased runs of the type, and key_concurrency per concurrency key;
+-- null: no limit. recount_concurrency follows, in the same transaction.
+update workflow_registry
+set concurrency = :concurrency, key_concurrency = :key_concurrency,
+    updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+where workflow_name = :name
+returning *
+
+-- name: lock_leases
+-- Writers are serialised (BEGIN IMMEDIATE): no claim or outcome can come in between.
+select 1
+
+-- name: clear_concurrency
+delete from workflow_concurrency where workflow_name = :name
+
+-- name: recount_concurrency
+-- The counters of a type whose limits changed, from its leased runs (the keys with none
+-- get theirs at their next claim).
+insert into workflow_concurrency (workflow_name, concurrency_key, held, capacity)
+select k.type, k.concurrency_key, count(*), min(k.capacity)
+from (select r.type, '' as concurrency_key, g.concurrency as capacity
+      from workflow_run r join workflow_registry g on g.workflow_name = r.type
+      where r.type = :name and r.status = 'leased'
+      union all
+      select r.type, r.concurrency_key, g.key_concurrency
+      from workflow_run r join workflow_registry g on g.workflow_name = r.type
+      where r.type = :name and r.status = 'leased') as k
+where k.concurrency_key is not null and k.capacity is not null
+group by k.type, k.concurrency_key
+
+-- name: set_rate_limit
+insert into workflow_rate_limit (name, max_runs, period, per_key)
+values (:name, :max_runs, :period, :per_key)
+on conflict (name) do update
+set max_runs = excluded.max_runs, period = excluded.period, per_key = excluded.per_key,
+    updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+returning *
+
+-- name: get_rate_limit
+select * from workflow_rate_limit where name = :name
+
+-- name: list_rate_limits
+select * from workflow_rate_limit order by name
+
+-- name: delete_rate_limit
+-- Types that named it obey no rate limit until it is set again.
+delete from workflow_rate_limit where name = :name returning name
+
+-- name: delete_rate_limit_then_windows
+delete from workflow_rate_window where name = :name
+
+-- name: set_registry_rate_limit
+update workflow_registry
+set rate_limit = :rate_limit, updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+where workflow_name = :name
+returning *
+
 -- name: claim
 -- waiting_for is returned as it was (for replay) and cleared by claim_then_2. A suspect
 -- (a run rescued from a dead worker, see 0005) goes only to a worker that holds no run
 -- (alone), and alone; while one is due, no worker claims ordinary runs, so that busy
 -- workers drain until one is empty and takes it.
+--
+-- Concurrency limits (0012, docs/flow-control.md): the scan steps over full types and
+-- keys; then only as many runs of each key and type are claimed as they have room for.
+-- Writers are serialised, so the counters read here are current; the triggers count.
+--
+-- Rate limits (0013): of the runs left, those of a type that obeys a rate limit take a
+-- token each from the limit's current window (claim_then_3 counts them); those it has
+-- no token for are not leased but due again when the next window opens (returned
+-- pending; claim_then_4 writes their throttled events).
 with suspect as (
     -- Suspects are rare: without the hint SQLite may walk every due run in the claim
     -- index looking for one.
-    select s.id
+    select s.id, s.type, s.concurrency_key, s.priority, s.run_at
     from workflow_run s indexed by idx_workflow_run_suspects
     where s.status = 'pending'
       and s.isolate
@@ -259,10 +330,19 @@ with suspect as (
           select 1 from workflow_registry g
           where g.workflow_name = s.type and (g.runtime <> :runtime or not g.is_enabled)
       )
+      and s.type not in (
+          select f.workflow_name from workflow_concurrency f
+          where f.concurrency_key = '' and f.held >= f.capacity
+      )
+      and not exists (
+          select 1 from workflow_concurrency f
+          where f.workflow_name = s.type and f.concurrency_key = s.concurrency_key
+            and f.held >= f.capacity
+      )
     order by s.priority, s.run_at
     limit 1
 ), ordinary as (
-    select r.id
+    select r.id, r.type, r.concurrency_key, r.priority, r.run_at
     from workflow_run r
     where r.status = 'pending'
       and r.run_at <= strftime('%Y-%m-%d %H:%M:%f', 'now')
@@ -276,17 +356,82 @@ with suspect as (
           select 1 from workflow_registry g
           where g.workflow_name = r.type and (g.runtime <> :runtime or not g.is_enabled)
       )
+      and r.type not in (
+          select f.workflow_name from workflow_concurrency f
+          where f.concurrency_key = '' and f.held >= f.capacity
+      )
+      and not exists (
+          select 1 from workflow_concurrency f
+          where f.workflow_name = r.type and f.concurrency_key = r.concurrency_key
+            and f.held >= f.capacity
+      )
     order by r.priority, r.run_at
     limit :limit
+), candidates as (
+    select * from suspect where :alone
+    union all
+    select * from ordinary
+), by_key as (
+    -- within a key (and then a type) the claim takes runs in the usual order
+    select cand.id, cand.type, cand.concurrency_key, cand.priority, cand.run_at,
+           case when cand.concurrency_key is not null
+                then g.key_concurrency - coalesce(k.held, 0) end as room,
+           row_number() over (partition by cand.type, cand.concurrency_key
+                              order by cand.priority, cand.run_at, cand.id) as n
+    from candidates cand
+    left join workflow_registry g on g.workflow_name = cand.type
+    left join workflow_concurrency k
+      on k.workflow_name = cand.type and k.concurrency_key = cand.concurrency_key
+), by_type as (
+    select b.id, b.type, b.concurrency_key, b.priority, b.run_at,
+           row_number() over (partition by b.type order by b.priority, b.run_at, b.id) as n
+    from by_key b
+    where b.room is null or b.n <= b.room
+), allowed as (
+    select b.id, b.type, b.concurrency_key, b.priority, b.run_at
+    from by_type b
+    left join workflow_registry g on g.workflow_name = b.type
+    left join workflow_concurrency t on t.workflow_name = b.type and t.concurrency_key = ''
+    where g.concurrency is null or b.n <= g.concurrency - coalesce(t.held, 0)
+), rated as (
+    select a.id, l.period, a.priority, a.run_at, l.name, l.max_runs,
+           case when l.per_key then coalesce(a.concurrency_key, '') else '' end as rate_key,
+           cast((julianday('now') - 2440587.5) * 86400.0 / l.period as integer) * l.period
+               as opens
+    from allowed a
+    join workflow_registry g on g.workflow_name = a.type
+    join workflow_rate_limit l on l.name = g.rate_limit
+), throttled as (
+    select q.id, strftime('%Y-%m-%d %H:%M:%f', q.opens + q.period, 'unixepoch') as next_window
+    from (
+        select r.id, r.opens, r.period,
+               case when w.window_start >= strftime('%Y-%m-%d %H:%M:%f', r.opens, 'unixepoch')
+                    then r.max_runs - w.used else r.max_runs end as tokens,
+               row_number() over (partition by r.name, r.rate_key
+                                  order by r.priority, r.run_at, r.id) as n
+        from rated r
+        left join workflow_rate_window w on w.name = r.name and w.rate_key = r.rate_key
+    ) as q
+    where q.n > q.tokens
+), outcome as (
+    select a.id, t.next_window from allowed a left join throttled t on t.id = a.id
 )
 update workflow_run
-set status = 'leased',
-    leased_by = :worker_id,
-    lease_until = strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :lease || ' seconds'),
-    lease_token = lower(hex(randomblob(16))),
-    code_version = coalesce(code_version, json_extract(:versions, '$."' || type || '"')),
+set status = case when o.next_window is null then 'leased' else status end,
+    leased_by = case when o.next_window is null then :worker_id else leased_by end,
+    lease_until = case when o.next_window is null
+                       then strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :lease || ' seconds')
+                       else lease_until end,
+    lease_token = case when o.next_window is null then lower(hex(randomblob(16)))
+                       else lease_token end,
+    code_version = case when o.next_window is null
+                        then coalesce(code_version,
+                                      json_extract(:versions, '$."' || type || '"'))
+                        else code_version end,
+    run_at = coalesce(o.next_window, run_at),
     updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
-where id in (select id from suspect where :alone union all select id from ordinary)
+from outcome as o
+where workflow_run.id = o.id
 returning *, strftime('%Y-%m-%d %H:%M:%f', 'now') as db_now
 
 -- name: claim_then_1_events
@@ -306,6 +451,34 @@ order by i.key, e.n
 -- name: claim_then_2_clear_waits
 update workflow_run set waiting_for = null
 where waiting_for is not null and id in (select value from json_each(:ids))
+
+-- name: claim_then_3_rate_windows
+-- The tokens the claimed runs took from their rate limits' current windows.
+insert into workflow_rate_window (name, rate_key, window_start, used, granted)
+select l.name, case when l.per_key then coalesce(r.concurrency_key, '') else '' end,
+       strftime('%Y-%m-%d %H:%M:%f',
+                cast((julianday('now') - 2440587.5) * 86400.0 / l.period as integer) * l.period,
+                'unixepoch'),
+       count(*), count(*)
+from json_each(:ids) as i
+join workflow_run r on r.id = i.value
+join workflow_registry g on g.workflow_name = r.type
+join workflow_rate_limit l on l.name = g.rate_limit
+where true
+group by 1, 2, 3
+on conflict (name, rate_key) do update
+set used = case when window_start >= excluded.window_start then used + excluded.used
+                else excluded.used end,
+    granted = excluded.granted,
+    window_start = max(window_start, excluded.window_start)
+
+-- name: claim_then_4_throttled_events
+insert into workflow_event (workflow_id, event_type, data)
+select r.id, 'throttled',
+       json_object('rate_limit', g.rate_limit, 'until', replace(r.run_at, ' ', 'T') || '+00:00')
+from json_each(:throttled) as i
+join workflow_run r on r.id = i.value
+join workflow_registry g on g.workflow_name = r.type
 
 -- name: unknown_versions
 -- Reads only idx_workflow_run_versioned (0004): never-claimed runs have no code version.

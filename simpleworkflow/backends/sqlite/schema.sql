@@ -35,7 +35,9 @@ create table workflow_run (
     -- seconds kept after it finished; null: its type's retention, else the default (0009)
     retention       real,
     -- a debounced start's key, while the run is pending and unclaimed (0010)
-    debounce_key    text
+    debounce_key    text,
+    -- runs of one key (a customer, say) share their type's per-key limit (0012)
+    concurrency_key text
 );
 
 create index idx_workflow_run_claim
@@ -72,7 +74,14 @@ create table workflow_registry (
     created_at    text not null default (strftime('%Y-%m-%d %H:%M:%f', 'now')),
     updated_at    text not null default (strftime('%Y-%m-%d %H:%M:%f', 'now')),
     -- seconds its runs are kept after they finish, unless they chose; null: the default
-    retention     real
+    retention     real,
+    -- at most this many of its runs leased at once, in all, and per concurrency key (0012)
+    concurrency     integer
+                    constraint workflow_registry_concurrency_check check (concurrency >= 1),
+    key_concurrency integer
+                    constraint workflow_registry_key_concurrency_check check (key_concurrency >= 1),
+    -- the rate limit its claims obey (workflow_rate_limit.name), if any (0013)
+    rate_limit      text
 );
 
 create index idx_workflow_run_lease_expiry
@@ -210,3 +219,79 @@ when old.debounce_key is not null and new.status <> 'pending'
 begin
     update workflow_run set debounce_key = null where id = new.id;
 end;
+
+-- Concurrency limits (migration 0012).
+-- One counter per limited type (concurrency_key '') and per key of a type limited per
+-- key: how many of its runs are leased (held), and how many may be (capacity). Writers
+-- are serialised, so the claim reads them as they are; the triggers below count every
+-- lease that starts or ends, whatever statement (in whatever language) wrote it.
+create table workflow_concurrency (
+    workflow_name   text not null,
+    concurrency_key text not null,
+    held            integer not null default 0,
+    capacity        integer not null default 1,
+    primary key (workflow_name, concurrency_key)
+);
+
+-- The claim steps over full types and keys through this small index.
+create index idx_workflow_concurrency_full
+    on workflow_concurrency (workflow_name, concurrency_key)
+    where held >= capacity;
+
+create trigger workflow_run_lease_taken
+after update of status on workflow_run
+when new.status = 'leased' and old.status <> 'leased'
+begin
+    insert into workflow_concurrency (workflow_name, concurrency_key, held, capacity)
+    select g.workflow_name, '', 1, g.concurrency
+    from workflow_registry g
+    where g.workflow_name = new.type and g.concurrency is not null
+    union all
+    select g.workflow_name, new.concurrency_key, 1, g.key_concurrency
+    from workflow_registry g
+    where g.workflow_name = new.type and g.key_concurrency is not null
+      and new.concurrency_key is not null
+    on conflict (workflow_name, concurrency_key)
+    do update set held = held + 1, capacity = excluded.capacity;
+end;
+
+create trigger workflow_run_lease_ended
+after update of status on workflow_run
+when old.status = 'leased' and new.status <> 'leased'
+begin
+    update workflow_concurrency set held = max(held - 1, 0)
+    where workflow_name = old.type
+      and concurrency_key in ('', coalesce(old.concurrency_key, ''));
+end;
+
+create trigger workflow_run_leased_deleted
+after delete on workflow_run
+when old.status = 'leased'
+begin
+    update workflow_concurrency set held = max(held - 1, 0)
+    where workflow_name = old.type
+      and concurrency_key in ('', coalesce(old.concurrency_key, ''));
+end;
+
+-- Rate limits (migration 0013): named limits, and the current window of each.
+create table workflow_rate_limit (
+    name        text primary key,
+    max_runs    integer not null
+                constraint workflow_rate_limit_max_runs_check check (max_runs >= 1),
+    period      real not null
+                constraint workflow_rate_limit_period_check check (period > 0),
+    per_key     integer not null default 0,
+    created_at  text not null default (strftime('%Y-%m-%d %H:%M:%f', 'now')),
+    updated_at  text not null default (strftime('%Y-%m-%d %H:%M:%f', 'now'))
+);
+
+-- The current window of each limit (and key): when it opened (a multiple of the period
+-- since the epoch), how many claims it let through, and how many the last claim got.
+create table workflow_rate_window (
+    name         text not null,
+    rate_key     text not null,
+    window_start text not null,
+    used         integer not null default 0,
+    granted      integer not null default 0,
+    primary key (name, rate_key)
+);

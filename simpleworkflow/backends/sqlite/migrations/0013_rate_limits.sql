@@ -1,0 +1,27 @@
+-- simpleworkflow 0013: rate limits, as Postgres's 0016 (docs/flow-control.md). A named
+-- limit lets at most max_runs claims through per period (seconds; per concurrency key, if
+-- per_key); a type names the limit it obeys in workflow_registry.rate_limit. Runs over it
+-- stay pending, due again when the next window opens.
+create table workflow_rate_limit (
+    name        text primary key,
+    max_runs    integer not null
+                constraint workflow_rate_limit_max_runs_check check (max_runs >= 1),
+    period      real not null
+                constraint workflow_rate_limit_period_check check (period > 0),
+    per_key     integer not null default 0,
+    created_at  text not null default (strftime('%Y-%m-%d %H:%M:%f', 'now')),
+    updated_at  text not null default (strftime('%Y-%m-%d %H:%M:%f', 'now'))
+);
+
+alter table workflow_registry add column rate_limit text;
+
+-- The current window of each limit (and key): when it opened (a multiple of the period
+-- since the epoch), how many claims it let through, and how many the last claim got.
+create table workflow_rate_window (
+    name         text not null,
+    rate_key     text not null,
+    window_start text not null,
+    used         integer not null default 0,
+    granted      integer not null default 0,
+    primary key (name, rate_key)
+);

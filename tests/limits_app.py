@@ -1,0 +1,27 @@
+"""The app of the flow-control process tests: ``simpleworkflow worker limits_app:app``
+with ``tests/`` on the path. Its handlers only take a little time; what the tests check
+is read from the audit events, not from anything the workers count."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from simpleworkflow.app import App
+
+app = App()
+KEYED = "limits.keyed.v1"
+
+
+@app.workflow(KEYED)
+async def keyed(payload: dict[str, Any]) -> dict[str, Any]:
+    await asyncio.sleep(0.03)
+    return {}
+
+
+RATED = "limits.rated.v1"
+
+
+@app.workflow(RATED)
+async def rated(payload: dict[str, Any]) -> dict[str, Any]:
+    return {}

@@ -1,0 +1,233 @@
+"""Concurrency limits (docs/flow-control.md), on both stores: per type, per key, both; the
+claim steps over full keys; every way a lease ends gives its slot back; bad input."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+from conftest import Store
+
+from simpleworkflow import Client, errors
+from simpleworkflow.backends import Backend
+from simpleworkflow.backends.records import (
+    Claim,
+    Failure,
+    Lease,
+    Outcomes,
+    Release,
+    Success,
+    Suspension,
+)
+
+TYPE = "limits.task.v1"
+OTHER = "limits.other.v1"
+
+
+@pytest.fixture
+def backend(store: Store) -> Iterator[Backend]:
+    backend = store.backend()
+    try:
+        yield backend
+    finally:
+        backend.close()
+
+
+@pytest.fixture
+def limited(client: Client) -> Client:
+    client.admin.set_runtime(TYPE, "python")
+    return client
+
+
+def claim(backend: Backend, limit: int = 100, types: tuple[str, ...] = (TYPE,)) -> list[Lease]:
+    return backend.execute(backend.claim(Claim("w", types, limit, lease_seconds=30)))
+
+
+def keys(leases: list[Lease]) -> Counter[str | None]:
+    return Counter(lease.run.concurrency_key for lease in leases)
+
+
+def counters(store: Store) -> dict[tuple[str, str], int]:
+    """The stored counters, which must always equal the leased runs they count."""
+    rows = store.sql("select workflow_name, concurrency_key, held from workflow_concurrency")
+    return {(name, key): held for name, key, held in rows if held}
+
+
+def leased(store: Store) -> dict[tuple[str, str], int]:
+    rows = store.sql("select type, concurrency_key from workflow_run where status = 'leased'")
+    found: Counter[tuple[str, str]] = Counter()
+    for type_name, key in rows:
+        found[(type_name, "")] += 1
+        if key is not None:
+            found[(type_name, key)] += 1
+    return dict(found)
+
+
+def succeed(backend: Backend, leases: list[Lease]) -> None:
+    done = [Success(lease.run.id, lease.token, "{}") for lease in leases]
+    backend.execute(backend.finish(Outcomes(succeeded=done), "w"))
+
+
+def test_a_type_limit_caps_its_leased_runs(store: Store, backend: Backend, limited: Client) -> None:
+    limited.start_many([(TYPE, {})] * 5)
+    entry = limited.admin.set_concurrency(TYPE, 2)
+    assert (entry.concurrency, entry.key_concurrency) == (2, None)
+    first = claim(backend)
+    assert len(first) == 2 and claim(backend) == []
+    succeed(backend, first[:1])
+    assert len(claim(backend)) == 1
+    assert counters(store) == {(TYPE, ""): 2}
+
+
+def test_a_key_limit_caps_each_key_and_leaves_unkeyed_runs_alone(
+    store: Store, backend: Backend, limited: Client
+) -> None:
+    limited.admin.set_concurrency(TYPE, None, per_key=1)
+    limited.start_many(
+        [{"type": TYPE, "concurrency_key": "a"}] * 3
+        + [{"type": TYPE, "concurrency_key": "b"}] * 2
+        + [(TYPE, {})] * 2
+    )
+    assert keys(claim(backend)) == {"a": 1, "b": 1, None: 2}
+    assert claim(backend) == []
+    assert counters(store) == {(TYPE, "a"): 1, (TYPE, "b"): 1}
+
+
+def test_a_full_key_is_stepped_over_not_waited_behind(backend: Backend, limited: Client) -> None:
+    """Key a's runs come first in the queue; one claim at a time still reaches key b."""
+    limited.admin.set_concurrency(TYPE, None, per_key=1)
+    limited.start_many([{"type": TYPE, "concurrency_key": "a", "priority": 1}] * 50)
+    limited.start_many([{"type": TYPE, "concurrency_key": "b", "priority": 2}] * 2)
+    assert keys(claim(backend, 1)) == {"a": 1}
+    assert keys(claim(backend, 1)) == {"b": 1}
+    assert claim(backend, 1) == []
+
+
+def test_priorities_order_the_runs_of_a_key(backend: Backend, limited: Client) -> None:
+    limited.admin.set_concurrency(TYPE, None, per_key=1)
+    low = limited.start(TYPE, {}, concurrency_key="a", priority=50)
+    high = limited.start(TYPE, {}, concurrency_key="a", priority=10)
+    [first] = claim(backend)
+    assert first.run.id == high.id
+    succeed(backend, [first])
+    assert [lease.run.id for lease in claim(backend)] == [low.id]
+
+
+def test_type_and_key_limits_hold_together(store: Store, backend: Backend, limited: Client) -> None:
+    limited.admin.set_concurrency(TYPE, 3, per_key=2)
+    limited.start_many([{"type": TYPE, "concurrency_key": k} for k in "aaaabbbb"])
+    first = claim(backend)
+    assert len(first) == 3 and max(keys(first).values()) == 2
+    assert claim(backend) == []
+    assert counters(store) == leased(store)
+
+
+def test_other_types_are_not_held_back(backend: Backend, limited: Client) -> None:
+    limited.admin.set_concurrency(TYPE, 1)
+    limited.start_many([(TYPE, {})] * 3 + [(OTHER, {})] * 3)
+    got = Counter(lease.run.type for lease in claim(backend, types=(TYPE, OTHER)))
+    assert got == {TYPE: 1, OTHER: 3}
+
+
+def test_every_way_a_lease_ends_gives_its_slot_back(
+    store: Store, backend: Backend, limited: Client
+) -> None:
+    limited.admin.set_concurrency(TYPE, 10, per_key=10)
+    runs = limited.start_many([{"type": TYPE, "concurrency_key": "k"}] * 7)
+    lease = {item.run.id: item for item in claim(backend)}
+    assert counters(store) == {(TYPE, ""): 7, (TYPE, "k"): 7}
+    a, b, c, d, e, f, g = (lease[run.id] for run in runs)
+    backend.execute(
+        backend.finish(
+            Outcomes(
+                succeeded=[Success(a.run.id, a.token, "{}")],
+                failed=[
+                    Failure(b.run.id, b.token, final=True, delay=0, error="x", data={}),
+                    Failure(c.run.id, c.token, final=False, delay=60, error="x", data={}),
+                ],
+                released=[Release(d.run.id, d.token, delay=60)],
+                suspended=[Suspension(e.run.id, e.token, events=[], delay=60)],
+            ),
+            "w",
+        )
+    )
+    assert counters(store) == leased(store) == {(TYPE, ""): 2, (TYPE, "k"): 2}
+    limited.cancel(f.run.id)
+    store.sql("delete from workflow_run where id = ?", g.run.id)
+    assert counters(store) == leased(store) == {}
+
+
+def test_an_expired_lease_rescued_by_the_reaper_gives_its_slot_back(
+    store: Store, backend: Backend, limited: Client
+) -> None:
+    limited.admin.set_concurrency(TYPE, None, per_key=1)
+    limited.start(TYPE, {}, concurrency_key="k")
+    limited.start(TYPE, {}, concurrency_key="k")
+    [held] = claim(backend)
+    store.sql("update workflow_run set lease_until = created_at where id = ?", held.run.id)
+
+    def retry(row: object) -> Failure:
+        return Failure(held.run.id, held.token, final=False, delay=0, error="lost", data={})
+
+    assert len(backend.execute(backend.reap_expired([TYPE], 10, retry))) == 1
+    assert counters(store) == {}
+    assert keys(claim(backend)) == {"k": 1}
+
+
+def test_setting_a_limit_counts_the_leases_already_held(
+    store: Store, backend: Backend, limited: Client
+) -> None:
+    limited.start_many([{"type": TYPE, "concurrency_key": "a"}] * 4)
+    assert len(claim(backend, 3)) == 3  # no limit yet
+    limited.admin.set_concurrency(TYPE, None, per_key=2)
+    assert counters(store) == {(TYPE, "a"): 3}
+    assert claim(backend) == []
+    limited.admin.set_concurrency(TYPE, None)  # no limit again: no counters either
+    assert counters(store) == {} and len(claim(backend)) == 1
+
+
+def test_the_limits_are_listed_with_the_registry(limited: Client) -> None:
+    limited.admin.set_concurrency(TYPE, 5, per_key=1)
+    [entry] = [e for e in limited.admin.registry() if e.workflow_name == TYPE]
+    assert (entry.concurrency, entry.key_concurrency) == (5, 1)
+
+
+@pytest.mark.parametrize("limit", [0, -1, True, 2.5, "3", 2**31])
+def test_a_bad_limit_is_refused_and_changes_nothing(limited: Client, limit: object) -> None:
+    limited.admin.set_concurrency(TYPE, 4)
+    with pytest.raises(errors.InvalidArgument, match="limit must be an integer from 1"):
+        limited.admin.set_concurrency(TYPE, limit)  # type: ignore[arg-type]
+    with pytest.raises(errors.InvalidArgument, match="per_key must be an integer from 1"):
+        limited.admin.set_concurrency(TYPE, None, per_key=limit)  # type: ignore[arg-type]
+    [entry] = [e for e in limited.admin.registry() if e.workflow_name == TYPE]
+    assert entry.concurrency == 4
+
+
+def test_a_limit_for_a_type_not_registered_is_refused(client: Client) -> None:
+    with pytest.raises(errors.TypeNotRegistered):
+        client.admin.set_concurrency("not.registered.v1", 1)
+
+
+@pytest.mark.parametrize("key", ["", 7, "x" * 513, "a\x00b"])
+def test_a_bad_concurrency_key_is_refused(store: Store, client: Client, key: object) -> None:
+    with pytest.raises(errors.InvalidArgument, match="concurrency_key must be a non-empty"):
+        client.start(TYPE, {}, concurrency_key=key)  # type: ignore[arg-type]
+    assert store.count() == 0
+
+
+def test_a_debounced_run_keeps_the_key_of_its_first_call(backend: Backend, limited: Client) -> None:
+    limited.admin.set_concurrency(TYPE, None, per_key=1)
+    first = limited.start(TYPE, {"n": 1}, concurrency_key="a", debounce=("d", 0.001))
+    again = limited.start(TYPE, {"n": 2}, concurrency_key="b", debounce=("d", 0.001))
+    assert again.id == first.id and limited.get(first.id).concurrency_key == "a"
+    time.sleep(0.05)  # the debounce window passes
+    assert [lease.run.payload for lease in claim(backend)] == [{"n": 2}]
+
+
+def test_the_key_is_kept_on_the_run(client: Client) -> None:
+    run = client.start(TYPE, {}, concurrency_key="customer-7")
+    assert run.concurrency_key == "customer-7"
+    assert client.get(run.id).concurrency_key == "customer-7"
+    assert client.get(run.id).to_dict()["concurrency_key"] == "customer-7"
