@@ -24,6 +24,11 @@ from simpleworkflow.backends.base import Op, Rows, Statement
 THREAD = "simpleworkflow-sqlite-checkpoint"
 
 
+def checkpoint_threads() -> set[threading.Thread]:
+    """The checkpoint threads alive now (other tests' unclosed backends may own some)."""
+    return {t for t in threading.enumerate() if t.name == THREAD}
+
+
 def checkpointed_runs(path: str) -> int:
     """Runs in the database file itself, not counting the WAL."""
     try:
@@ -40,6 +45,7 @@ def test_a_few_writes_are_checkpointed_in_the_background(store: Store) -> None:
     if store.kind != "sqlite":
         pytest.skip("SQLite's write-ahead log")
     path = config.sqlite_path(store.url)
+    others = checkpoint_threads()
     with store.client() as client:
         for _ in range(5):  # a few pages of WAL, far below any automatic checkpoint
             client.start("test.checkpoint.v1", {})
@@ -47,16 +53,17 @@ def test_a_few_writes_are_checkpointed_in_the_background(store: Store) -> None:
         while checkpointed_runs(path) != 5 and time.monotonic() < deadline:
             time.sleep(0.02)
         assert checkpointed_runs(path) == 5
-        assert any(t.name == THREAD for t in threading.enumerate())
-    assert not any(t.name == THREAD for t in threading.enumerate()), "close() left it running"
+        assert checkpoint_threads() - others
+    assert not checkpoint_threads() - others, "close() left it running"
 
 
 def test_reads_alone_start_no_checkpoint_thread(store: Store) -> None:
     if store.kind != "sqlite":
         pytest.skip("SQLite's write-ahead log")
+    others = checkpoint_threads()
     with store.client() as client:
         client.list()
-        assert not any(t.name == THREAD for t in threading.enumerate())
+        assert not checkpoint_threads() - others
 
 
 def test_statement_journals_stay_in_memory(store: Store) -> None:
