@@ -271,3 +271,8 @@ create table {schema}workflow_service_lease (
     lease_until timestamptz not null,
     updated_at  timestamptz not null default now()
 );
+
+-- Outcomes by time, for the dashboard's throughput chart (migration 0013).
+create index idx_workflow_event_outcomes
+    on {schema}workflow_event (created_at)
+    where event_type in ('succeeded', 'failed', 'retried');

@@ -161,6 +161,11 @@ create table workflow_service_lease (
     updated_at  text not null default (strftime('%Y-%m-%d %H:%M:%f', 'now'))
 );
 
+-- Outcomes by time, for the dashboard's throughput chart (migration 0010).
+create index idx_workflow_event_outcomes
+    on workflow_event (created_at)
+    where event_type in ('succeeded', 'failed', 'retried');
+
 -- The created event comes from the insert itself, so that runs written with plain SQL
 -- have the same audit trail as runs started through a client.
 create trigger workflow_run_created
