@@ -30,8 +30,9 @@ Bulk = Literal["cancel", "retry"]
 #: Which runs each bulk action can act on: the others are left out of its count.
 _ELIGIBLE: dict[str, Callable[[Run], bool]] = {
     "cancel": lambda run: run.status in (RunStatus.PENDING, RunStatus.LEASED),
-    "retry": lambda run: run.status in (RunStatus.FAILED, RunStatus.CANCELLED)
-    and run.deleted_at is None,
+    "retry": lambda run: (
+        run.status in (RunStatus.FAILED, RunStatus.CANCELLED) and run.deleted_at is None
+    ),
 }
 
 
@@ -158,10 +159,15 @@ def _add_types_and_login(acts: APIRouter, site: Site) -> None:
         session = site.sessions.of(request)
         form = await request.form()
         presented = form.get(sessions.CSRF_FIELD)
-        site.sessions.check_form(request, session, presented if isinstance(presented, str) else None)
+        site.sessions.check_form(
+            request, session, presented if isinstance(presented, str) else None
+        )
         opened = site.sessions.log_in(str(form.get("token", "")).strip())
         if opened is None:
-            context = {"error": "That token is not valid.", "next": _next(request, form.get("next"))}
+            context = {
+                "error": "That token is not valid.",
+                "next": _next(request, form.get("next")),
+            }
             return site.render(request, session, "login.html", context, status=401)
         response = site.redirect(request, "dashboard.overview")
         target = _next(request, form.get("next"))
@@ -175,7 +181,9 @@ def _add_types_and_login(acts: APIRouter, site: Site) -> None:
         session = site.sessions.of(request)
         form = await request.form()
         presented = form.get(sessions.CSRF_FIELD)
-        site.sessions.check_form(request, session, presented if isinstance(presented, str) else None)
+        site.sessions.check_form(
+            request, session, presented if isinstance(presented, str) else None
+        )
         response = site.redirect(request, "dashboard.login")
         sessions.clear_cookie(response, request)
         return response

@@ -145,9 +145,7 @@ def router(site: Site, route_class: type[Any]) -> APIRouter:
     return pages
 
 
-async def run_context(
-    site: Site, request: Request, run_id: str, **extra: Any
-) -> dict[str, Any]:
+async def run_context(site: Site, request: Request, run_id: str, **extra: Any) -> dict[str, Any]:
     """What a run's page shows: the run, its journal as a timeline, its audit trail, its
     signals, parent and children."""
     client = site.source.client
@@ -182,8 +180,7 @@ def _moment(what: str, text: str) -> datetime | None:
         found = datetime.fromisoformat(text)
     except ValueError:
         raise errors.InvalidArgument(
-            f"{what} must be a time like 2030-01-31T09:00 (UTC) or with an offset, "
-            f"not {text!r:.80}"
+            f"{what} must be a time like 2030-01-31T09:00 (UTC) or with an offset, not {text!r:.80}"
         ) from None
     return found if found.tzinfo is not None else found.replace(tzinfo=UTC)
 

@@ -123,8 +123,10 @@ class Sessions:
         name, _, rest = cookie.partition(".")
         nonce, _, mac = rest.partition(".")
         key = self._key(name)
-        if key is None or not nonce or not hmac.compare_digest(
-            mac.encode(), _mac(key, f"{name}.{nonce}").encode()
+        if (
+            key is None
+            or not nonce
+            or not hmac.compare_digest(mac.encode(), _mac(key, f"{name}.{nonce}").encode())
         ):
             return None
         level = None if name == "anonymous" else _level(name)

@@ -123,7 +123,9 @@ class Site:
         sessions.set_cookie(response, request, session)
         return response
 
-    def redirect(self, request: Request, name: str, query: Mapping[str, str] | None = None, **params: str) -> Response:
+    def redirect(
+        self, request: Request, name: str, query: Mapping[str, str] | None = None, **params: str
+    ) -> Response:
         """A 303 to the page ``name`` (a route name) after a form: the browser GETs it."""
         url = _path_maker(request)(name, **params)
         if query:

@@ -58,7 +58,9 @@ class Timeline:
         return (self.end - self.start).total_seconds()
 
 
-def timeline(run: Run, steps: Sequence[JournalEntry], events: Sequence[Event], now: datetime) -> Timeline:
+def timeline(
+    run: Run, steps: Sequence[JournalEntry], events: Sequence[Event], now: datetime
+) -> Timeline:
     """The timeline of ``run``, drawn from its journal's start and end times and the
     audit events that start and end its attempts."""
     end = run.updated_at if run.is_terminal else max(now, run.updated_at)
@@ -72,7 +74,15 @@ def timeline(run: Run, steps: Sequence[JournalEntry], events: Sequence[Event], n
         left = (since - start).total_seconds() / span * 100
         stop = end if until is None else until
         width = max((stop - since).total_seconds() / span * 100, _MIN_WIDTH)
-        return Bar(label, kind, round(min(left, 100 - _MIN_WIDTH), 3), round(width, 3), since, until, detail)
+        return Bar(
+            label,
+            kind,
+            round(min(left, 100 - _MIN_WIDTH), 3),
+            round(width, 3),
+            since,
+            until,
+            detail,
+        )
 
     attempts = [bar(*found) for found in _attempts(events, run)]
     lanes = [bar(*found) for found in _calls(steps)]
