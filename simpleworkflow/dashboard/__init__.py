@@ -53,14 +53,15 @@ def router(
     environment), and closes it when the app shuts down. ``source``, a
     :class:`~simpleworkflow.server.source.ClientSource` shared with the API's router,
     stands for all three (its owner closes it). ``auth`` holds the API's tokens (none:
-    no login, as on the loopback default).
+    no login, as on the loopback default); ``options`` default to the environment's
+    (:meth:`Options.from_env`).
     """
     owned = source is None
     if source is None:
         source = ClientSource(client, database_url=database_url, schema=schema)
     elif client is not None or database_url is not None or schema is not None:
         raise TypeError("give a source, or a client or database_url and schema, not both")
-    site = Site(source, auth or Auth(), options or Options())
+    site = Site(source, auth or Auth(), options or Options.from_env())
     shared = source
 
     @contextlib.asynccontextmanager

@@ -3,6 +3,8 @@ templates, and a route class that turns refusals and the engine's errors into pa
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from importlib import resources
@@ -45,6 +47,8 @@ _STATUSES: tuple[tuple[type[errors.SimpleWorkflowError], int], ...] = (
 )
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
+OVERDUE_ENV = "SIMPLEWORKFLOW_DASHBOARD_OVERDUE_SECONDS"
+REFRESH_ENV = "SIMPLEWORKFLOW_DASHBOARD_REFRESH_SECONDS"
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +60,38 @@ class Options:
     overdue_after: float = 60.0
     #: How often the overview (and an unfinished run's page) refreshes itself, seconds.
     refresh_seconds: float = 5.0
+
+    def __post_init__(self) -> None:
+        for name in ("overdue_after", "refresh_seconds"):
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not 0 < value < math.inf
+            ):
+                raise errors.ConfigurationError(
+                    f"{name} must be a number of seconds > 0, not {value!r}"
+                )
+
+    @classmethod
+    def from_env(cls) -> Options:
+        """The options of ``$SIMPLEWORKFLOW_DASHBOARD_OVERDUE_SECONDS`` and
+        ``$SIMPLEWORKFLOW_DASHBOARD_REFRESH_SECONDS``, else the defaults: what
+        ``simpleworkflow serve`` takes."""
+        found: dict[str, float] = {}
+        for name, variable in (
+            ("overdue_after", OVERDUE_ENV),
+            ("refresh_seconds", REFRESH_ENV),
+        ):
+            text = os.environ.get(variable, "").strip()
+            if text:
+                try:
+                    found[name] = float(text)
+                except ValueError:
+                    raise errors.ConfigurationError(
+                        f"${variable} must be a number of seconds, not {text!r}"
+                    ) from None
+        return cls(**found)
 
 
 class Site:

@@ -22,7 +22,7 @@
         {},
         { label: "succeeded", stroke: "#2e7d32", fill: "rgba(46,125,50,0.35)", paths: bars },
         { label: "failed", stroke: "#c62828", fill: "rgba(198,40,40,0.45)", paths: bars },
-        { label: "retried", stroke: "#ef6c00", width: 2 }
+        { label: "retried", stroke: "#ef6c00", width: 2, points: { show: false } }
       ]
     }, [series.x, series.succeeded, series.failed, series.retried], holder);
   }
