@@ -18,7 +18,7 @@ from conftest import Store, poller_thread
 from fastapi import FastAPI
 from worker_app import wait_until
 
-from simpleworkflow import App, AsyncClient, Client, Context, dashboard
+from simpleworkflow import App, AsyncClient, Client, Context, dashboard, errors
 from simpleworkflow.server import Auth, create_app
 
 TYPE = "shop.order.v1"
@@ -425,3 +425,37 @@ def test_a_run_page_shows_its_step_timeline_signals_and_children(
         assert f'/runs/{run_id}"' in child_page.get(f"/runs/{child}").text  # the parent
     finally:
         child_page.close()
+
+
+def test_options_come_from_the_environment_and_bad_ones_are_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SIMPLEWORKFLOW_DASHBOARD_OVERDUE_SECONDS", "300")
+    monkeypatch.setenv("SIMPLEWORKFLOW_DASHBOARD_REFRESH_SECONDS", "2.5")
+    assert dashboard.Options.from_env() == dashboard.Options(overdue_after=300, refresh_seconds=2.5)
+    monkeypatch.setenv("SIMPLEWORKFLOW_DASHBOARD_REFRESH_SECONDS", "soon")
+    with pytest.raises(errors.ConfigurationError, match="REFRESH_SECONDS"):
+        dashboard.Options.from_env()
+    for bad in (0, -1, float("nan"), float("inf"), True):
+        with pytest.raises(errors.ConfigurationError, match="overdue_after"):
+            dashboard.Options(overdue_after=bad)
+
+
+def test_the_api_alone_when_asked_and_its_openapi_document_has_no_page(store: Store) -> None:
+    loop = asyncio.new_event_loop()
+    client = AsyncClient(store.url, schema=store.schema)
+
+    async def get(app: Any, url: str) -> httpx.Response:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+            return await http.get(url)
+
+    try:
+        alone = loop.run_until_complete(get(create_app(client, dashboard=False), "/"))
+        assert alone.status_code == 404
+        with_pages = create_app(client)
+        paths = loop.run_until_complete(get(with_pages, "/openapi.json")).json()["paths"]
+        assert all(path.startswith(("/api/v1", "/healthz", "/readyz")) for path in paths)
+    finally:
+        loop.run_until_complete(client.aclose())
+        loop.close()

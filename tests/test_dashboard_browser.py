@@ -2,8 +2,9 @@
 Playwright; nothing is downloaded), against a real ``simpleworkflow serve`` process and a
 real worker process, on both stores.
 
-One browser for the session; per store, one server and one worker shared by the tests of
-this module. ``SIMPLEWORKFLOW_WRITE_DOCS=1`` also writes the screenshots of docs/img/.
+One browser for the module (pytest-playwright's fixtures, narrowed to this module: the
+sync API's event loop must be gone before other tests call ``asyncio.run``); per store,
+one server and one worker shared by the tests of this module. ``SIMPLEWORKFLOW_WRITE_DOCS=1`` also writes the screenshots of docs/img/.
 """
 
 from __future__ import annotations
@@ -32,17 +33,41 @@ pytestmark = pytest.mark.skipif(
     reason="no chromium binary on PATH (Debian: apt-get install chromium; .ci/run does)",
 )
 if CHROMIUM is not None:
-    from playwright.sync_api import Browser, BrowserContext, Page, expect
+    from playwright.sync_api import (
+        Browser,
+        BrowserContext,
+        Page,
+        Playwright,
+        expect,
+        sync_playwright,
+    )
 
 TESTS = Path(__file__).parent
 SCREENSHOTS = TESTS.parent / "docs" / "img"
 WRITE_DOCS = os.environ.get("SIMPLEWORKFLOW_WRITE_DOCS") == "1"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
+def playwright() -> Iterator[Playwright]:
+    """pytest-playwright's fixture, for this module only: the sync API keeps an event loop
+    running in the main thread while it is started, and the tests after this module
+    call ``asyncio.run``."""
+    with sync_playwright() as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
 def browser_type_launch_args() -> dict[str, Any]:
     """pytest-playwright's launch arguments: the system's chromium, never a download."""
     return {"executable_path": CHROMIUM, "args": ["--no-sandbox"]}
+
+
+@pytest.fixture(scope="module")
+def browser(playwright: Playwright, browser_type_launch_args: dict[str, Any]) -> Iterator[Browser]:
+    """One headless chromium for the module (both stores)."""
+    launched = playwright.chromium.launch(headless=True, **browser_type_launch_args)
+    yield launched
+    launched.close()
 
 
 @dataclass

@@ -43,6 +43,7 @@ __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "Auth",
     "create_app",
+    "has_dashboard",
     "is_loopback",
     "router",
 ]
@@ -94,6 +95,14 @@ def _router(
     return outer
 
 
+def has_dashboard() -> bool:
+    """Whether the web dashboard's libraries (Jinja2, python-multipart: the server extra)
+    are installed, so that :func:`create_app` serves it."""
+    return all(
+        importlib.util.find_spec(name) is not None for name in ("jinja2", "python_multipart")
+    )
+
+
 def create_app(
     client: AsyncClient | None = None,
     *,
@@ -124,7 +133,7 @@ def create_app(
     app.include_router(_router(source, auth, API_PREFIX, True, max_body_bytes))
     if metrics is not None:
         app.mount("/metrics", metrics)
-    if dashboard and importlib.util.find_spec("jinja2") is not None:
+    if dashboard and has_dashboard():
         from simpleworkflow import dashboard as pages  # the dashboard extra is installed
 
         app.include_router(pages.router(source=source, auth=auth))
