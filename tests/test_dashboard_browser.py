@@ -4,7 +4,8 @@ real worker process, on both stores.
 
 One browser for the module (pytest-playwright's fixtures, narrowed to this module: the
 sync API's event loop must be gone before other tests call ``asyncio.run``); per store,
-one server and one worker shared by the tests of this module. ``SIMPLEWORKFLOW_WRITE_DOCS=1`` also writes the screenshots of docs/img/.
+one server and one worker shared by the tests of this module.
+``SIMPLEWORKFLOW_WRITE_DOCS=1`` also writes the screenshots of docs/img/.
 """
 
 from __future__ import annotations
