@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from simpleworkflow.backends.admin_ops import AdminOps
 from simpleworkflow.backends.insight_ops import InsightOps
@@ -110,6 +111,35 @@ class Backend(RunOps, WorkerOps, JournalOps, AdminOps, TopicOps, InsightOps):
     async def aclose(self) -> None:
         """Release connections held for asynchronous use."""
         self.close()
+
+    # -- transactions ----------------------------------------------------------------
+
+    @abc.abstractmethod
+    def joinable(self, connection: object, *, asynchronous: bool) -> Any:
+        """``connection`` if :meth:`execute_on` can join its transaction; else
+        :class:`~simpleworkflow.errors.InvalidArgument`, saying why (another driver, or
+        its other face; closed; a failed transaction; another SQLite file)."""
+
+    @abc.abstractmethod
+    def execute_on(self, connection: Any, op: Op[T]) -> T:
+        """Run ``op`` on the caller's ``connection`` (checked by :meth:`joinable`), inside
+        the caller's transaction: nothing is committed here, and a failure undoes only
+        what ``op`` wrote (a savepoint). A connection in autocommit mode outside any
+        transaction gets a transaction of the op's own."""
+
+    @abc.abstractmethod
+    async def execute_on_async(self, connection: Any, op: Op[T]) -> T:
+        """:meth:`execute_on` for an asynchronous driver connection."""
+
+    @abc.abstractmethod
+    def transaction(self) -> contextlib.AbstractContextManager[Any]:
+        """A driver connection of the store's own inside a transaction that commits when
+        the block ends and rolls back when it raises: a transactional step's writes and
+        its journal entry (written with :meth:`execute_on`) commit together."""
+
+    @abc.abstractmethod
+    def transaction_async(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        """:meth:`transaction` with an asynchronous driver connection."""
 
     # -- wake-ups --------------------------------------------------------------------
 

@@ -110,6 +110,10 @@ class NewRun:
     trace_context: str | None = None
     #: Seconds kept after it finishes; ``None``: its type's retention, else the default.
     retention: float | None = None
+    #: Debounced (``debounce_run``): the key, the window and the cap, in seconds.
+    debounce_key: str | None = None
+    debounce_window: float | None = None
+    debounce_max_wait: float | None = None
 
     def params(self) -> dict[str, Any]:
         """The statement parameters, by name."""

@@ -45,6 +45,26 @@ class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class DebounceIn(_Request):
+    """Starts of one type with the same key collapse into one run (docs/flow-control.md)."""
+
+    key: StrictStr = Field(
+        description="starts of the type with this key collapse into one run",
+        min_length=1,
+        max_length=512,
+        examples=["user:42"],
+    )
+    window: Duration = Field(
+        description="the run is due this long after the last start (seconds, '30s')",
+        examples=["30s"],
+    )
+    max_wait: Duration | None = Field(
+        default=None,
+        description="but no later than this long after the first start; at least the window",
+        examples=["5m"],
+    )
+
+
 class StartRun(_Request):
     """One run to start: ``Client.start``'s arguments."""
 
@@ -87,6 +107,12 @@ class StartRun(_Request):
         "its type's retention or the default; at most the ceiling "
         "($SIMPLEWORKFLOW_MAX_RETENTION_DAYS)",
         examples=["90d"],
+    )
+    debounce: DebounceIn | None = Field(
+        default=None,
+        description="collapse repeated starts into one run: it takes the last start's "
+        "payload and options, and the same id is returned to every caller (created false "
+        "for all but the first); not with idempotency_key, run_at or delay",
     )
 
     def options(self) -> dict[str, Any]:

@@ -56,6 +56,52 @@ from jsonb_to_recordset(%(items)s::jsonb)
 on conflict (idempotency_key) do nothing
 returning id::text as id, run_at, deadline, created_at, updated_at
 
+-- name: debounce_run
+-- A debounced start (docs/flow-control.md): the first call of a key inserts the run, due
+-- one window later; a call while that run is pending and unclaimed updates it instead,
+-- in place: its payload and options become this call's, and it is due one window from
+-- now, but never later than max_wait after the first call (created_at). The unique index
+-- idx_workflow_run_debounce arbitrates between concurrent callers. Should a worker claim
+-- the run meanwhile, the row stops matching the index and this call inserts a fresh run.
+-- A call that was absorbed returns the run's id, not the one it brought, and its
+-- `debounced` event says so.
+with upserted as (
+    insert into {schema}workflow_run as r
+        (id, type, payload, priority, run_at, max_attempts, deadline, trace_context,
+         retention, debounce_key)
+    values (
+        %(id)s::uuid, %(type)s, %(payload)s::jsonb, %(priority)s,
+        now() + make_interval(secs => %(debounce_window)s),
+        coalesce(%(max_attempts)s, 3),
+        coalesce(%(deadline)s::timestamptz, now() + make_interval(secs => %(deadline_in)s)),
+        %(trace_context)s::jsonb,
+        %(retention)s::float8 * interval '1 second',
+        %(debounce_key)s
+    )
+    on conflict (type, debounce_key)
+        where status = 'pending' and deleted_at is null and debounce_key is not null
+    do update set
+        payload = excluded.payload,
+        priority = excluded.priority,
+        -- least() passes over a null: no max_wait, no cap
+        run_at = least(excluded.run_at,
+                       r.created_at + make_interval(secs => %(debounce_max_wait)s::float8)),
+        max_attempts = excluded.max_attempts,
+        deadline = excluded.deadline,
+        trace_context = excluded.trace_context,
+        retention = excluded.retention,
+        updated_at = now()
+    returning r.id, r.run_at, r.deadline, r.created_at, r.updated_at
+), debounced_events as (
+    insert into {schema}workflow_event (workflow_id, event_type, data)
+    select id, 'debounced',
+           jsonb_build_object('key', %(debounce_key)s::text, 'run_at', run_at,
+                              'priority', %(priority)s::integer)
+    from upserted
+    where id <> %(id)s::uuid
+)
+select id::text as id, run_at, deadline, created_at, updated_at from upserted
+
 -- name: get_runs_by_keys
 select * from {schema}workflow_run where idempotency_key = any(%(keys)s::text[])
 

@@ -46,7 +46,9 @@ create table {schema}workflow_run (
     -- W3C trace context of the start, and of the attempt that last gave the run back (0011)
     trace_context   jsonb,
     -- kept this long after it finished; null: its type's retention, else the default (0012)
-    retention       interval
+    retention       interval,
+    -- a debounced start's key, while the run is pending and unclaimed (0013)
+    debounce_key    text
 );
 
 -- Claims read only claimable rows, ordered by priority then by when they became due:
@@ -272,7 +274,29 @@ create table {schema}workflow_service_lease (
     updated_at  timestamptz not null default now()
 );
 
--- Outcomes by time, for the dashboard's throughput chart (migration 0013).
+-- Debounce (migration 0013, docs/flow-control.md): one pending, unclaimed run per type
+-- and key, which later debounced starts update in place (`on conflict ... do update`
+-- names this index); the key is cleared as the run stops being pending, whoever writes
+-- the row.
+create unique index idx_workflow_run_debounce
+    on {schema}workflow_run (type, debounce_key)
+    where status = 'pending' and deleted_at is null and debounce_key is not null;
+
+create function {schema}workflow_run_debounce_closed() returns trigger
+language plpgsql as $$
+begin
+    new.debounce_key := null;
+    return new;
+end
+$$;
+
+create trigger workflow_run_debounce_closed
+    before update on {schema}workflow_run
+    for each row
+    when (old.debounce_key is not null and new.status <> 'pending')
+    execute function {schema}workflow_run_debounce_closed();
+
+-- Outcomes by time, for the dashboard's throughput chart (migration 0014).
 create index idx_workflow_event_outcomes
     on {schema}workflow_event (created_at)
     where event_type in ('succeeded', 'failed', 'retried');

@@ -59,6 +59,47 @@ order by i.key
 on conflict (idempotency_key) do nothing
 returning id, run_at, deadline, created_at, updated_at
 
+-- name: debounce_run
+-- A debounced start, as on Postgres (see there): insert the run, or update the pending,
+-- unclaimed run of this type and key in place.
+insert into workflow_run as r
+    (id, type, payload, priority, run_at, max_attempts, deadline, trace_context, retention,
+     debounce_key)
+values (
+    :id, :type, :payload, :priority,
+    strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :debounce_window || ' seconds'),
+    coalesce(:max_attempts, 3),
+    coalesce(:deadline, strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :deadline_in || ' seconds')),
+    :trace_context,
+    :retention,
+    :debounce_key
+)
+on conflict (type, debounce_key)
+    where status = 'pending' and deleted_at is null and debounce_key is not null
+do update set
+    payload = excluded.payload,
+    priority = excluded.priority,
+    -- min() of a null is null: no max_wait, no cap
+    run_at = min(excluded.run_at,
+                 coalesce(strftime('%Y-%m-%d %H:%M:%f', r.created_at,
+                                   '+' || :debounce_max_wait || ' seconds'),
+                          excluded.run_at)),
+    max_attempts = excluded.max_attempts,
+    deadline = excluded.deadline,
+    trace_context = excluded.trace_context,
+    retention = excluded.retention,
+    updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+returning id, run_at, deadline, created_at, updated_at
+
+-- name: debounce_run_then_events
+-- A call absorbed into the pending run (:id is that run's).
+insert into workflow_event (workflow_id, event_type, data)
+select id, 'debounced',
+       json_object('key', :debounce_key,
+                   'run_at', replace(run_at, ' ', 'T') || '+00:00',
+                   'priority', :priority)
+from workflow_run where id = :id
+
 -- name: get_runs_by_keys
 -- After ANALYZE, SQLite's statistics count every keyless run as one repeated key and
 -- judge the index useless: it would read the whole table. Start from the keys, and look

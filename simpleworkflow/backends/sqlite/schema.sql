@@ -33,7 +33,9 @@ create table workflow_run (
     -- W3C trace context of the start, and of the attempt that last gave the run back (0008)
     trace_context   text check (trace_context is null or json_valid(trace_context)),
     -- seconds kept after it finished; null: its type's retention, else the default (0009)
-    retention       real
+    retention       real,
+    -- a debounced start's key, while the run is pending and unclaimed (0010)
+    debounce_key    text
 );
 
 create index idx_workflow_run_claim
@@ -161,7 +163,7 @@ create table workflow_service_lease (
     updated_at  text not null default (strftime('%Y-%m-%d %H:%M:%f', 'now'))
 );
 
--- Outcomes by time, for the dashboard's throughput chart (migration 0010).
+-- Outcomes by time, for the dashboard's throughput chart (migration 0011).
 create index idx_workflow_event_outcomes
     on workflow_event (created_at)
     where event_type in ('succeeded', 'failed', 'retried');
@@ -175,4 +177,17 @@ begin
     values (new.id, 'created',
             json_object('type', new.type, 'priority', new.priority,
                         'run_at', replace(new.run_at, ' ', 'T') || '+00:00'));
+end;
+
+-- Debounce (migration 0010): one pending, unclaimed run per type and key; the key is
+-- cleared as the run stops being pending.
+create unique index idx_workflow_run_debounce
+    on workflow_run (type, debounce_key)
+    where status = 'pending' and deleted_at is null and debounce_key is not null;
+
+create trigger workflow_run_debounce_closed
+after update of status on workflow_run
+when old.debounce_key is not null and new.status <> 'pending'
+begin
+    update workflow_run set debounce_key = null where id = new.id;
 end;
