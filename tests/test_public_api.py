@@ -31,6 +31,7 @@ PUBLIC_NAMES = [
     "RunNotFound",
     "RunPage",
     "RunStatus",
+    "Schedule",
     "Signal",
     "SignalSent",
     "SimpleWorkflowError",

@@ -5,8 +5,8 @@ generator that yields the SQL statements it needs and receives each one's rows. 
 op is driven by a synchronous connection (:meth:`Backend.execute`) or an asynchronous one
 (:meth:`Backend.execute_async`), always inside one transaction, so the sync ``Client``
 and the ``AsyncClient`` share one implementation of every operation. The verbs live by
-concept in ``run_ops``, ``worker_ops``, ``journal_ops``, ``admin_ops``, ``topic_ops`` and
-``insight_ops``; their data in ``records``.
+concept in ``run_ops``, ``worker_ops``, ``journal_ops``, ``admin_ops``, ``topic_ops``,
+``schedule_ops`` and ``insight_ops``; their data in ``records``.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from simpleworkflow.backends.records import (
     Release,
     Rows,
     RunQuery,
+    Schedule,
     ServiceLease,
     SignalSent,
     Statement,
@@ -47,6 +48,7 @@ from simpleworkflow.backends.records import (
     drive,
 )
 from simpleworkflow.backends.run_ops import RunOps
+from simpleworkflow.backends.schedule_ops import ScheduleOps
 from simpleworkflow.backends.topic_ops import TopicOps
 from simpleworkflow.backends.worker_ops import WorkerOps
 
@@ -69,6 +71,7 @@ __all__ = [
     "Release",
     "Rows",
     "RunQuery",
+    "Schedule",
     "ServiceLease",
     "SignalSent",
     "Statement",
@@ -81,7 +84,7 @@ __all__ = [
 ]
 
 
-class Backend(RunOps, WorkerOps, JournalOps, AdminOps, TopicOps, InsightOps):
+class Backend(RunOps, WorkerOps, JournalOps, AdminOps, TopicOps, ScheduleOps, InsightOps):
     """A store of runs. Subclasses provide SQL, row decoding and the two drivers."""
 
     #: The newest migration this code knows.

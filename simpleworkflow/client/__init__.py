@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any, TypeVar, Unpack
 
 from simpleworkflow import durations, names, schema_check
-from simpleworkflow.admin import Admin, AsyncAdmin
+from simpleworkflow.admin import Admin, AsyncAdmin, AsyncSchedules, Schedules
 from simpleworkflow.backends.records import JournalEntry, Op, SignalSent
 from simpleworkflow.client import _connections, _listing, _waiting
 from simpleworkflow.client._debounce import Debounce
@@ -207,6 +207,12 @@ class Client(schema_check.Checked, Requests):
         conn = _connections.driver_connection(connection)
         return self._run_on(self.backend.joinable(conn, asynchronous=False), op)
 
+    @property
+    def schedules(self) -> Schedules:
+        """Cron schedules (create, list, pause, resume, delete), on this client's
+        connections; the same object as ``admin.schedules``. See docs/schedules.md."""
+        return self.admin.schedules
+
     def close(self) -> None:
         self.backend.close()
 
@@ -353,6 +359,11 @@ class AsyncClient(schema_check.AsyncChecked, Requests):
             return await self._run(op)
         conn = await _connections.driver_connection_async(connection)
         return await self._run_on(self.backend.joinable(conn, asynchronous=True), op)
+
+    @property
+    def schedules(self) -> AsyncSchedules:
+        """Cron schedules, awaited; see :attr:`Client.schedules`."""
+        return self.admin.schedules
 
     async def aclose(self) -> None:
         await self.backend.aclose()

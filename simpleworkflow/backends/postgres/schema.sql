@@ -296,7 +296,42 @@ create trigger workflow_run_debounce_closed
     when (old.debounce_key is not null and new.status <> 'pending')
     execute function {schema}workflow_run_debounce_closed();
 
--- Outcomes by time, for the dashboard's throughput chart (migration 0014).
+-- Cron schedules (migration 0014): each due tick of a schedule starts one run, keyed by
+-- the schedule's name and the tick, whichever worker's scheduler starts it.
+create table {schema}workflow_schedule (
+    name          text primary key,
+    workflow_type text not null,
+    cron          text not null,
+    timezone      text not null default 'UTC',
+    -- the static payload; each run gets it with "schedule" and "scheduled_for" added
+    payload       jsonb not null default '{}'::jsonb,
+    -- what to do about ticks no scheduler started within a minute: skip, once, each
+    missed        text not null default 'skip'
+                  constraint workflow_schedule_missed_check
+                  check (missed in ('skip', 'once', 'each')),
+    priority      integer not null default 100,
+    max_attempts  integer
+                  constraint workflow_schedule_max_attempts_check check (max_attempts >= 1),
+    paused        boolean not null default false,
+    -- the next tick to start, in UTC; null: not planned yet (a row inserted with plain
+    -- SQL), the next scheduler plans the first tick after its now
+    next_tick_at  timestamptz,
+    -- the latest tick a run was started for
+    last_tick_at  timestamptz,
+    -- declared by @app.schedule: written again by every worker of the app when it starts
+    in_code       boolean not null default false,
+    -- why the scheduler paused it: a cron expression or time zone it cannot read
+    error         text,
+    created_at    timestamptz not null default now(),
+    updated_at    timestamptz not null default now()
+);
+
+-- The scheduler's one query: the schedules due (or not planned yet), earliest first.
+create index idx_workflow_schedule_due
+    on {schema}workflow_schedule (next_tick_at)
+    where not paused;
+
+-- Outcomes by time, for the dashboard's throughput chart (migration 0015).
 create index idx_workflow_event_outcomes
     on {schema}workflow_event (created_at)
     where event_type in ('succeeded', 'failed', 'retried');

@@ -163,7 +163,31 @@ create table workflow_service_lease (
     updated_at  text not null default (strftime('%Y-%m-%d %H:%M:%f', 'now'))
 );
 
--- Outcomes by time, for the dashboard's throughput chart (migration 0011).
+-- Cron schedules (migration 0011): each due tick of a schedule starts one run, keyed by
+-- the schedule's name and the tick.
+create table workflow_schedule (
+    name          text primary key,
+    workflow_type text not null,
+    cron          text not null,
+    timezone      text not null default 'UTC',
+    payload       text not null default '{}',
+    missed        text not null default 'skip' check (missed in ('skip', 'once', 'each')),
+    priority      integer not null default 100,
+    max_attempts  integer check (max_attempts >= 1),
+    paused        integer not null default 0,
+    next_tick_at  text,
+    last_tick_at  text,
+    in_code       integer not null default 0,
+    error         text,
+    created_at    text not null default (strftime('%Y-%m-%d %H:%M:%f', 'now')),
+    updated_at    text not null default (strftime('%Y-%m-%d %H:%M:%f', 'now'))
+);
+
+create index idx_workflow_schedule_due
+    on workflow_schedule (next_tick_at)
+    where not paused;
+
+-- Outcomes by time, for the dashboard's throughput chart (migration 0012).
 create index idx_workflow_event_outcomes
     on workflow_event (created_at)
     where event_type in ('succeeded', 'failed', 'retried');

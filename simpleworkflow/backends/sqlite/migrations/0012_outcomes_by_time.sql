@@ -1,4 +1,4 @@
--- simpleworkflow 0011: as Postgres's 0014, the runs that finished and the attempts that
+-- simpleworkflow 0012: as Postgres's 0015, the runs that finished and the attempts that
 -- failed, by time, for the dashboard's throughput chart: a partial index of the audit
 -- table that holds only those events.
 create index idx_workflow_event_outcomes

@@ -1,4 +1,4 @@
--- simpleworkflow 0014: the dashboard's throughput chart counts the runs that finished
+-- simpleworkflow 0015: the dashboard's throughput chart counts the runs that finished
 -- and the attempts that failed, minute by minute over the last hour. The audit table
 -- holds every event of every run (heartbeats included); this partial index holds only
 -- those outcomes, by time, so the chart reads an hour of them and nothing else.
