@@ -11,7 +11,10 @@ open one on a database URL (``Admin("postgresql://...")``), then:
 - the types at a glance: :meth:`~Admin.stats` (runs by state, the oldest due run's age,
   the registry entry), or its parts :meth:`~Admin.counts` and :meth:`~Admin.oldest_due`;
 - what is under way, cheaply enough for every metrics scrape: :meth:`~Admin.queues`;
-- one run: :meth:`~Admin.retry`, :meth:`~Admin.events`, :meth:`~Admin.steps` (timed);
+- one run: :meth:`~Admin.retry`, :meth:`~Admin.events`, :meth:`~Admin.steps` (timed),
+  :meth:`~Admin.children`;
+- what the dashboard charts: :meth:`~Admin.throughput` (outcomes per minute),
+  :meth:`~Admin.workers` (the workers holding leases);
 - retention: :meth:`~Admin.set_retention` (a type's), :meth:`~Admin.sweep` (delete the
   runs past theirs);
 - topics: :meth:`~Admin.subscribe`, :meth:`~Admin.unsubscribe`, :meth:`~Admin.subscriptions`;
@@ -23,10 +26,12 @@ open one on a database URL (``Admin("postgresql://...")``), then:
 from simpleworkflow.admin.faces import Admin, AsyncAdmin
 from simpleworkflow.admin.records import (
     STATES,
+    Minute,
     Queues,
     QueueStats,
     SweepReport,
     TypeStats,
+    Worker,
     registry_dict,
 )
 from simpleworkflow.admin.schedules import AsyncSchedules, Schedules
@@ -38,11 +43,13 @@ __all__ = [
     "Admin",
     "AsyncAdmin",
     "AsyncSchedules",
+    "Minute",
     "QueueStats",
     "Queues",
     "Schedules",
     "SweepReport",
     "TypeStats",
+    "Worker",
     "check_runtime",
     "registry_dict",
 ]

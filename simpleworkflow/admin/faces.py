@@ -12,7 +12,7 @@ import functools
 import time
 
 from simpleworkflow import durations, rates, schema_check
-from simpleworkflow.admin.records import Queues, SweepReport, TypeStats
+from simpleworkflow.admin.records import Minute, Queues, SweepReport, TypeStats, Worker
 from simpleworkflow.admin.schedules import AsyncSchedules, Schedules
 from simpleworkflow.admin.verbs import DEFAULT_PURGE_BATCH, DEFAULT_SWEEP_BATCH, Verbs
 from simpleworkflow.backends.records import JournalEntry, RateLimit, RegistryEntry, Subscription
@@ -143,6 +143,24 @@ class Admin(schema_check.Checked, Verbs):
         queue is, and the workers holding leases. One statement that reads no finished
         run, cheap enough for every metrics scrape."""
         return self._run(self._queues_op(), readonly=True)
+
+    def throughput(self, minutes: int = 60) -> builtins.list[Minute]:
+        """Runs that succeeded or failed, and attempts that failed and will be retried,
+        minute by minute over the last ``minutes`` (at most a day), oldest first, the
+        current minute last; minutes by the database's clock, zeros included. Read from
+        the audit events through an index of those alone."""
+        return self._run(self._throughput_op(minutes), readonly=True)
+
+    def workers(self) -> builtins.list[Worker]:
+        """The workers holding leases now, by id: the runs each holds by type, when its
+        soonest lease runs out, and its last claim or heartbeat. An idle worker holds no
+        lease and is not listed."""
+        return self._run(self._workers_op(), readonly=True)
+
+    def children(self, run_id: str, *, limit: int = 100) -> builtins.list[Run]:
+        """Up to ``limit`` runs started by ``run_id`` (its children), oldest first;
+        :class:`~simpleworkflow.errors.RunNotFound` if there is no such run."""
+        return self._run(self._children_op(run_id, limit), readonly=True)
 
     def retry(self, run_id: str) -> Run:
         """Give a failed or cancelled run a new attempt, on the same id: pending and due
@@ -305,6 +323,18 @@ class AsyncAdmin(schema_check.AsyncChecked, Verbs):
     async def queues(self) -> Queues:
         """What is under way; see :meth:`Admin.queues`."""
         return await self._run(self._queues_op(), readonly=True)
+
+    async def throughput(self, minutes: int = 60) -> builtins.list[Minute]:
+        """Outcomes minute by minute; see :meth:`Admin.throughput`."""
+        return await self._run(self._throughput_op(minutes), readonly=True)
+
+    async def workers(self) -> builtins.list[Worker]:
+        """The workers holding leases now; see :meth:`Admin.workers`."""
+        return await self._run(self._workers_op(), readonly=True)
+
+    async def children(self, run_id: str, *, limit: int = 100) -> builtins.list[Run]:
+        """The runs ``run_id`` started; see :meth:`Admin.children`."""
+        return await self._run(self._children_op(run_id, limit), readonly=True)
 
     async def retry(self, run_id: str) -> Run:
         """A new attempt for a failed or cancelled run; see :meth:`Admin.retry`."""

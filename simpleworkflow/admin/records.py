@@ -159,3 +159,51 @@ def _json_ready(value: Any) -> Any:
     if isinstance(value, timedelta):
         return value.total_seconds()
     return value
+
+
+@dataclass(frozen=True, slots=True)
+class Minute:
+    """What finished in one minute: runs that succeeded or failed for good, and attempts
+    that failed and will be retried."""
+
+    start: datetime
+    succeeded: int = 0
+    failed: int = 0
+    retried: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "start": self.start.isoformat(),
+            "succeeded": self.succeeded,
+            "failed": self.failed,
+            "retried": self.retried,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Worker:
+    """A live worker as its leases show it (an idle worker holds none and is not seen)."""
+
+    worker_id: str
+    #: Runs it holds, by type.
+    runs: Mapping[str, int]
+    #: The soonest one of its leases runs out, unless it renews it.
+    next_expiry: datetime
+    #: Its last claim or lease renewal (heartbeat), by the database's clock.
+    last_renewed: datetime
+    #: Leases of its that ran out: it died or froze, and a reaper has yet to act.
+    expired: int
+
+    @property
+    def held(self) -> int:
+        return sum(self.runs.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "worker_id": self.worker_id,
+            "runs": dict(self.runs),
+            "held": self.held,
+            "next_expiry": self.next_expiry.isoformat(),
+            "last_renewed": self.last_renewed.isoformat(),
+            "expired": self.expired,
+        }

@@ -8,6 +8,7 @@ import functools
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
+from datetime import timedelta
 from typing import TypeVar
 
 from simpleworkflow import (
@@ -20,8 +21,17 @@ from simpleworkflow import (
     retention,
     schema_check,
 )
-from simpleworkflow.admin.records import STATES, Queues, QueueStats, SweepReport, TypeStats
+from simpleworkflow.admin.records import (
+    STATES,
+    Minute,
+    Queues,
+    QueueStats,
+    SweepReport,
+    TypeStats,
+    Worker,
+)
 from simpleworkflow.backends import Backend, open_backend
+from simpleworkflow.backends.insight_ops import HolderRow
 from simpleworkflow.backends.records import Op, RateLimit, RegistryEntry, Subscription
 from simpleworkflow.handlers import Handlers
 from simpleworkflow.models import Run
@@ -37,6 +47,9 @@ MAX_PURGE_BATCH = 10_000
 # As far back as a delay may reach forward (client.MAX_DELAY_SECONDS): every store can
 # subtract it from now.
 MAX_AGE_SECONDS = 100 * 366 * 86400
+#: How far back :meth:`throughput` looks at most (a day, by the minute).
+MAX_THROUGHPUT_MINUTES = 24 * 60
+MAX_CHILDREN = 1000
 _RUNTIME = re.compile(r"[a-z][a-z0-9_]{0,31}")
 #: The largest concurrency limit (an int4 column).
 MAX_CONCURRENCY = 2**31 - 1
@@ -133,6 +146,40 @@ class Verbs:
             ),
             holders=dict(sorted(live.holders.items())),
         )
+
+    def _throughput_op(self, minutes: int) -> Op[builtins.list[Minute]]:
+        window = names.check_int("minutes", minutes, 1, MAX_THROUGHPUT_MINUTES)
+        found = yield from self.backend.outcomes_per_minute(window)
+        starts = [found.now - timedelta(minutes=back) for back in range(window - 1, -1, -1)]
+        return [
+            Minute(
+                start=start,
+                succeeded=found.counts[start, "succeeded"],
+                failed=found.counts[start, "failed"],
+                retried=found.counts[start, "retried"],
+            )
+            for start in starts
+        ]
+
+    def _workers_op(self) -> Op[builtins.list[Worker]]:
+        rows = yield from self.backend.lease_holders()
+        workers: dict[str, builtins.list[HolderRow]] = {}
+        for row in rows:
+            workers.setdefault(row.worker_id, []).append(row)
+        return [
+            Worker(
+                worker_id=worker_id,
+                runs={row.type: row.runs for row in held},
+                next_expiry=min(row.next_expiry for row in held),
+                last_renewed=max(row.last_renewed for row in held),
+                expired=sum(row.expired for row in held),
+            )
+            for worker_id, held in workers.items()
+        ]
+
+    def _children_op(self, run_id: str, limit: int) -> Op[builtins.list[Run]]:
+        size = names.check_int("limit", limit, 1, MAX_CHILDREN)
+        return self._of_run(run_id, lambda found: self.backend.list_children(found, size))
 
     def _of_run(self, run_id: str, read: Callable[[str], Op[T]]) -> Op[T]:
         """``read(run_id)``, or :class:`RunNotFound` when there is no such run."""

@@ -5,8 +5,8 @@ generator that yields the SQL statements it needs and receives each one's rows. 
 op is driven by a synchronous connection (:meth:`Backend.execute`) or an asynchronous one
 (:meth:`Backend.execute_async`), always inside one transaction, so the sync ``Client``
 and the ``AsyncClient`` share one implementation of every operation. The verbs live by
-concept in ``run_ops``, ``worker_ops``, ``journal_ops``, ``admin_ops``, ``topic_ops``
-and ``schedule_ops``; their data in ``records``.
+concept in ``run_ops``, ``worker_ops``, ``journal_ops``, ``admin_ops``, ``topic_ops``,
+``schedule_ops`` and ``insight_ops``; their data in ``records``.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from simpleworkflow.backends.admin_ops import AdminOps
+from simpleworkflow.backends.insight_ops import InsightOps
 from simpleworkflow.backends.journal_ops import JournalOps
 from simpleworkflow.backends.records import (
     ATOMIC,
@@ -83,7 +84,7 @@ __all__ = [
 ]
 
 
-class Backend(RunOps, WorkerOps, JournalOps, AdminOps, TopicOps, ScheduleOps):
+class Backend(RunOps, WorkerOps, JournalOps, AdminOps, TopicOps, ScheduleOps, InsightOps):
     """A store of runs. Subclasses provide SQL, row decoding and the two drivers."""
 
     #: The newest migration this code knows.

@@ -95,8 +95,9 @@ def run(args: argparse.Namespace) -> int:
     )
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
+    pages = ", dashboard at /" if server.has_dashboard() else ""
     print(
-        f"serving the API on http://{shown}:{port}{server.API_PREFIX} (docs at /docs); "
+        f"serving the API on http://{shown}:{port}{server.API_PREFIX} (docs at /docs{pages}); "
         f"auth {'on' if auth.enabled else 'off'}",
         flush=True,
     )

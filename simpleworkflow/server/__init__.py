@@ -16,6 +16,7 @@ Endpoints act through the client only, so the API refuses and accepts exactly wh
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
@@ -57,6 +58,7 @@ __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "Auth",
     "create_app",
+    "has_dashboard",
     "is_loopback",
     "router",
 ]
@@ -81,10 +83,16 @@ def router(
     and closes it when the app shuts down. ``auth`` holds the tokens (none: no
     authentication). ``health_checks`` adds ``/healthz`` and ``/readyz`` at the root.
     """
+    source = ClientSource(client, database_url=database_url, schema=schema, observers=observers)
+    return _router(source, auth or Auth(), prefix, health_checks, max_body_bytes)
+
+
+def _router(
+    source: ClientSource, auth: Auth, prefix: str, health_checks: bool, max_body_bytes: int
+) -> APIRouter:
+    """The API on ``source``, which the router closes when the app shuts down."""
     if not prefix.startswith("/") or prefix.endswith("/"):
         raise ValueError(f"prefix must start with '/' and not end with one, not {prefix!r}")
-    source = ClientSource(client, database_url=database_url, schema=schema, observers=observers)
-    auth = auth or Auth()
     route_class = routing.route_class(max_body_bytes)
 
     @contextlib.asynccontextmanager
@@ -102,6 +110,14 @@ def router(
     return outer
 
 
+def has_dashboard() -> bool:
+    """Whether the web dashboard's libraries (Jinja2, python-multipart: the server extra)
+    are installed, so that :func:`create_app` serves it."""
+    return all(
+        importlib.util.find_spec(name) is not None for name in ("jinja2", "python_multipart")
+    )
+
+
 def create_app(
     client: AsyncClient | None = None,
     *,
@@ -111,11 +127,13 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     metrics: ASGIApp | None = None,
     observers: Iterable[observe.Observer] = (),
+    dashboard: bool = True,
 ) -> FastAPI:
     """A FastAPI application serving :func:`router`, its OpenAPI document at
     ``/openapi.json`` and interactive docs at ``/docs``; ``metrics``, an ASGI app (the
-    Prometheus exposition), is mounted at ``/metrics``. What ``simpleworkflow serve``
-    runs."""
+    Prometheus exposition), is mounted at ``/metrics``; the web dashboard
+    (:mod:`simpleworkflow.dashboard`) at ``/`` when ``dashboard`` and its extra is
+    installed. What ``simpleworkflow serve`` runs."""
     app = FastAPI(
         title="simpleworkflow",
         version=simpleworkflow.__version__,
@@ -125,16 +143,13 @@ def create_app(
         redoc_url=None,
     )
     problems.install(app)
-    app.include_router(
-        router(
-            client,
-            database_url=database_url,
-            schema=schema,
-            auth=auth,
-            max_body_bytes=max_body_bytes,
-            observers=observers,
-        )
-    )
+    source = ClientSource(client, database_url=database_url, schema=schema, observers=observers)
+    auth = auth or Auth()
+    app.include_router(_router(source, auth, API_PREFIX, True, max_body_bytes))
     if metrics is not None:
         app.mount("/metrics", metrics)
+    if dashboard and has_dashboard():
+        from simpleworkflow import dashboard as pages  # the dashboard extra is installed
+
+        app.include_router(pages.router(source=source, auth=auth))
     return app

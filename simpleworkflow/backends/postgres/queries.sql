@@ -1268,3 +1268,40 @@ update {schema}workflow_schedule
 set paused = true, error = %(error)s, updated_at = now()
 where name = %(name)s and next_tick_at is not distinct from %(old)s
 returning name
+
+-- The dashboard's reads: outcomes per minute, the workers seen through their leases, a
+-- run's children.
+
+-- name: outcomes_per_minute
+-- Runs that finished (succeeded, failed) and attempts that failed and will be retried,
+-- per minute, over the last :minutes minutes (the current one included), read from
+-- idx_workflow_event_outcomes alone; the database's current minute comes first, alone
+-- when nothing happened.
+with clock as (select date_trunc('minute', now()) as now_minute)
+select c.now_minute, e.minute, e.event_type, e.events
+from clock c
+left join (
+    select date_trunc('minute', created_at) as minute, event_type, count(*) as events
+    from {schema}workflow_event, clock
+    where event_type in ('succeeded', 'failed', 'retried')
+      and created_at >= clock.now_minute - make_interval(mins => %(minutes)s - 1)
+    group by 1, 2
+) e on true
+order by e.minute
+
+-- name: lease_holders
+-- The workers that hold leases, by type, through idx_workflow_run_lease_expiry: a run's
+-- updated_at is its last claim or heartbeat while it is leased.
+select leased_by, type, count(*) as runs, min(lease_until) as next_expiry,
+       max(updated_at) as last_renewed, count(*) filter (where lease_until < now()) as expired
+from {schema}workflow_run
+where status = 'leased' and leased_by is not null
+group by leased_by, type
+order by leased_by, type
+
+-- name: list_children
+-- A run's children, oldest first, through idx_workflow_run_parent.
+select * from {schema}workflow_run
+where parent_id = %(id)s
+order by created_at, id
+limit %(limit)s

@@ -438,3 +438,8 @@ create table {schema}workflow_rate_window (
     granted      integer not null default 0,
     primary key (name, rate_key)
 );
+
+-- Outcomes by time, for the dashboard's throughput chart (migration 0017).
+create index idx_workflow_event_outcomes
+    on {schema}workflow_event (created_at)
+    where event_type in ('succeeded', 'failed', 'retried');

@@ -1143,3 +1143,40 @@ update workflow_schedule
 set paused = 1, error = :error, updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
 where name = :name and next_tick_at is :old
 returning name
+
+-- The dashboard's reads: outcomes per minute, the workers seen through their leases, a
+-- run's children.
+
+-- name: outcomes_per_minute
+-- As on Postgres: runs finished and attempts failed per minute over the last :minutes
+-- minutes (the current one included) from idx_workflow_event_outcomes; the current
+-- minute comes first, alone when nothing happened.
+with clock as (select strftime('%Y-%m-%d %H:%M:00', 'now') as now_minute)
+select c.now_minute, e.minute, e.event_type, e.events
+from clock c
+left join (
+    select strftime('%Y-%m-%d %H:%M:00', created_at) as minute, event_type, count(*) as events
+    from workflow_event indexed by idx_workflow_event_outcomes
+    where event_type in ('succeeded', 'failed', 'retried')
+      and created_at >= strftime('%Y-%m-%d %H:%M:00', 'now',
+                                 printf('-%d minutes', :minutes - 1))
+    group by 1, 2
+) e on 1
+order by e.minute
+
+-- name: lease_holders
+-- As on Postgres, through idx_workflow_run_lease_expiry.
+select leased_by, type, count(*) as runs, min(lease_until) as next_expiry,
+       max(updated_at) as last_renewed,
+       sum(lease_until < strftime('%Y-%m-%d %H:%M:%f', 'now')) as expired
+from workflow_run indexed by idx_workflow_run_lease_expiry
+where status = 'leased' and leased_by is not null
+group by leased_by, type
+order by leased_by, type
+
+-- name: list_children
+-- A run's children, oldest first, through idx_workflow_run_parent.
+select * from workflow_run
+where parent_id = :id
+order by created_at, id
+limit :limit

@@ -196,6 +196,11 @@ create index idx_workflow_schedule_due
     on workflow_schedule (next_tick_at)
     where not paused;
 
+-- Outcomes by time, for the dashboard's throughput chart (migration 0014).
+create index idx_workflow_event_outcomes
+    on workflow_event (created_at)
+    where event_type in ('succeeded', 'failed', 'retried');
+
 -- The created event comes from the insert itself, so that runs written with plain SQL
 -- have the same audit trail as runs started through a client.
 create trigger workflow_run_created

@@ -1,0 +1,179 @@
+"""Who is asking, and whether a form that changes state really came from the dashboard.
+
+The dashboard takes the API's tokens (:class:`~simpleworkflow.server.auth.Auth`): a
+browser logs in once with a token and gets a session cookie (HttpOnly, SameSite=Strict,
+Secure over https); a script may send ``Authorization: Bearer <token>`` instead. The
+cookie holds no token: it is ``level.nonce.mac``, signed with a key derived from the
+token of that level, so it survives a restart, and changing a token ends its sessions.
+With no token configured (the loopback default) every visitor gets a session that may
+write, signed with a key of this process.
+
+Every state-changing request is checked twice against cross-site forgery: its Origin
+(when the browser sends one) must be this site's, and a cookie session must present its
+CSRF token (a MAC of its nonce) in a hidden form field or the ``X-CSRF-Token`` header.
+A request with a bearer token needs no CSRF token: a browser never adds that header by
+itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from typing import Literal
+from urllib.parse import urlsplit
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from simpleworkflow.server.auth import Auth
+
+COOKIE = "simpleworkflow_dashboard"
+CSRF_FIELD = "csrf_token"
+CSRF_HEADER = "X-CSRF-Token"
+#: How long a browser keeps the cookie: a working day.
+MAX_AGE_SECONDS = 12 * 3600
+
+Level = Literal["write", "read"]
+
+
+class Refused(Exception):
+    """A request the dashboard will not serve: ``status`` 401 (log in), 403 (forbidden)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """One visitor: what they may do, and the CSRF token their forms carry."""
+
+    #: ``None``: not logged in (only the login page is served).
+    level: Level | None
+    nonce: str
+    csrf: str
+    #: Came with a bearer token rather than a cookie: no CSRF token needed.
+    bearer: bool = False
+    #: A cookie to set on the response (a new session); ``None`` to leave it.
+    cookie: str | None = None
+
+    @property
+    def can_read(self) -> bool:
+        return self.level is not None
+
+    @property
+    def can_write(self) -> bool:
+        return self.level == "write"
+
+
+class Sessions:
+    """Issues and checks sessions for one :class:`Auth`."""
+
+    def __init__(self, auth: Auth) -> None:
+        self.auth = auth
+        # Signs sessions that no token backs: the open door, and visitors not logged in.
+        self._process_key = secrets.token_bytes(32)
+
+    def of(self, request: Request) -> Session:
+        """The request's session: from its bearer token, its cookie, or a new one."""
+        header = request.headers.get("authorization", "")
+        scheme, _, given = header.partition(" ")
+        if self.auth.enabled and scheme.lower() == "bearer" and given.strip():
+            level = self.auth.level(given.strip())
+            if level is None:
+                raise Refused(401, "the bearer token is not valid")
+            return Session(level=_level(level), nonce="", csrf="", bearer=True)
+        found = self._verify(request.cookies.get(COOKIE, ""))
+        return found if found is not None else self.issue(None if self.auth.enabled else "write")
+
+    def issue(self, level: Level | None) -> Session:
+        """A new session (a new nonce, so a new CSRF token) with its cookie to set."""
+        nonce = secrets.token_urlsafe(18)
+        name = level or "anonymous"
+        key = self._key(name)
+        assert key is not None, "a session is issued only for a level that has a key"
+        mac = _mac(key, f"{name}.{nonce}")
+        return Session(level, nonce, _mac(key, f"csrf.{nonce}"), cookie=f"{name}.{nonce}.{mac}")
+
+    def log_in(self, token: str) -> Session | None:
+        """The session a token opens, or ``None`` for a wrong token."""
+        level = self.auth.level(token) if self.auth.enabled else "write"
+        return None if level is None else self.issue(_level(level))
+
+    def check_form(self, request: Request, session: Session, presented: str | None) -> None:
+        """Refuse a state-changing request from another site, or without the CSRF token of
+        its session."""
+        origin = request.headers.get("origin")
+        if origin is not None and origin != "null" and urlsplit(origin).netloc != _host(request):
+            raise Refused(403, "refused: this request came from another site (its Origin)")
+        if origin == "null" or request.headers.get("sec-fetch-site") == "cross-site":
+            raise Refused(403, "refused: this request came from another site")
+        if session.bearer:
+            return
+        given = presented or request.headers.get(CSRF_HEADER, "")
+        if not (session.csrf and hmac.compare_digest(given.encode(), session.csrf.encode())):
+            raise Refused(
+                403, "refused: the form's CSRF token is missing or stale; reload the page"
+            )
+
+    def _verify(self, cookie: str) -> Session | None:
+        name, _, rest = cookie.partition(".")
+        nonce, _, mac = rest.partition(".")
+        key = self._key(name)
+        if (
+            key is None
+            or not nonce
+            or not hmac.compare_digest(mac.encode(), _mac(key, f"{name}.{nonce}").encode())
+        ):
+            return None
+        level = None if name == "anonymous" else _level(name)
+        if level is not None and not self.auth.enabled and level != "write":
+            return None
+        return Session(level, nonce, _mac(key, f"csrf.{nonce}"))
+
+    def _key(self, name: str) -> bytes | None:
+        if name == "anonymous" or (name == "write" and not self.auth.enabled):
+            return self._process_key
+        token = {"write": self.auth.token, "read": self.auth.read_token}.get(name)
+        if token is None:
+            return None
+        return hashlib.sha256(b"simpleworkflow dashboard session\0" + token.encode()).digest()
+
+
+def set_cookie(response: Response, request: Request, session: Session) -> None:
+    """Set the session's cookie on ``response`` if it is new; scoped to where the
+    dashboard is mounted."""
+    if session.cookie is None:
+        return
+    response.set_cookie(
+        COOKIE,
+        session.cookie,
+        max_age=MAX_AGE_SECONDS,
+        path=_cookie_path(request),
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+
+
+def clear_cookie(response: Response, request: Request) -> None:
+    response.delete_cookie(COOKIE, path=_cookie_path(request), httponly=True, samesite="strict")
+
+
+def _cookie_path(request: Request) -> str:
+    return str(request.scope.get("root_path") or "") + "/"
+
+
+def _host(request: Request) -> str:
+    return request.headers.get("host", "")
+
+
+def _level(level: str) -> Level:
+    return "write" if level == "write" else "read"
+
+
+def _mac(key: bytes, text: str) -> str:
+    return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()[:40]
