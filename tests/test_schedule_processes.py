@@ -1,7 +1,8 @@
 """Racing schedulers in real processes, on both stores: two and four worker processes
-(at the same time, each group on a store of its own) run the scheduler over 30 ticks of a
-schedule that ticks every second, and each tick starts exactly one run. Counted from the
-database (the runs keyed by the schedule), not from what the workers say."""
+(all at the same time, each group on a store of its own: four groups, one run of 30
+seconds) run the scheduler over 30 ticks of a schedule that ticks every second, and each
+tick starts exactly one run. Counted from the database (the runs keyed by the schedule),
+not from what the workers say."""
 
 from __future__ import annotations
 
@@ -21,12 +22,14 @@ TESTS = Path(__file__).resolve().parent
 TICKS = 30
 
 
-def start_workers(store: Store, count: int, logs: Path) -> list[subprocess.Popen[bytes]]:
+def start_workers(
+    store: Store, count: int, logs: Path, group: str
+) -> list[subprocess.Popen[bytes]]:
     inherited = store.env.get("PYTHONPATH")
     env = {**store.env, "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), inherited]))}
     procs = []
     for n in range(count):
-        with (logs / f"worker-{count}-{n}.log").open("wb") as out:
+        with (logs / f"worker-{group}-{n}.log").open("wb") as out:
             procs.append(
                 subprocess.Popen(
                     [
@@ -36,7 +39,7 @@ def start_workers(store: Store, count: int, logs: Path) -> list[subprocess.Popen
                         "worker",
                         "schedule_app:app",
                         "--worker-id",
-                        f"w{count}-{n}",
+                        f"w-{group}-{n}",
                         "--poll-interval",
                         "0.2",
                     ],
@@ -50,15 +53,18 @@ def start_workers(store: Store, count: int, logs: Path) -> list[subprocess.Popen
 
 
 def test_two_and_four_worker_processes_start_each_tick_once(
-    store: Store, tmp_path: Path, request: pytest.FixtureRequest
+    tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    other_dir = tmp_path / "four"
-    other_dir.mkdir()
-    stores = {2: store, 4: make_store(store.kind, other_dir, request).migrate()}
+    stores: dict[tuple[str, int], Store] = {}
+    for kind in ("sqlite", "postgres"):
+        for count in (2, 4):
+            where = tmp_path / f"{kind}-{count}"
+            where.mkdir()
+            stores[kind, count] = make_store(kind, where, request).migrate()
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        for count, where in stores.items():
-            procs += start_workers(where, count, tmp_path)
+        for (kind, count), where in stores.items():
+            procs += start_workers(where, count, tmp_path, f"{kind}-{count}")
         deadline = time.monotonic() + TICKS + 30
         while (
             time.monotonic() < deadline
@@ -71,14 +77,14 @@ def test_two_and_four_worker_processes_start_each_tick_once(
                 client.schedules.pause(SCHEDULE)
     finally:
         stop_processes(procs)
-    for count, where in stores.items():
+    for group, where in stores.items():
         runs = scheduled_runs(where, SCHEDULE)
         keys = [key for _, key, _ in runs]
         ticks = sorted({datetime.fromisoformat(p["scheduled_for"]) for _, _, p in runs})
-        assert len(keys) == len(set(keys)) == len(ticks) > TICKS, count
+        assert len(keys) == len(set(keys)) == len(ticks) > TICKS, group
         assert {t for t, _, _ in runs} == {TICK_TYPE}
         first = ticks[0]
         window = [first + timedelta(seconds=s) for s in range(TICKS)]
-        assert ticks[:TICKS] == window, f"{count} workers left a tick without a run"
-        assert ticks == [first + timedelta(seconds=s) for s in range(len(ticks))]
-        assert where.count() == len(runs)  # no other run was started
+        assert ticks[:TICKS] == window, f"{group}: a tick was left without a run"
+        assert ticks == [first + timedelta(seconds=s) for s in range(len(ticks))], group
+        assert where.count() == len(runs), group  # no other run was started
