@@ -227,12 +227,14 @@ class Chaos:
         per_tick = max(1, len(signals) // max(1, int(self.options.seconds)))
         while time.monotonic() < deadline and _open(client, ids):
             time.sleep(self.rand.uniform(0.5, 1.5))
-            for _ in range(min(per_tick, len(signals))):
-                _signal(client, signals.pop())
+            for run_id in signals[-per_tick:]:
+                with contextlib.suppress(errors.StoreUnavailable):  # next time, then
+                    client.signal(run_id, "go")
+                    signals.remove(run_id)
             self.faults.tick(self.workers, self.rand)  # type: ignore[arg-type]
-        for run_id in signals:
-            _signal(client, run_id)
         self.faults.finish()
+        for run_id in signals:
+            _retrying(functools.partial(client.signal, run_id, "go"))
 
     def check(self, client: Client, ids: list[str]) -> dict[str, Any]:
         ticks = check.read(self.ledger)
@@ -248,6 +250,9 @@ class Chaos:
             statuses[status] += 1
             counts["stuck"] += status not in check.TERMINAL
             counts["failed"] += status == "failed"
+            if status == "failed":  # for whoever looks into one
+                error = client.get(run_id).last_error
+                print(f"{self.store.kind}: run {run_id} failed: {error}", file=sys.stderr)
             journals[run_id] = client.steps(run_id)
             names = [entry.step_name for entry in journals[run_id]]
             counts["duplicate_journal_rows"] += len(names) - len(set(names))
@@ -293,16 +298,14 @@ def _with_children(client: Client, ids: list[str]) -> list[str]:
 
 
 def _retrying(call: Callable[[], T]) -> T:
-    """``call()`` again while the store is away (the benchmark restarts it)."""
+    """``call()`` again while the store is away (the benchmark restarts it). Never while
+    a fault is to be undone: a worker frozen inside a SQLite write transaction keeps
+    every writer out until it is thawed."""
     while True:
         try:
             return call()
         except errors.StoreUnavailable:
             time.sleep(0.2)
-
-
-def _signal(client: Client, run_id: str) -> None:
-    _retrying(lambda: client.signal(run_id, "go"))
 
 
 def _open(client: Client, ids: list[str]) -> bool:
@@ -340,8 +343,8 @@ def main(argv: list[str]) -> None:
         return
     parser = argparse.ArgumentParser(prog="python -m benchmarks.chaos", description=__doc__)
     parser.add_argument("--stores", default="postgres,sqlite", help="comma-separated")
-    parser.add_argument("--seconds", type=float, default=60.0, help="how long faults come")
-    parser.add_argument("--runs", type=int, default=300)
+    parser.add_argument("--seconds", type=float, default=120.0, help="how long faults come")
+    parser.add_argument("--runs", type=int, default=2000)
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--lease", type=float, default=3.0)
     parser.add_argument(

@@ -18,6 +18,7 @@ import dataclasses
 import importlib.util
 import random
 import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -85,16 +86,13 @@ class Faults:
         self._proxy = proxy
         self._admin_url = admin_url
         self.dealt: list[Fault] = []
-        self._undo: list[tuple[float, Callable[[], None]]] = []
+        self._undo: list[threading.Timer] = []
         self._quiet_until = 0.0
         self._deck: list[str] = []
 
     def tick(self, workers: list[Struck], rand: random.Random) -> None:
-        """Undo what is due (thaw, heal), then deal one fault, if two workers are live."""
+        """Deal one fault, if two workers are live."""
         now = time.monotonic()
-        for item in [u for u in self._undo if u[0] <= now]:
-            self._undo.remove(item)
-            item[1]()
         live = [w for w in workers if w.proc.poll() is None and not w.frozen]
         if len(live) < 2:
             return
@@ -126,9 +124,26 @@ class Faults:
 
     def finish(self) -> None:
         """Undo every fault still in force."""
-        for _, undo in self._undo:
-            undo()
-        self._undo.clear()
+        for timer in list(self._undo):
+            timer.cancel()
+            timer.function()  # once: a timer that already ran has left the list
+
+    def _later(self, undo: Callable[[], None]) -> None:
+        """``undo()`` a lease and a second from now, on a timer of its own: never later
+        because the benchmark waits for the store (a worker frozen inside a SQLite write
+        transaction keeps every writer out until it is thawed)."""
+        lock = threading.Lock()
+
+        def once() -> None:
+            with lock:
+                if timer in self._undo:
+                    self._undo.remove(timer)
+                    undo()
+
+        timer = threading.Timer(self.lease + 1, once)
+        timer.daemon = True
+        self._undo.append(timer)
+        timer.start()
 
     def _note(self, kind: str, struck: list[Struck]) -> Fault:
         fault = Fault(time.time(), kind, {w.name: w.proc.pid for w in struck})
@@ -156,7 +171,7 @@ class Faults:
             victim.proc.send_signal(signal.SIGCONT)
             victim.frozen = False
 
-        self._undo.append((time.monotonic() + self.lease + 1, thaw))
+        self._later(thaw)
 
     def _terminate(self, live: list[Struck], rand: random.Random) -> None:
         victim = rand.choice(live)
@@ -183,7 +198,7 @@ class Faults:
             self._proxy.flow()
             fault.back = time.time()
 
-        self._undo.append((time.monotonic() + self.lease + 1, heal))
+        self._later(heal)
 
     def _half_open(self, live: list[Struck], rand: random.Random) -> None:
         fault = self._note("half_open", [w for w in live if w.proxied])

@@ -126,7 +126,11 @@ class SilentableProxy:
         return await asyncio.open_connection(host, port)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await self._upstream()
+        try:
+            up_reader, up_writer = await self._upstream()
+        except OSError:  # the server is down (restarting): the client's connection fails
+            writer.close()
+            return
         pair = _Pair(writer, up_writer)
         self._pairs.append(pair)
         await asyncio.gather(
