@@ -20,7 +20,7 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
@@ -90,7 +90,7 @@ class Faults:
         self._quiet_until = 0.0
         self._deck: list[str] = []
 
-    def tick(self, workers: list[Struck], rand: random.Random) -> None:
+    def tick(self, workers: Sequence[Struck], rand: random.Random) -> None:
         """Deal one fault, if two workers are live."""
         now = time.monotonic()
         live = [w for w in workers if w.proc.poll() is None and not w.frozen]
