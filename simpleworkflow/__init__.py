@@ -4,14 +4,21 @@ Producers use :class:`Client` (or :class:`AsyncClient`) to start runs; workers r
 handlers on an :class:`App` and run an :class:`IntentPoller`; handlers receive a
 :class:`Context` for durable steps, sleeps, signals and children. The records the
 clients return (:class:`Run`, :class:`Event`, :class:`JournalEntry`, :class:`Signal`,
-:class:`SignalSent`, :class:`RegistryEntry`, :class:`Published`, :class:`Subscription` ...)
+:class:`SignalSent`, :class:`RegistryEntry`, :class:`Published`, :class:`Subscription`,
+:class:`Schedule` ...)
 are importable from here too.
 """
 
 import logging
 
 from simpleworkflow.app import App
-from simpleworkflow.backends.records import JournalEntry, RegistryEntry, SignalSent, Subscription
+from simpleworkflow.backends.records import (
+    JournalEntry,
+    RegistryEntry,
+    Schedule,
+    SignalSent,
+    Subscription,
+)
 from simpleworkflow.client import AsyncClient, Client
 from simpleworkflow.context import Context
 from simpleworkflow.errors import (
@@ -57,6 +64,7 @@ __all__ = [
     "RunNotFound",
     "RunPage",
     "RunStatus",
+    "Schedule",
     "Signal",
     "SignalSent",
     "SimpleWorkflowError",

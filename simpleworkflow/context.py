@@ -13,7 +13,16 @@ from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from simpleworkflow import durations, errors, names, observe, payloads, races, steps
+from simpleworkflow import (
+    durations,
+    errors,
+    names,
+    observe,
+    payloads,
+    races,
+    steps,
+    transactional,
+)
 from simpleworkflow.attempt_state import AttemptState
 from simpleworkflow.durable import FOREVER, Durable
 from simpleworkflow.models import Run
@@ -113,6 +122,32 @@ class Context:
         if state.async_body:
             return steps.run_async(state, unique, fn, args, kwargs, retry)
         return steps.run_sync(state, unique, fn, args, kwargs, retry)
+
+    def transaction(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        retry: RetryPolicy | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Run ``fn(conn, *args, **kwargs)`` once for this run, inside a transaction of the
+        store's database that also journals the step: what ``fn`` writes through ``conn``
+        and the step's journal entry commit together, or neither does, whenever the
+        worker dies (see docs/transactions.md). For workflows whose store is the
+        application's own database.
+
+        ``conn`` is a psycopg ``Connection`` for a ``def`` function (run on a thread), an
+        ``AsyncConnection`` for an ``async def`` one; on SQLite a ``sqlite3.Connection``,
+        for a ``def`` function only. Leave the commit to the step: do not commit or roll
+        ``conn`` back. Retried as :meth:`step` is, each failed attempt's writes rolled
+        back; a replay returns the journaled result without calling ``fn``.
+        """
+        state = self._state
+        unique = state.durable.name(name)
+        if state.async_body:
+            return transactional.run_async(state, unique, fn, args, kwargs, retry)
+        return transactional.run_sync(state, unique, fn, args, kwargs, retry)
 
     def sleep(self, name: str, duration: durations.Duration) -> Any:
         """Sleep durably: the run gives its slot back and resumes on any worker afterwards.
@@ -217,6 +252,8 @@ class Context:
         names.validate_type(type)
         step = names.validate_step_name(name or f"child:{type}")
         text = payloads.encode({} if payload is None else payload)
+        priority = names.check_priority(priority)
+        max_attempts = names.check_max_attempts(max_attempts)
         return self._durable_call(self._start_child(step, type, text, priority, max_attempts))
 
     async def _start_child(

@@ -9,8 +9,9 @@ holding every wait the body is suspended in (parallel branches may wait for seve
 things at once), so that whichever comes first wakes it.
 
 Every write an attempt makes goes through :class:`Durable` (journal entries, the signal
-a wait takes, the child run a workflow starts), so that the lease checks live in one
-place; :class:`~simpleworkflow.context.Context` decides what to ask for.
+a wait takes, the child run a workflow starts; a transactional step's entry as an op run
+on the step's own transaction, :meth:`Durable.journal_op`), so that the lease checks live
+in one place; :class:`~simpleworkflow.context.Context` decides what to ask for.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from simpleworkflow.backends.records import (
     JournalEntry,
     Lease,
     NewRun,
+    Op,
     StepRecord,
     Suspension,
 )
@@ -269,21 +271,10 @@ class Durable:
         ``text`` is ``output`` already encoded (see :meth:`encode`)."""
         if self.fenced:
             raise errors.LeaseLost(name)
-        replay = await self.load()
+        await self.load()
         if text is None:
             text = self.encode(name, output)
-        record = StepRecord(
-            run_id=self.lease.run.id,
-            token=self.lease.token,
-            name=name,
-            kind=kind,
-            position=replay.position(name),
-            output=text,
-            attempts=attempts,
-            status=status,
-            started_at=started_at,
-            events=_default_events(name, kind, started_at) if events is None else events,
-        )
+        record = self.entry(name, kind, text, attempts, started_at, status, events)
         if self._steps is not None:
             recorded = await self._steps.record(record)
         else:
@@ -292,11 +283,56 @@ class Durable:
             )
         if not recorded:
             raise errors.LeaseLost(name)
-        replay.remember(
-            JournalEntry(name, kind, record.position, status, json.loads(text), attempts)
+        self.remember(record)
+
+    def entry(
+        self,
+        name: str,
+        kind: str,
+        text: str | None,
+        attempts: int = 1,
+        started_at: datetime | None = None,
+        status: str = "completed",
+        events: list[dict[str, Any]] | None = None,
+    ) -> StepRecord:
+        """The journal entry of ``name`` to write, fenced by this attempt's lease (the
+        journal is loaded: :meth:`begin` came first)."""
+        assert self.replay is not None
+        return StepRecord(
+            run_id=self.lease.run.id,
+            token=self.lease.token,
+            name=name,
+            kind=kind,
+            position=self.replay.position(name),
+            output=text,
+            attempts=attempts,
+            status=status,
+            started_at=started_at,
+            events=_default_events(name, kind, started_at) if events is None else events,
+        )
+
+    def journal_op(self, record: StepRecord) -> Op[bool]:
+        """Journal ``record`` on a transaction of the caller's (a transactional step's),
+        fenced by the lease; ``False``, writing nothing, when it is lost or given up."""
+        if self.fenced:
+            return False
+        return (yield from self.backend.record_step(record))
+
+    def remember(self, record: StepRecord) -> None:
+        """Note an entry this attempt has written (committed): a later lookup finds it."""
+        assert self.replay is not None and record.output is not None
+        self.replay.remember(
+            JournalEntry(
+                record.name,
+                record.kind,
+                record.position,
+                record.status,
+                json.loads(record.output),
+                record.attempts,
+            )
         )
         for journaled in self._recordings:
-            journaled.add(name)
+            journaled.add(record.name)
 
     @staticmethod
     def encode(name: str, output: Any) -> str:

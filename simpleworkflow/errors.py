@@ -10,7 +10,8 @@ and each message says what was wrong and what to do about it::
     │   ├── InvalidPayload          not JSON, NaN, bytes, NUL characters ...
     │   │   └── PayloadTooLarge     over the configured size limit
     │   ├── InvalidArgument         priority, delay, cursor, limit, key, step name, topic ...
-    │   │   └── TypeNotRegistered   pause or resume of a type the registry does not hold
+    │   │   ├── TypeNotRegistered   pause or resume of a type the registry does not hold
+    │   │   └── ScheduleNotFound    no cron schedule of that name
     │   └── IdempotencyConflict     the key is held by a run of another workflow type
     ├── RunNotFound (LookupError)   no run with that id
     ├── RunFinished                 a signal to a run that has already finished
@@ -82,6 +83,17 @@ class TypeNotRegistered(InvalidArgument, LookupError):
             f"{name} is not in the registry (see `simpleworkflow registry list`); a worker "
             "adds its types when it starts, or add it with "
             f"`simpleworkflow registry set {name} --runtime python`"
+        )
+
+
+class ScheduleNotFound(InvalidArgument, LookupError):
+    """A schedule action named a schedule that does not exist."""
+
+    def __init__(self, name: str) -> None:
+        self.schedule = name
+        super().__init__(
+            f"no schedule named {name!r} (see `simpleworkflow schedules list`); create it "
+            "with `simpleworkflow schedules create` or @app.schedule"
         )
 
 

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from simpleworkflow import durations, errors, names, observe
 from simpleworkflow.retry import DEFAULT_RUN_POLICY, RetryPolicy
+from simpleworkflow.schedules import ScheduleSpec, define
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -54,6 +55,7 @@ class Handlers:
         self.retry = retry
         self.observers = observe.Observers(observers)
         self._definitions: dict[str, Definition] = {}
+        self._schedules: dict[str, ScheduleSpec] = {}
 
     def observe(self, observer: observe.Observer) -> observe.Observer:
         """Register ``observer`` on the workers of this app; returns it."""
@@ -117,6 +119,53 @@ class Handlers:
     @property
     def definitions(self) -> Mapping[str, Definition]:
         return self._definitions
+
+    def schedule(
+        self,
+        type: str,
+        *,
+        cron: str,
+        tz: str = "UTC",
+        name: str | None = None,
+        payload: Mapping[str, Any] | None = None,
+        missed: str = "skip",
+        priority: int = 100,
+        max_attempts: int | None = None,
+    ) -> Callable[[F], F]:
+        """Start a run of ``type`` at every tick of ``cron`` in time zone ``tz`` (see
+        docs/schedules.md); a worker of this app writes the schedule to the store when it
+        starts. Declared by the call itself; the decorated function also becomes the
+        handler of ``type``, unless it is already (``@app.schedule`` above
+        ``@app.workflow``). ``name`` defaults to the type; ``missed`` is ``skip``,
+        ``once`` or ``each``."""
+        spec = define(
+            name or type,
+            type,
+            cron=cron,
+            tz=tz,
+            payload=payload,
+            missed=missed,
+            priority=priority,
+            max_attempts=max_attempts,
+        )
+        if spec.name in self._schedules:
+            raise errors.InvalidArgument(f"a schedule named {spec.name!r} is already declared")
+        self._schedules[spec.name] = spec
+
+        def decorate(fn: F) -> F:
+            known = self._definitions.get(type)
+            if known is None:
+                self.register(type, fn)
+            elif known.fn is not fn:
+                raise errors.InvalidArgument(f"a handler for {type!r} is already registered")
+            return fn
+
+        return decorate
+
+    @property
+    def schedules(self) -> Mapping[str, ScheduleSpec]:
+        """The schedules declared with :meth:`schedule`, by name."""
+        return self._schedules
 
     def types_matching(self, prefixes: Iterable[str]) -> list[str]:
         """The registered types that any of the ``'billing.%'``-style prefixes selects."""

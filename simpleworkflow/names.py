@@ -1,5 +1,6 @@
-"""Validation of workflow type names, type prefixes, run ids, topics and topic patterns,
-and of the integer options every way of starting a run shares (priority, max attempts)."""
+"""Validation of workflow type names, type prefixes, run ids, topics, topic patterns and
+schedule names, and of the integer options every way of starting a run shares (priority,
+max attempts)."""
 
 from __future__ import annotations
 
@@ -162,6 +163,22 @@ def validate_topic(topic: object) -> str:
             f"invalid topic {topic!r}: {_broken_topic_rule(topic, pattern=False)}; {_TOPIC_RULES}"
         )
     return topic
+
+
+def validate_schedule_name(name: object) -> str:
+    """Return ``name`` if it can name a cron schedule, else raise :class:`InvalidArgument`.
+
+    The characters of topics (dotted lowercase segments of letters, digits, ``_`` and
+    ``-``, at most 200 characters): never a ``:``, which separates the name from the
+    tick in the idempotency key of a scheduled run. The type it starts is a fine name.
+    """
+    if not isinstance(name, str) or len(name) > MAX_TOPIC_LENGTH or not _TOPIC_RE.fullmatch(name):
+        raise errors.InvalidArgument(
+            f"invalid schedule name {name!r:.80}: use 1 to {MAX_TOPIC_LENGTH} characters of "
+            "dotted lowercase segments (letters, digits, '_', '-'), like "
+            "'billing.invoice.nightly' or the type it starts, 'billing.invoice.nightly.v1'"
+        )
+    return name
 
 
 def validate_topic_pattern(pattern: object) -> str:

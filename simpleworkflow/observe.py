@@ -60,18 +60,23 @@ MAX_TRACE_CONTEXT_BYTES: Final = 8192
 
 @dataclass(frozen=True, slots=True)
 class RunCreated:
-    """A client stored a run; ``created`` is False when an idempotency key found it."""
+    """A client stored a run; ``created`` is False when an idempotency key found it.
+    ``committed`` is False when it was written inside the caller's transaction
+    (``connection=``), which may still roll back."""
 
     run: Run
     created: bool = True
+    committed: bool = True
 
 
 @dataclass(frozen=True, slots=True)
 class SignalDelivered:
-    """A client stored a signal for ``run_id`` (a run waiting for it is woken)."""
+    """A client stored a signal for ``run_id`` (a run waiting for it is woken);
+    ``committed`` as in :class:`RunCreated`."""
 
     run_id: str
     event: str
+    committed: bool = True
 
 
 @dataclass(frozen=True, slots=True)

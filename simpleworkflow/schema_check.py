@@ -9,7 +9,7 @@ embedded SQLite file, or ``auto_migrate=True``) or to refuse with a
 from __future__ import annotations
 
 import asyncio
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from simpleworkflow import errors
 from simpleworkflow.backends import Backend
@@ -61,6 +61,19 @@ async def ensure_async(backend: Backend, *, auto_migrate: bool | None = None) ->
     return version
 
 
+def check_joined(backend: Backend, version: int | None) -> None:
+    """Refuse a call inside a caller's transaction (``connection=``) on a schema that
+    does not fit: it never migrates, since a migration beside an open transaction of the
+    caller's could wait for that transaction, which waits for the call."""
+    try:
+        needs_migration(backend, version, auto_migrate=False)
+    except errors.SchemaError as exc:
+        raise errors.SchemaError(
+            f"{exc}. A call with connection= never migrates: migrate before it "
+            "(client.migrate(), or any call without connection=)"
+        ) from None
+
+
 class Checked:
     """Runs ops on ``backend`` once its schema fits: the sync client and admin share it."""
 
@@ -73,6 +86,16 @@ class Checked:
             ensure(self.backend, auto_migrate=self._auto_migrate)
             self._schema_ok = True
         return self.backend.execute(op, readonly=readonly)
+
+    def _run_on(self, connection: Any, op: Op[T]) -> T:
+        """``op`` inside the caller's transaction on ``connection``, a driver connection
+        :meth:`~simpleworkflow.backends.Backend.joinable` accepted; the schema is checked
+        on this object's own connections."""
+        if not self._schema_ok:
+            version = self.backend.execute(self.backend.schema_version(), readonly=True)
+            check_joined(self.backend, version)
+            self._schema_ok = True
+        return self.backend.execute_on(connection, op)
 
     def migrate(self) -> list[int]:
         """Create or upgrade the schema; return the migration versions applied now."""
@@ -93,6 +116,14 @@ class AsyncChecked:
             await ensure_async(self.backend, auto_migrate=self._auto_migrate)
             self._schema_ok = True
         return await self.backend.execute_async(op, readonly=readonly)
+
+    async def _run_on(self, connection: Any, op: Op[T]) -> T:
+        """:meth:`Checked._run_on`, awaited."""
+        if not self._schema_ok:
+            version = await self.backend.execute_async(self.backend.schema_version(), readonly=True)
+            check_joined(self.backend, version)
+            self._schema_ok = True
+        return await self.backend.execute_on_async(connection, op)
 
     async def migrate(self) -> list[int]:
         """Create or upgrade the schema; return the migration versions applied now."""

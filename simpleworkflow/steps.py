@@ -39,9 +39,9 @@ async def run_async(
         entry = await durable.begin(name, "step", state.is_cancelled())
         if entry is not None and answered(entry):
             return journaled(entry)
-        attempt = _attempt(entry)
+        attempt = attempt_of(entry)
         started_at = durable.db_now()
-        began = _started(state, name, attempt)
+        began = notify_started(state, name, attempt)
         try:
             with races.not_reading():  # the step's code: what it does happens now
                 if inspect.iscoroutinefunction(fn):
@@ -49,7 +49,7 @@ async def run_async(
                         value = await fn(*args, **kwargs)
                 else:
                     value = await state.in_thread(
-                        _enclosed(state, name, attempt, fn), *args, **kwargs
+                        enclosed(state, name, attempt, fn), *args, **kwargs
                     )
             took = time.monotonic() - began
             races.note_now(durable.db_now)
@@ -58,12 +58,12 @@ async def run_async(
             took = time.monotonic() - began
             races.note_now(durable.db_now)
             outcome = await failed(durable, name, entry, retry, exc)
-            _failed(state, name, attempt, took, exc, outcome)
+            notify_failed(state, name, attempt, took, exc, outcome)
             raise outcome from None
         await durable.journal(
             name, "step", value, attempts=attempt, started_at=started_at, text=text
         )
-        _completed(state, name, attempt, took)
+        notify_completed(state, name, attempt, took)
         return value
 
 
@@ -82,9 +82,9 @@ def run_sync(
         entry = state.bridge(durable.begin(name, "step", state.is_cancelled()))
         if entry is not None and answered(entry):
             return journaled(entry)
-        attempt = _attempt(entry)
+        attempt = attempt_of(entry)
         started_at = durable.db_now()
-        began = _started(state, name, attempt)
+        began = notify_started(state, name, attempt)
         try:
             with state.observers.around_step(state.run, name, attempt):
                 value = fn(*args, **kwargs)
@@ -95,12 +95,12 @@ def run_sync(
         except Exception as exc:
             took = time.monotonic() - began
             outcome = state.bridge(failed(durable, name, entry, retry, exc))
-            _failed(state, name, attempt, took, exc, outcome)
+            notify_failed(state, name, attempt, took, exc, outcome)
             raise outcome from None
         state.bridge(
             durable.journal(name, "step", value, attempts=attempt, started_at=started_at, text=text)
         )
-        _completed(state, name, attempt, took)
+        notify_completed(state, name, attempt, took)
         return value
 
 
@@ -174,13 +174,13 @@ async def _awaited(value: Awaitable[T]) -> T:
     return await value
 
 
-def _attempt(entry: JournalEntry | None) -> int:
+def attempt_of(entry: JournalEntry | None) -> int:
     """The step's attempt about to run, from 1, counted across the run's attempts as the
     journal counts them (a ``RetryAfter`` does not use one up)."""
     return (entry.attempts if entry is not None else 0) + 1
 
 
-def _enclosed(
+def enclosed(
     state: AttemptState, name: str, attempt: int, fn: Callable[..., Any]
 ) -> Callable[..., Any]:
     """``fn`` inside the observers' ``around_step``, entered on the thread that calls it."""
@@ -198,19 +198,19 @@ def _enclosed(
 # The hooks below cost nothing without observers: the events are made only for them.
 
 
-def _started(state: AttemptState, name: str, attempt: int) -> float:
+def notify_started(state: AttemptState, name: str, attempt: int) -> float:
     """Fire ``step_started``; return the monotonic time the step's code starts."""
     if state.observers:
         state.observers.step_started(observe.StepStarted(state.run, name, attempt))
     return time.monotonic()
 
 
-def _completed(state: AttemptState, name: str, attempt: int, took: float) -> None:
+def notify_completed(state: AttemptState, name: str, attempt: int, took: float) -> None:
     if state.observers:
         state.observers.step_completed(observe.StepCompleted(state.run, name, attempt, took))
 
 
-def _failed(
+def notify_failed(
     state: AttemptState,
     name: str,
     attempt: int,

@@ -17,6 +17,7 @@ from simpleworkflow import errors
 from simpleworkflow.server import Auth, is_loopback
 
 TYPE = "content.thumbnail.v1"
+SCHEDULE = "content.thumbnail.nightly"
 FULL = {"Authorization": f"Bearer {TOKEN}"}
 READ = {"Authorization": f"Bearer {READ_TOKEN}"}
 
@@ -36,6 +37,7 @@ def endpoints(api: Api, run_id: str | None = None) -> list[tuple[str, str]]:
         if not path.startswith(PREFIX):
             continue
         filled = path.replace("{run_id}", run_id).replace("{type}", TYPE)
+        filled = filled.replace("{name}", SCHEDULE)
         found += [(method.upper(), filled) for method in operations]
     return found
 
@@ -60,6 +62,8 @@ def test_the_read_only_token_reads_and_is_refused_every_write(store: Store, api:
     started = api.post(f"{PREFIX}/runs", json={"type": TYPE}, headers=FULL)
     assert started.status_code == 201
     run_id = started.json()["id"]
+    with store.client() as client:  # for the schedule's GET
+        client.schedules.create(SCHEDULE, TYPE, cron="@daily")
     before = [store.count(t) for t in ("workflow_run", "workflow_event", "workflow_signal")]
     writes = [(m, p) for m, p in endpoints(api, run_id) if m != "GET"]
     assert {m for m, _ in writes} == {"POST", "PUT", "DELETE"} and len(writes) >= 8

@@ -656,7 +656,7 @@ def test_an_unknown_start_option_is_refused_and_stores_nothing(
 ) -> None:
     """A misspelt option fails as a misspelt keyword would, in ``start`` and in
     ``start_many``'s dicts alike, rather than being ignored."""
-    with pytest.raises(TypeError, match=r"'prority'.* the options are deadline, delay"):
+    with pytest.raises(TypeError, match=r"'prority'.* the options are deadline, debounce, delay"):
         producer.start(TYPE, {}, prority=5)
     with pytest.raises(TypeError, match="'prority'"):
         producer.start_many([(TYPE, {}), {"type": TYPE, "prority": 5}])

@@ -246,3 +246,35 @@ def test_a_durable_call_named_with_text_no_store_can_hold_is_refused_at_the_call
     assert run.status is RunStatus.SUCCEEDED, run.last_error
     assert run.result == dict.fromkeys(CALLS, "refused")
     assert store.count("workflow_step") == 0
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"priority": "high"}, "priority"),
+        ({"priority": 10**12}, "priority"),
+        ({"max_attempts": 0}, "max_attempts"),
+        ({"max_attempts": 2.5}, "max_attempts"),
+    ],
+)
+def test_a_child_started_with_an_option_no_start_takes_is_refused_at_the_call(
+    app: App, client: Client, store: Store, options: dict[str, Any], named: str
+) -> None:
+    """The checks of ``client.start`` hold for children: the call says what was wrong,
+    and nothing is written (no child, no journal row)."""
+
+    @app.workflow("test.errors.child_options.v1")
+    async def body(payload: Any, ctx: Context) -> str:
+        try:
+            ctx.start_child("test.errors.child.v1", **options).close()
+        except errors.InvalidArgument as exc:
+            return str(exc)
+        return "accepted"
+
+    run_id = client.start("test.errors.child_options.v1").id
+    with working(app):
+        run = finished(client, run_id)
+    assert run.status is RunStatus.SUCCEEDED, run.last_error
+    assert named in run.result
+    assert store.count() == 1
+    assert store.count("workflow_step") == 0

@@ -31,6 +31,7 @@ PUBLIC_NAMES = [
     "RunNotFound",
     "RunPage",
     "RunStatus",
+    "Schedule",
     "Signal",
     "SignalSent",
     "SimpleWorkflowError",
@@ -96,6 +97,7 @@ def test_start_options_are_declared_once_and_typed_for_both_clients() -> None:
         assert hints["options"] == typing.Unpack[client.StartOptions]
     names = [
         "deadline",
+        "debounce",
         "delay",
         "idempotency_key",
         "max_attempts",

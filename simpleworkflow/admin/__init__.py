@@ -15,6 +15,7 @@ open one on a database URL (``Admin("postgresql://...")``), then:
 - retention: :meth:`~Admin.set_retention` (a type's), :meth:`~Admin.sweep` (delete the
   runs past theirs);
 - topics: :meth:`~Admin.subscribe`, :meth:`~Admin.unsubscribe`, :meth:`~Admin.subscriptions`;
+- cron schedules: :attr:`~Admin.schedules` (also ``client.schedules``);
 - housekeeping: :meth:`~Admin.purge`, :meth:`~Admin.migrate`, :meth:`~Admin.migration_sql`,
   :meth:`~Admin.replay_check`.
 """
@@ -28,6 +29,7 @@ from simpleworkflow.admin.records import (
     TypeStats,
     registry_dict,
 )
+from simpleworkflow.admin.schedules import AsyncSchedules, Schedules
 from simpleworkflow.admin.verbs import ADMIN_NAME, check_runtime
 
 __all__ = [
@@ -35,8 +37,10 @@ __all__ = [
     "STATES",
     "Admin",
     "AsyncAdmin",
+    "AsyncSchedules",
     "QueueStats",
     "Queues",
+    "Schedules",
     "SweepReport",
     "TypeStats",
     "check_runtime",

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 import time
 
 from simpleworkflow import durations, schema_check
 from simpleworkflow.admin.records import Queues, SweepReport, TypeStats
+from simpleworkflow.admin.schedules import AsyncSchedules, Schedules
 from simpleworkflow.admin.verbs import DEFAULT_PURGE_BATCH, DEFAULT_SWEEP_BATCH, Verbs
 from simpleworkflow.backends.records import JournalEntry, RegistryEntry, Subscription
 from simpleworkflow.handlers import Handlers
@@ -79,6 +81,11 @@ class Admin(schema_check.Checked, Verbs):
         """The subscriptions, by pattern then type: every one, those of ``type``, or those
         an event published on ``topic`` would start a run for."""
         return self._run(self._subscriptions_op(topic, type), readonly=True)
+
+    @functools.cached_property
+    def schedules(self) -> Schedules:
+        """Cron schedules: create, list, get, pause, resume, delete (docs/schedules.md)."""
+        return Schedules(self)
 
     def stats(self) -> builtins.list[TypeStats]:
         """Every type with runs or a registry entry, by name: its runs by state, how late
@@ -216,6 +223,11 @@ class AsyncAdmin(schema_check.AsyncChecked, Verbs):
     ) -> builtins.list[Subscription]:
         """The subscriptions; see :meth:`Admin.subscriptions`."""
         return await self._run(self._subscriptions_op(topic, type), readonly=True)
+
+    @functools.cached_property
+    def schedules(self) -> AsyncSchedules:
+        """Cron schedules, awaited; see :attr:`Admin.schedules`."""
+        return AsyncSchedules(self)
 
     async def stats(self) -> builtins.list[TypeStats]:
         """Every type at a glance; see :meth:`Admin.stats`."""

@@ -5,16 +5,17 @@ generator that yields the SQL statements it needs and receives each one's rows. 
 op is driven by a synchronous connection (:meth:`Backend.execute`) or an asynchronous one
 (:meth:`Backend.execute_async`), always inside one transaction, so the sync ``Client``
 and the ``AsyncClient`` share one implementation of every operation. The verbs live by
-concept in ``run_ops``, ``worker_ops``, ``journal_ops``, ``admin_ops`` and ``topic_ops``;
-their data in ``records``.
+concept in ``run_ops``, ``worker_ops``, ``journal_ops``, ``admin_ops``, ``topic_ops``
+and ``schedule_ops``; their data in ``records``.
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from simpleworkflow.backends.admin_ops import AdminOps
 from simpleworkflow.backends.journal_ops import JournalOps
@@ -34,6 +35,7 @@ from simpleworkflow.backends.records import (
     Release,
     Rows,
     RunQuery,
+    Schedule,
     ServiceLease,
     SignalSent,
     Statement,
@@ -45,6 +47,7 @@ from simpleworkflow.backends.records import (
     drive,
 )
 from simpleworkflow.backends.run_ops import RunOps
+from simpleworkflow.backends.schedule_ops import ScheduleOps
 from simpleworkflow.backends.topic_ops import TopicOps
 from simpleworkflow.backends.worker_ops import WorkerOps
 
@@ -67,6 +70,7 @@ __all__ = [
     "Release",
     "Rows",
     "RunQuery",
+    "Schedule",
     "ServiceLease",
     "SignalSent",
     "Statement",
@@ -79,7 +83,7 @@ __all__ = [
 ]
 
 
-class Backend(RunOps, WorkerOps, JournalOps, AdminOps, TopicOps):
+class Backend(RunOps, WorkerOps, JournalOps, AdminOps, TopicOps, ScheduleOps):
     """A store of runs. Subclasses provide SQL, row decoding and the two drivers."""
 
     #: The newest migration this code knows.
@@ -109,6 +113,35 @@ class Backend(RunOps, WorkerOps, JournalOps, AdminOps, TopicOps):
     async def aclose(self) -> None:
         """Release connections held for asynchronous use."""
         self.close()
+
+    # -- transactions ----------------------------------------------------------------
+
+    @abc.abstractmethod
+    def joinable(self, connection: object, *, asynchronous: bool) -> Any:
+        """``connection`` if :meth:`execute_on` can join its transaction; else
+        :class:`~simpleworkflow.errors.InvalidArgument`, saying why (another driver, or
+        its other face; closed; a failed transaction; another SQLite file)."""
+
+    @abc.abstractmethod
+    def execute_on(self, connection: Any, op: Op[T]) -> T:
+        """Run ``op`` on the caller's ``connection`` (checked by :meth:`joinable`), inside
+        the caller's transaction: nothing is committed here, and a failure undoes only
+        what ``op`` wrote (a savepoint). A connection in autocommit mode outside any
+        transaction gets a transaction of the op's own."""
+
+    @abc.abstractmethod
+    async def execute_on_async(self, connection: Any, op: Op[T]) -> T:
+        """:meth:`execute_on` for an asynchronous driver connection."""
+
+    @abc.abstractmethod
+    def transaction(self) -> contextlib.AbstractContextManager[Any]:
+        """A driver connection of the store's own inside a transaction that commits when
+        the block ends and rolls back when it raises: a transactional step's writes and
+        its journal entry (written with :meth:`execute_on`) commit together."""
+
+    @abc.abstractmethod
+    def transaction_async(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        """:meth:`transaction` with an asynchronous driver connection."""
 
     # -- wake-ups --------------------------------------------------------------------
 

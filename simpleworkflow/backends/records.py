@@ -110,6 +110,10 @@ class NewRun:
     trace_context: str | None = None
     #: Seconds kept after it finishes; ``None``: its type's retention, else the default.
     retention: float | None = None
+    #: Debounced (``debounce_run``): the key, the window and the cap, in seconds.
+    debounce_key: str | None = None
+    debounce_window: float | None = None
+    debounce_max_wait: float | None = None
 
     def params(self) -> dict[str, Any]:
         """The statement parameters, by name."""
@@ -299,6 +303,58 @@ class Subscription:
             "created_at": self.created_at.isoformat(),
             "updated_at": self.updated_at.isoformat(),
         }
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """One row of ``workflow_schedule``: ``workflow_type`` starts at every tick of
+    ``cron`` in ``timezone``, with ``payload`` plus the tick (see docs/schedules.md)."""
+
+    name: str
+    workflow_type: str
+    cron: str
+    timezone: str
+    payload: Any
+    #: What becomes of ticks no scheduler started in time: ``skip``, ``once``, ``each``.
+    missed: str
+    priority: int
+    #: ``None``: the schema's default (3).
+    max_attempts: int | None
+    paused: bool
+    #: The next tick to start (UTC); ``None`` until a scheduler plans a row written by hand.
+    next_tick_at: datetime | None
+    #: The latest tick a run was started for.
+    last_tick_at: datetime | None
+    #: Declared with ``@app.schedule``; workers of the app write it again when they start.
+    in_code: bool
+    #: Why the scheduler paused it, if it did (a cron or time zone it cannot read).
+    error: str | None
+    created_at: datetime
+    updated_at: datetime
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict, times as ISO 8601, as the CLI and API print it."""
+        return {
+            "name": self.name,
+            "workflow_type": self.workflow_type,
+            "cron": self.cron,
+            "timezone": self.timezone,
+            "payload": self.payload,
+            "missed": self.missed,
+            "priority": self.priority,
+            "max_attempts": self.max_attempts,
+            "paused": self.paused,
+            "next_tick_at": _iso(self.next_tick_at),
+            "last_tick_at": _iso(self.last_tick_at),
+            "in_code": self.in_code,
+            "error": self.error,
+            "created_at": self.created_at.isoformat(),
+            "updated_at": self.updated_at.isoformat(),
+        }
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()
 
 
 @dataclass(frozen=True, slots=True)

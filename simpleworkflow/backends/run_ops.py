@@ -36,6 +36,8 @@ class RunOps(StoreCore):
         """Insert a run (its ``created`` event comes with it); on a known key, return the
         run that holds the key and write nothing, or raise
         :class:`~simpleworkflow.errors.IdempotencyConflict` if it is of another type."""
+        if new.debounce_key is not None:
+            return (yield from self._debounce_run(new))
         rows = yield self.stmt("create_run", id=names.new_run_id(), **new.params())
         if rows:
             return self.created_run(new, rows[0])
@@ -95,6 +97,20 @@ class RunOps(StoreCore):
                 )
             runs.append(_found(new, run))
         return runs
+
+    def _debounce_run(self, new: NewRun) -> Op[Run]:
+        """Insert the debounced run, or update the pending run of its key in place: the
+        run returned carries this call's payload and options either way, and ``created``
+        says which it was (the store returns the run's own id when it absorbed the call).
+        """
+        run_id = names.new_run_id()
+        rows = yield self.stmt("debounce_run", id=run_id, **new.params())
+        row = rows[0]
+        absorbed = str(row["id"]) != run_id
+        if absorbed:
+            yield from self.then("debounce_run", **{**new.params(), "id": row["id"]})
+        run = self.created_run(new, {**row, "id": str(row["id"])})
+        return dataclasses.replace(run, created=False) if absorbed else run
 
     def _existing_by_key(self, new: NewRun) -> Op[Run]:
         rows = yield self.stmt("get_run_by_key", idempotency_key=new.idempotency_key)

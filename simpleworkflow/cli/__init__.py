@@ -29,6 +29,7 @@ def _command_modules() -> list[ModuleType]:
         registry,
         replaycheck,
         runs,
+        schedules,
         serve,
         start,
         stats,
@@ -37,7 +38,20 @@ def _command_modules() -> list[ModuleType]:
         worker,
     )
 
-    return [demo, migrate, start, runs, stats, worker, serve, replaycheck, registry, topics, sweep]
+    return [
+        demo,
+        migrate,
+        start,
+        runs,
+        stats,
+        worker,
+        serve,
+        replaycheck,
+        registry,
+        topics,
+        schedules,
+        sweep,
+    ]
 
 
 def build_parser() -> argparse.ArgumentParser:

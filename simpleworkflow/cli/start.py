@@ -67,6 +67,20 @@ def register(subparsers: Any) -> None:
         help="keep the run this long after it finishes (90d), instead of its type's "
         "retention or the default",
     )
+    parser.add_argument(
+        "--debounce",
+        nargs=2,
+        default=None,
+        metavar=("KEY", "WINDOW"),
+        help="collapse starts of TYPE with this KEY into one run, due WINDOW (30s) after "
+        "the last of them; it takes this call's payload and options",
+    )
+    parser.add_argument(
+        "--debounce-max-wait",
+        default=None,
+        metavar="DURATION",
+        help="with --debounce: due no later than this long after the first call (5m)",
+    )
     _common.add_common_options(parser)
     parser.set_defaults(handler=run)
 
@@ -77,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
     options = {name: value for name, value in given.items() if value is not None}
     if "deadline" in options:
         options["deadline"] = parse_deadline(options["deadline"])
+    if "debounce" in options or args.debounce_max_wait is not None:
+        options["debounce"] = parse_debounce(args.debounce, args.debounce_max_wait)
     with _common.client_for(args, create=True) as client:
         started = client.start(args.type, payload, **cast(StartOptions, options))
     if args.json:
@@ -89,6 +105,14 @@ def run(args: argparse.Namespace) -> int:
 def parse_deadline(text: str | None) -> datetime | float | None:
     """``--deadline``: seconds from now for a duration, else a timezone-aware time."""
     return None if text is None else durations.duration_or_time(text, what="--deadline")
+
+
+def parse_debounce(given: list[str] | None, max_wait: str | None) -> dict[str, str | None]:
+    """``--debounce KEY WINDOW`` and ``--debounce-max-wait``, as the option's mapping."""
+    if given is None:
+        raise errors.InvalidArgument("--debounce-max-wait needs --debounce KEY WINDOW")
+    key, window = given
+    return {"key": key, "window": window, "max_wait": max_wait}
 
 
 def read_payload_text(source: str) -> str:

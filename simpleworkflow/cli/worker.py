@@ -130,6 +130,13 @@ def _add_poller_options(parser: argparse.ArgumentParser) -> None:
         help="run the retention sweeper this often: 10m, 1h (implies --sweep)",
     )
     sweep.add_default_retention(parser)
+    parser.add_argument(
+        "--no-scheduler",
+        dest="scheduler",
+        action="store_false",
+        default=None,
+        help="start no runs of cron schedules from this worker (others still may)",
+    )
 
 
 POLLER_OPTIONS = (
@@ -143,6 +150,7 @@ POLLER_OPTIONS = (
     "heartbeat_events",
     "sweep_every",
     "default_retention",
+    "scheduler",
 )
 #: Duration options by the flag that sets them, so that an error names the flag.
 DURATION_FLAGS = {

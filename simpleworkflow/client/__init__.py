@@ -15,12 +15,13 @@ import functools
 import time
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any, Unpack
+from typing import Any, TypeVar, Unpack
 
 from simpleworkflow import durations, names, schema_check
-from simpleworkflow.admin import Admin, AsyncAdmin
-from simpleworkflow.backends.records import JournalEntry, SignalSent
-from simpleworkflow.client import _listing, _waiting
+from simpleworkflow.admin import Admin, AsyncAdmin, AsyncSchedules, Schedules
+from simpleworkflow.backends.records import JournalEntry, Op, SignalSent
+from simpleworkflow.client import _connections, _listing, _waiting
+from simpleworkflow.client._debounce import Debounce
 from simpleworkflow.client._listing import MAX_PAGE
 from simpleworkflow.client._options import (
     MAX_DELAY_SECONDS,
@@ -33,6 +34,8 @@ from simpleworkflow.client._requests import CLIENT_NAME, Requests
 from simpleworkflow.models import Event, Published, Run, RunPage, Signal
 from simpleworkflow.schema_check import auto_migrates, needs_migration
 
+T = TypeVar("T")
+
 __all__ = [
     "CLIENT_NAME",
     "MAX_DELAY_SECONDS",
@@ -41,6 +44,7 @@ __all__ = [
     "OPTIONS",
     "AsyncClient",
     "Client",
+    "Debounce",
     "StartOptions",
     "StartRequest",
     "auto_migrates",
@@ -51,25 +55,49 @@ __all__ = [
 class Client(schema_check.Checked, Requests):
     """A blocking producer client. Thread-safe; close it (or use ``with``) when done."""
 
-    def start(self, type: str, payload: Any = None, **options: Unpack[StartOptions]) -> Run:
+    def start(
+        self,
+        type: str,
+        payload: Any = None,
+        *,
+        connection: Any = None,
+        **options: Unpack[StartOptions],
+    ) -> Run:
         """Record the intent to run ``type`` with ``payload``; return the stored run.
 
         ``options`` are those of :class:`StartOptions`. The run's ``created`` is True. A
         repeated ``idempotency_key`` returns the run that already holds it and writes
         nothing (``created`` is then False); held by a run of another type, it raises
         :class:`~simpleworkflow.errors.IdempotencyConflict`.
+
+        With ``connection`` (a psycopg ``Connection``, a ``sqlite3.Connection`` to the
+        client's file, or a SQLAlchemy ``Connection`` or ``Session``) the run is written
+        inside the caller's transaction on it, and exists exactly when that transaction
+        commits: see docs/transactions.md. ``start_many``, ``publish``, ``signal`` and
+        ``cancel`` take it too.
         """
         with self._starting(type) as trace:
-            return self._started(self._run(self._start_op(type, payload, options, trace)))
+            op = self._start_op(type, payload, options, trace)
+            return self._started(self._call(op, connection), connection is None)
 
-    def start_many(self, requests: Iterable[StartRequest]) -> builtins.list[Run]:
+    def start_many(
+        self, requests: Iterable[StartRequest], *, connection: Any = None
+    ) -> builtins.list[Run]:
         """Start many runs in one statement: ``(type, payload)`` pairs, or dicts of
         :meth:`start` arguments. Returns the runs in order; a known idempotency key gives
         the run that holds it, as with :meth:`start`."""
         with self._starting(None) as trace:
-            return self._started_many(self._run(self._many_op(requests, trace)))
+            op = self._many_op(requests, trace)
+            return self._started_many(self._call(op, connection), connection is None)
 
-    def publish(self, topic: str, payload: Any = None, *, event_id: str | None = None) -> Published:
+    def publish(
+        self,
+        topic: str,
+        payload: Any = None,
+        *,
+        event_id: str | None = None,
+        connection: Any = None,
+    ) -> Published:
         """Publish an event: start, in one transaction, a run of ``payload`` for each
         workflow type subscribed to a pattern that matches ``topic`` (see docs/topics.md).
 
@@ -78,7 +106,8 @@ class Client(schema_check.Checked, Requests):
         each call is a new event (its id, a UUID, is in the result). No subscription: no
         runs, and nothing written.
         """
-        return self._published(self._run(self._publish_op(topic, payload, event_id)))
+        op = self._publish_op(topic, payload, event_id)
+        return self._published(self._call(op, connection), connection is None)
 
     def get(self, run_id: str) -> Run:
         """The run with this id; :class:`RunNotFound` if there is none."""
@@ -116,17 +145,20 @@ class Client(schema_check.Checked, Requests):
         )
         return _listing.page(self._run(self.backend.list_runs(query), readonly=True), query)
 
-    def cancel(self, run_id: str, *, reason: str | None = None) -> bool:
+    def cancel(self, run_id: str, *, reason: str | None = None, connection: Any = None) -> bool:
         """Cancel a pending or leased run; ``False`` if it had already finished."""
         run_id = names.normalize_run_id(run_id)
-        return self._cancelled(run_id, self._run(self._cancel_op(run_id, reason)))
+        cancelled = self._call(self._cancel_op(run_id, reason), connection)
+        return self._cancelled(run_id, cancelled, connection is None)
 
-    def signal(self, run_id: str, event: str, payload: Any = None) -> SignalSent:
+    def signal(
+        self, run_id: str, event: str, payload: Any = None, *, connection: Any = None
+    ) -> SignalSent:
         """Store signal ``event`` for a run; a ``wait_for_event`` in it consumes it, whether
         the wait began before or after. :class:`RunFinished` if the run is over."""
         with self.observers.around_signal(run_id, event):
-            sent = self._run(self._signal_op(run_id, event, payload))
-            return self._signalled(run_id, event, sent)
+            sent = self._call(self._signal_op(run_id, event, payload), connection)
+            return self._signalled(run_id, event, sent, connection is None)
 
     def delete(self, run_id: str) -> bool:
         """Soft-delete a run: hidden from claims and listings; ``False`` if already deleted."""
@@ -168,6 +200,19 @@ class Client(schema_check.Checked, Requests):
             backend=self.backend, auto_migrate=self._auto_migrate, observers=self.observers
         )
 
+    def _call(self, op: Op[T], connection: Any) -> T:
+        """``op`` on the client's own connections, or in the caller's transaction."""
+        if connection is None:
+            return self._run(op)
+        conn = _connections.driver_connection(connection)
+        return self._run_on(self.backend.joinable(conn, asynchronous=False), op)
+
+    @property
+    def schedules(self) -> Schedules:
+        """Cron schedules (create, list, pause, resume, delete), on this client's
+        connections; the same object as ``admin.schedules``. See docs/schedules.md."""
+        return self.admin.schedules
+
     def close(self) -> None:
         self.backend.close()
 
@@ -181,22 +226,41 @@ class Client(schema_check.Checked, Requests):
 class AsyncClient(schema_check.AsyncChecked, Requests):
     """The asyncio producer client. Use one per event loop; ``aclose`` it when done."""
 
-    async def start(self, type: str, payload: Any = None, **options: Unpack[StartOptions]) -> Run:
-        """Record the intent to run ``type`` with ``payload``; see :meth:`Client.start`."""
+    async def start(
+        self,
+        type: str,
+        payload: Any = None,
+        *,
+        connection: Any = None,
+        **options: Unpack[StartOptions],
+    ) -> Run:
+        """Record the intent to run ``type`` with ``payload``; see :meth:`Client.start`.
+        ``connection`` is a psycopg ``AsyncConnection``, a ``sqlite3.Connection`` or a
+        SQLAlchemy ``AsyncConnection`` or ``AsyncSession``."""
         with self._starting(type) as trace:
-            return self._started(await self._run(self._start_op(type, payload, options, trace)))
+            op = self._start_op(type, payload, options, trace)
+            return self._started(await self._call(op, connection), connection is None)
 
-    async def start_many(self, requests: Iterable[StartRequest]) -> builtins.list[Run]:
+    async def start_many(
+        self, requests: Iterable[StartRequest], *, connection: Any = None
+    ) -> builtins.list[Run]:
         """Start many runs in one statement; see :meth:`Client.start_many`."""
         with self._starting(None) as trace:
-            return self._started_many(await self._run(self._many_op(requests, trace)))
+            op = self._many_op(requests, trace)
+            return self._started_many(await self._call(op, connection), connection is None)
 
     async def publish(
-        self, topic: str, payload: Any = None, *, event_id: str | None = None
+        self,
+        topic: str,
+        payload: Any = None,
+        *,
+        event_id: str | None = None,
+        connection: Any = None,
     ) -> Published:
         """Publish an event to the workflow types subscribed to ``topic``; see
         :meth:`Client.publish`."""
-        return self._published(await self._run(self._publish_op(topic, payload, event_id)))
+        op = self._publish_op(topic, payload, event_id)
+        return self._published(await self._call(op, connection), connection is None)
 
     async def get(self, run_id: str) -> Run:
         """The run with this id; :class:`RunNotFound` if there is none."""
@@ -228,16 +292,21 @@ class AsyncClient(schema_check.AsyncChecked, Requests):
         )
         return _listing.page(await self._run(self.backend.list_runs(query), readonly=True), query)
 
-    async def cancel(self, run_id: str, *, reason: str | None = None) -> bool:
+    async def cancel(
+        self, run_id: str, *, reason: str | None = None, connection: Any = None
+    ) -> bool:
         """Cancel a pending or leased run; ``False`` if it had already finished."""
         run_id = names.normalize_run_id(run_id)
-        return self._cancelled(run_id, await self._run(self._cancel_op(run_id, reason)))
+        cancelled = await self._call(self._cancel_op(run_id, reason), connection)
+        return self._cancelled(run_id, cancelled, connection is None)
 
-    async def signal(self, run_id: str, event: str, payload: Any = None) -> SignalSent:
+    async def signal(
+        self, run_id: str, event: str, payload: Any = None, *, connection: Any = None
+    ) -> SignalSent:
         """Store signal ``event`` for a run; see :meth:`Client.signal`."""
         with self.observers.around_signal(run_id, event):
-            sent = await self._run(self._signal_op(run_id, event, payload))
-            return self._signalled(run_id, event, sent)
+            sent = await self._call(self._signal_op(run_id, event, payload), connection)
+            return self._signalled(run_id, event, sent, connection is None)
 
     async def delete(self, run_id: str) -> bool:
         """Soft-delete a run; ``False`` if it was already deleted."""
@@ -283,6 +352,18 @@ class AsyncClient(schema_check.AsyncChecked, Requests):
         return AsyncAdmin(
             backend=self.backend, auto_migrate=self._auto_migrate, observers=self.observers
         )
+
+    async def _call(self, op: Op[T], connection: Any) -> T:
+        """``op`` on the client's own connections, or in the caller's transaction."""
+        if connection is None:
+            return await self._run(op)
+        conn = await _connections.driver_connection_async(connection)
+        return await self._run_on(self.backend.joinable(conn, asynchronous=True), op)
+
+    @property
+    def schedules(self) -> AsyncSchedules:
+        """Cron schedules, awaited; see :attr:`Client.schedules`."""
+        return self.admin.schedules
 
     async def aclose(self) -> None:
         await self.backend.aclose()

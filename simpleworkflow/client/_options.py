@@ -16,6 +16,7 @@ from typing import Any, TypedDict
 
 from simpleworkflow import durations, errors, names, payloads, retention
 from simpleworkflow.backends.records import NewRun
+from simpleworkflow.client import _debounce
 
 MAX_KEY_LENGTH = 512
 # Far enough for any schedule, near enough that now + delay stays a valid timestamp in
@@ -41,6 +42,9 @@ class StartOptions(TypedDict, total=False):
     #: Keep the run this long after it finishes (``"90d"``), instead of its type's
     #: retention or the default; at most the ceiling, ``$SIMPLEWORKFLOW_MAX_RETENTION_DAYS``.
     retention: durations.Duration | None
+    #: Starts with this key collapse into one run, due a window after the last:
+    #: ``("key", "30s")`` or a :class:`~simpleworkflow.client.Debounce`.
+    debounce: _debounce.DebounceSpec | None
 
 
 #: The names of the start options, for code that passes them through.
@@ -75,6 +79,9 @@ def new_run(
         raise errors.InvalidArgument(
             "run_at must be a timezone-aware datetime, e.g. datetime.now(timezone.utc)"
         )
+    debounce = _debounce.check(
+        options.get("debounce"), options, max_key=MAX_KEY_LENGTH, max_seconds=MAX_DELAY_SECONDS
+    )
     return NewRun(
         type=names.validate_type(type),
         payload=payloads.encode({} if payload is None else payload, max_bytes=max_payload_bytes),
@@ -92,6 +99,7 @@ def new_run(
         ),
         trace_context=None if trace_context is None else json.dumps(dict(trace_context)),
         retention=retention.check(options.get("retention")),
+        **({} if debounce is None else debounce.params()),
     )
 
 
@@ -111,6 +119,11 @@ def new_runs(
             if "type" not in request:
                 raise TypeError("a start_many request needs a 'type'")
             options = {k: v for k, v in request.items() if k not in ("type", "payload")}
+            if options.get("debounce") is not None:
+                raise errors.InvalidArgument(
+                    "start_many does not debounce: each debounced call updates the run of "
+                    "its key in place, one statement per call; use start() for each"
+                )
             type_name, payload = request["type"], request.get("payload")
         else:
             raise errors.InvalidArgument(

@@ -39,7 +39,8 @@ class Requests:
             database_url, schema=schema, application_name=application_name
         )
         self.max_payload_bytes = max_payload_bytes
-        #: Told of each run started and signal sent, once the write has committed.
+        #: Told of each run started and signal sent, once the write has committed (or,
+        #: with ``connection=``, once it is written in the caller's transaction).
         self.observers = observe.Observers(observers)
         self._auto_migrate = schema_check.auto_migrates(self.backend, auto_migrate)
         self._schema_ok = False
@@ -86,20 +87,26 @@ class Requests:
         # The rest are checked as the store takes them: a bad one rolls back the batch.
         return self.backend.create_runs(itertools.chain([first], news))
 
-    def _started(self, run: Run) -> Run:
-        if run.created:
+    # ``committed`` is False for a write made inside the caller's transaction
+    # (connection=): this process's workers are not woken before it commits (the store's
+    # own wake-ups, Postgres's NOTIFY, go out at the commit), and observers are told it
+    # may still roll back.
+
+    def _started(self, run: Run, committed: bool = True) -> Run:
+        if run.created and committed:
             self.backend.notify_local("wake", _due(run))
         if self.observers:
-            self.observers.run_created(observe.RunCreated(run, created=bool(run.created)))
+            self.observers.run_created(observe.RunCreated(run, bool(run.created), committed))
         return run
 
-    def _started_many(self, runs: builtins.list[Run]) -> builtins.list[Run]:
+    def _started_many(self, runs: builtins.list[Run], committed: bool = True) -> builtins.list[Run]:
         # Runs of one batch mostly share their type and due time: one wake-up for each.
-        for wake in {(run.type, run.run_at, run.created_at) for run in runs if run.created}:
-            self.backend.notify_local("wake", _wake(*wake))
+        if committed:
+            for wake in {(run.type, run.run_at, run.created_at) for run in runs if run.created}:
+                self.backend.notify_local("wake", _wake(*wake))
         if self.observers:
             for run in runs:
-                self.observers.run_created(observe.RunCreated(run, created=bool(run.created)))
+                self.observers.run_created(observe.RunCreated(run, bool(run.created), committed))
         return runs
 
     def _publish_op(self, topic: str, payload: Any, event_id: str | None) -> Op[Published]:
@@ -108,8 +115,8 @@ class Requests:
         text = payloads.encode({} if payload is None else payload, max_bytes=self.max_payload_bytes)
         return _topics.publish(self.backend, topic, text, event_id)
 
-    def _published(self, published: Published) -> Published:
-        self._started_many(published.runs)
+    def _published(self, published: Published, committed: bool = True) -> Published:
+        self._started_many(published.runs, committed)
         return published
 
     def _cancel_op(self, run_id: str, reason: str | None) -> Op[builtins.list[str] | None]:
@@ -120,17 +127,26 @@ class Requests:
             )
         return self.backend.cancel_run(names.normalize_run_id(run_id), reason)
 
-    def _cancelled(self, run_id: str, cancelled: builtins.list[str] | None) -> bool:
-        for cancelled_id in self._found(run_id, cancelled):
+    def _cancelled(
+        self, run_id: str, cancelled: builtins.list[str] | None, committed: bool = True
+    ) -> bool:
+        ids = self._found(run_id, cancelled)
+        for cancelled_id in ids if committed else ():
             self.backend.notify_local("cancel", cancelled_id)
-        return run_id in cancelled  # type: ignore[operator]
+        return run_id in ids
 
     def _signal_op(self, run_id: str, event: str, payload: Any) -> Op[SignalSent | str | None]:
         run_id = names.normalize_run_id(run_id)
         text = payloads.encode({} if payload is None else payload, max_bytes=self.max_payload_bytes)
         return self.backend.send_signal(run_id, names.validate_event(event), text)
 
-    def _signalled(self, run_id: str, event: str, outcome: SignalSent | str | None) -> SignalSent:
+    def _signalled(
+        self,
+        run_id: str,
+        event: str,
+        outcome: SignalSent | str | None,
+        committed: bool = True,
+    ) -> SignalSent:
         if outcome is None:
             raise errors.RunNotFound(run_id)
         if isinstance(outcome, str):
@@ -138,11 +154,11 @@ class Requests:
                 f"run {run_id} has already finished ({outcome}); signal {event!r} was not "
                 "stored (signals are for runs that are pending or running)"
             )
-        if outcome.woke:
+        if outcome.woke and committed:
             self.backend.notify_local("wake", "")
         if self.observers:
             run_id = names.normalize_run_id(run_id)
-            self.observers.signal_delivered(observe.SignalDelivered(run_id, event))
+            self.observers.signal_delivered(observe.SignalDelivered(run_id, event, committed))
         return outcome
 
     @staticmethod

@@ -25,7 +25,15 @@ from starlette.types import ASGIApp
 import simpleworkflow
 from simpleworkflow import observe
 from simpleworkflow.client import AsyncClient
-from simpleworkflow.server import health, problems, routing, runs, topics, types_index
+from simpleworkflow.server import (
+    health,
+    problems,
+    routing,
+    runs,
+    schedules,
+    topics,
+    types_index,
+)
 from simpleworkflow.server.auth import Auth, is_loopback
 from simpleworkflow.server.routing import DEFAULT_MAX_BODY_BYTES
 from simpleworkflow.server.source import ClientSource
@@ -35,7 +43,12 @@ API_PREFIX = "/api/v1"
 
 #: The API's sections under the prefix, each ``build(source, auth, route_class)``. A new
 #: group of endpoints is a module with such a function, added here.
-SECTIONS: tuple[Callable[..., APIRouter], ...] = (runs.router, types_index.router, topics.router)
+SECTIONS: tuple[Callable[..., APIRouter], ...] = (
+    runs.router,
+    types_index.router,
+    topics.router,
+    schedules.router,
+)
 
 __all__ = [
     "API_PREFIX",

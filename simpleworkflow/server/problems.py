@@ -27,6 +27,7 @@ MEDIA_TYPE = "application/problem+json"
 STATUSES: Sequence[tuple[type[Exception], int, str]] = (
     (errors.TypeNotRegistered, 404, "type-not-registered"),
     (errors.RunNotFound, 404, "run-not-found"),
+    (errors.ScheduleNotFound, 404, "schedule-not-found"),
     (errors.PayloadTooLarge, 413, "payload-too-large"),
     (errors.IdempotencyConflict, 409, "idempotency-conflict"),
     (errors.RunFinished, 409, "run-finished"),

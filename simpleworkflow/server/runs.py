@@ -69,12 +69,17 @@ def _add_starts(api: APIRouter, source: ClientSource, writer: list[Any]) -> None
         response_model=StartedRun,
         dependencies=writer,
         responses={
-            200: {"model": StartedRun, "description": "the idempotency key was held already"},
+            200: {
+                "model": StartedRun,
+                "description": "the idempotency key was held already, or a debounced start "
+                "joined the pending run of its key",
+            },
             **responses(400, 401, 403, 409, 413, 422, 503),
         },
     )
     async def start_run(request: StartRun) -> Response:
-        """Start a run; a known idempotency key returns the run that holds it (200)."""
+        """Start a run; a known idempotency key returns the run that holds it (200), as
+        does a debounced start that joins the pending run of its key."""
         run = await source.client.start(request.type, request.payload, **request.options())
         return bodies.respond(bodies.run(run), 201 if run.created else 200)
 

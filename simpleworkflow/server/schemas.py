@@ -45,6 +45,26 @@ class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class DebounceIn(_Request):
+    """Starts of one type with the same key collapse into one run (docs/flow-control.md)."""
+
+    key: StrictStr = Field(
+        description="starts of the type with this key collapse into one run",
+        min_length=1,
+        max_length=512,
+        examples=["user:42"],
+    )
+    window: Duration = Field(
+        description="the run is due this long after the last start (seconds, '30s')",
+        examples=["30s"],
+    )
+    max_wait: Duration | None = Field(
+        default=None,
+        description="but no later than this long after the first start; at least the window",
+        examples=["5m"],
+    )
+
+
 class StartRun(_Request):
     """One run to start: ``Client.start``'s arguments."""
 
@@ -87,6 +107,12 @@ class StartRun(_Request):
         "its type's retention or the default; at most the ceiling "
         "($SIMPLEWORKFLOW_MAX_RETENTION_DAYS)",
         examples=["90d"],
+    )
+    debounce: DebounceIn | None = Field(
+        default=None,
+        description="collapse repeated starts into one run: it takes the last start's "
+        "payload and options, and the same id is returned to every caller (created false "
+        "for all but the first); not with idempotency_key, run_at or delay",
     )
 
     def options(self) -> dict[str, Any]:
@@ -325,3 +351,56 @@ class PublishedOut(BaseModel):
     event_id: str
     started: int = Field(description="how many of the runs this call started")
     runs: list[RunOut]
+
+
+class CreateSchedule(_Request):
+    """A cron schedule: ``client.schedules.create``'s arguments (see docs/schedules.md)."""
+
+    type: StrictStr | None = Field(
+        default=None,
+        description="the workflow type it starts (default: the schedule's name)",
+        examples=["billing.invoice.v1"],
+        json_schema_extra={"pattern": TYPE_PATTERN, "maxLength": 200},
+    )
+    cron: StrictStr = Field(
+        description="five fields (minute hour day-of-month month day-of-week), six with "
+        "seconds first, or @hourly, @daily, @weekly, @monthly, @yearly",
+        examples=["0 2 * * *"],
+        json_schema_extra={"maxLength": 200},
+    )
+    tz: StrictStr = Field(default="UTC", description="the IANA time zone of the cron fields")
+    payload: dict[str, JSON] | None = Field(
+        default=None,
+        description="a JSON object each run gets, with `schedule` and `scheduled_for` added",
+    )
+    missed: Literal["skip", "once", "each"] = Field(
+        default="skip", description="ticks no scheduler started within a minute"
+    )
+    priority: StrictInt = Field(default=100, description="the runs' priority (lower first)")
+    max_attempts: StrictInt | None = Field(
+        default=None, description="the runs' attempts (default 3)"
+    )
+
+
+class ScheduleOut(BaseModel):
+    """A cron schedule, and where its ticks stand."""
+
+    name: str
+    workflow_type: str
+    cron: str
+    timezone: str
+    payload: JSON
+    missed: str
+    priority: int
+    max_attempts: int | None
+    paused: bool
+    next_tick_at: datetime | None = Field(description="the next tick to start (UTC)")
+    last_tick_at: datetime | None = Field(description="the latest tick a run was started for")
+    in_code: bool = Field(description="declared with @app.schedule")
+    error: str | None = Field(description="why the scheduler paused it, if it did")
+    created_at: datetime
+    updated_at: datetime
+
+
+class ScheduleDeleted(BaseModel):
+    deleted: bool = Field(description="false when there was no such schedule")

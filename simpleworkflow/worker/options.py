@@ -33,7 +33,8 @@ class WorkerOptions:
     to ``host-pid``; ``database_url`` and ``schema`` to the app's. ``services`` run beside
     the worker's own, under its supervisor (see ``supervisor``). ``sweep_every`` runs the
     retention sweeper (see ``sweeper``) that often, with ``default_retention`` for runs
-    whose start and type chose none.
+    whose start and type chose none. ``scheduler`` runs the cron scheduler (see
+    ``scheduler``): any number of workers may, each tick still starts one run.
     """
 
     type_prefixes: tuple[str, ...] = ("%",)
@@ -49,6 +50,7 @@ class WorkerOptions:
     services: tuple[Service, ...] = ()
     sweep_every: float | None = None
     default_retention: float | None = None
+    scheduler: bool = True
 
     def __post_init__(self) -> None:
         self._set("type_prefixes", tuple(_checked_prefix(p) for p in self.type_prefixes))
@@ -111,6 +113,7 @@ class WorkerSettings(TypedDict, total=False):
     services: Iterable[Service]
     sweep_every: durations.Duration | None
     default_retention: durations.Duration | None
+    scheduler: bool
 
 
 def _checked_prefix(prefix: str) -> str:

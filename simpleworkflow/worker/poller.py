@@ -30,7 +30,7 @@ from simpleworkflow.outbox import Outbox
 from simpleworkflow.outcome_log import OutcomeLog
 from simpleworkflow.schema_check import ensure_async
 from simpleworkflow.wording import plural
-from simpleworkflow.worker import hooks, leases, recovery, shutdown
+from simpleworkflow.worker import hooks, leases, recovery, scheduler, shutdown
 from simpleworkflow.worker.claiming import ClaimLoop
 from simpleworkflow.worker.options import RUNTIME, WorkerOptions, WorkerSettings
 from simpleworkflow.worker.running import Runner
@@ -187,6 +187,7 @@ class IntentPoller:
         backend = self._backend
         await self._prepare_schema()
         await backend.execute_async(backend.register_types(types, RUNTIME))
+        await scheduler.declare(backend, self.app.schedules, types)
         runner, claims, outbox, supervisor = self._assemble(types)
         supervisor.start()
         _log.info(
@@ -293,6 +294,8 @@ class IntentPoller:
             every = self.options.sweep_every
             sweeper = Sweeper(backend, self.worker_id, every, policy, observers, self._outage)
             yield sweeper, False
+        if self.options.scheduler:
+            yield scheduler.Scheduler(backend, self._outage), False
         for service in self.options.services:
             yield service, False
 

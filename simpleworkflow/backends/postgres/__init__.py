@@ -7,20 +7,19 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import datetime
 from typing import Any, TypeVar
 
 from simpleworkflow import config, errors
 from simpleworkflow.backends import base, queries
 from simpleworkflow.backends.dialect import Dialect
-from simpleworkflow.backends.postgres import settings
+from simpleworkflow.backends.postgres import driving, settings
 from simpleworkflow.backends.postgres.deadline import Deadline
 
 try:
     import psycopg
     import psycopg_pool
-    from psycopg.rows import dict_row
 except ImportError as exc:  # pragma: no cover - depends on the install
     raise errors.ConfigurationError(
         "the Postgres backend needs psycopg: pip install 'simpleworkflow[postgres]'"
@@ -91,7 +90,7 @@ class PostgresBackend(base.Backend):
             "conninfo": self._conninfo(),
             "min_size": 1,
             "max_size": self._max_connections,
-            "kwargs": {"row_factory": dict_row, "autocommit": True},
+            "kwargs": {"autocommit": True},
             "open": False,
             "name": name,
         }
@@ -185,7 +184,7 @@ class PostgresBackend(base.Backend):
                 _on_broken(conn, lambda: self._drop_pool(pool)),
                 Deadline(conn, self.call_timeout),
             ):
-                return _execute(conn, op)
+                return driving.execute(conn, op)
 
     async def execute_async(self, op: base.Op[T], *, readonly: bool = False) -> T:
         """Run ``op``; give up after ``call_timeout`` seconds whatever the network does.
@@ -222,7 +221,44 @@ class PostgresBackend(base.Backend):
         with _translated("talking to Postgres"):
             async with pool.connection() as conn:
                 with _on_broken(conn, lambda: self._drop_async_pool(pool)):
-                    return await _execute_async(conn, op)
+                    return await driving.execute_async(conn, op)
+
+    # -- transactions of the caller's, and the store's own for transactional steps -----
+
+    def joinable(self, connection: object, *, asynchronous: bool) -> Any:
+        return driving.joinable(connection, asynchronous=asynchronous)
+
+    def execute_on(self, connection: Any, op: base.Op[T]) -> T:
+        with _translated("talking to Postgres"), driving.schema_missing(self.location):
+            return driving.execute_joined(connection, op)
+
+    async def execute_on_async(self, connection: Any, op: base.Op[T]) -> T:
+        # No deadline of ours here: abandoning a call would break the caller's transaction.
+        with _translated("talking to Postgres"), driving.schema_missing(self.location):
+            return await driving.execute_joined_async(connection, op)
+
+    # Only opening the transaction is translated: what the block raises (the step's own
+    # statements, a lock timeout say) goes out as psycopg raised it.
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[psycopg.Connection[Any]]:
+        with contextlib.ExitStack() as stack:
+            with _translated("opening a transaction on Postgres"):
+                pool = self._sync_pool()
+                conn = stack.enter_context(pool.connection())
+                stack.enter_context(_on_broken(conn, lambda: self._drop_pool(pool)))
+                stack.enter_context(conn.transaction())
+            yield conn
+
+    @contextlib.asynccontextmanager
+    async def transaction_async(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        async with contextlib.AsyncExitStack() as stack:
+            with _translated("opening a transaction on Postgres"):
+                pool = await self._async_pool()
+                conn = await stack.enter_async_context(pool.connection())
+                stack.enter_context(_on_broken(conn, lambda: self._drop_async_pool(pool)))
+                await stack.enter_async_context(conn.transaction())
+            yield conn
 
     async def listen(self, on_message: Callable[[str, str], None]) -> None:
         """Deliver this schema's notifications; reconnect when the link drops.
@@ -339,47 +375,6 @@ class PostgresBackend(base.Backend):
         return params
 
 
-def _execute(conn: Any, op: base.Op[T]) -> T:
-    """Drive ``op`` on a connection of the sync pool."""
-
-    def run(statement: base.Statement) -> base.Rows:
-        cursor = conn.execute(statement.sql, statement.params)
-        return cursor.fetchall() if cursor.description else []
-
-    def stream(batch: base.Stream) -> None:
-        with conn.pipeline():
-            sent: Any = None
-            for statement in batch.statements:  # the op builds it meanwhile
-                rows = _rows(sent)
-                sent = conn.cursor()
-                sent.execute(statement.sql, statement.params)
-                if rows is not None:
-                    batch.take(rows)  # while the server runs the next one
-            last = _rows(sent)
-            if last is not None:
-                batch.take(last)
-
-    try:
-        first = next(op)
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
-    if first is not base.ATOMIC:
-        return base.drive(op, run, first, stream)
-    with conn.transaction():
-        return base.drive(op, run, first, stream)
-
-
-async def _execute_async(conn: Any, op: base.Op[T]) -> T:
-    try:
-        statement = next(op)
-        if statement is not base.ATOMIC:
-            return await _drive_async(conn, op, statement)
-        async with conn.transaction():
-            return await _drive_async(conn, op, statement)
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
-
-
 @contextlib.contextmanager
 def _on_broken(conn: Any, drop: Callable[[], None]) -> Iterator[None]:
     """Call ``drop`` when ``conn`` broke (not when a statement failed on a sound one)."""
@@ -389,59 +384,6 @@ def _on_broken(conn: Any, drop: Callable[[], None]) -> Iterator[None]:
         if conn.broken or conn.closed:
             drop()
         raise
-
-
-def _rows(cursor: Any) -> base.Rows | None:
-    """The rows of a statement sent in pipeline mode (None for no statement). Its
-    description is known only once its results are in, so fetch first."""
-    if cursor is None:
-        return None
-    try:
-        return cursor.fetchall()  # type: ignore[no-any-return]
-    except psycopg.ProgrammingError:  # a statement that returns no rows
-        return []
-
-
-async def _drive_async(conn: Any, op: base.Op[T], statement: base.Statement) -> T:
-    """The async twin of ``base.drive``: the driver's calls must be awaited."""
-    try:
-        while True:
-            if statement is base.ATOMIC:
-                statement = op.send([])
-                continue
-            if isinstance(statement, base.Stream):
-                await _stream_async(conn, statement)
-                statement = op.send([])
-                continue
-            cursor = await conn.execute(statement.sql, statement.params)
-            rows = await cursor.fetchall() if cursor.description else []
-            statement = op.send(rows)
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
-
-
-async def _stream_async(conn: Any, batch: base.Stream) -> None:
-    """The async twin of the pipelined ``stream`` in ``execute``."""
-    async with conn.pipeline():
-        sent: Any = None
-        for statement in batch.statements:
-            rows = await _rows_async(sent)
-            sent = conn.cursor()
-            await sent.execute(statement.sql, statement.params)
-            if rows is not None:
-                batch.take(rows)
-        last = await _rows_async(sent)
-        if last is not None:
-            batch.take(last)
-
-
-async def _rows_async(cursor: Any) -> base.Rows | None:
-    if cursor is None:
-        return None
-    try:
-        return await cursor.fetchall()  # type: ignore[no-any-return]
-    except psycopg.ProgrammingError:
-        return []
 
 
 def _connect_error(url: str, exc: psycopg.Error) -> errors.SimpleWorkflowError:

@@ -56,6 +56,52 @@ from jsonb_to_recordset(%(items)s::jsonb)
 on conflict (idempotency_key) do nothing
 returning id::text as id, run_at, deadline, created_at, updated_at
 
+-- name: debounce_run
+-- A debounced start (docs/flow-control.md): the first call of a key inserts the run, due
+-- one window later; a call while that run is pending and unclaimed updates it instead,
+-- in place: its payload and options become this call's, and it is due one window from
+-- now, but never later than max_wait after the first call (created_at). The unique index
+-- idx_workflow_run_debounce arbitrates between concurrent callers. Should a worker claim
+-- the run meanwhile, the row stops matching the index and this call inserts a fresh run.
+-- A call that was absorbed returns the run's id, not the one it brought, and its
+-- `debounced` event says so.
+with upserted as (
+    insert into {schema}workflow_run as r
+        (id, type, payload, priority, run_at, max_attempts, deadline, trace_context,
+         retention, debounce_key)
+    values (
+        %(id)s::uuid, %(type)s, %(payload)s::jsonb, %(priority)s,
+        now() + make_interval(secs => %(debounce_window)s),
+        coalesce(%(max_attempts)s, 3),
+        coalesce(%(deadline)s::timestamptz, now() + make_interval(secs => %(deadline_in)s)),
+        %(trace_context)s::jsonb,
+        %(retention)s::float8 * interval '1 second',
+        %(debounce_key)s
+    )
+    on conflict (type, debounce_key)
+        where status = 'pending' and deleted_at is null and debounce_key is not null
+    do update set
+        payload = excluded.payload,
+        priority = excluded.priority,
+        -- least() passes over a null: no max_wait, no cap
+        run_at = least(excluded.run_at,
+                       r.created_at + make_interval(secs => %(debounce_max_wait)s::float8)),
+        max_attempts = excluded.max_attempts,
+        deadline = excluded.deadline,
+        trace_context = excluded.trace_context,
+        retention = excluded.retention,
+        updated_at = now()
+    returning r.id, r.run_at, r.deadline, r.created_at, r.updated_at
+), debounced_events as (
+    insert into {schema}workflow_event (workflow_id, event_type, data)
+    select id, 'debounced',
+           jsonb_build_object('key', %(debounce_key)s::text, 'run_at', run_at,
+                              'priority', %(priority)s::integer)
+    from upserted
+    where id <> %(id)s::uuid
+)
+select id::text as id, run_at, deadline, created_at, updated_at from upserted
+
 -- name: get_runs_by_keys
 select * from {schema}workflow_run where idempotency_key = any(%(keys)s::text[])
 
@@ -916,3 +962,73 @@ where (%(type)s::text is null or workflow_type = %(type)s)
                 or segments = length(%(topic)s::text)
                               - length(replace(%(topic)s::text, '.', '')) + 1)))
 order by pattern, workflow_type
+
+-- Schedules (migration 0014): cron schedules and the scheduler's reads and writes.
+
+-- name: upsert_schedule
+-- Creating again changes the definition and keeps the schedule's pause; the next tick is
+-- planned again only when the cron expression or time zone changed (or none was).
+insert into {schema}workflow_schedule as s
+    (name, workflow_type, cron, timezone, payload, missed, priority, max_attempts,
+     next_tick_at, in_code)
+values (%(name)s, %(type)s, %(cron)s, %(timezone)s, %(payload)s::jsonb, %(missed)s,
+        %(priority)s, %(max_attempts)s, %(next_tick_at)s, %(in_code)s)
+on conflict (name) do update
+set workflow_type = excluded.workflow_type, cron = excluded.cron,
+    timezone = excluded.timezone, payload = excluded.payload, missed = excluded.missed,
+    priority = excluded.priority, max_attempts = excluded.max_attempts,
+    in_code = excluded.in_code, error = null, updated_at = now(),
+    next_tick_at = case when s.cron = excluded.cron and s.timezone = excluded.timezone
+                             and s.next_tick_at is not null
+                        then s.next_tick_at else excluded.next_tick_at end
+returning *
+
+-- name: get_schedule
+select * from {schema}workflow_schedule where name = %(name)s
+
+-- name: list_schedules
+select * from {schema}workflow_schedule
+where %(type)s::text is null or workflow_type = %(type)s
+order by name
+
+-- name: set_schedule_paused
+-- Resuming plans the first tick after now: the ticks of the pause are not caught up.
+update {schema}workflow_schedule
+set paused = %(paused)s, error = null, updated_at = now(),
+    next_tick_at = case when paused and not %(paused)s then %(next_tick_at)s
+                        else next_tick_at end
+where name = %(name)s
+returning *
+
+-- name: delete_schedule
+delete from {schema}workflow_schedule where name = %(name)s returning name
+
+-- name: due_schedules
+-- The scheduler's read, by the partial index: the schedules due by the database's clock
+-- (or not planned yet), earliest first.
+select * from {schema}workflow_schedule
+where not paused and (next_tick_at <= now() or next_tick_at is null)
+order by next_tick_at nulls first
+limit %(limit)s
+
+-- name: next_schedule_tick
+-- The database's clock, and the earliest tick after it: how long the scheduler may sleep.
+select now() as db_now,
+       (select min(next_tick_at) from {schema}workflow_schedule
+        where not paused and next_tick_at > now()) as next_due
+
+-- name: advance_schedule
+-- Compare and set: only the scheduler that read this next tick moves it on; one that
+-- raced it finds another value and starts nothing.
+update {schema}workflow_schedule
+set next_tick_at = %(next_tick_at)s, last_tick_at = coalesce(%(last_tick_at)s, last_tick_at),
+    updated_at = now()
+where name = %(name)s and not paused and next_tick_at is not distinct from %(old)s
+returning name
+
+-- name: break_schedule
+-- A schedule the scheduler cannot read (written with plain SQL): paused, with the reason.
+update {schema}workflow_schedule
+set paused = true, error = %(error)s, updated_at = now()
+where name = %(name)s and next_tick_at is not distinct from %(old)s
+returning name

@@ -46,7 +46,9 @@ create table {schema}workflow_run (
     -- W3C trace context of the start, and of the attempt that last gave the run back (0011)
     trace_context   jsonb,
     -- kept this long after it finished; null: its type's retention, else the default (0012)
-    retention       interval
+    retention       interval,
+    -- a debounced start's key, while the run is pending and unclaimed (0013)
+    debounce_key    text
 );
 
 -- Claims read only claimable rows, ordered by priority then by when they became due:
@@ -271,3 +273,60 @@ create table {schema}workflow_service_lease (
     lease_until timestamptz not null,
     updated_at  timestamptz not null default now()
 );
+
+-- Debounce (migration 0013, docs/flow-control.md): one pending, unclaimed run per type
+-- and key, which later debounced starts update in place (`on conflict ... do update`
+-- names this index); the key is cleared as the run stops being pending, whoever writes
+-- the row.
+create unique index idx_workflow_run_debounce
+    on {schema}workflow_run (type, debounce_key)
+    where status = 'pending' and deleted_at is null and debounce_key is not null;
+
+create function {schema}workflow_run_debounce_closed() returns trigger
+language plpgsql as $$
+begin
+    new.debounce_key := null;
+    return new;
+end
+$$;
+
+create trigger workflow_run_debounce_closed
+    before update on {schema}workflow_run
+    for each row
+    when (old.debounce_key is not null and new.status <> 'pending')
+    execute function {schema}workflow_run_debounce_closed();
+
+-- Cron schedules (migration 0014): each due tick of a schedule starts one run, keyed by
+-- the schedule's name and the tick, whichever worker's scheduler starts it.
+create table {schema}workflow_schedule (
+    name          text primary key,
+    workflow_type text not null,
+    cron          text not null,
+    timezone      text not null default 'UTC',
+    -- the static payload; each run gets it with "schedule" and "scheduled_for" added
+    payload       jsonb not null default '{}'::jsonb,
+    -- what to do about ticks no scheduler started within a minute: skip, once, each
+    missed        text not null default 'skip'
+                  constraint workflow_schedule_missed_check
+                  check (missed in ('skip', 'once', 'each')),
+    priority      integer not null default 100,
+    max_attempts  integer
+                  constraint workflow_schedule_max_attempts_check check (max_attempts >= 1),
+    paused        boolean not null default false,
+    -- the next tick to start, in UTC; null: not planned yet (a row inserted with plain
+    -- SQL), the next scheduler plans the first tick after its now
+    next_tick_at  timestamptz,
+    -- the latest tick a run was started for
+    last_tick_at  timestamptz,
+    -- declared by @app.schedule: written again by every worker of the app when it starts
+    in_code       boolean not null default false,
+    -- why the scheduler paused it: a cron expression or time zone it cannot read
+    error         text,
+    created_at    timestamptz not null default now(),
+    updated_at    timestamptz not null default now()
+);
+
+-- The scheduler's one query: the schedules due (or not planned yet), earliest first.
+create index idx_workflow_schedule_due
+    on {schema}workflow_schedule (next_tick_at)
+    where not paused;

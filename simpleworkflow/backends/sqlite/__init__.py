@@ -11,20 +11,21 @@ not inside the commits.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from simpleworkflow import errors
 from simpleworkflow.backends import base, queries
 from simpleworkflow.backends.dialect import Dialect
-from simpleworkflow.backends.sqlite import matching, wakeups
+from simpleworkflow.backends.sqlite import joined, matching, wakeups
 
 T = TypeVar("T")
 _PACKAGE = __name__
@@ -143,6 +144,53 @@ class SQLiteBackend(base.Backend):
 
     async def execute_async(self, op: base.Op[T], *, readonly: bool = False) -> T:
         return await asyncio.to_thread(self.execute, op, readonly=readonly)
+
+    # -- transactions of the caller's, and the store's own for transactional steps -----
+
+    def joinable(self, connection: object, *, asynchronous: bool) -> Any:
+        # Either face takes a sqlite3 connection: see execute_on_async.
+        return joined.joinable(connection, self.path)
+
+    def execute_on(self, connection: Any, op: base.Op[T]) -> T:
+        try:
+            return joined.execute(connection, op)
+        except sqlite3.OperationalError as exc:
+            raise errors.StoreUnavailable(
+                f"SQLite database {self.path!r} failed: {exc}. If it is locked, another "
+                "connection held it longer than the busy timeout of the one given; retry"
+            ) from exc
+
+    async def execute_on_async(self, connection: Any, op: base.Op[T]) -> T:
+        # sqlite3 has no asynchronous connection, and the caller's may be bound to this
+        # thread: the op runs here, as the caller's own statements on it do.
+        return self.execute_on(connection, op)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """The store's connection in a write transaction: the process's other calls to
+        the store, and other processes' writes, wait until the block ends."""
+        with self._lock:
+            conn = self._connection()
+            try:
+                conn.execute("begin immediate")
+            except sqlite3.OperationalError as exc:
+                raise errors.StoreUnavailable(
+                    f"SQLite database {self.path!r} failed: {exc}; retry"
+                ) from exc
+            try:
+                yield conn
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("rollback")
+                raise
+            conn.execute("commit")
+            self._checkpoint_soon()
+
+    def transaction_async(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        raise errors.InvalidArgument(
+            "SQLite has no asynchronous connection: give ctx.transaction a plain def "
+            "function (in an async workflow it runs in a thread)"
+        )
 
     async def listen(self, on_message: Callable[[str, str], None]) -> None:
         loop = asyncio.get_running_loop()

@@ -59,6 +59,47 @@ order by i.key
 on conflict (idempotency_key) do nothing
 returning id, run_at, deadline, created_at, updated_at
 
+-- name: debounce_run
+-- A debounced start, as on Postgres (see there): insert the run, or update the pending,
+-- unclaimed run of this type and key in place.
+insert into workflow_run as r
+    (id, type, payload, priority, run_at, max_attempts, deadline, trace_context, retention,
+     debounce_key)
+values (
+    :id, :type, :payload, :priority,
+    strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :debounce_window || ' seconds'),
+    coalesce(:max_attempts, 3),
+    coalesce(:deadline, strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :deadline_in || ' seconds')),
+    :trace_context,
+    :retention,
+    :debounce_key
+)
+on conflict (type, debounce_key)
+    where status = 'pending' and deleted_at is null and debounce_key is not null
+do update set
+    payload = excluded.payload,
+    priority = excluded.priority,
+    -- min() of a null is null: no max_wait, no cap
+    run_at = min(excluded.run_at,
+                 coalesce(strftime('%Y-%m-%d %H:%M:%f', r.created_at,
+                                   '+' || :debounce_max_wait || ' seconds'),
+                          excluded.run_at)),
+    max_attempts = excluded.max_attempts,
+    deadline = excluded.deadline,
+    trace_context = excluded.trace_context,
+    retention = excluded.retention,
+    updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+returning id, run_at, deadline, created_at, updated_at
+
+-- name: debounce_run_then_events
+-- A call absorbed into the pending run (:id is that run's).
+insert into workflow_event (workflow_id, event_type, data)
+select id, 'debounced',
+       json_object('key', :debounce_key,
+                   'run_at', replace(run_at, ' ', 'T') || '+00:00',
+                   'priority', :priority)
+from workflow_run where id = :id
+
 -- name: get_runs_by_keys
 -- After ANALYZE, SQLite's statistics count every keyless run as one repeated key and
 -- judge the index useless: it would read the whole table. Start from the keys, and look
@@ -861,3 +902,77 @@ where (:type is null or workflow_type = :type)
            and (segments is null
                 or segments = length(:topic) - length(replace(:topic, '.', '')) + 1)))
 order by pattern, workflow_type
+
+-- Schedules (migration 0011): cron schedules and the scheduler's reads and writes.
+
+-- name: upsert_schedule
+-- Creating again changes the definition and keeps the schedule's pause; the next tick is
+-- planned again only when the cron expression or time zone changed (or none was).
+insert into workflow_schedule
+    (name, workflow_type, cron, timezone, payload, missed, priority, max_attempts,
+     next_tick_at, in_code)
+values (:name, :type, :cron, :timezone, :payload, :missed, :priority, :max_attempts,
+        :next_tick_at, :in_code)
+on conflict (name) do update
+set workflow_type = excluded.workflow_type, cron = excluded.cron,
+    timezone = excluded.timezone, payload = excluded.payload, missed = excluded.missed,
+    priority = excluded.priority, max_attempts = excluded.max_attempts,
+    in_code = excluded.in_code, error = null,
+    updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
+    next_tick_at = case when workflow_schedule.cron = excluded.cron
+                             and workflow_schedule.timezone = excluded.timezone
+                             and workflow_schedule.next_tick_at is not null
+                        then workflow_schedule.next_tick_at else excluded.next_tick_at end
+returning *
+
+-- name: get_schedule
+select * from workflow_schedule where name = :name
+
+-- name: list_schedules
+select * from workflow_schedule
+where :type is null or workflow_type = :type
+order by name
+
+-- name: set_schedule_paused
+-- Resuming plans the first tick after now: the ticks of the pause are not caught up.
+update workflow_schedule
+set paused = :paused, error = null, updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
+    next_tick_at = case when paused and not :paused then :next_tick_at
+                        else next_tick_at end
+where name = :name
+returning *
+
+-- name: delete_schedule
+delete from workflow_schedule where name = :name returning name
+
+-- name: due_schedules
+-- The scheduler's read, by the partial index: the schedules due by the database's clock
+-- (or not planned yet), earliest first.
+select * from workflow_schedule
+where not paused
+  and (next_tick_at <= strftime('%Y-%m-%d %H:%M:%f', 'now') or next_tick_at is null)
+order by next_tick_at nulls first
+limit :limit
+
+-- name: next_schedule_tick
+-- The database's clock, and the earliest tick after it: how long the scheduler may sleep.
+select strftime('%Y-%m-%d %H:%M:%f', 'now') as db_now,
+       (select min(next_tick_at) from workflow_schedule
+        where not paused
+          and next_tick_at > strftime('%Y-%m-%d %H:%M:%f', 'now')) as next_due
+
+-- name: advance_schedule
+-- Compare and set: only the scheduler that read this next tick moves it on; one that
+-- raced it finds another value and starts nothing.
+update workflow_schedule
+set next_tick_at = :next_tick_at, last_tick_at = coalesce(:last_tick_at, last_tick_at),
+    updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+where name = :name and not paused and next_tick_at is :old
+returning name
+
+-- name: break_schedule
+-- A schedule the scheduler cannot read (written with plain SQL): paused, with the reason.
+update workflow_schedule
+set paused = 1, error = :error, updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+where name = :name and next_tick_at is :old
+returning name

@@ -33,7 +33,9 @@ create table workflow_run (
     -- W3C trace context of the start, and of the attempt that last gave the run back (0008)
     trace_context   text check (trace_context is null or json_valid(trace_context)),
     -- seconds kept after it finished; null: its type's retention, else the default (0009)
-    retention       real
+    retention       real,
+    -- a debounced start's key, while the run is pending and unclaimed (0010)
+    debounce_key    text
 );
 
 create index idx_workflow_run_claim
@@ -161,6 +163,30 @@ create table workflow_service_lease (
     updated_at  text not null default (strftime('%Y-%m-%d %H:%M:%f', 'now'))
 );
 
+-- Cron schedules (migration 0011): each due tick of a schedule starts one run, keyed by
+-- the schedule's name and the tick.
+create table workflow_schedule (
+    name          text primary key,
+    workflow_type text not null,
+    cron          text not null,
+    timezone      text not null default 'UTC',
+    payload       text not null default '{}',
+    missed        text not null default 'skip' check (missed in ('skip', 'once', 'each')),
+    priority      integer not null default 100,
+    max_attempts  integer check (max_attempts >= 1),
+    paused        integer not null default 0,
+    next_tick_at  text,
+    last_tick_at  text,
+    in_code       integer not null default 0,
+    error         text,
+    created_at    text not null default (strftime('%Y-%m-%d %H:%M:%f', 'now')),
+    updated_at    text not null default (strftime('%Y-%m-%d %H:%M:%f', 'now'))
+);
+
+create index idx_workflow_schedule_due
+    on workflow_schedule (next_tick_at)
+    where not paused;
+
 -- The created event comes from the insert itself, so that runs written with plain SQL
 -- have the same audit trail as runs started through a client.
 create trigger workflow_run_created
@@ -170,4 +196,17 @@ begin
     values (new.id, 'created',
             json_object('type', new.type, 'priority', new.priority,
                         'run_at', replace(new.run_at, ' ', 'T') || '+00:00'));
+end;
+
+-- Debounce (migration 0010): one pending, unclaimed run per type and key; the key is
+-- cleared as the run stops being pending.
+create unique index idx_workflow_run_debounce
+    on workflow_run (type, debounce_key)
+    where status = 'pending' and deleted_at is null and debounce_key is not null;
+
+create trigger workflow_run_debounce_closed
+after update of status on workflow_run
+when old.debounce_key is not null and new.status <> 'pending'
+begin
+    update workflow_run set debounce_key = null where id = new.id;
 end;

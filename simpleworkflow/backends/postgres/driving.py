@@ -1,0 +1,227 @@
+"""How an op is driven on a psycopg connection: one of the store's pools', or a caller's.
+
+A pool's connection is in autocommit mode: a single-statement op (most of them, thanks to
+data-modifying CTEs) costs one round trip, and an op that starts with ``ATOMIC`` runs
+inside an explicit transaction.
+
+A caller's connection (``client.start(..., connection=conn)``, see docs/transactions.md)
+is driven inside the caller's transaction, under a savepoint: an op that fails undoes its
+own writes and leaves the caller's transaction usable, and nothing is committed here.
+Only a connection in autocommit mode outside any transaction gets a transaction of the
+op's own, committed at its end, as the store's own connections do.
+
+Rows are dicts whatever row factory the connection has, and JSON columns are parsed
+whatever loaders it has (Django's connections load ``jsonb`` as text), so that the
+caller's connection needs no setting of ours.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import pq
+from psycopg.rows import dict_row
+from psycopg.types.json import JsonbLoader, JsonLoader
+
+from simpleworkflow import errors
+from simpleworkflow.backends import base
+
+T = TypeVar("T")
+
+#: Sent on a caller's connection that is not in autocommit mode and has no transaction
+#: open yet: psycopg opens one (BEGIN) before it, which the caller commits or rolls back,
+#: and the op's savepoint goes inside it. A transaction block of psycopg's own would
+#: commit at its end instead.
+_OPEN = b"select 1"
+
+
+def execute(conn: Any, op: base.Op[T]) -> T:
+    """Drive ``op`` on a connection of the sync pool (autocommit)."""
+    try:
+        first = next(op)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+    if first is not base.ATOMIC:
+        return drive(conn, op, first)
+    with conn.transaction():
+        return drive(conn, op, first)
+
+
+async def execute_async(conn: Any, op: base.Op[T]) -> T:
+    """Drive ``op`` on a connection of the async pool (autocommit)."""
+    try:
+        statement = next(op)
+        if statement is not base.ATOMIC:
+            return await drive_async(conn, op, statement)
+        async with conn.transaction():
+            return await drive_async(conn, op, statement)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+def execute_joined(conn: Any, op: base.Op[T]) -> T:
+    """Drive ``op`` inside the transaction of a caller's connection (see the module's
+    docstring); checked first by :func:`joinable`."""
+    if not conn.autocommit and conn.info.transaction_status == pq.TransactionStatus.IDLE:
+        conn.execute(_OPEN)
+    with conn.transaction():  # a savepoint, or the op's own transaction in autocommit
+        return drive(conn, op, cursor=_caller_cursor)
+
+
+async def execute_joined_async(conn: Any, op: base.Op[T]) -> T:
+    """:func:`execute_joined` on an ``AsyncConnection``."""
+    if not conn.autocommit and conn.info.transaction_status == pq.TransactionStatus.IDLE:
+        await conn.execute(_OPEN)
+    async with conn.transaction():
+        try:
+            return await drive_async(conn, op, next(op), cursor=_caller_cursor)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+
+
+def joinable(connection: object, *, asynchronous: bool) -> Any:
+    """``connection`` if an op can join its transaction, else an
+    :class:`~simpleworkflow.errors.InvalidArgument` that says why not."""
+    want: type[Any] = psycopg.AsyncConnection if asynchronous else psycopg.Connection
+    if not isinstance(connection, want):
+        if isinstance(connection, psycopg.AsyncConnection | psycopg.Connection):
+            is_async = isinstance(connection, psycopg.AsyncConnection)
+            face = "an AsyncClient" if is_async else "a Client"
+            raise errors.InvalidArgument(
+                f"connection= got a psycopg {type(connection).__name__}, which {face} "
+                f"takes: this client takes a psycopg.{want.__name__}"
+            )
+        raise errors.InvalidArgument(
+            f"connection= takes a psycopg.{want.__name__} to the client's Postgres database "
+            f"(or a SQLAlchemy Connection or Session over psycopg), not "
+            f"{type(connection).__module__}.{type(connection).__qualname__}"
+        )
+    if connection.closed:
+        raise errors.InvalidArgument("connection= got a closed connection")
+    status = connection.info.transaction_status
+    if status == pq.TransactionStatus.INERROR:
+        raise errors.InvalidArgument(
+            "the connection given is in a failed transaction (a statement in it raised): "
+            "roll it back, or back to a savepoint, before writing to it again"
+        )
+    if status not in (pq.TransactionStatus.IDLE, pq.TransactionStatus.INTRANS):
+        raise errors.InvalidArgument(
+            "the connection given is busy with another statement, or broken"
+        )
+    return connection
+
+
+@contextlib.contextmanager
+def schema_missing(where: str) -> Iterator[None]:
+    """Say what a missing table means on a caller's connection: another database."""
+    try:
+        yield
+    except psycopg.errors.UndefinedTable as exc:
+        raise errors.SchemaError(
+            f"the connection given has no simpleworkflow tables where the client expects "
+            f"them ({where}): connect it to the client's database, or migrate that one "
+            f"({exc.diag.message_primary})"
+        ) from exc
+
+
+def _pool_cursor(conn: Any) -> Any:
+    return conn.cursor(row_factory=dict_row)
+
+
+def _caller_cursor(conn: Any) -> Any:
+    cursor = conn.cursor(row_factory=dict_row)
+    cursor.adapters.register_loader("jsonb", JsonbLoader)  # the cursor's copy only
+    cursor.adapters.register_loader("json", JsonLoader)
+    return cursor
+
+
+def drive(
+    conn: Any,
+    op: base.Op[T],
+    first: base.Statement | None = None,
+    cursor: Callable[[Any], Any] = _pool_cursor,
+) -> T:
+    """Feed ``op``'s statements to ``conn`` (in whatever transaction it is in), each on
+    a ``cursor(conn)``."""
+
+    def run(statement: base.Statement) -> base.Rows:
+        sent = cursor(conn)
+        sent.execute(statement.sql, statement.params)
+        return sent.fetchall() if sent.description else []
+
+    def stream(batch: base.Stream) -> None:
+        with conn.pipeline():
+            sent: Any = None
+            for statement in batch.statements:  # the op builds it meanwhile
+                rows = _rows(sent)
+                sent = cursor(conn)
+                sent.execute(statement.sql, statement.params)
+                if rows is not None:
+                    batch.take(rows)  # while the server runs the next one
+            last = _rows(sent)
+            if last is not None:
+                batch.take(last)
+
+    return base.drive(op, run, first, stream)
+
+
+def _rows(cursor: Any) -> base.Rows | None:
+    """The rows of a statement sent in pipeline mode (None for no statement). Its
+    description is known only once its results are in, so fetch first."""
+    if cursor is None:
+        return None
+    try:
+        return cursor.fetchall()  # type: ignore[no-any-return]
+    except psycopg.ProgrammingError:  # a statement that returns no rows
+        return []
+
+
+async def drive_async(
+    conn: Any,
+    op: base.Op[T],
+    statement: base.Statement,
+    cursor: Callable[[Any], Any] = _pool_cursor,
+) -> T:
+    """The async twin of ``base.drive``: the driver's calls must be awaited."""
+    try:
+        while True:
+            if statement is base.ATOMIC:
+                statement = op.send([])
+                continue
+            if isinstance(statement, base.Stream):
+                await _stream_async(conn, statement, cursor)
+                statement = op.send([])
+                continue
+            sent = cursor(conn)
+            await sent.execute(statement.sql, statement.params)
+            rows = await sent.fetchall() if sent.description else []
+            statement = op.send(rows)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+async def _stream_async(conn: Any, batch: base.Stream, cursor: Callable[[Any], Any]) -> None:
+    """The async twin of the pipelined ``stream`` in :func:`drive`."""
+    async with conn.pipeline():
+        sent: Any = None
+        for statement in batch.statements:
+            rows = await _rows_async(sent)
+            sent = cursor(conn)
+            await sent.execute(statement.sql, statement.params)
+            if rows is not None:
+                batch.take(rows)
+        last = await _rows_async(sent)
+        if last is not None:
+            batch.take(last)
+
+
+async def _rows_async(cursor: Any) -> base.Rows | None:
+    if cursor is None:
+        return None
+    try:
+        return await cursor.fetchall()  # type: ignore[no-any-return]
+    except psycopg.ProgrammingError:
+        return []

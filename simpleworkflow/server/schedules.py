@@ -1,0 +1,103 @@
+"""``/schedules``: cron schedules over HTTP, through the ``schedules`` facade of the
+client (see docs/schedules.md)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query
+from starlette.responses import Response
+
+from simpleworkflow.server import bodies, routing
+from simpleworkflow.server.auth import Auth
+from simpleworkflow.server.problems import responses
+from simpleworkflow.server.schemas import CreateSchedule, ScheduleDeleted, ScheduleOut
+from simpleworkflow.server.source import ClientSource
+
+Name = Annotated[
+    str, Path(description="the schedule's name, e.g. billing.invoice.nightly", max_length=200)
+]
+
+
+def router(source: ClientSource, auth: Auth, route_class: type[routing.GuardedRoute]) -> APIRouter:
+    """List, read, create or change, pause, resume and delete schedules."""
+    api = APIRouter(tags=["schedules"], route_class=route_class)
+    one_errors = responses(400, 401, 403, 404, 413, 422, 503)
+
+    @api.get(
+        "/schedules",
+        response_model=list[ScheduleOut],
+        dependencies=[auth.reader()],
+        responses=responses(401, 422, 503),
+    )
+    async def list_schedules(
+        type: Annotated[
+            str | None, Query(description="only those that start this type", max_length=200)
+        ] = None,
+    ) -> Response:
+        """Every schedule by name, or those that start one workflow type."""
+        found = await source.client.schedules.list(type=type)
+        return bodies.respond([one.to_dict() for one in found])
+
+    @api.get(
+        "/schedules/{name}",
+        response_model=ScheduleOut,
+        dependencies=[auth.reader()],
+        responses=responses(401, 404, 422, 503),
+    )
+    async def get_schedule(name: Name) -> Response:
+        """One schedule; 404 if there is none of that name."""
+        return bodies.respond((await source.client.schedules.get(name)).to_dict())
+
+    @api.put(
+        "/schedules/{name}",
+        response_model=ScheduleOut,
+        dependencies=[auth.writer()],
+        responses=responses(400, 401, 403, 413, 422, 503),
+    )
+    async def create_schedule(name: Name, request: CreateSchedule) -> Response:
+        """Create the schedule, or give the one of that name this definition (its pause
+        is kept; its next tick is planned again if the cron or time zone changed)."""
+        made = await source.client.schedules.create(
+            name,
+            request.type,
+            cron=request.cron,
+            tz=request.tz,
+            payload=request.payload,
+            missed=request.missed,
+            priority=request.priority,
+            max_attempts=request.max_attempts,
+        )
+        return bodies.respond(made.to_dict())
+
+    @api.post(
+        "/schedules/{name}/pause",
+        response_model=ScheduleOut,
+        dependencies=[auth.writer()],
+        responses=one_errors,
+    )
+    async def pause_schedule(name: Name) -> Response:
+        """Start no more runs until resumed; runs already started go on."""
+        return bodies.respond((await source.client.schedules.pause(name)).to_dict())
+
+    @api.post(
+        "/schedules/{name}/resume",
+        response_model=ScheduleOut,
+        dependencies=[auth.writer()],
+        responses=one_errors,
+    )
+    async def resume_schedule(name: Name) -> Response:
+        """Start runs again from the next tick after now (the paused ticks are skipped)."""
+        return bodies.respond((await source.client.schedules.resume(name)).to_dict())
+
+    @api.delete(
+        "/schedules/{name}",
+        response_model=ScheduleDeleted,
+        dependencies=[auth.writer()],
+        responses=responses(400, 401, 403, 413, 422, 503),
+    )
+    async def delete_schedule(name: Name) -> Response:
+        """Delete the schedule; runs it started go on."""
+        return bodies.respond({"deleted": await source.client.schedules.delete(name)})
+
+    return api

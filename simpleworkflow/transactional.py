@@ -1,0 +1,164 @@
+"""Transactional steps (``ctx.transaction``): a step whose function writes to the store's
+own database in the transaction that journals it, so that its writes and its journal
+entry commit together.
+
+A plain step's function runs, then its output is journaled in a transaction of its own:
+a worker that dies between the two runs it again on the next attempt (at least once).
+A transactional step's function gets a connection inside a transaction of the store's;
+the step's journal entry is written in that same transaction, fenced by the lease, and
+committed with it. The fence reads the run's row under ``FOR SHARE`` (``record_step``),
+a lock held until the commit: a rescue or a cancel of the run waits for the commit, or
+has already changed the row and the step rolls back. So the writes and their entry are
+both there or neither is, whatever instant the worker dies at, and a replay returns the
+journaled result without calling the function: exactly once, for what the function
+writes through the connection it is given. A failed attempt rolls back everything it
+wrote, then is retried as a step is.
+
+The entry does not go through the worker's group commit (``StepJournal``): it must be in
+the step's own transaction. A ``def`` function gets a blocking connection and runs on a
+thread (the handler's, or the worker's step pool); an ``async def`` one an asynchronous
+connection, on the worker's loop. SQLite has no asynchronous connection: ``def`` only,
+and while it runs the process's other calls to the file wait (one writer at a time).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import inspect
+import time
+from collections.abc import Callable
+from typing import Any
+
+from simpleworkflow import errors, logs, races, steps
+from simpleworkflow.attempt_state import AttemptState
+from simpleworkflow.backends.records import StepRecord
+from simpleworkflow.replay import answered
+from simpleworkflow.retry import RetryPolicy
+
+#: What a transactional step's function gives back, with the entry journaled beside it.
+Committed = tuple[Any, StepRecord]
+
+
+async def run_async(
+    state: AttemptState,
+    name: str,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    retry: RetryPolicy | None,
+) -> Any:
+    """Transactional step ``name`` of an async body."""
+    durable = state.durable
+    with durable.calling(), logs.in_step(name):
+        entry = await durable.begin(name, "step", state.is_cancelled())
+        if entry is not None and answered(entry):
+            return steps.journaled(entry)
+        block = _async_block(state, fn)
+        attempt = steps.attempt_of(entry)
+        record = durable.entry(name, "step", None, attempt, durable.db_now())
+        began = steps.notify_started(state, name, attempt)
+        try:
+            with races.not_reading():  # the step's code: what it does happens now
+                if block is not None:
+                    value, record = await _committed_async(state, block, record, fn, args, kwargs)
+                else:
+                    value, record = await state.in_thread(
+                        _committed, state, record, fn, args, kwargs
+                    )
+            took = time.monotonic() - began
+            races.note_now(durable.db_now)
+        except Exception as exc:
+            took = time.monotonic() - began
+            races.note_now(durable.db_now)
+            outcome = await steps.failed(durable, name, entry, retry, exc)
+            steps.notify_failed(state, name, attempt, took, exc, outcome)
+            raise outcome from None
+        durable.remember(record)
+        steps.notify_completed(state, name, attempt, took)
+        return value
+
+
+def run_sync(
+    state: AttemptState,
+    name: str,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    retry: RetryPolicy | None,
+) -> Any:
+    """Transactional step ``name`` of a ``def`` body, on its thread; an ``async def``
+    function runs on the worker's loop."""
+    with logs.in_step(name):
+        durable = state.durable
+        entry = state.bridge(durable.begin(name, "step", state.is_cancelled()))
+        if entry is not None and answered(entry):
+            return steps.journaled(entry)
+        block = _async_block(state, fn)
+        attempt = steps.attempt_of(entry)
+        record = durable.entry(name, "step", None, attempt, durable.db_now())
+        began = steps.notify_started(state, name, attempt)
+        try:
+            if block is not None:
+                value, record = state.bridge(
+                    _committed_async(state, block, record, fn, args, kwargs)
+                )
+            else:
+                value, record = _committed(state, record, fn, args, kwargs)
+            took = time.monotonic() - began
+        except Exception as exc:
+            took = time.monotonic() - began
+            outcome = state.bridge(steps.failed(durable, name, entry, retry, exc))
+            steps.notify_failed(state, name, attempt, took, exc, outcome)
+            raise outcome from None
+        durable.remember(record)
+        steps.notify_completed(state, name, attempt, took)
+        return value
+
+
+def _async_block(
+    state: AttemptState, fn: Callable[..., Any]
+) -> contextlib.AbstractAsyncContextManager[Any] | None:
+    """The async transaction an ``async def`` function runs in (``None`` for a ``def``);
+    made before the step starts, so that a store without one refuses at once rather than
+    as a failure of the step, retried."""
+    if not inspect.iscoroutinefunction(fn):
+        return None
+    return state.durable.backend.transaction_async()
+
+
+def _committed(
+    state: AttemptState,
+    record: StepRecord,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Committed:
+    """Call ``fn`` on a connection in a transaction, journal its output there, commit."""
+    durable, backend = state.durable, state.durable.backend
+    with backend.transaction() as conn:
+        with state.observers.around_step(state.run, record.name, record.attempts):
+            value = fn(conn, *args, **kwargs)
+        record = dataclasses.replace(record, output=durable.encode(record.name, value))
+        if not backend.execute_on(conn, durable.journal_op(record)):
+            raise errors.LeaseLost(record.name)  # rolls back the step's writes too
+    return value, record
+
+
+async def _committed_async(
+    state: AttemptState,
+    block: contextlib.AbstractAsyncContextManager[Any],
+    record: StepRecord,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Committed:
+    """:func:`_committed` for an ``async def`` function, on the worker's loop."""
+    durable, backend = state.durable, state.durable.backend
+    async with block as conn:
+        with state.observers.around_step(state.run, record.name, record.attempts):
+            value = await fn(conn, *args, **kwargs)
+        record = dataclasses.replace(record, output=durable.encode(record.name, value))
+        if not await backend.execute_on_async(conn, durable.journal_op(record)):
+            raise errors.LeaseLost(record.name)
+    return value, record
