@@ -19,7 +19,8 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from simpleworkflow import observe
-from simpleworkflow.durable import Durable, StepJournal
+from simpleworkflow.durable import Durable
+from simpleworkflow.journal_writes import StepJournal
 
 if TYPE_CHECKING:
     from simpleworkflow.backends import Backend

@@ -16,8 +16,8 @@ from simpleworkflow.attempt_state import AttemptState
 from simpleworkflow.attempts import Attempt, Threads, TrackedExecutor, charge_to
 from simpleworkflow.backends import Backend
 from simpleworkflow.backends.base import Lease
-from simpleworkflow.durable import StepJournal
 from simpleworkflow.handlers import Definition, Handlers
+from simpleworkflow.journal_writes import StepJournal
 from simpleworkflow.outbox import Outbox
 from simpleworkflow.worker import hooks
 from simpleworkflow.worker.leases import Renewals
