@@ -141,10 +141,11 @@ def disk(tmp_path: Path) -> Iterator[Path]:
 def fill(path: Path) -> Path:
     """Write a file until the disk is full; return it (delete it to free the disk)."""
     filler = path / "filler"
-    with filler.open("wb") as out, contextlib.suppress(OSError):
+    # Unbuffered: a buffered file would keep the part of a write that did not fit and
+    # raise again when it is closed, outside the suppress.
+    with contextlib.suppress(OSError), filler.open("wb", buffering=0) as out:
         while True:
             out.write(b"\0" * 65536)
-            out.flush()
             os.fsync(out.fileno())
     return filler
 
