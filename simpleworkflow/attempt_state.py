@@ -66,6 +66,8 @@ class AttemptState:
         self._async_stop = asyncio.Event()  # awaited on the worker's loop
         self._stop_reason: str | None = None
         self._on_stop: list[Callable[[], Any]] = []
+        #: Whether observers were told of the lease's loss (see ``worker.hooks.lease_lost``).
+        self.lease_loss_reported = False
         self.durable = durable_class(
             lease, backend, steps, stop=self.request_stop, lease_ended=lease_ended
         )
