@@ -1,18 +1,23 @@
-"""Chaos: worker processes killed, frozen and stopped at random while they run multi-step
-runs; then a check that nothing was lost, stuck, duplicated or run twice at once.
+"""Chaos: worker processes killed, frozen and stopped, their connections ended, the
+database restarted and the network cut while they run multi-step runs; then a check
+that nothing was lost, stuck, duplicated, run twice at once or woken early.
 
 ``python -m benchmarks.chaos [--stores postgres,sqlite] [--seconds 60] [--runs 300]
-[--workers 3] [--lease 3] [--json]``
+[--workers 3] [--lease 3] [--faults kill,stop,...] [--json]``
 
-A first version: the faults are SIGKILL, SIGSTOP past the lease then SIGCONT, and SIGTERM,
-each followed (like a supervisor would) by a fresh worker where one died. Each step body
-writes a line to a witness ledger (a file outside the engine, ``O_APPEND``) every 50 ms
-while it runs. At the end the checker compares ledger, journal, runs and audit trail and
-reports, per store: runs accepted, succeeded, failed, lost, stuck; duplicate journal rows;
-events after a terminal event; overlapping executions of one run (two attempts writing
-ledger lines in intersecting intervals); step re-executions not explained by a fault of
-the process that ran the step before; and the recovery time from a fault to the run's next
-ledger line elsewhere. Every count's target is zero; the exit status is 1 otherwise.
+The runs are of three shapes: ``async def`` steps with a durable sleep and sometimes a
+wait for a signal the benchmark sends; ``def`` steps with a durable sleep and sometimes
+a child run waited for; and the child's one step. A fault comes every second or so (see
+``chaos_faults`` for each kind; the database faults need Postgres, ``restart`` the
+benchmark's own server, so it is left out with ``--postgres-url``). Each step body writes
+a line to a witness ledger (a file outside the engine, ``O_APPEND``) every 50 ms while it
+runs, and each durable sleep a line when it returns. At the end ``chaos_check`` compares
+ledger, journal, runs and audit trail and reports, per store, the counts whose target is
+zero (lost, stuck, failed, duplicate journal rows, events after the end, overlapping
+executions, unexplained re-executions, writes accepted from a fenced worker, early
+wake-ups: the exit status is 1 unless all are) and, per fault, the times: from a fault
+to the next claim of each run a struck worker held (``recovery``), and from the database
+being back to the struck worker's next new step (``resumed``).
 """
 
 from __future__ import annotations
@@ -20,34 +25,30 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import itertools
+import contextlib
+import functools
 import json
 import os
 import random
-import signal
-import statistics
 import sys
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from benchmarks import chaos_check as check
+from benchmarks.chaos_faults import PROCESS, Faults, load_proxy
+from benchmarks.server import PrivateServer, private_server
 from benchmarks.stores import BenchStore, each_store
 from benchmarks.workers import WorkerProcess
 from simpleworkflow import App, Client, Context, errors
 
-ASYNC_TYPE, SYNC_TYPE = "chaos.async.v1", "chaos.sync.v1"
-TERMINAL = {"succeeded", "failed", "cancelled"}
+ASYNC_TYPE, SYNC_TYPE, CHILD_TYPE = "chaos.async.v1", "chaos.sync.v1", "chaos.child.v1"
 TICK = 0.05
-COUNTS = (
-    "lost",
-    "stuck",
-    "failed",
-    "duplicate_journal_rows",
-    "events_after_terminal",
-    "overlapping_executions",
-    "unexplained_reexecutions",
-)
+NAPS = (0, 0, 0.2, 1.0, 3.0)  # seconds of the durable sleep after the first step
+DATABASE_FAULTS = ("terminate", "restart", "silence", "half_open")
+T = TypeVar("T")
 
 
 # -- the worker side --------------------------------------------------------------------
@@ -62,14 +63,15 @@ class Witness:
     def tick(self, ctx: Context, step: str, execution: str) -> None:
         """Note that ``step`` runs now; raise ``Cancelled`` instead if asked to stop."""
         ctx.raise_if_cancelled()
-        line = {
-            "run": ctx.run_id,
-            "step": step,
-            "exec": execution,
-            "attempt": f"{os.getpid()}:{id(ctx)}",
-            "pid": os.getpid(),
-            "at": time.time(),
-        }
+        attempt = f"{os.getpid()}:{id(ctx)}"
+        self._write({"run": ctx.run_id, "step": step, "exec": execution, "attempt": attempt})
+
+    def woke(self, ctx: Context, sleep: str) -> None:
+        """Note that the durable sleep ``sleep`` returned now."""
+        self._write({"run": ctx.run_id, "woke": sleep})
+
+    def _write(self, line: dict[str, Any]) -> None:
+        line.update(pid=os.getpid(), at=time.time())
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, (json.dumps(line) + "\n").encode())
@@ -94,26 +96,37 @@ def work_sync(witness: Witness, ctx: Context, step: str, ticks: int) -> str:
 
 
 def build_app(url: str, schema: str, witness: Witness) -> App:
-    """Two multi-step types, an ``async def`` one and a ``def`` one, with a durable nap."""
+    """The three types: see the module's docstring."""
     app = App(url, schema=schema)
 
     @app.workflow(ASYNC_TYPE)
-    async def async_steps(payload: dict[str, Any], ctx: Context) -> list[str]:
-        done = []
+    async def async_steps(payload: dict[str, Any], ctx: Context) -> list[Any]:
+        done: list[Any] = []
         for n, ticks in enumerate(payload["ticks"]):
             done.append(await ctx.step(f"s{n}", work, witness, ctx, f"s{n}", ticks))
             if n == 0 and payload["nap"]:
                 await ctx.sleep("nap", payload["nap"])
+                witness.woke(ctx, "nap")
+            if n == 0 and payload.get("signal"):
+                done.append(await ctx.wait_for_event("go", event="go"))
         return done
 
     @app.workflow(SYNC_TYPE)
-    def sync_steps(payload: dict[str, Any], ctx: Context) -> list[str]:
-        done = []
+    def sync_steps(payload: dict[str, Any], ctx: Context) -> list[Any]:
+        done: list[Any] = []
         for n, ticks in enumerate(payload["ticks"]):
             done.append(ctx.step(f"s{n}", work_sync, witness, ctx, f"s{n}", ticks))
             if n == 0 and payload["nap"]:
                 ctx.sleep("nap", payload["nap"])
+                witness.woke(ctx, "nap")
+            if n == 0 and payload.get("child"):
+                child = ctx.start_child(CHILD_TYPE, {"ticks": [3]})
+                done.append(ctx.wait_child(child))
         return done
+
+    @app.workflow(CHILD_TYPE)
+    async def child(payload: dict[str, Any], ctx: Context) -> str:
+        return str(await ctx.step("c0", work, witness, ctx, "c0", payload["ticks"][0]))
 
     return app
 
@@ -136,206 +149,195 @@ def worker_main(url: str, schema: str, worker_id: str, ledger: str, lease: float
 
 
 class Worker(WorkerProcess):
-    def __init__(self, store: BenchStore, worker_id: str, ledger: Path, lease: float, log: Path):
-        args = [store.url, store.schema, worker_id, str(ledger), str(lease)]
-        super().__init__("benchmarks.chaos", args, worker_id, log)
+    def __init__(
+        self, store: BenchStore, url: str, name: str, ledger: Path, lease: float, log: Path
+    ):
+        super().__init__(
+            "benchmarks.chaos", [url, store.schema, name, str(ledger), str(lease)], name, log
+        )
+        self.proxied = url != store.url
         self.frozen = False
-
-    def end(self) -> None:
-        self.stop(30)
 
 
 class Chaos:
     """One store's run: workers, runs, faults; :meth:`check` compares what each saw."""
 
-    def __init__(self, store: BenchStore, options: argparse.Namespace, tmp: Path) -> None:
-        self.store, self.options, self.tmp = store, options, tmp
+    def __init__(
+        self,
+        store: BenchStore,
+        options: argparse.Namespace,
+        tmp: Path,
+        server: PrivateServer | None,
+        proxy: Any,
+    ) -> None:
+        self.store, self.options, self.tmp, self.proxy = store, options, tmp, proxy
         self.ledger = tmp / f"{store.kind}-ledger.jsonl"
         self.workers: list[Worker] = []
-        self.faults: list[tuple[float, str, int]] = []  # (epoch, kind, pid)
-        self._count = 0
+        self.rand = random.Random(options.seed)
+        kinds = [k for k in options.faults.split(",") if k]
+        if store.kind != "postgres":
+            kinds = [k for k in kinds if k in PROCESS]
+        if server is None:
+            kinds = [k for k in kinds if k != "restart"]
+        self.faults = Faults(kinds, options.lease, self.spawn, server, proxy, store.url)
 
     def spawn(self) -> None:
-        self._count += 1
+        number = len(self.workers) + 1
+        proxied = self.proxy is not None and self.store.kind == "postgres" and number % 2 == 0
+        url = self.proxy.url if proxied else self.store.url
         log = self.tmp / f"{self.store.kind}-workers.log"
-        name = f"chaos-{self.store.kind}-{self._count}"
-        self.workers.append(Worker(self.store, name, self.ledger, self.options.lease, log))
+        name = f"chaos-{self.store.kind}-{number}"
+        self.workers.append(Worker(self.store, url, name, self.ledger, self.options.lease, log))
 
     def run(self) -> dict[str, Any]:
         try:
             for _ in range(self.options.workers):
                 self.spawn()
             with self.store.client() as client:
-                ids = self._start(client)
-                self._inject(client, ids)
-                self._settle(client, ids)
+                ids, signals = self._start(client)
+                self._inject(client, ids, signals)
+                deadline = time.monotonic() + 2 * self.options.lease + 60
+                while _open(client) and time.monotonic() < deadline:
+                    time.sleep(0.5)
                 return self.check(client, ids)
         finally:
+            self.faults.finish()
             for worker in self.workers:
-                worker.end()
+                worker.stop(30)
 
-    def _start(self, client: Client) -> list[str]:
+    def _start(self, client: Client) -> tuple[list[str], list[str]]:
+        """Start the runs; the ids of those that wait for a signal, in a random order."""
         rand = random.Random(self.options.seed)
-        requests = [
-            (
-                ASYNC_TYPE if n % 2 else SYNC_TYPE,
-                {
-                    "ticks": [rand.randint(1, 6) for _ in range(rand.randint(2, 4))],
-                    "nap": rand.choice([0, 0, 0.2]),
-                },
-            )
-            for n in range(self.options.runs)
-        ]
-        return [run.id for run in client.start_many(requests)]
+        requests = []
+        for n in range(self.options.runs):
+            ticks = [rand.randint(1, 6) for _ in range(rand.randint(2, 4))]
+            payload: dict[str, Any] = {"ticks": ticks, "nap": rand.choice(NAPS)}
+            extra = rand.random() < 0.25
+            payload["signal" if n % 2 else "child"] = extra
+            requests.append((ASYNC_TYPE if n % 2 else SYNC_TYPE, payload))
+        runs = client.start_many(requests)
+        signals = [r.id for r, (_, p) in zip(runs, requests, strict=True) if p.get("signal")]
+        rand.shuffle(signals)
+        return [run.id for run in runs], signals
 
-    def _inject(self, client: Client, ids: list[str]) -> None:
-        """A fault every second or two until the time is up or every run has ended."""
+    def _inject(self, client: Client, ids: list[str], signals: list[str]) -> None:
+        """A fault every second or so, and a few signals, until the time is up or every
+        run has ended."""
         deadline = time.monotonic() + self.options.seconds
-        thaw: list[tuple[float, Worker]] = []
-        while time.monotonic() < deadline and _open(client, ids):
-            time.sleep(random.uniform(0.5, 1.5))
-            for when, worker in [t for t in thaw if t[0] <= time.monotonic()]:
-                worker.proc.send_signal(signal.SIGCONT)
-                worker.frozen = False
-                thaw.remove((when, worker))
-            live = [w for w in self.workers if w.proc.poll() is None and not w.frozen]
-            if len(live) < 2:
-                continue
-            victim = random.choice(live)
-            kind = random.choice(["kill", "stop", "term"])
-            self.faults.append((time.time(), kind, victim.proc.pid))
-            if kind == "stop":
-                victim.proc.send_signal(signal.SIGSTOP)
-                victim.frozen = True
-                thaw.append((time.monotonic() + self.options.lease + 1, victim))
-                continue
-            victim.proc.send_signal(signal.SIGKILL if kind == "kill" else signal.SIGTERM)
-            self.spawn()
-        for _, worker in thaw:
-            worker.proc.send_signal(signal.SIGCONT)
-            worker.frozen = False
-
-    def _settle(self, client: Client, ids: list[str]) -> None:
-        deadline = time.monotonic() + 2 * self.options.lease + 30
-        while _open(client, ids) and time.monotonic() < deadline:
-            time.sleep(0.5)
+        per_tick = max(1, len(signals) // max(1, int(self.options.seconds)))
+        while time.monotonic() < deadline and _open(client):
+            time.sleep(self.rand.uniform(0.5, 1.5))
+            for run_id in signals[-per_tick:]:
+                with contextlib.suppress(errors.StoreUnavailable):  # next time, then
+                    client.signal(run_id, "go")
+                    signals.remove(run_id)
+            self.faults.tick(self.workers, self.rand)
+        self.faults.finish()
+        for run_id in signals:
+            _retrying(functools.partial(client.signal, run_id, "go"))
 
     def check(self, client: Client, ids: list[str]) -> dict[str, Any]:
-        ticks = _read(self.ledger)
+        ticks = check.read(self.ledger)
         statuses: collections.Counter[str] = collections.Counter()
-        counts = dict.fromkeys(COUNTS, 0)
-        for run_id in ids:
+        counts = dict.fromkeys(check.COUNTS, 0)
+        journals, events = {}, {}
+        for run_id in _with_children(client, ids):
             try:
                 status = client.get(run_id).status.value
             except errors.RunNotFound:
                 counts["lost"] += 1
                 continue
             statuses[status] += 1
-            counts["stuck"] += status not in TERMINAL
+            counts["stuck"] += status not in check.TERMINAL
             counts["failed"] += status == "failed"
-            names = [entry.step_name for entry in client.steps(run_id)]
+            if status == "failed":  # for whoever looks into one
+                error = client.get(run_id).last_error
+                print(f"{self.store.kind}: run {run_id} failed: {error}", file=sys.stderr)
+            journals[run_id] = client.steps(run_id)
+            names = [entry.step_name for entry in journals[run_id]]
             counts["duplicate_journal_rows"] += len(names) - len(set(names))
-            kinds = [event.event_type for event in client.events(run_id)]
-            ends = [n for n, kind in enumerate(kinds) if kind in TERMINAL]
+            events[run_id] = client.events(run_id)
+            kinds = [event.event_type for event in events[run_id]]
+            ends = [n for n, kind in enumerate(kinds) if kind in check.TERMINAL]
             counts["events_after_terminal"] += bool(ends) and ends[0] < len(kinds) - 1
-        counts["overlapping_executions"] = _overlaps(ticks)
-        counts["unexplained_reexecutions"] = _unexplained(ticks, self.faults)
-        return {
+        dealt = self.faults.dealt
+        counts["overlapping_executions"] = check.overlaps(ticks)
+        again = check.unexplained(ticks, dealt)
+        counts["unexplained_reexecutions"] = len(again)
+        for run_id, step in again:  # for whoever looks into one
+            print(f"{self.store.kind}: step {step} of run {run_id} ran again", file=sys.stderr)
+        counts["fenced_writes_accepted"] = check.fenced_writes(ticks, journals)
+        counts["early_wakeups"] = check.early_wakeups(ticks, journals)
+        survivors = {w.proc.pid for w in self.workers if w.proc.poll() is None}
+        resumed, never = check.resumptions(dealt, ticks, survivors)
+        figures: dict[str, Any] = {
             "runs": len(ids),
+            "children": len(journals) - len(ids) + counts["lost"],
             "succeeded": statuses["succeeded"],
-            "faults": dict(collections.Counter(kind for _, kind, _ in self.faults)),
+            "faults": dict(collections.Counter(fault.kind for fault in dealt)),
             **counts,
-            **_recovery(ticks, self.faults),
         }
+        for kind, (samples, waits) in sorted(check.recoveries(dealt, events).items()):
+            figures[f"recovery_{kind}"] = check.summary(samples)
+            figures[f"recovery_{kind}"]["given_up_to_claim"] = check.summary(waits)
+        for kind, samples in sorted(resumed.items()):
+            figures[f"resumed_{kind}"] = check.summary(samples)
+        figures["never_resumed"] = never
+        return figures
 
 
-def _open(client: Client, ids: list[str]) -> bool:
-    return any(client.get(run_id).status.value not in TERMINAL for run_id in ids)
+def _with_children(client: Client, ids: list[str]) -> list[str]:
+    """The runs started, and the children their journals name."""
+    children = [
+        str(entry.output["child_id"])
+        for run_id in ids
+        for entry in client.steps(run_id)
+        if entry.kind == "child"
+    ]
+    return ids + children
 
 
-def _read(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+def _retrying(call: Callable[[], T]) -> T:
+    """``call()`` again while the store is away (the benchmark restarts it). Never while
+    a fault is to be undone: a worker frozen inside a SQLite write transaction keeps
+    every writer out until it is thawed."""
+    while True:
+        try:
+            return call()
+        except errors.StoreUnavailable:
+            time.sleep(0.2)
 
 
-def _spans(ticks: list[dict[str, Any]]) -> dict[str, dict[str, tuple[float, float, int]]]:
-    """By run, by attempt: the first and last ledger line's time, and the process."""
-    spans: dict[str, dict[str, tuple[float, float, int]]] = collections.defaultdict(dict)
-    for tick in ticks:
-        first, last, _ = spans[tick["run"]].get(tick["attempt"], (tick["at"], tick["at"], 0))
-        spans[tick["run"]][tick["attempt"]] = (
-            min(first, tick["at"]),
-            max(last, tick["at"]),
-            tick["pid"],
-        )
-    return spans
-
-
-def _overlaps(ticks: list[dict[str, Any]]) -> int:
-    """Runs two attempts of which wrote ledger lines in intersecting intervals."""
-    overlapping = 0
-    for attempts in _spans(ticks).values():
-        ordered = sorted(attempts.values())
-        overlapping += any(b[0] < a[1] for a, b in itertools.pairwise(ordered))
-    return overlapping
-
-
-def _unexplained(ticks: list[dict[str, Any]], faults: list[tuple[float, str, int]]) -> int:
-    """Steps executed again although the process that executed them before had no fault
-    after it began them."""
-    struck: dict[int, list[float]] = collections.defaultdict(list)
-    for at, _, pid in faults:
-        struck[pid].append(at)
-    executions: dict[tuple[str, str], dict[str, tuple[float, int]]] = collections.defaultdict(dict)
-    for tick in ticks:
-        key = (tick["run"], tick["step"])
-        executions[key].setdefault(tick["exec"], (tick["at"], tick["pid"]))
-    unexplained = 0
-    for runs in executions.values():
-        ordered = sorted(runs.values())
-        for began, pid in ordered[:-1]:
-            unexplained += not any(at >= began for at in struck[pid])
-    return unexplained
-
-
-def _recovery(ticks: list[dict[str, Any]], faults: list[tuple[float, str, int]]) -> dict[str, Any]:
-    """Seconds from a fault to the next ledger line, by another process, of each run that
-    the struck process was executing then."""
-    by_run: dict[str, list[tuple[float, int]]] = collections.defaultdict(list)
-    for tick in ticks:
-        by_run[tick["run"]].append((tick["at"], tick["pid"]))
-    samples = []
-    for at, _, pid in faults:
-        for lines in by_run.values():
-            before = [t for t in lines if t[0] <= at]
-            if not before or max(before)[1] != pid or at - max(before)[0] > 2 * TICK + 0.5:
-                continue
-            after = [t for t in lines if t[0] > at and t[1] != pid]
-            if after:
-                samples.append(min(after)[0] - at)
-    if not samples:
-        return {"recoveries": 0}
-    cuts = (
-        statistics.quantiles(samples, n=100, method="inclusive")
-        if len(samples) > 1
-        else samples * 99
+def _open(client: Client) -> bool:
+    """Whether a run of the benchmark (or a child) has not ended: one indexed read."""
+    page = _retrying(
+        functools.partial(client.list, type_prefix="chaos.", status=("pending", "leased"), limit=1)
     )
-    return {
-        "recoveries": len(samples),
-        "recovery_p50_s": round(statistics.median(samples), 2),
-        "recovery_p99_s": round(cuts[98], 2),
-        "recovery_max_s": round(max(samples), 2),
-    }
+    return bool(page.runs)
+
+
+@contextlib.contextmanager
+def _network(kinds: list[str], options: argparse.Namespace) -> Iterator[tuple[Any, Any]]:
+    """The private server (unless a URL is given) and the proxy, as the faults need."""
+    with contextlib.ExitStack() as stack:
+        server = None
+        url = options.postgres_url
+        if url is None and "postgres" in kinds:
+            server = stack.enter_context(private_server())
+            url = server.url
+        proxy = None
+        if url is not None and {"silence", "half_open"} & set(options.faults.split(",")):
+            proxy = stack.enter_context(load_proxy().silentable_proxy(url))
+        yield server, proxy
 
 
 def run(options: argparse.Namespace) -> dict[str, Any]:
-    return each_store(
-        options.stores.split(","),
-        options.postgres_url,
-        "chaos-",
-        lambda store, tmp: Chaos(store, options, tmp).run(),
-    )
+    kinds = options.stores.split(",")
+    with _network(kinds, options) as (server, proxy):
+        url = options.postgres_url or (server.url if server is not None else None)
+        return each_store(
+            kinds, url, "chaos-", lambda store, tmp: Chaos(store, options, tmp, server, proxy).run()
+        )
 
 
 def main(argv: list[str]) -> None:
@@ -345,21 +347,29 @@ def main(argv: list[str]) -> None:
         return
     parser = argparse.ArgumentParser(prog="python -m benchmarks.chaos", description=__doc__)
     parser.add_argument("--stores", default="postgres,sqlite", help="comma-separated")
-    parser.add_argument("--seconds", type=float, default=60.0, help="how long faults come")
-    parser.add_argument("--runs", type=int, default=300)
+    parser.add_argument("--seconds", type=float, default=120.0, help="how long faults come")
+    parser.add_argument("--runs", type=int, default=2000)
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--lease", type=float, default=3.0)
-    parser.add_argument("--seed", type=int, default=None, help="for the runs' shapes")
-    parser.add_argument("--postgres-url", help="use this server instead of starting one")
+    parser.add_argument(
+        "--faults",
+        default=",".join(PROCESS + DATABASE_FAULTS),
+        help="comma-separated, of: " + ", ".join(PROCESS + DATABASE_FAULTS),
+    )
+    parser.add_argument("--seed", type=int, default=None, help="for the runs and the faults")
+    parser.add_argument("--postgres-url", help="use this server instead (no restarts then)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     options = parser.parse_args(argv)
+    unknown = set(options.faults.split(",")) - set(PROCESS + DATABASE_FAULTS) - {""}
+    if unknown:
+        parser.error(f"unknown faults: {', '.join(sorted(unknown))}")
     results = run(options)
     if options.json:
         print(json.dumps(results, indent=2))
     else:
         for kind, figures in results.items():
             print(f"{kind}: " + ", ".join(f"{k} {v}" for k, v in figures.items()))
-    if any(figures[count] for figures in results.values() for count in COUNTS):
+    if any(figures[count] for figures in results.values() for count in check.COUNTS):
         sys.exit(1)
 
 

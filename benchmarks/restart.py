@@ -26,8 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
-
+from benchmarks.server import private_server
 from simpleworkflow import App, Client
 
 _ROOT = Path(__file__).resolve().parent.parent
@@ -45,30 +44,6 @@ def worker_main(url: str, worker_id: str) -> None:
     poller = app.poller(worker_id=worker_id)
     print("ready", flush=True)
     poller.run()
-
-
-class Server:
-    """A pgserver instance in a temporary directory, restarted as a crash would."""
-
-    def __init__(self, data_dir: str) -> None:
-        import pgserver
-
-        self.server: Any = pgserver.get_server(data_dir, cleanup_mode="stop")  # type: ignore[attr-defined]
-        self.url: str = self.server.get_uri()
-
-    def restart(self) -> float:
-        """Stop immediately, start; return when connections are accepted (epoch seconds)."""
-        from pgserver._commands import pg_ctl  # type: ignore[attr-defined]
-
-        server = self.server
-        pg_ctl(["-w", "-m", "immediate", "stop"], pgdata=server.pgdata, user=server.system_user)
-        server.ensure_postgres_running()
-        while True:
-            try:
-                psycopg.connect(self.url, connect_timeout=2).close()
-                return time.time()
-            except psycopg.OperationalError:
-                time.sleep(0.01)
 
 
 @contextlib.contextmanager
@@ -118,19 +93,15 @@ def one_round(url: str, ids: list[str], back: float) -> list[float]:
 
 
 def measure(worker_count: int, restarts: int) -> dict[str, float]:
-    with tempfile.TemporaryDirectory(prefix="bench-restart-") as tmp:
-        server = Server(str(Path(tmp) / "pgdata"))
-        try:
-            with Client(server.url, schema=SCHEMA) as client:
-                client.migrate()
-            with workers(server.url, worker_count, Path(tmp)) as ids:
-                one_round(server.url, ids, time.time())  # every worker has pooled conns
-                samples: list[float] = []
-                for _ in range(restarts):
-                    samples += one_round(server.url, ids, server.restart())
-                    time.sleep(0.5)
-        finally:
-            server.server.cleanup()
+    with tempfile.TemporaryDirectory(prefix="bench-restart-") as tmp, private_server() as server:
+        with Client(server.url, schema=SCHEMA) as client:
+            client.migrate()
+        with workers(server.url, worker_count, Path(tmp)) as ids:
+            one_round(server.url, ids, time.time())  # every worker has pooled conns
+            samples: list[float] = []
+            for _ in range(restarts):
+                samples += one_round(server.url, ids, server.restart())
+                time.sleep(0.5)
     return {
         "samples": len(samples),
         "back_to_claim_p50_s": statistics.median(samples),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,21 +32,54 @@ def _start(data_dir: Path) -> Any:
     return pgserver.get_server(data_dir, cleanup_mode="stop")  # type: ignore[attr-defined]
 
 
-@contextlib.contextmanager
-def private_postgres() -> Iterator[str]:
-    """Start a throw-away Postgres server and yield its URL; stop and delete it after."""
-    with tempfile.TemporaryDirectory(prefix="simpleworkflow-bench-") as tmp:
-        data_dir = Path(tmp) / "pgdata"
+class PrivateServer:
+    """A throw-away Postgres in ``data_dir`` that a fault benchmark may restart."""
+
+    def __init__(self, data_dir: Path) -> None:
         server = _start(data_dir)
         with psycopg.connect(server.get_uri(), autocommit=True) as conn:
             for name, value in SETTINGS.items():
                 conn.execute(f"alter system set {name} = '{value}'".encode())
         server.cleanup()  # the settings above take effect on restart
-        server = _start(data_dir)
+        self._server = _start(data_dir)
+        self.url = str(self._server.get_uri())
+
+    def restart(self) -> float:
+        """Stop the server as a crash would (``pg_ctl stop -m immediate``: every session
+        cut, no checkpoint), start it again; return when it accepts connections again
+        (``time.time()``)."""
+        from pgserver._commands import pg_ctl  # type: ignore[attr-defined]
+
+        server = self._server
+        pg_ctl(["-w", "-m", "immediate", "stop"], pgdata=server.pgdata, user=server.system_user)
+        server.ensure_postgres_running()
+        while True:
+            try:
+                psycopg.connect(self.url, connect_timeout=2).close()
+                return time.time()
+            except psycopg.OperationalError:
+                time.sleep(0.01)
+
+    def cleanup(self) -> None:
+        self._server.cleanup()
+
+
+@contextlib.contextmanager
+def private_server() -> Iterator[PrivateServer]:
+    """A :class:`PrivateServer` in a temporary directory; stopped and deleted after."""
+    with tempfile.TemporaryDirectory(prefix="simpleworkflow-bench-") as tmp:
+        server = PrivateServer(Path(tmp) / "pgdata")
         try:
-            yield str(server.get_uri())
+            yield server
         finally:
             server.cleanup()
+
+
+@contextlib.contextmanager
+def private_postgres() -> Iterator[str]:
+    """Start a throw-away Postgres server and yield its URL; stop and delete it after."""
+    with private_server() as server:
+        yield server.url
 
 
 def pgbench_path() -> str | None:

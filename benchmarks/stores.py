@@ -85,9 +85,14 @@ class BenchStore:
         """Run the named benchmark statement (autocommit) and return its rows."""
         sql = self.q[name]
         if self.kind == "postgres":
-            if self._pg is None:
+            if self._pg is None or self._pg.broken:  # a fault benchmark restarted the server
                 self._pg = psycopg.connect(self.url, autocommit=True)
-            cursor = self._pg.execute(sql.encode(), params)
+            try:
+                cursor = self._pg.execute(sql.encode(), params)
+            except psycopg.OperationalError:
+                if not self._pg.broken:
+                    raise
+                return self.execute(name, **params)
             return list(cursor.fetchall()) if cursor.description else []
         if self._lite is None:
             self._lite = sqlite3.connect(config.sqlite_path(self.url), timeout=60)

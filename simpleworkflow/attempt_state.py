@@ -19,7 +19,8 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from simpleworkflow import observe
-from simpleworkflow.durable import Durable, StepJournal
+from simpleworkflow.durable import Durable
+from simpleworkflow.journal_writes import StepJournal
 
 if TYPE_CHECKING:
     from simpleworkflow.backends import Backend
@@ -65,6 +66,8 @@ class AttemptState:
         self._async_stop = asyncio.Event()  # awaited on the worker's loop
         self._stop_reason: str | None = None
         self._on_stop: list[Callable[[], Any]] = []
+        #: Whether observers were told of the lease's loss (see ``worker.hooks.lease_lost``).
+        self.lease_loss_reported = False
         self.durable = durable_class(
             lease, backend, steps, stop=self.request_stop, lease_ended=lease_ended
         )

@@ -291,7 +291,7 @@ class Context:
         unique = durable.name(name)
         entry = await durable.begin(unique, "child_result", self.is_cancelled())
         if entry is None or entry.status != "completed":
-            child = await durable.read_run(child_id)
+            child = await durable.read_run(unique, child_id)
             if child is None:
                 raise errors.RunNotFound(child_id)
             if child.parent_id != self.run.id:

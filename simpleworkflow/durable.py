@@ -20,9 +20,9 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from simpleworkflow import errors, names, outage, payloads, races
 from simpleworkflow.backends.records import (
@@ -35,54 +35,16 @@ from simpleworkflow.backends.records import (
     StepRecord,
     Suspension,
 )
-from simpleworkflow.groupcommit import GroupCommit
+from simpleworkflow.journal_writes import StepJournal
 from simpleworkflow.replay import Replay, answered
 
 if TYPE_CHECKING:
     from simpleworkflow.backends import Backend
     from simpleworkflow.models import Run
 
+T = TypeVar("T")
 #: Far enough to mean "no timeout", and storable in every backend.
 FOREVER = datetime(9999, 1, 1, tzinfo=UTC)
-
-
-class StepJournal(GroupCommit[StepRecord]):
-    """Journal entries of the steps of every run on a worker, group-committed: under load
-    the steps of many runs share a statement and a commit. On a store without
-    notifications it also batches the status checks made before steps (``checks``, whose
-    ``run`` the worker supervises as a service of its own)."""
-
-    what = "the journal entry"
-
-    def __init__(self, backend: Backend, unavailable: outage.Outage | None = None) -> None:
-        super().__init__(unavailable)
-        self._backend = backend
-        self.checks = LeaseCheck(backend, unavailable)
-
-    def key(self, item: StepRecord) -> Hashable:
-        return (item.run_id, item.name)
-
-    async def write(self, items: list[StepRecord]) -> set[Hashable]:
-        return set(await self._backend.execute_async(self._backend.record_steps(items)))
-
-
-class LeaseCheck(GroupCommit[tuple[str, str]]):
-    """Whether runs are still leased, ``(run id, token)`` each, read a batch at a time: the
-    checks of many runs' next steps share one read (and one hop to the store's thread)."""
-
-    what = "the lease check"
-
-    def __init__(self, backend: Backend, unavailable: outage.Outage | None = None) -> None:
-        super().__init__(unavailable)
-        self._backend = backend
-
-    def key(self, item: tuple[str, str]) -> Hashable:
-        return item[0]
-
-    async def write(self, items: list[tuple[str, str]]) -> set[Hashable]:
-        op = self._backend.lease_states(items)
-        states = await self._backend.execute_async(op, readonly=True)
-        return {run_id for run_id, state in states.items() if state == HELD}
 
 
 class Durable:
@@ -115,6 +77,7 @@ class Durable:
         # may hold the run, so this attempt writes nothing more, not even a fenced write.
         self._fenced = False
         self._lease_ended = lease_ended
+        self._outage = steps.unavailable if steps is not None else None
 
     @property
     def fenced(self) -> bool:
@@ -352,9 +315,25 @@ class Durable:
             output=None,
             attempts=1,
         )
-        if self.fenced:
-            raise errors.LeaseLost(name)
-        got = await self.backend.execute_async(self.backend.consume_signal(record, event, match))
+        tried = False
+
+        async def take() -> tuple[bool, Any, datetime | None] | JournalEntry | None:
+            # The store may have taken the signal and journaled it just before the
+            # connection broke: then the journal says so, and taking again would take a
+            # second signal.
+            nonlocal tried
+            if tried and (entry := await self._journaled(name)) is not None:
+                return entry
+            tried = True
+            return await self.backend.execute_async(
+                self.backend.consume_signal(record, event, match)
+            )
+
+        got = await self._until_available(name, take)
+        if isinstance(got, JournalEntry):
+            races.note(got.completed_at)  # as a replay would
+            replay.remember(got)
+            return dict(got.output)
         if got is None:
             return None
         held, payload, sent_at = got
@@ -388,13 +367,37 @@ class Durable:
             parent_id=self.lease.run.id,
             trace_context=None if trace_context is None else json.dumps(trace_context),
         )
-        child = await self.backend.execute_async(self.backend.create_run(new))
+        # The key makes a second try after a broken connection find the child the first
+        # created, if it did.
+        child = await self._until_available(
+            name, lambda: self.backend.execute_async(self.backend.create_run(new))
+        )
         self.backend.notify_local("wake", type)
         return child
 
-    async def read_run(self, run_id: str) -> Run | None:
+    async def read_run(self, name: str, run_id: str) -> Run | None:
         """A run as it stands now (a child waited for), or ``None`` if there is none."""
-        return await self.backend.execute_async(self.backend.get_run(run_id), readonly=True)
+        return await self._until_available(
+            name, lambda: self.backend.execute_async(self.backend.get_run(run_id), readonly=True)
+        )
+
+    async def _journaled(self, name: str) -> JournalEntry | None:
+        """Step ``name``'s completed journal entry as the store has it, if it has one."""
+        run_id = self.lease.run.id
+        entries = await self.backend.execute_async(self.backend.load_journal(run_id), readonly=True)
+        return next((e for e in entries if e.step_name == name and e.status == "completed"), None)
+
+    async def _until_available(self, name: str, call: Callable[[], Awaitable[T]]) -> T:
+        """``call()`` (idempotent) again while the store cannot be reached: an outage is
+        not the handler's failure, and must not cost an attempt. Gives up with
+        ``LeaseLost`` once the worker has given the lease up meanwhile."""
+
+        async def attempt() -> T:
+            if self.fenced:
+                raise errors.LeaseLost(name)
+            return await call()
+
+        return await outage.until_available(attempt, self._outage)
 
     # -- suspension ------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from psycopg.rows import dict_row
 
 from simpleworkflow import Client, config
 from simpleworkflow.backends import Backend
-from simpleworkflow.backends.base import Op, Rows, Statement, drive
+from simpleworkflow.backends.base import LOST, Op, Rows, Statement, drive
 from simpleworkflow.backends.records import Claim, Failure, Lease, StepRecord
 from simpleworkflow.models import Event
 
@@ -263,3 +263,29 @@ def test_a_batch_holds_no_run_while_it_waits_for_another(
     with held_open(store, backend, second_then_first()):
         pass
     assert write.outcome() == {(first.run.id, "a"), (second.run.id, "a")}
+
+
+def test_a_lease_that_ran_out_in_the_store_takes_no_write_before_it_is_rescued(
+    store: Store, client: Client, backend: Backend
+) -> None:
+    """The store's own clock fences too: once ``lease_until`` has passed, the lease's
+    journal writes, signal takes and heartbeats are refused, even though no reaper has
+    rescued the run yet and its token still matches (a worker whose own fencing failed,
+    or a heartbeat delayed past the lease, cannot revive it)."""
+    run_id = client.start(TYPE).id
+    (lease,) = claim(backend, 1)
+    client.signal(run_id, "approve", {"by": "ann"})
+    expire(store, run_id)
+    assert backend.execute(backend.record_step(step(lease, "charge"))) is False
+    assert backend.execute(backend.record_steps([step(lease, "refund")])) == set()
+    record = StepRecord(run_id, lease.token, "approval", "wait", 0, None, 1)
+    assert backend.execute(backend.consume_signal(record, "approve", None)) in (None, (False, None))
+    states = backend.execute(backend.heartbeat("w", [(run_id, lease.token)], 30, True))
+    assert states == {run_id: LOST}
+    assert backend.execute(backend.lease_states([(run_id, lease.token)])) == {run_id: LOST}
+    assert client.steps(run_id) == []
+    assert [s.consumed_at for s in client.signals(run_id)] == [None]
+    assert (
+        str(store.sql("select lease_until from workflow_run where id = ?", run_id)[0][0]) < "2001"
+    )
+    assert "heartbeat" not in [e.event_type for e in trail(client, run_id)]

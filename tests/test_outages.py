@@ -289,3 +289,34 @@ def test_a_worker_stops_within_its_grace_while_the_network_is_silent(
         wait_until(lambda: len(witness.started) >= 5, 60, "no progress")
         proxy.silent = True
         time.sleep(0.5)
+
+
+def test_a_blocking_call_gives_up_at_its_deadline_while_the_network_is_silent(
+    pg_store: Store, proxy: SilentProxy
+) -> None:
+    """A sync client's call (a blocking socket) is cut off at its deadline, fails with
+    ``StoreUnavailable`` saying so, and the next call, once the network is back, works."""
+    backend = PostgresBackend(proxy.url, schema=pg_store.schema, call_timeout=2.0)
+    with Client(pg_store.url, schema=pg_store.schema) as direct:
+        run_id = direct.start(TYPE, {"n": 1}).id
+    try:
+        assert backend.execute(backend.get_run(run_id)) is not None
+        proxy.silent = True
+        failed: list[BaseException] = []
+
+        def call() -> None:
+            try:
+                backend.execute(backend.get_run(run_id))
+            except BaseException as exc:
+                failed.append(exc)
+
+        caller = threading.Thread(target=call, daemon=True)
+        caller.start()
+        caller.join(30)
+        assert not caller.is_alive(), "the blocking call was still waiting after 30 s"
+        assert isinstance(failed[0], errors.StoreUnavailable), failed
+        assert "did not answer within 2s" in str(failed[0])
+        proxy.silent = False
+        assert backend.execute(backend.get_run(run_id)) is not None
+    finally:
+        backend.close()

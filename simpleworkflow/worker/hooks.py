@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simpleworkflow import execution, observe
 from simpleworkflow.backends.base import Failure, Lease, Success, Suspension
 from simpleworkflow.durable import FOREVER
+
+if TYPE_CHECKING:
+    from simpleworkflow.attempt_state import AttemptState
 
 #: ``LeaseLost.reason``.
 TAKEN = "taken"  # the store says another worker holds the run now
@@ -105,8 +108,15 @@ def _until(suspension: Suspension) -> datetime | None:
     return datetime.now(UTC) + timedelta(seconds=suspension.delay)
 
 
-def lease_lost(observers: observe.Observer, lease: Lease, worker_id: str, reason: str) -> None:
-    observers.lease_lost(observe.LeaseLost(lease.run, worker_id, reason))
+def lease_lost(
+    observers: observe.Observer, state: AttemptState, worker_id: str, reason: str
+) -> None:
+    """Once per attempt: the lease watch, a renewal found taken, and the attempt's own
+    check of its lease's end (which may stop it before the watch fires) all report it."""
+    if state.lease_loss_reported:
+        return
+    state.lease_loss_reported = True
+    observers.lease_lost(observe.LeaseLost(state.lease.run, worker_id, reason))
 
 
 def reaped(observers: observe.Observer, run_ids: list[str]) -> None:

@@ -225,7 +225,7 @@ class Holdings:
                 _log.warning("run %s: lease lost to another worker; abandoning it", run_id)
                 active.state.request_stop("lease lost")
                 if self._renewals.until(active.lease.token) is not None:  # said once
-                    hooks.lease_lost(self._observers, active.lease, self._worker_id, hooks.TAKEN)
+                    hooks.lease_lost(self._observers, active.state, self._worker_id, hooks.TAKEN)
             self._renewals.forget(active.lease.token)  # nothing left to give up
 
     def give_up(self, tokens: list[str]) -> None:
@@ -249,4 +249,4 @@ class Holdings:
                 "it" if len(attempts) == 1 else "them",
             )
         for attempt in attempts:
-            hooks.lease_lost(self._observers, attempt.lease, self._worker_id, hooks.NOT_RENEWED)
+            hooks.lease_lost(self._observers, attempt.state, self._worker_id, hooks.NOT_RENEWED)

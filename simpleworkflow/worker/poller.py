@@ -24,8 +24,8 @@ from simpleworkflow import errors, observe, outage
 from simpleworkflow.attempts import Attempt, TrackedExecutor
 from simpleworkflow.backends import Backend, open_backend
 from simpleworkflow.backends.base import CANCELLED, Failure
-from simpleworkflow.durable import StepJournal
 from simpleworkflow.handlers import Handlers
+from simpleworkflow.journal_writes import StepJournal
 from simpleworkflow.outbox import Outbox
 from simpleworkflow.outcome_log import OutcomeLog
 from simpleworkflow.schema_check import ensure_async

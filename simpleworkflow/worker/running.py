@@ -16,8 +16,8 @@ from simpleworkflow.attempt_state import AttemptState
 from simpleworkflow.attempts import Attempt, Threads, TrackedExecutor, charge_to
 from simpleworkflow.backends import Backend
 from simpleworkflow.backends.base import Lease
-from simpleworkflow.durable import StepJournal
 from simpleworkflow.handlers import Definition, Handlers
+from simpleworkflow.journal_writes import StepJournal
 from simpleworkflow.outbox import Outbox
 from simpleworkflow.worker import hooks
 from simpleworkflow.worker.leases import Renewals
@@ -106,6 +106,8 @@ class Runner:
                 _log.warning(
                     "run %s: lease lost before its outcome was recorded; discarded", lease.run.id
                 )
+            if state.stop_reason == "lease lost":  # it may have seen the end before the watch
+                hooks.lease_lost(self._observers, state, self.worker_id, hooks.NOT_RENEWED)
             end = hooks.Ending(outcome, state.stop_reason, recorded, duration)
             hooks.finished(self._observers, lease, self.worker_id, end)
         except Exception as exc:

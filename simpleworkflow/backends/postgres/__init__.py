@@ -15,6 +15,7 @@ from simpleworkflow import config, errors
 from simpleworkflow.backends import base, queries
 from simpleworkflow.backends.dialect import Dialect
 from simpleworkflow.backends.postgres import driving, settings
+from simpleworkflow.backends.postgres.deadline import Deadline
 
 try:
     import psycopg
@@ -174,9 +175,15 @@ class PostgresBackend(base.Backend):
     # an explicit transaction.
 
     def execute(self, op: base.Op[T], *, readonly: bool = False) -> T:
+        """Run ``op``; give up after ``call_timeout`` seconds whatever the network does
+        (see :class:`~.deadline.Deadline`)."""
         with _translated("talking to Postgres"):
             pool = self._sync_pool()
-            with pool.connection() as conn, _on_broken(conn, lambda: self._drop_pool(pool)):
+            with (
+                pool.connection(timeout=self.call_timeout) as conn,
+                _on_broken(conn, lambda: self._drop_pool(pool)),
+                Deadline(conn, self.call_timeout),
+            ):
                 return driving.execute(conn, op)
 
     async def execute_async(self, op: base.Op[T], *, readonly: bool = False) -> T:

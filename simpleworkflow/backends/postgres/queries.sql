@@ -505,6 +505,9 @@ with leases as (
     set lease_until = now() + make_interval(secs => %(lease)s), updated_at = now()
     from leases l
     where r.id = l.id and r.lease_token = l.token and r.status = 'leased'
+      -- a heartbeat that reaches the store after the lease ran out does not revive it:
+      -- its worker has given the run up by then (worker/leases.py)
+      and r.lease_until > now()
     returning r.id
 ), heartbeat_events as (
     insert into {schema}workflow_event (workflow_id, event_type, data)
@@ -517,7 +520,7 @@ with leases as (
 select id from extended
 
 -- name: lease_states
-select l.id, r.status, r.lease_token = l.token as held
+select l.id, r.status, r.lease_token = l.token and r.lease_until > now() as held
 from jsonb_to_recordset(%(items)s::jsonb) as l(id uuid, token uuid)
 left join {schema}workflow_run r on r.id = l.id
 
@@ -704,6 +707,7 @@ order by position
 with lease as (
     select id from {schema}workflow_run
     where id = %(run_id)s and lease_token = %(token)s and status = 'leased'
+      and lease_until > now()
     for share
 ), saved as (
     insert into {schema}workflow_step
@@ -741,6 +745,7 @@ with items as (
 ), locked as (
     select r.id, r.lease_token from {schema}workflow_run r
     where r.id = any(array(select run_id from items)) and r.status = 'leased'
+      and r.lease_until > now()
     for share skip locked
 ), leased as (
     select i.* from items i join locked r on r.id = i.run_id and r.lease_token = i.token
@@ -876,6 +881,7 @@ with lease as (
     -- FOR SHARE: see record_step.
     select id from {schema}workflow_run
     where id = %(run_id)s and lease_token = %(token)s and status = 'leased'
+      and lease_until > now()
     for share
 ), taken as (
     update {schema}workflow_signal s

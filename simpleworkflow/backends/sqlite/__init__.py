@@ -371,6 +371,17 @@ class _Checkpointer:
                 conn.close()
 
 
+def _open_hint(path: str) -> str:
+    """What to do about a file that would not open."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        return (
+            "the file or its directory is read-only (SQLite writes the file and its -wal "
+            "and -shm files beside it)"
+        )
+    return "retry"
+
+
 def _enable_wal(conn: sqlite3.Connection, path: str, timeout: float) -> bool:
     """Switch the file to WAL, waiting out other processes that hold it meanwhile; say
     whether it is in WAL now (an in-memory database cannot be).
@@ -387,7 +398,7 @@ def _enable_wal(conn: sqlite3.Connection, path: str, timeout: float) -> bool:
             if "locked" not in str(exc) or time.monotonic() > deadline:
                 conn.close()
                 raise errors.StoreUnavailable(
-                    f"cannot open SQLite database {path!r}: {exc}; retry"
+                    f"cannot open SQLite database {path!r}: {exc}; {_open_hint(path)}"
                 ) from exc
             time.sleep(0.01)
 

@@ -503,6 +503,9 @@ from (
 where workflow_run.id = l.id
   and workflow_run.lease_token = l.token
   and workflow_run.status = 'leased'
+  -- a heartbeat that reaches the store after the lease ran out does not revive it:
+  -- its worker has given the run up by then (worker/leases.py)
+  and workflow_run.lease_until > strftime('%Y-%m-%d %H:%M:%f', 'now')
 returning workflow_run.id
 
 -- name: heartbeat_then_events
@@ -518,7 +521,8 @@ where :with_events
 
 -- name: lease_states
 select json_extract(l.value, '$.id') as id, r.status,
-       r.lease_token = json_extract(l.value, '$.token') as held
+       r.lease_token = json_extract(l.value, '$.token')
+           and r.lease_until > strftime('%Y-%m-%d %H:%M:%f', 'now') as held
 from json_each(:items) as l
 left join workflow_run r on r.id = json_extract(l.value, '$.id')
 
@@ -699,6 +703,7 @@ select id, :name, :kind, :position, :status, :output, :attempts,
        case when :status = 'completed' then strftime('%Y-%m-%d %H:%M:%f', 'now') end
 from workflow_run
 where id = :run_id and lease_token = :token and status = 'leased'
+  and lease_until > strftime('%Y-%m-%d %H:%M:%f', 'now')
 on conflict (run_id, step_name) do update
 set status = excluded.status, output = excluded.output, attempts = excluded.attempts,
     completed_at = excluded.completed_at
@@ -820,6 +825,7 @@ where id = (
   and exists (
       select 1 from workflow_run
       where id = :run_id and lease_token = :token and status = 'leased'
+        and lease_until > strftime('%Y-%m-%d %H:%M:%f', 'now')
   )
 returning id, payload, created_at
 
