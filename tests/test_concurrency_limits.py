@@ -51,7 +51,14 @@ def keys(leases: list[Lease]) -> Counter[str | None]:
 
 def counters(store: Store) -> dict[tuple[str, str], int]:
     """The stored counters, which must always equal the leased runs they count."""
-    rows = store.sql("select workflow_name, concurrency_key, held from workflow_concurrency")
+    if store.kind == "postgres":  # two rows per counter there: held = taken - returned
+        rows = store.sql(
+            "select s.workflow_name, s.concurrency_key, s.taken - d.returned "
+            "from workflow_concurrency s join workflow_concurrency_returned d "
+            "using (workflow_name, concurrency_key)"
+        )
+    else:
+        rows = store.sql("select workflow_name, concurrency_key, held from workflow_concurrency")
     return {(name, key): held for name, key, held in rows if held}
 
 
