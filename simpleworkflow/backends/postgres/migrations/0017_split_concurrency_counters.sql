@@ -10,7 +10,6 @@ alter table {schema}workflow_concurrency rename column held to taken;
 -- returned as the last claim of this counter read it: what the full-counter index below
 -- goes by (the claim rereads returned for the counters it finds there)
 alter table {schema}workflow_concurrency add column returned_seen integer not null default 0;
-update {schema}workflow_concurrency set returned_seen = 0;
 
 create table {schema}workflow_concurrency_returned (
     workflow_name   text not null,
