@@ -208,8 +208,17 @@ def test_a_claim_under_concurrency_limits_walks_the_claim_index_at_a_million_run
         conn.execute(
             (
                 f"insert into {schema}workflow_concurrency "
-                "(workflow_name, concurrency_key, held, capacity) "
-                f"select '{TYPE}', 'customer-' || i, 2, 2 from generate_series(0, 999, 2) as i"
+                "(workflow_name, concurrency_key, taken, capacity, returned_seen) "
+                f"select '{TYPE}', 'customer-' || i, 2 + i, 2, i "
+                "from generate_series(0, 999) as i"
+            ).encode()
+        )
+        conn.execute(  # half of them full: their leases not returned
+            (
+                f"insert into {schema}workflow_concurrency_returned "
+                "(workflow_name, concurrency_key, returned) "
+                f"select '{TYPE}', 'customer-' || i, i + (i % 2) * 2 "
+                "from generate_series(0, 999) as i"
             ).encode()
         )
     backend.execute(backend.set_registry_concurrency(TYPE, 1000, 2))
@@ -226,6 +235,7 @@ def test_a_claim_under_concurrency_limits_walks_the_claim_index_at_a_million_run
     with psycopg.connect(store.url) as conn:
         conn.execute(f'analyze "{store.schema}".workflow_run'.encode())
         conn.execute(f'analyze "{store.schema}".workflow_concurrency'.encode())
+        conn.execute(f'analyze "{store.schema}".workflow_concurrency_returned'.encode())
         rows = conn.execute(("explain " + backend.q["claim"]).encode(), params).fetchall()
         conn.rollback()
     backend.close()

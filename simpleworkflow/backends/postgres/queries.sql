@@ -239,12 +239,16 @@ returning *
 lock table {schema}workflow_run in share mode
 
 -- name: clear_concurrency
+with returned as (
+    delete from {schema}workflow_concurrency_returned where workflow_name = %(name)s
+)
 delete from {schema}workflow_concurrency where workflow_name = %(name)s
 
 -- name: recount_concurrency
 -- The counters of a type whose limits changed: one for the type and one for each key of
--- its pending and leased runs, holding its leased runs.
-insert into {schema}workflow_concurrency (workflow_name, concurrency_key, held, capacity)
+-- its pending and leased runs, holding its leased runs (taken, none returned yet).
+with counters as (
+insert into {schema}workflow_concurrency (workflow_name, concurrency_key, taken, capacity)
 select r.type, k.concurrency_key, count(*) filter (where r.status = 'leased'), min(k.capacity)
 from {schema}workflow_run r
 join {schema}workflow_registry g on g.workflow_name = r.type
@@ -260,6 +264,10 @@ from {schema}workflow_registry g
 where g.workflow_name = %(name)s and g.concurrency is not null
   and not exists (select from {schema}workflow_run r
                   where r.type = g.workflow_name and r.status in ('pending', 'leased'))
+returning workflow_name, concurrency_key
+)
+insert into {schema}workflow_concurrency_returned (workflow_name, concurrency_key)
+select workflow_name, concurrency_key from counters
 
 -- name: set_rate_limit
 insert into {schema}workflow_rate_limit (name, max_runs, period, per_key)
@@ -295,19 +303,25 @@ returning *
 -- no run (alone), and alone; while one is due, no worker claims ordinary runs, so that
 -- busy workers drain until one is empty and takes it.
 --
--- Concurrency limits (0015, docs/flow-control.md): the scan steps over types and keys
--- whose counter is full (a hashed look-up, so a blocked key starves no one); then the
--- candidates' counters are locked and read as they are now, and only as many runs of
--- each key and type are claimed as they have room for, and counted (a trigger counts
--- the leases that end).
+-- Concurrency limits (0015, 0017, docs/flow-control.md): the scan steps over types and
+-- keys whose counter is full (a hashed look-up, so a blocked key starves no one); then
+-- the candidates' taken rows are locked and read as they are now, their returned rows
+-- read as this statement's snapshot saw them (never locked: the trigger that counts the
+-- leases that end updates them, and a claim that waited on it would take turns with the
+-- completions), and only as many runs of each key and type are claimed as they have room
+-- for, and counted. A stale returned only makes the room look smaller: race-free.
 --
 -- Rate limits (0016): of the runs left, those of a type that obeys a rate limit take a
 -- token each from the limit's current window (locked the same way); those it has no
 -- token for stay pending, due again when the next window opens, with a throttled event.
 with full_slots as materialized (
+    -- full when their last claim counted them (a small partial index), and still full
     select f.workflow_name, f.concurrency_key
     from {schema}workflow_concurrency f
-    where f.held >= f.capacity
+    left join {schema}workflow_concurrency_returned d
+      on d.workflow_name = f.workflow_name and d.concurrency_key = f.concurrency_key
+    where f.taken - f.returned_seen >= f.capacity
+      and f.taken - coalesce(d.returned, 0) >= f.capacity
 ), suspect as (
     select r.id, r.waiting_for, r.type, r.concurrency_key, r.priority, r.run_at
     from {schema}workflow_run r
@@ -363,10 +377,14 @@ with full_slots as materialized (
     where g.workflow_name in (select type from candidates)
       and (g.concurrency is not null or g.key_concurrency is not null)
 ), slots as (
-    -- The counters of the candidates' limited types and keys, locked in key order (claims
-    -- never wait on each other in a cycle) and read at their newest version, not as this
-    -- statement's snapshot saw them. A counter missing here leaves no room.
-    select s.workflow_name, s.concurrency_key, s.held
+    -- The counters of the candidates' limited types and keys, their taken rows locked in
+    -- key order (claims never wait on each other in a cycle) and read at their newest
+    -- version, not as this statement's snapshot saw them; returned as the snapshot saw
+    -- it, too low if anything. A counter missing here leaves no room.
+    select s.workflow_name, s.concurrency_key, s.taken,
+           (select d.returned from {schema}workflow_concurrency_returned d
+            where d.workflow_name = s.workflow_name
+              and d.concurrency_key = s.concurrency_key) as returned
     from {schema}workflow_concurrency s
     where (s.workflow_name, s.concurrency_key) in (
         select l.workflow_name, '' from limits l where l.concurrency is not null
@@ -376,7 +394,11 @@ with full_slots as materialized (
         where l.key_concurrency is not null and c.concurrency_key is not null
     )
     order by s.workflow_name, s.concurrency_key
-    for update
+    for update of s
+), held as (
+    select k.workflow_name, k.concurrency_key, k.returned,
+           greatest(k.taken - coalesce(k.returned, 0), 0) as held
+    from slots k
 ), by_key as (
     -- within a key (and then a type) the claim takes runs in the usual order
     select c.id, c.waiting_for, c.type, c.concurrency_key, c.priority, c.run_at,
@@ -387,7 +409,7 @@ with full_slots as materialized (
                               order by c.priority, c.run_at, c.id) as n
     from candidates c
     left join limits l on l.workflow_name = c.type
-    left join slots k on k.workflow_name = c.type and k.concurrency_key = c.concurrency_key
+    left join held k on k.workflow_name = c.type and k.concurrency_key = c.concurrency_key
 ), by_type as (
     select b.id, b.waiting_for, b.type, b.concurrency_key, b.priority, b.run_at, b.concurrency,
            row_number() over (partition by b.type order by b.priority, b.run_at, b.id) as n
@@ -396,7 +418,7 @@ with full_slots as materialized (
 ), allowed as (
     select b.id, b.waiting_for, b.type, b.concurrency_key, b.priority, b.run_at
     from by_type b
-    left join slots t on t.workflow_name = b.type and t.concurrency_key = ''
+    left join held t on t.workflow_name = b.type and t.concurrency_key = ''
     where b.concurrency is null or b.n <= b.concurrency - coalesce(t.held, b.concurrency)
 ), rated as (
     select a.id, l.name, l.max_runs, l.period,
@@ -464,10 +486,14 @@ with full_slots as materialized (
       and r.id = c.id
     returning r.*, c.waiting_for as was_waiting_for, now() as db_now
 ), counted as (
-    -- the leases taken, added once to each counter (locked above); the trigger counts
-    -- the leases that end
+    -- the leases taken, added once to each counter's taken row (locked above), with the
+    -- returned this claim read (for the full-counter index); the trigger counts the leases
+    -- that end
     update {schema}workflow_concurrency s
-    set held = s.held + d.leases
+    set taken = s.taken + d.leases,
+        returned_seen = coalesce((select h.returned from held h
+                                  where h.workflow_name = s.workflow_name
+                                    and h.concurrency_key = s.concurrency_key), s.returned_seen)
     from (select c.type, k.concurrency_key, count(*) as leases
           from claimed c
           cross join lateral (values (''), (c.concurrency_key)) as k(concurrency_key)
@@ -528,11 +554,11 @@ left join {schema}workflow_run r on r.id = l.id
 with outcomes as (
     select * from jsonb_to_recordset(%(items)s::jsonb) as o(id uuid, token uuid, result text)
 ), counters as (
-    -- The concurrency counters of these runs (0015), locked in key order before the
-    -- trigger changes them, as the claim locks them: no two transactions wait on each
-    -- other in a cycle. Nothing to lock for types without a limit.
+    -- The returned rows of these runs' concurrency counters (0015, 0017), locked in key
+    -- order before the trigger changes them: no two outcomes wait on each other in a
+    -- cycle (claims never lock these rows). Nothing to lock for types without a limit.
     select 1
-    from {schema}workflow_concurrency s
+    from {schema}workflow_concurrency_returned s
     join {schema}workflow_run x
       on s.workflow_name = x.type and s.concurrency_key in ('', coalesce(x.concurrency_key, ''))
     where x.id in (select id from outcomes)
@@ -570,11 +596,11 @@ with outcomes as (
         as o(id uuid, token uuid, final boolean, delay float8, error text, data jsonb,
              charged boolean, suspect boolean, trace jsonb)
 ), counters as (
-    -- The concurrency counters of these runs (0015), locked in key order before the
-    -- trigger changes them, as the claim locks them: no two transactions wait on each
-    -- other in a cycle. Nothing to lock for types without a limit.
+    -- The returned rows of these runs' concurrency counters (0015, 0017), locked in key
+    -- order before the trigger changes them: no two outcomes wait on each other in a
+    -- cycle (claims never lock these rows). Nothing to lock for types without a limit.
     select 1
-    from {schema}workflow_concurrency s
+    from {schema}workflow_concurrency_returned s
     join {schema}workflow_run x
       on s.workflow_name = x.type and s.concurrency_key in ('', coalesce(x.concurrency_key, ''))
     where x.id in (select id from outcomes)
@@ -626,11 +652,11 @@ with outcomes as (
     select * from jsonb_to_recordset(%(items)s::jsonb)
         as o(id uuid, token uuid, delay float8, trace jsonb)
 ), counters as (
-    -- The concurrency counters of these runs (0015), locked in key order before the
-    -- trigger changes them, as the claim locks them: no two transactions wait on each
-    -- other in a cycle. Nothing to lock for types without a limit.
+    -- The returned rows of these runs' concurrency counters (0015, 0017), locked in key
+    -- order before the trigger changes them: no two outcomes wait on each other in a
+    -- cycle (claims never lock these rows). Nothing to lock for types without a limit.
     select 1
-    from {schema}workflow_concurrency s
+    from {schema}workflow_concurrency_returned s
     join {schema}workflow_run x
       on s.workflow_name = x.type and s.concurrency_key in ('', coalesce(x.concurrency_key, ''))
     where x.id in (select id from outcomes)
@@ -780,11 +806,11 @@ with outcomes as (
         as o(id uuid, token uuid, run_at timestamptz, delay float8, waiting_for jsonb,
              events jsonb, trace jsonb)
 ), counters as (
-    -- The concurrency counters of these runs (0015), locked in key order before the
-    -- trigger changes them, as the claim locks them: no two transactions wait on each
-    -- other in a cycle. Nothing to lock for types without a limit.
+    -- The returned rows of these runs' concurrency counters (0015, 0017), locked in key
+    -- order before the trigger changes them: no two outcomes wait on each other in a
+    -- cycle (claims never lock these rows). Nothing to lock for types without a limit.
     select 1
-    from {schema}workflow_concurrency s
+    from {schema}workflow_concurrency_returned s
     join {schema}workflow_run x
       on s.workflow_name = x.type and s.concurrency_key in ('', coalesce(x.concurrency_key, ''))
     where x.id in (select id from outcomes)

@@ -340,39 +340,60 @@ create index idx_workflow_schedule_due
     on {schema}workflow_schedule (next_tick_at)
     where not paused;
 
--- Concurrency limits (migration 0015).
+-- Concurrency limits (migrations 0015, 0017).
 -- One counter per limited type (concurrency_key '') and per key of a type limited per
--- key: how many of its runs are leased (held), and how many may be (capacity, the limit).
--- A counter exists for every key of a limited type that has pending or leased runs: the
--- insert trigger below creates it, and so does setting a limit. The claim locks its
--- candidates' counters in key order and reads them at their newest version (select ...
--- for update), so no two claims can both take the last slot; the update trigger below
--- counts every lease that starts or ends.
+-- key, in two rows: the leases its claims took (taken, here) and the leases that ended
+-- (returned, in workflow_concurrency_returned); held = taken - returned, and capacity is
+-- the limit. A counter exists for every key of a limited type that has pending or leased
+-- runs: the insert trigger below creates it, and so does setting a limit. The claim locks
+-- its candidates' taken rows in key order and reads them at their newest version (select
+-- ... for update), so no two claims can both take the last slot; it reads returned
+-- without a lock, as its snapshot saw it: a stale returned is too low, so the claim sees
+-- too many leases held and at worst claims less than it could, never more. The update
+-- trigger below counts every lease that ends, in the returned row only: claims and
+-- completions never wait on each other.
 create table {schema}workflow_concurrency (
     workflow_name   text not null,
     concurrency_key text not null,
-    held            integer not null default 0,
+    taken           integer not null default 0,
     capacity        integer not null default 1,
+    -- returned as the last claim of this counter read it (for the index below)
+    returned_seen   integer not null default 0,
     primary key (workflow_name, concurrency_key)
 );
 
--- The claim steps over full types and keys by a hashed look-up of this small index: it
--- holds no more rows than runs are leased.
+create table {schema}workflow_concurrency_returned (
+    workflow_name   text not null,
+    concurrency_key text not null,
+    returned        integer not null default 0,
+    primary key (workflow_name, concurrency_key)
+);
+
+-- The claim steps over full types and keys by a hashed look-up of this small index, the
+-- counters full when their last claim counted them; it rereads returned for these few.
+-- A counter freed since is looked at again.
 create index idx_workflow_concurrency_full
     on {schema}workflow_concurrency (workflow_name, concurrency_key)
-    where held >= capacity;
+    where taken - returned_seen >= capacity;
 
 -- Counters for the keys of new runs of a limited type, whoever inserts them.
 create function {schema}workflow_run_count_keys() returns trigger
 language plpgsql as $$
 begin
-    insert into {schema_name}.workflow_concurrency (workflow_name, concurrency_key, capacity)
-    select distinct g.workflow_name, k.concurrency_key, k.capacity
-    from (select distinct type, concurrency_key from new_runs) as n
-    join {schema_name}.workflow_registry g on g.workflow_name = n.type
-    cross join lateral (values ('', g.concurrency), (n.concurrency_key, g.key_concurrency))
-        as k(concurrency_key, capacity)
-    where k.concurrency_key is not null and k.capacity is not null
+    with keys as (
+        insert into {schema_name}.workflow_concurrency (workflow_name, concurrency_key, capacity)
+        select distinct g.workflow_name, k.concurrency_key, k.capacity
+        from (select distinct type, concurrency_key from new_runs) as n
+        join {schema_name}.workflow_registry g on g.workflow_name = n.type
+        cross join lateral (values ('', g.concurrency), (n.concurrency_key, g.key_concurrency))
+            as k(concurrency_key, capacity)
+        where k.concurrency_key is not null and k.capacity is not null
+        order by 1, 2
+        on conflict do nothing
+        returning workflow_name, concurrency_key
+    )
+    insert into {schema_name}.workflow_concurrency_returned (workflow_name, concurrency_key)
+    select workflow_name, concurrency_key from keys
     order by 1, 2
     on conflict do nothing;
     return null;
@@ -394,8 +415,8 @@ create trigger workflow_run_count_keys
 create function {schema}workflow_run_count_leases() returns trigger
 language plpgsql as $$
 begin
-    update {schema_name}.workflow_concurrency
-    set held = greatest(held - 1, 0)
+    update {schema_name}.workflow_concurrency_returned
+    set returned = returned + 1
     where workflow_name = old.type
       and concurrency_key in ('', coalesce(old.concurrency_key, ''));
     return null;
