@@ -303,7 +303,7 @@ returning *
 -- no run (alone), and alone; while one is due, no worker claims ordinary runs, so that
 -- busy workers drain until one is empty and takes it.
 --
--- Concurrency limits (0015, 0017, docs/flow-control.md): the scan steps over types and
+-- Concurrency limits (0015, 0018, docs/flow-control.md): the scan steps over types and
 -- keys whose counter is full (a hashed look-up, so a blocked key starves no one); then
 -- the candidates' taken rows are locked and read as they are now, their returned rows
 -- read as this statement's snapshot saw them (never locked: the trigger that counts the
@@ -554,7 +554,7 @@ left join {schema}workflow_run r on r.id = l.id
 with outcomes as (
     select * from jsonb_to_recordset(%(items)s::jsonb) as o(id uuid, token uuid, result text)
 ), counters as (
-    -- The returned rows of these runs' concurrency counters (0015, 0017), locked in key
+    -- The returned rows of these runs' concurrency counters (0015, 0018), locked in key
     -- order before the trigger changes them: no two outcomes wait on each other in a
     -- cycle (claims never lock these rows). Nothing to lock for types without a limit.
     select 1
@@ -596,7 +596,7 @@ with outcomes as (
         as o(id uuid, token uuid, final boolean, delay float8, error text, data jsonb,
              charged boolean, suspect boolean, trace jsonb)
 ), counters as (
-    -- The returned rows of these runs' concurrency counters (0015, 0017), locked in key
+    -- The returned rows of these runs' concurrency counters (0015, 0018), locked in key
     -- order before the trigger changes them: no two outcomes wait on each other in a
     -- cycle (claims never lock these rows). Nothing to lock for types without a limit.
     select 1
@@ -652,7 +652,7 @@ with outcomes as (
     select * from jsonb_to_recordset(%(items)s::jsonb)
         as o(id uuid, token uuid, delay float8, trace jsonb)
 ), counters as (
-    -- The returned rows of these runs' concurrency counters (0015, 0017), locked in key
+    -- The returned rows of these runs' concurrency counters (0015, 0018), locked in key
     -- order before the trigger changes them: no two outcomes wait on each other in a
     -- cycle (claims never lock these rows). Nothing to lock for types without a limit.
     select 1
@@ -806,7 +806,7 @@ with outcomes as (
         as o(id uuid, token uuid, run_at timestamptz, delay float8, waiting_for jsonb,
              events jsonb, trace jsonb)
 ), counters as (
-    -- The returned rows of these runs' concurrency counters (0015, 0017), locked in key
+    -- The returned rows of these runs' concurrency counters (0015, 0018), locked in key
     -- order before the trigger changes them: no two outcomes wait on each other in a
     -- cycle (claims never lock these rows). Nothing to lock for types without a limit.
     select 1

@@ -340,7 +340,7 @@ create index idx_workflow_schedule_due
     on {schema}workflow_schedule (next_tick_at)
     where not paused;
 
--- Concurrency limits (migrations 0015, 0017).
+-- Concurrency limits (migrations 0015, 0018).
 -- One counter per limited type (concurrency_key '') and per key of a type limited per
 -- key, in two rows: the leases its claims took (taken, here) and the leases that ended
 -- (returned, in workflow_concurrency_returned); held = taken - returned, and capacity is

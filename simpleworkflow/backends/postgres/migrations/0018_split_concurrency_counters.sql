@@ -1,4 +1,4 @@
--- simpleworkflow 0017: concurrency counters split in two (docs/flow-control.md). Each
+-- simpleworkflow 0018: concurrency counters split in two (docs/flow-control.md). Each
 -- counter of 0015 was one row that every claim locked and every lease end updated, so a
 -- worker's claims and completions took turns on it: a limit that did not bind still cost
 -- a fifth of the drain. Now the claims add to one row (workflow_concurrency.taken) and
