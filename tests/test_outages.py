@@ -275,7 +275,9 @@ def test_a_worker_carries_on_after_the_network_went_silent(
         wait_until(lambda: finished(pg_store, ids) == len(ids), 90, "runs left unfinished")
     assert_all_done_once(pg_store, witness, ids)
     began, ended = outage_lines(caplog)
-    assert began == ended and 1 <= began <= 2, f"{began} outages logged, {ended} ends"
+    # Once, or a few times: under load, connections caught mid-call by the silence can
+    # time out after it healed, and each such wave is logged as an outage of its own.
+    assert began == ended and 1 <= began <= 3, f"{began} outages logged, {ended} ends"
 
 
 def test_a_worker_stops_within_its_grace_while_the_network_is_silent(
