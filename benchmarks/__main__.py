@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -24,6 +25,12 @@ FULL = {
 }
 
 
+def case_words(text: str) -> list[str]:
+    """The words of ``--cases``: split at commas, but not at the ", " inside a case's name
+    (``drain, 1 process``), so that one case can be named exactly."""
+    return [word.strip() for word in re.split(r",(?!\s)", text) if word.strip()]
+
+
 def parse(argv: list[str]) -> tuple[suite.Options, Path, Path | None]:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--stores", default="postgres,sqlite", help="comma-separated")
@@ -40,7 +47,8 @@ def parse(argv: list[str]) -> tuple[suite.Options, Path, Path | None]:
     parser.add_argument(
         "--cases",
         help="run only the throughput/latency cases whose names contain one of these "
-        "comma-separated words (e.g. 'steps' or 'start one,drain, 1'); pgbench and the "
+        "comma-separated words (e.g. 'steps' or 'start one,drain, 1 process': a comma "
+        "followed by a space belongs to the name); pgbench and the "
         "backlog curve still run unless --pgbench-seconds 0 and --backlogs ''",
     )
     parser.add_argument(
@@ -66,7 +74,7 @@ def parse(argv: list[str]) -> tuple[suite.Options, Path, Path | None]:
         concurrency=args.concurrency,
         pgbench_seconds=args.pgbench_seconds,
         postgres_url=args.postgres_url,
-        cases=[c.strip() for c in (args.cases or "").split(",") if c.strip()],
+        cases=case_words(args.cases or ""),
         sqlite_synchronous=args.sqlite_synchronous,
     )
     unknown = set(options.stores) - {"postgres", "sqlite"}
