@@ -297,7 +297,7 @@ class IntentPoller:
             sweeper = Sweeper(backend, self.worker_id, every, policy, observers, self._outage)
             yield sweeper, False
         if self.options.scheduler:
-            yield scheduler.Scheduler(backend, self._outage), False
+            yield scheduler.Scheduler(backend, self._outage, observers=observers), False
         for service in self.options.services:
             yield service, False
 
