@@ -35,9 +35,8 @@ from simpleworkflow.errors import (
 from simpleworkflow.models import Event, Published, Run, RunPage, RunStatus, Signal
 from simpleworkflow.observe import Observer
 from simpleworkflow.retry import RetryPolicy
+from simpleworkflow.version import __version__ as __version__
 from simpleworkflow.worker import IntentPoller
-
-__version__ = "0.1.0"
 
 # A library logs; the application decides where to. Without this, warnings would reach
 # stderr through logging's last-resort handler in programs that never configured logging.

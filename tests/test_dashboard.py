@@ -19,6 +19,7 @@ from fastapi import FastAPI
 from worker_app import wait_until
 
 from simpleworkflow import App, AsyncClient, Client, Context, dashboard, errors
+from simpleworkflow.backends.presence_ops import Presence
 from simpleworkflow.server import Auth, create_app
 
 TYPE = "shop.order.v1"
@@ -109,6 +110,29 @@ def test_every_page_renders_what_the_store_holds(store: Store, dash: Dash, clien
     assert dash.get("/static/../site.py").status_code == 404
     assert dash.get("/static/site.py").status_code == 404
     assert dash.get("/runs/00000000-0000-7000-8000-000000000000").status_code == 404
+
+
+def test_the_workers_page_shows_idle_and_stopped_workers(
+    store: Store, dash: Dash, client: Client
+) -> None:
+    backend = client.backend
+    for worker_id, pid in (("idle-worker", 11), ("busy-worker", 12), ("done-worker", 13)):
+        me = Presence(worker_id, "host-a", pid, "python", ("shop.%",), 5, "0.1.0")
+        backend.execute(backend.worker_seen(me, 30, starting=True))
+    backend.execute(backend.worker_stopped("done-worker", 13))
+    run = client.start(TYPE).id
+    store.sql(
+        "update workflow_run set status = 'leased', leased_by = 'busy-worker', "
+        "lease_until = updated_at where id = ?",
+        run,
+    )
+    rows = re.findall(
+        r'<tr class="worker-(\w+)[^"]*">\s*<td><code>([^<]+)</code>', dash.get("/workers").text
+    )
+    # Live first, the idle one too; the stopped one after.
+    assert rows == [("live", "busy-worker"), ("live", "idle-worker"), ("stopped", "done-worker")]
+    page = dash.get("/workers").text
+    assert "host-a / 11" in page and "idle" in page and "<code>shop.%</code>" in page
 
 
 def test_the_overview_counts_derived_states_and_warns_of_overdue_and_paused_types(

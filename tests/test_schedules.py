@@ -6,12 +6,14 @@ written with plain SQL, and schedules declared in code with ``@app.schedule``.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
 import logging
 import re
 import threading
 import zoneinfo
+from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,9 +21,11 @@ from typing import Any
 
 import pytest
 from conftest import Store, poller_thread
+from prometheus_client import CollectorRegistry
 
-from simpleworkflow import App, Schedule, errors, schedules
+from simpleworkflow import App, Schedule, errors, observe, schedules
 from simpleworkflow.backends import Backend
+from simpleworkflow.metrics import MetricsObserver
 from simpleworkflow.worker import scheduler
 from simpleworkflow.worker.scheduler import Scheduler
 
@@ -495,3 +499,55 @@ def test_the_schedulers_read_is_an_index_scan(store: Store) -> None:
             "USING INDEX idx_workflow_schedule_due" in plan
             and "SCAN workflow_schedule\n" not in plan + "\n"
         ), plan
+
+
+class Recorder(observe.Observer):
+    """The producer hooks a scheduler calls, in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+
+    @contextlib.contextmanager
+    def around_start(self, type: str | None, parent: Any = None) -> Iterator[None]:
+        self.calls.append(("around_start", type))
+        yield
+
+    def run_created(self, event: observe.RunCreated) -> None:
+        self.calls.append(("run_created", (event.run.type, event.created)))
+
+
+def test_runs_a_scheduler_starts_reach_the_observers_and_the_metrics(store: Store) -> None:
+    """As a client's starts do: one around_start per schedule (a batch when several ticks
+    are due), a run_created for each run, so runs_started counts them."""
+    registry = CollectorRegistry()
+    recorder = Recorder()
+    observers = observe.Observers([MetricsObserver(registry), recorder])
+    cron, long_ago = far_cron(datetime.now(UTC))
+    with store.client() as client:
+        client.schedules.create(NIGHTLY, cron=cron, missed="each")
+        client.schedules.create("report.daily.v1", cron=cron, missed="once")
+    for name in (NIGHTLY, "report.daily.v1"):
+        set_next_tick(store, name, long_ago)
+    backend = store.backend()
+
+    async def go() -> None:
+        try:
+            await Scheduler(backend, observers=observers).pass_once()
+        finally:
+            await backend.aclose()
+
+    asyncio.run(go())
+    assert len(scheduled_runs(store, NIGHTLY)) == 4
+    assert len(scheduled_runs(store, "report.daily.v1")) == 1
+    started = {
+        name: registry.get_sample_value("simpleworkflow_runs_started_total", {"type": name})
+        for name in (NIGHTLY, "report.daily.v1")
+    }
+    assert started == {NIGHTLY: 4.0, "report.daily.v1": 1.0}
+    assert Counter(recorder.calls) == {
+        ("around_start", None): 1,  # four ticks: a batch
+        ("run_created", (NIGHTLY, True)): 4,
+        ("around_start", "report.daily.v1"): 1,
+        ("run_created", ("report.daily.v1", True)): 1,
+    }
+    assert recorder.calls[0][0] == "around_start" and recorder.calls[-1][0] == "run_created"

@@ -14,7 +14,7 @@ open one on a database URL (``Admin("postgresql://...")``), then:
 - one run: :meth:`~Admin.retry`, :meth:`~Admin.events`, :meth:`~Admin.steps` (timed),
   :meth:`~Admin.children`;
 - what the dashboard charts: :meth:`~Admin.throughput` (outcomes per minute),
-  :meth:`~Admin.workers` (the workers holding leases);
+  :meth:`~Admin.workers` (live and recently gone workers, with the runs each holds);
 - retention: :meth:`~Admin.set_retention` (a type's), :meth:`~Admin.sweep` (delete the
   runs past theirs);
 - topics: :meth:`~Admin.subscribe`, :meth:`~Admin.unsubscribe`, :meth:`~Admin.subscriptions`;
@@ -26,6 +26,7 @@ open one on a database URL (``Admin("postgresql://...")``), then:
 from simpleworkflow.admin.faces import Admin, AsyncAdmin
 from simpleworkflow.admin.records import (
     STATES,
+    WORKER_STATES,
     Minute,
     Queues,
     QueueStats,
@@ -40,6 +41,7 @@ from simpleworkflow.admin.verbs import ADMIN_NAME, check_runtime
 __all__ = [
     "ADMIN_NAME",
     "STATES",
+    "WORKER_STATES",
     "Admin",
     "AsyncAdmin",
     "AsyncSchedules",

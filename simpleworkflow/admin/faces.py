@@ -151,11 +151,13 @@ class Admin(schema_check.Checked, Verbs):
         the audit events through an index of those alone."""
         return self._run(self._throughput_op(minutes), readonly=True)
 
-    def workers(self) -> builtins.list[Worker]:
-        """The workers holding leases now, by id: the runs each holds by type, when its
-        soonest lease runs out, and its last claim or heartbeat. An idle worker holds no
-        lease and is not listed."""
-        return self._run(self._workers_op(), readonly=True)
+    def workers(self, *, gone_within: durations.Duration = "1h") -> builtins.list[Worker]:
+        """The workers live now, idle ones included, and those stopped or gone within
+        ``gone_within``, by id: who and where each is (its presence row, renewed every
+        heartbeat interval), its state, and the runs it holds by type with when its
+        soonest lease runs out. Workers that record no presence (another runtime) are
+        seen through their leases."""
+        return self._run(self._workers_op(gone_within), readonly=True)
 
     def children(self, run_id: str, *, limit: int = 100) -> builtins.list[Run]:
         """Up to ``limit`` runs started by ``run_id`` (its children), oldest first;
@@ -328,9 +330,9 @@ class AsyncAdmin(schema_check.AsyncChecked, Verbs):
         """Outcomes minute by minute; see :meth:`Admin.throughput`."""
         return await self._run(self._throughput_op(minutes), readonly=True)
 
-    async def workers(self) -> builtins.list[Worker]:
-        """The workers holding leases now; see :meth:`Admin.workers`."""
-        return await self._run(self._workers_op(), readonly=True)
+    async def workers(self, *, gone_within: durations.Duration = "1h") -> builtins.list[Worker]:
+        """The workers live and recently gone; see :meth:`Admin.workers`."""
+        return await self._run(self._workers_op(gone_within), readonly=True)
 
     async def children(self, run_id: str, *, limit: int = 100) -> builtins.list[Run]:
         """The runs ``run_id`` started; see :meth:`Admin.children`."""

@@ -4,7 +4,7 @@ is under way now, and what a sweep deleted."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -180,30 +180,65 @@ class Minute:
         }
 
 
+#: What a worker is: ``live`` (seen within its lease, or holding a lease that has not run
+#: out), ``stopped`` (it stopped gracefully) or ``gone`` (not seen since a lease ago: it
+#: died, froze or lost the database).
+WORKER_STATES = ("live", "stopped", "gone")
+
+
 @dataclass(frozen=True, slots=True)
 class Worker:
-    """A live worker as its leases show it (an idle worker holds none and is not seen)."""
+    """A worker, as it records itself (presence) and as its leases show it.
+
+    A worker of another runtime, or of a version before presence, is seen through its
+    leases alone: its presence fields are ``None``."""
 
     worker_id: str
-    #: Runs it holds, by type.
-    runs: Mapping[str, int]
-    #: The soonest one of its leases runs out, unless it renews it.
-    next_expiry: datetime
+    #: One of :data:`WORKER_STATES`.
+    state: str
+    #: Runs it holds, by type (empty for an idle worker).
+    runs: Mapping[str, int] = field(default_factory=dict)
+    #: The soonest one of its leases runs out, unless it renews it; ``None``: it holds none.
+    next_expiry: datetime | None = None
     #: Its last claim or lease renewal (heartbeat), by the database's clock.
-    last_renewed: datetime
+    last_renewed: datetime | None = None
     #: Leases of its that ran out: it died or froze, and a reaper has yet to act.
-    expired: int
+    expired: int = 0
+    host: str | None = None
+    pid: int | None = None
+    runtime: str | None = None
+    #: The type prefixes it claims (``billing.%``).
+    type_prefixes: tuple[str, ...] = ()
+    #: How many runs it may hold at once.
+    concurrency: int | None = None
+    #: The simpleworkflow version it runs.
+    version: str | None = None
+    started_at: datetime | None = None
+    #: Its last presence write (once per heartbeat interval while it runs).
+    last_seen: datetime | None = None
+    stopped_at: datetime | None = None
 
     @property
     def held(self) -> int:
         return sum(self.runs.values())
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict, as the CLI and API print it."""
         return {
             "worker_id": self.worker_id,
+            "state": self.state,
             "runs": dict(self.runs),
             "held": self.held,
-            "next_expiry": self.next_expiry.isoformat(),
-            "last_renewed": self.last_renewed.isoformat(),
+            "next_expiry": _json_ready(self.next_expiry),
+            "last_renewed": _json_ready(self.last_renewed),
             "expired": self.expired,
+            "host": self.host,
+            "pid": self.pid,
+            "runtime": self.runtime,
+            "type_prefixes": list(self.type_prefixes),
+            "concurrency": self.concurrency,
+            "version": self.version,
+            "started_at": _json_ready(self.started_at),
+            "last_seen": _json_ready(self.last_seen),
+            "stopped_at": _json_ready(self.stopped_at),
         }

@@ -9,7 +9,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from simpleworkflow import (
     durations,
@@ -32,6 +32,7 @@ from simpleworkflow.admin.records import (
 )
 from simpleworkflow.backends import Backend, open_backend
 from simpleworkflow.backends.insight_ops import HolderRow
+from simpleworkflow.backends.presence_ops import PresenceRow
 from simpleworkflow.backends.records import Op, RateLimit, RegistryEntry, Subscription
 from simpleworkflow.handlers import Handlers
 from simpleworkflow.models import Run
@@ -161,20 +162,21 @@ class Verbs:
             for start in starts
         ]
 
-    def _workers_op(self) -> Op[builtins.list[Worker]]:
-        rows = yield from self.backend.lease_holders()
-        workers: dict[str, builtins.list[HolderRow]] = {}
-        for row in rows:
-            workers.setdefault(row.worker_id, []).append(row)
-        return [
-            Worker(
-                worker_id=worker_id,
-                runs={row.type: row.runs for row in held},
-                next_expiry=min(row.next_expiry for row in held),
-                last_renewed=max(row.last_renewed for row in held),
-                expired=sum(row.expired for row in held),
+    def _workers_op(self, gone_within: durations.Duration) -> Op[builtins.list[Worker]]:
+        window = durations.to_seconds(gone_within, what="gone_within")
+        if window > MAX_AGE_SECONDS:
+            raise errors.InvalidArgument(
+                f"gone_within must be at most 100 years ({MAX_AGE_SECONDS} seconds), not {window}"
             )
-            for worker_id, held in workers.items()
+        seen = yield from self.backend.list_workers(window)
+        rows = yield from self.backend.lease_holders()
+        holders: dict[str, builtins.list[HolderRow]] = {}
+        for row in rows:
+            holders.setdefault(row.worker_id, []).append(row)
+        found = {row.presence.worker_id: row for row in seen}
+        return [
+            _worker(worker_id, found.get(worker_id), holders.get(worker_id, []))
+            for worker_id in sorted({*found, *holders})
         ]
 
     def _children_op(self, run_id: str, limit: int) -> Op[builtins.list[Run]]:
@@ -336,6 +338,37 @@ def _check_text(what: str, text: str | None) -> str | None:
             f"{what} must be text without NUL characters or lone surrogates, not {text!r:.80}"
         )
     return text
+
+
+def _worker(worker_id: str, seen: PresenceRow | None, held: builtins.list[HolderRow]) -> Worker:
+    """One worker from its presence row (if it writes one) and its leases (if any)."""
+    leases: dict[str, Any] = {}
+    if held:
+        leases = {
+            "runs": {row.type: row.runs for row in held},
+            "next_expiry": min(row.next_expiry for row in held),
+            "last_renewed": max(row.last_renewed for row in held),
+            "expired": sum(row.expired for row in held),
+        }
+    if seen is None:  # another runtime, or an older version: its leases say it all
+        live = sum(row.runs for row in held) > sum(row.expired for row in held)
+        return Worker(worker_id=worker_id, state="live" if live else "gone", **leases)
+    me = seen.presence
+    state = "live" if seen.live else "stopped" if seen.stopped_at is not None else "gone"
+    return Worker(
+        worker_id=worker_id,
+        state=state,
+        host=me.host,
+        pid=me.pid,
+        runtime=me.runtime,
+        type_prefixes=me.type_prefixes,
+        concurrency=me.concurrency,
+        version=me.version,
+        started_at=seen.started_at,
+        last_seen=seen.last_seen_at,
+        stopped_at=seen.stopped_at,
+        **leases,
+    )
 
 
 def _all_states(tally: Mapping[str, int]) -> dict[str, int]:

@@ -10,6 +10,7 @@ from typing import Any
 
 from simpleworkflow import errors
 from simpleworkflow.backends.core import StoreCore
+from simpleworkflow.backends.presence_ops import FORGET_AFTER
 from simpleworkflow.backends.records import ATOMIC, Op, RateLimit, RegistryEntry, ServiceLease
 from simpleworkflow.models import WAITING_STATES, Run, RunStatus
 
@@ -111,10 +112,13 @@ class AdminOps(StoreCore):
     def purge_runs(self, older_than: float, type: str | None, limit: int) -> Op[Counter[str]]:
         """Delete up to ``limit`` finished (or soft-deleted, unleased) runs unchanged for
         ``older_than`` seconds, with their events, journal and signals; return how many
-        of each type went."""
+        of each type went. The last batch of a purge of every type deletes the rows of
+        workers gone as long ago too."""
         # Whole milliseconds: SQLite reads "-1e-05 seconds" as no time at all.
         age = round(float(older_than), 3)
         rows = yield self.stmt("purge_runs", older_than=age, type=type, limit=limit)
+        if type is None and len(rows) < limit:  # the last batch: workers gone as long ago
+            yield self.stmt("forget_workers", older_than=age)
         return Counter(row["type"] for row in rows)
 
     def set_registry_retention(
@@ -186,7 +190,8 @@ class AdminOps(StoreCore):
     ) -> Op[Counter[str] | None]:
         """Delete up to ``limit`` runs past their retention (their own, else their type's,
         else ``default`` seconds; at most ``ceiling``) with their events, journal and
-        signals; return how many of each type went.
+        signals; return how many of each type went. The last batch (short) deletes the
+        rows of workers gone for :data:`FORGET_AFTER` too.
 
         With a ``lease``, first take or renew it in the same transaction, and delete
         nothing (``None``) when another holder has it: one sweeper at a time in a fleet,
@@ -196,6 +201,8 @@ class AdminOps(StoreCore):
             if not (yield from self.hold_service_lease(lease)):
                 return None
         rows = yield self.stmt("sweep_runs", default=default, ceiling=ceiling, limit=limit)
+        if len(rows) < limit:  # the last batch of a sweep
+            yield self.stmt("forget_workers", older_than=FORGET_AFTER)
         return Counter(row["type"] for row in rows)
 
     def count_expired(self, default: float, ceiling: float) -> Op[Counter[str]]:

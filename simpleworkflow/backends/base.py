@@ -6,7 +6,7 @@ op is driven by a synchronous connection (:meth:`Backend.execute`) or an asynchr
 (:meth:`Backend.execute_async`), always inside one transaction, so the sync ``Client``
 and the ``AsyncClient`` share one implementation of every operation. The verbs live by
 concept in ``run_ops``, ``worker_ops``, ``journal_ops``, ``admin_ops``, ``topic_ops``,
-``schedule_ops`` and ``insight_ops``; their data in ``records``.
+``schedule_ops``, ``insight_ops`` and ``presence_ops``; their data in ``records``.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from simpleworkflow.backends.admin_ops import AdminOps
 from simpleworkflow.backends.insight_ops import InsightOps
 from simpleworkflow.backends.journal_ops import JournalOps
+from simpleworkflow.backends.presence_ops import PresenceOps
 from simpleworkflow.backends.records import (
     ATOMIC,
     CANCELLED,
@@ -84,7 +85,9 @@ __all__ = [
 ]
 
 
-class Backend(RunOps, WorkerOps, JournalOps, AdminOps, TopicOps, ScheduleOps, InsightOps):
+class Backend(
+    RunOps, WorkerOps, JournalOps, AdminOps, TopicOps, ScheduleOps, InsightOps, PresenceOps
+):
     """A store of runs. Subclasses provide SQL, row decoding and the two drivers."""
 
     #: The newest migration this code knows.

@@ -25,6 +25,7 @@ def _command_modules() -> list[ModuleType]:
     """The sub-command modules, in the order ``--help`` lists them."""
     from simpleworkflow.cli import (
         demo,
+        insight,
         limits,
         migrate,
         registry,
@@ -45,6 +46,7 @@ def _command_modules() -> list[ModuleType]:
         start,
         runs,
         stats,
+        insight,
         worker,
         serve,
         replaycheck,

@@ -1,5 +1,5 @@
 """``simpleworkflow runs``: list, show, cancel, delete, wait for, signal and retry runs,
-and a run's timed steps."""
+and a run's timed steps and children."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ def register(subparsers: Any) -> None:
         _add_list,
         _add_show,
         _add_steps,
+        _add_children,
         _add_cancel,
         _add_delete,
         _add_wait,
@@ -97,6 +98,20 @@ def _add_steps(commands: Any) -> None:
     parser.add_argument("run_id", metavar="ID")
     _common.add_common_options(parser)
     parser.set_defaults(handler=steps)
+
+
+def _add_children(commands: Any) -> None:
+    parser = commands.add_parser(
+        "children",
+        help="the runs a workflow run started, oldest first",
+        description="The runs the run started with ctx.start_child, oldest first.",
+    )
+    parser.add_argument("run_id", metavar="ID")
+    parser.add_argument(
+        "--limit", "-n", type=int, default=100, metavar="N", help="at most (default: 100)"
+    )
+    _common.add_common_options(parser)
+    parser.set_defaults(handler=children)
 
 
 def _add_cancel(commands: Any) -> None:
@@ -326,6 +341,19 @@ def steps(args: argparse.Namespace) -> int:
         print(_output.timed_steps_table(journal))
     else:
         print(f"run {run_id} has no journal: it is not a workflow, or has made no durable call")
+    return 0
+
+
+def children(args: argparse.Namespace) -> int:
+    run_id = _run_id(args)
+    with _common.admin_for(args) as admin:
+        found = admin.children(run_id, limit=args.limit)
+    if args.json:
+        _output.emit_json({"run_id": run_id, "children": [run.to_dict() for run in found]})
+    elif found:
+        print(_output.runs_table(found))
+    else:
+        print(f"run {run_id} started no child")
     return 0
 
 

@@ -126,7 +126,8 @@ def new_runs(
             if options.get("debounce") is not None:
                 raise errors.InvalidArgument(
                     "start_many does not debounce: each debounced call updates the run of "
-                    "its key in place, one statement per call; use start() for each"
+                    "its key in place, one statement per call; use start() for each (with "
+                    "connection= to commit them together: see docs/flow-control.md)"
                 )
             type_name, payload = request["type"], request.get("payload")
         else:

@@ -137,7 +137,7 @@ def router(site: Site, route_class: type[Any]) -> APIRouter:
     async def workers(request: Request) -> Response:
         session = site.reader(request)
         admin = site.source.client.admin
-        found = await admin.workers()
+        found = sorted(await admin.workers(), key=lambda w: w.state != "live")  # live first
         queues = await admin.queues()
         context = {"workers": found, "queues": queues, "now": datetime.now(UTC)}
         return site.render(request, session, "workers.html", context)

@@ -28,6 +28,7 @@ from simpleworkflow import observe
 from simpleworkflow.client import AsyncClient
 from simpleworkflow.server import (
     health,
+    insight,
     limits,
     problems,
     routing,
@@ -51,6 +52,7 @@ SECTIONS: tuple[Callable[..., APIRouter], ...] = (
     topics.router,
     limits.router,
     schedules.router,
+    insight.router,
 )
 
 __all__ = [

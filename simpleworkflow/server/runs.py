@@ -187,6 +187,20 @@ def _add_reads(api: APIRouter, source: ClientSource, reader: list[Any]) -> None:
         return bodies.respond([bodies.step(entry) for entry in steps])
 
     @api.get(
+        "/{run_id}/children",
+        response_model=list[RunOut],
+        dependencies=reader,
+        responses=READ_ERRORS,
+    )
+    async def run_children(
+        run_id: RunId,
+        limit: Annotated[int, Query(ge=1, le=1000, description="at most this many")] = 100,
+    ) -> Response:
+        """The runs it started (``ctx.start_child``), oldest first."""
+        children = await source.client.admin.children(run_id, limit=limit)
+        return bodies.respond([bodies.run(run) for run in children])
+
+    @api.get(
         "/{run_id}/signals",
         response_model=list[SignalOut],
         dependencies=reader,

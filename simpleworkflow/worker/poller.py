@@ -30,7 +30,7 @@ from simpleworkflow.outbox import Outbox
 from simpleworkflow.outcome_log import OutcomeLog
 from simpleworkflow.schema_check import ensure_async
 from simpleworkflow.wording import plural
-from simpleworkflow.worker import hooks, leases, recovery, scheduler, shutdown
+from simpleworkflow.worker import hooks, leases, presence, recovery, scheduler, shutdown
 from simpleworkflow.worker.claiming import ClaimLoop
 from simpleworkflow.worker.options import RUNTIME, WorkerOptions, WorkerSettings
 from simpleworkflow.worker.running import Runner
@@ -283,6 +283,8 @@ class IntentPoller:
         yield Loop("reaper", reap), False
         yield Loop("listen", listen), False
         yield Loop("versions", claims.report_unknown_versions), False
+        me = presence.this_process(self.worker_id, RUNTIME, self.type_prefixes, self.concurrency)
+        yield presence.PresenceService(backend, me, self.lease_duration, self._outage), False
         if not backend.has_notifications:
             yield Loop("lease-watch", keeper.look), False
             if self.watch_interval > 0:
@@ -295,7 +297,7 @@ class IntentPoller:
             sweeper = Sweeper(backend, self.worker_id, every, policy, observers, self._outage)
             yield sweeper, False
         if self.options.scheduler:
-            yield scheduler.Scheduler(backend, self._outage), False
+            yield scheduler.Scheduler(backend, self._outage, observers=observers), False
         for service in self.options.services:
             yield service, False
 

@@ -17,12 +17,13 @@ Schedules declared with ``@app.schedule`` are written to the store when a worker
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from simpleworkflow import errors, names, outage, schedules
+from simpleworkflow import errors, names, observe, outage, schedules
 from simpleworkflow.backends import Backend
 from simpleworkflow.backends.records import ATOMIC, NewRun, Op, Schedule
 from simpleworkflow.models import Run
@@ -67,9 +68,12 @@ def fire(
     return Fired(moved=True, runs=runs)
 
 
-def tick_runs(schedule: Schedule, ticks: Iterable[datetime]) -> list[tuple[str, NewRun]]:
+def tick_runs(
+    schedule: Schedule, ticks: Iterable[datetime], trace_context: dict[str, str] | None = None
+) -> list[tuple[str, NewRun]]:
     """A run for each tick: the schedule's payload with its name and the tick, keyed by
-    both."""
+    both; ``trace_context`` is what the observers injected (the trace the runs continue)."""
+    trace = None if trace_context is None else json.dumps(trace_context)
     return [
         (
             names.new_run_id(),
@@ -79,6 +83,7 @@ def tick_runs(schedule: Schedule, ticks: Iterable[datetime]) -> list[tuple[str, 
                 idempotency_key=schedules.tick_key(schedule.name, tick),
                 priority=schedule.priority,
                 max_attempts=schedule.max_attempts,
+                trace_context=trace,
             ),
         )
         for tick in ticks
@@ -86,7 +91,10 @@ def tick_runs(schedule: Schedule, ticks: Iterable[datetime]) -> list[tuple[str, 
 
 
 class Scheduler:
-    """Starts the due ticks of every schedule in the store, then sleeps until the next."""
+    """Starts the due ticks of every schedule in the store, then sleeps until the next.
+
+    The runs it starts reach ``observers`` as a client's do (``around_start``, then
+    ``run_created`` for each), so metrics count them and traces begin at the tick."""
 
     name = "scheduler"
 
@@ -95,10 +103,16 @@ class Scheduler:
         backend: Backend,
         unavailable: outage.Outage | None = None,
         max_sleep: float = MAX_SLEEP,
+        observers: observe.Observer | None = None,
     ) -> None:
         self.backend = backend
         self.max_sleep = max_sleep
         self._outage = unavailable
+        self.observers = (
+            observers
+            if isinstance(observers, observe.Observers)
+            else observe.Observers([] if observers is None else [observers])
+        )
 
     async def run(self) -> None:
         while True:
@@ -138,9 +152,7 @@ class Scheduler:
         except errors.InvalidArgument as exc:
             await self._break(schedule, str(exc))
             return
-        fired = await self.backend.execute_async(
-            fire(self.backend, schedule, due, tick_runs(schedule, due.ticks))
-        )
+        fired = await self._fire(schedule, due)
         if not fired.moved:
             return
         if due.skipped:
@@ -159,6 +171,22 @@ class Scheduler:
             )
         if any(run.created for run in fired.runs):
             self.backend.notify_local("wake", schedule.workflow_type)
+
+    async def _fire(self, schedule: Schedule, due: schedules.Due) -> Fired:
+        """:func:`fire` inside the observers' ``around_start`` (a batch when several ticks
+        are due), and ``run_created`` for each run it started or found."""
+        observers = self.observers
+        if not due.ticks or not observers:
+            return await self.backend.execute_async(
+                fire(self.backend, schedule, due, tick_runs(schedule, due.ticks))
+            )
+        one = schedule.workflow_type if len(due.ticks) == 1 else None
+        with observers.around_start(one):
+            news = tick_runs(schedule, due.ticks, observers.trace_context())
+            fired = await self.backend.execute_async(fire(self.backend, schedule, due, news))
+            for run in fired.runs:
+                observers.run_created(observe.RunCreated(run, bool(run.created)))
+        return fired
 
     async def _break(self, schedule: Schedule, error: str) -> None:
         """Pause a schedule that cannot be read, once, and say so."""

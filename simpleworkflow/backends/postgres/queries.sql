@@ -1337,3 +1337,38 @@ select * from {schema}workflow_run
 where parent_id = %(id)s
 order by created_at, id
 limit %(limit)s
+
+-- Worker presence (migration 0019, docs/workers.md#presence).
+
+-- name: worker_seen
+-- A worker's row, upserted once per heartbeat interval: live until seen_until. Starting,
+-- it (re)starts the row: a worker id reused by a new process is a new worker.
+insert into {schema}workflow_worker as w
+    (worker_id, host, pid, runtime, type_prefixes, concurrency, version, seen_until)
+values (%(worker_id)s, %(host)s, %(pid)s, %(runtime)s, %(type_prefixes)s::jsonb,
+        %(concurrency)s, %(version)s, now() + make_interval(secs => %(seconds)s))
+on conflict (worker_id) do update
+set host = excluded.host, pid = excluded.pid, runtime = excluded.runtime,
+    type_prefixes = excluded.type_prefixes, concurrency = excluded.concurrency,
+    version = excluded.version,
+    started_at = case when %(starting)s or w.stopped_at is not null
+                      then now() else w.started_at end,
+    last_seen_at = now(), seen_until = excluded.seen_until, stopped_at = null
+
+-- name: worker_stopped
+-- A graceful stop: gone from now on, and said to have stopped rather than died.
+update {schema}workflow_worker
+set stopped_at = now(), last_seen_at = now(), seen_until = now()
+where worker_id = %(worker_id)s and pid = %(pid)s and stopped_at is null
+
+-- name: list_workers
+-- The workers live now, and those gone (stopped, or no longer seen) within the window.
+select *, now() as now, seen_until >= now() and stopped_at is null as live
+from {schema}workflow_worker
+where seen_until >= now() - make_interval(secs => %(window)s)
+order by worker_id
+
+-- name: forget_workers
+-- Workers gone longer than older_than: their rows go (the retention sweep, a purge).
+delete from {schema}workflow_worker
+where seen_until < now() - make_interval(secs => %(older_than)s)

@@ -464,3 +464,20 @@ create table {schema}workflow_rate_window (
 create index idx_workflow_event_outcomes
     on {schema}workflow_event (created_at)
     where event_type in ('succeeded', 'failed', 'retried');
+
+-- Worker presence (migration 0019): one row per worker process, upserted once per
+-- heartbeat interval; live until seen_until, stopped_at set by a graceful stop.
+create table {schema}workflow_worker (
+    worker_id     text primary key,
+    host          text not null,
+    pid           integer not null,
+    runtime       text not null default 'python',
+    type_prefixes jsonb not null default '[]',
+    concurrency   integer,
+    version       text,
+    started_at    timestamptz not null default now(),
+    last_seen_at  timestamptz not null default now(),
+    seen_until    timestamptz not null,
+    stopped_at    timestamptz
+);
+create index idx_workflow_worker_seen_until on {schema}workflow_worker (seen_until);

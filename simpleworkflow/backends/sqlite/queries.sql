@@ -1186,3 +1186,38 @@ select * from workflow_run
 where parent_id = :id
 order by created_at, id
 limit :limit
+
+-- Worker presence (migration 0015), as on Postgres.
+
+-- name: worker_seen
+insert into workflow_worker
+    (worker_id, host, pid, runtime, type_prefixes, concurrency, version, seen_until)
+values (:worker_id, :host, :pid, :runtime, :type_prefixes, :concurrency, :version,
+        strftime('%Y-%m-%d %H:%M:%f', julianday('now') + :seconds / 86400.0))
+on conflict (worker_id) do update
+set host = excluded.host, pid = excluded.pid, runtime = excluded.runtime,
+    type_prefixes = excluded.type_prefixes, concurrency = excluded.concurrency,
+    version = excluded.version,
+    started_at = case when :starting or workflow_worker.stopped_at is not null
+                      then strftime('%Y-%m-%d %H:%M:%f', 'now')
+                      else workflow_worker.started_at end,
+    last_seen_at = strftime('%Y-%m-%d %H:%M:%f', 'now'), seen_until = excluded.seen_until,
+    stopped_at = null
+
+-- name: worker_stopped
+update workflow_worker
+set stopped_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
+    last_seen_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
+    seen_until = strftime('%Y-%m-%d %H:%M:%f', 'now')
+where worker_id = :worker_id and pid = :pid and stopped_at is null
+
+-- name: list_workers
+select *, strftime('%Y-%m-%d %H:%M:%f', 'now') as now,
+       seen_until >= strftime('%Y-%m-%d %H:%M:%f', 'now') and stopped_at is null as live
+from workflow_worker
+where seen_until >= strftime('%Y-%m-%d %H:%M:%f', julianday('now') - :window / 86400.0)
+order by worker_id
+
+-- name: forget_workers
+delete from workflow_worker
+where seen_until < strftime('%Y-%m-%d %H:%M:%f', julianday('now') - :older_than / 86400.0)

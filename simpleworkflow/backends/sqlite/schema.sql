@@ -300,3 +300,20 @@ create table workflow_rate_window (
     granted      integer not null default 0,
     primary key (name, rate_key)
 );
+
+-- Worker presence (migration 0015): one row per worker process, upserted once per
+-- heartbeat interval; live until seen_until, stopped_at set by a graceful stop.
+create table workflow_worker (
+    worker_id     text primary key,
+    host          text not null,
+    pid           integer not null,
+    runtime       text not null default 'python',
+    type_prefixes text not null default '[]',
+    concurrency   integer,
+    version       text,
+    started_at    text not null default (strftime('%Y-%m-%d %H:%M:%f', 'now')),
+    last_seen_at  text not null default (strftime('%Y-%m-%d %H:%M:%f', 'now')),
+    seen_until    text not null,
+    stopped_at    text
+);
+create index idx_workflow_worker_seen_until on workflow_worker (seen_until);
