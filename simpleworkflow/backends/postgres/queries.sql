@@ -304,11 +304,11 @@ returning *
 -- no run (alone), and alone; while one is due, no worker claims ordinary runs, so that
 -- busy workers drain until one is empty and takes it.
 --
--- Concurrency limits (0015, 0018, docs/flow-control.md): the scan steps over types and
--- keys whose counter is full (a hashed look-up, so a blocked key starves no one); then
--- the candidates' taken rows are locked and read as they are now, their returned rows
--- read as this statement's snapshot saw them (never locked: the trigger that counts the
--- leases that end updates them, and a claim that waited on it would take turns with the
+-- Concurrency limits (0015, 0018, 0019, docs/flow-control.md): the scan steps over types
+-- and keys whose counter is full (a hashed look-up, so a blocked key starves no one);
+-- then the candidates' taken rows are locked and read as they are now, their returned
+-- rows read as this statement's snapshot saw them (never locked: the statements that end
+-- leases update them, and a claim that waited on them would take turns with the
 -- completions), and only as many runs of each key and type are claimed as they have room
 -- for, and counted. A stale returned only makes the room look smaller: race-free.
 --
