@@ -8,11 +8,14 @@ interleaved so that the machine's other load falls on every variant alike:
   the lease-counting trigger probes an empty counter table);
 - ``declared``: a concurrency limit of 1,000,000 for the type and a rate limit of
   1,000,000 a second: every claim locks and reads the type's counter and the rate window,
-  the trigger counts every lease, and nothing is ever held back;
+  every lease end is counted, and nothing is ever held back;
 - ``keyed``: ``declared`` and a limit of 1,000,000 per key as well: about a hundred
-  counters (one per key) locked and counted per claim of a hundred runs;
+  counters (one per key) locked and counted per claim of a hundred runs, and per batch
+  of outcomes;
 - ``untriggered`` (Postgres): ``none`` with the lease-counting trigger disabled, the drain
-  as it was before limits existed, to price the trigger itself.
+  as it was before limits existed, to price the trigger itself (since Postgres 0020 the
+  worker's own outcome statements count their lease ends and never call it: this
+  variant should match ``none``).
 
 Reported per variant: the median drain rate (runs/s, by the database's clock) and the
 median CPU time the worker process spent per run (from ``/proc``).

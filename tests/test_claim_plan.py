@@ -208,8 +208,8 @@ def test_a_claim_under_concurrency_limits_walks_the_claim_index_at_a_million_run
         conn.execute(
             (
                 f"insert into {schema}workflow_concurrency "
-                "(workflow_name, concurrency_key, taken, capacity, returned_seen) "
-                f"select '{TYPE}', 'customer-' || i, 2 + i, 2, i "
+                "(workflow_name, concurrency_key, taken, capacity, is_full) "
+                f"select '{TYPE}', 'customer-' || i, 2 + i, 2, true "
                 "from generate_series(0, 999) as i"
             ).encode()
         )

@@ -206,6 +206,48 @@ def test_every_way_a_lease_ends_gives_its_slot_back(
     assert counters(store) == leased(store) == {}
 
 
+def test_lease_ends_are_counted_once_whoever_writes_them(
+    store: Store, backend: Backend, limited: Client
+) -> None:
+    """The outcome statements count a batch's lease ends once per counter and mark the
+    runs so that the trigger does not count them again (Postgres, 0020); a lease that
+    another writer ends with plain SQL is still counted, even that of a run whose
+    previous lease an outcome statement ended."""
+    limited.admin.set_concurrency(TYPE, 100, per_key=10)
+    limited.start_many(
+        [{"type": TYPE, "concurrency_key": k} for k in "aabbbc"] + [{"type": TYPE}] * 2
+    )
+    a1, a2, b1, b2, b3, c1, n1, _still_leased = sorted(
+        claim(backend), key=lambda lease: (lease.run.concurrency_key or "~", lease.run.id)
+    )
+    backend.execute(
+        backend.finish(
+            Outcomes(
+                succeeded=[Success(x.run.id, x.token, "{}") for x in (a1, b1)],
+                failed=[
+                    Failure(x.run.id, x.token, final=False, delay=0, error="x", data={})
+                    for x in (b2, c1)
+                ],
+                released=[Release(x.run.id, x.token, delay=0) for x in (a2, n1)],
+                suspended=[Suspension(b3.run.id, b3.token, events=[], delay=0)],
+            ),
+            "w",
+        )
+    )
+    assert counters(store) == leased(store) == {(TYPE, ""): 1}
+    again = claim(backend)  # the five given back, due at once
+    assert len(again) == 5
+    assert (
+        counters(store)
+        == leased(store)
+        == {(TYPE, ""): 6, (TYPE, "a"): 1, (TYPE, "b"): 2, (TYPE, "c"): 1}
+    )
+    store.sql(
+        "update workflow_run set status = 'succeeded', lease_token = null where status = 'leased'"
+    )
+    assert counters(store) == leased(store) == {}
+
+
 def test_an_expired_lease_rescued_by_the_reaper_gives_its_slot_back(
     store: Store, backend: Backend, limited: Client
 ) -> None:

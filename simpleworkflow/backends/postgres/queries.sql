@@ -248,8 +248,9 @@ delete from {schema}workflow_concurrency where workflow_name = %(name)s
 -- The counters of a type whose limits changed: one for the type and one for each key of
 -- its pending and leased runs, holding its leased runs (taken, none returned yet).
 with counters as (
-insert into {schema}workflow_concurrency (workflow_name, concurrency_key, taken, capacity)
-select r.type, k.concurrency_key, count(*) filter (where r.status = 'leased'), min(k.capacity)
+insert into {schema}workflow_concurrency (workflow_name, concurrency_key, taken, capacity, is_full)
+select r.type, k.concurrency_key, count(*) filter (where r.status = 'leased'), min(k.capacity),
+       count(*) filter (where r.status = 'leased') >= min(k.capacity)
 from {schema}workflow_run r
 join {schema}workflow_registry g on g.workflow_name = r.type
 cross join lateral (values ('', g.concurrency), (r.concurrency_key, g.key_concurrency))
@@ -259,7 +260,7 @@ where r.type = %(name)s and r.status in ('pending', 'leased')
 group by r.type, k.concurrency_key
 union all
 -- a type limited in all with no run yet
-select g.workflow_name, '', 0, g.concurrency
+select g.workflow_name, '', 0, g.concurrency, false
 from {schema}workflow_registry g
 where g.workflow_name = %(name)s and g.concurrency is not null
   and not exists (select from {schema}workflow_run r
@@ -303,11 +304,11 @@ returning *
 -- no run (alone), and alone; while one is due, no worker claims ordinary runs, so that
 -- busy workers drain until one is empty and takes it.
 --
--- Concurrency limits (0015, 0018, docs/flow-control.md): the scan steps over types and
--- keys whose counter is full (a hashed look-up, so a blocked key starves no one); then
--- the candidates' taken rows are locked and read as they are now, their returned rows
--- read as this statement's snapshot saw them (never locked: the trigger that counts the
--- leases that end updates them, and a claim that waited on it would take turns with the
+-- Concurrency limits (0015, 0018, 0020, docs/flow-control.md): the scan steps over types
+-- and keys whose counter is full (a hashed look-up, so a blocked key starves no one);
+-- then the candidates' taken rows are locked and read as they are now, their returned
+-- rows read as this statement's snapshot saw them (never locked: the statements that end
+-- leases update them, and a claim that waited on them would take turns with the
 -- completions), and only as many runs of each key and type are claimed as they have room
 -- for, and counted. A stale returned only makes the room look smaller: race-free.
 --
@@ -320,7 +321,7 @@ with full_slots as materialized (
     from {schema}workflow_concurrency f
     left join {schema}workflow_concurrency_returned d
       on d.workflow_name = f.workflow_name and d.concurrency_key = f.concurrency_key
-    where f.taken - f.returned_seen >= f.capacity
+    where f.is_full
       and f.taken - coalesce(d.returned, 0) >= f.capacity
 ), suspect as (
     select r.id, r.waiting_for, r.type, r.concurrency_key, r.priority, r.run_at
@@ -476,6 +477,7 @@ with full_slots as materialized (
         leased_by = %(worker_id)s,
         lease_until = now() + make_interval(secs => %(lease)s),
         lease_token = gen_random_uuid(),
+        lease_returned = false,
         waiting_for = null,
         code_version = coalesce(r.code_version, %(versions)s::jsonb ->> r.type),
         updated_at = now()
@@ -486,14 +488,15 @@ with full_slots as materialized (
       and r.id = c.id
     returning r.*, c.waiting_for as was_waiting_for, now() as db_now
 ), counted as (
-    -- the leases taken, added once to each counter's taken row (locked above), with the
-    -- returned this claim read (for the full-counter index); the trigger counts the leases
-    -- that end
+    -- the leases taken, added once to each counter's taken row (locked above), and
+    -- whether that leaves it full by the returned this claim read (for the full-counter
+    -- index); the lease ends are counted in the returned rows
     update {schema}workflow_concurrency s
     set taken = s.taken + d.leases,
-        returned_seen = coalesce((select h.returned from held h
-                                  where h.workflow_name = s.workflow_name
-                                    and h.concurrency_key = s.concurrency_key), s.returned_seen)
+        is_full = s.taken + d.leases - coalesce((select h.returned from held h
+                                                 where h.workflow_name = s.workflow_name
+                                                   and h.concurrency_key = s.concurrency_key),
+                                                0) >= s.capacity
     from (select c.type, k.concurrency_key, count(*) as leases
           from claimed c
           cross join lateral (values (''), (c.concurrency_key)) as k(concurrency_key)
@@ -554,24 +557,40 @@ left join {schema}workflow_run r on r.id = l.id
 with outcomes as (
     select * from jsonb_to_recordset(%(items)s::jsonb) as o(id uuid, token uuid, result text)
 ), counters as (
-    -- The returned rows of these runs' concurrency counters (0015, 0018), locked in key
-    -- order before the trigger changes them: no two outcomes wait on each other in a
-    -- cycle (claims never lock these rows). Nothing to lock for types without a limit.
+    -- The returned rows of these runs' concurrency counters (0015, 0018, 0020), locked
+    -- in key order before returned below adds to them: no two outcomes wait on each
+    -- other in a cycle (claims never lock these rows). Each by its primary key (a join
+    -- on the type alone reads every key's row per run); none for types without a limit.
     select 1
     from {schema}workflow_concurrency_returned s
-    join {schema}workflow_run x
-      on s.workflow_name = x.type and s.concurrency_key in ('', coalesce(x.concurrency_key, ''))
-    where x.id in (select id from outcomes)
+    where (s.workflow_name, s.concurrency_key) in (
+        select x.type, k.concurrency_key
+        from {schema}workflow_run x
+        cross join lateral (values (''), (x.concurrency_key)) as k(concurrency_key)
+        -- the array makes this primary-key lookups; a semi-join may scan the whole table
+        where x.id = any(array(select id from outcomes))
+    )
     order by s.workflow_name, s.concurrency_key
     for update of s
 ), done as (
     update {schema}workflow_run r
     set status = 'succeeded', result = o.result::jsonb, lease_until = null,
-        lease_token = null, updated_at = now()
+        lease_token = null, lease_returned = true, updated_at = now()
     from outcomes o
     where r.id = o.id and r.lease_token = o.token and r.status = 'leased'
       and (select count(*) from counters) >= 0
-    returning r.id, r.leased_by, r.attempt, r.parent_id
+    returning r.id, r.leased_by, r.attempt, r.parent_id, r.type, r.concurrency_key
+), returned as (
+    -- The leases ended here, added to each counter's returned row once (0020); the runs
+    -- say lease_returned, so the trigger that counts other writers' lease ends skips them.
+    update {schema}workflow_concurrency_returned s
+    set returned = s.returned + e.leases
+    from (select d.type, k.concurrency_key, count(*) as leases
+          from done d
+          cross join lateral (values (''), (d.concurrency_key)) as k(concurrency_key)
+          where k.concurrency_key is not null
+          group by d.type, k.concurrency_key) as e
+    where s.workflow_name = e.type and s.concurrency_key = e.concurrency_key
 ), done_events as (
     insert into {schema}workflow_event (workflow_id, event_type, data)
     select id, 'succeeded', jsonb_build_object('worker_id', leased_by, 'attempt', attempt + 1)
@@ -596,14 +615,19 @@ with outcomes as (
         as o(id uuid, token uuid, final boolean, delay float8, error text, data jsonb,
              charged boolean, suspect boolean, trace jsonb)
 ), counters as (
-    -- The returned rows of these runs' concurrency counters (0015, 0018), locked in key
-    -- order before the trigger changes them: no two outcomes wait on each other in a
-    -- cycle (claims never lock these rows). Nothing to lock for types without a limit.
+    -- The returned rows of these runs' concurrency counters (0015, 0018, 0020), locked
+    -- in key order before returned below adds to them: no two outcomes wait on each
+    -- other in a cycle (claims never lock these rows). Each by its primary key (a join
+    -- on the type alone reads every key's row per run); none for types without a limit.
     select 1
     from {schema}workflow_concurrency_returned s
-    join {schema}workflow_run x
-      on s.workflow_name = x.type and s.concurrency_key in ('', coalesce(x.concurrency_key, ''))
-    where x.id in (select id from outcomes)
+    where (s.workflow_name, s.concurrency_key) in (
+        select x.type, k.concurrency_key
+        from {schema}workflow_run x
+        cross join lateral (values (''), (x.concurrency_key)) as k(concurrency_key)
+        -- the array makes this primary-key lookups; a semi-join may scan the whole table
+        where x.id = any(array(select id from outcomes))
+    )
     order by s.workflow_name, s.concurrency_key
     for update of s
 ), done as (
@@ -617,6 +641,7 @@ with outcomes as (
         leased_by = case when o.final then r.leased_by end,
         lease_until = null,
         lease_token = null,
+        lease_returned = true,
         -- the attempt given back, for the next one to link to (none: forget the last)
         trace_context = case when o.trace is null then r.trace_context - 'attempt'
                              else coalesce(r.trace_context, '{}'::jsonb)
@@ -625,7 +650,18 @@ with outcomes as (
     from outcomes o
     where r.id = o.id and r.lease_token is not distinct from o.token and r.status = 'leased'
       and (select count(*) from counters) >= 0
-    returning r.id, r.status, r.attempt, r.run_at, r.parent_id
+    returning r.id, r.status, r.attempt, r.run_at, r.parent_id, r.type, r.concurrency_key
+), returned as (
+    -- The leases ended here, added to each counter's returned row once (0020); the runs
+    -- say lease_returned, so the trigger that counts other writers' lease ends skips them.
+    update {schema}workflow_concurrency_returned s
+    set returned = s.returned + e.leases
+    from (select d.type, k.concurrency_key, count(*) as leases
+          from done d
+          cross join lateral (values (''), (d.concurrency_key)) as k(concurrency_key)
+          where k.concurrency_key is not null
+          group by d.type, k.concurrency_key) as e
+    where s.workflow_name = e.type and s.concurrency_key = e.concurrency_key
 ), woken_parents as (
     update {schema}workflow_run p
     set run_at = now(), updated_at = now()
@@ -652,19 +688,25 @@ with outcomes as (
     select * from jsonb_to_recordset(%(items)s::jsonb)
         as o(id uuid, token uuid, delay float8, trace jsonb)
 ), counters as (
-    -- The returned rows of these runs' concurrency counters (0015, 0018), locked in key
-    -- order before the trigger changes them: no two outcomes wait on each other in a
-    -- cycle (claims never lock these rows). Nothing to lock for types without a limit.
+    -- The returned rows of these runs' concurrency counters (0015, 0018, 0020), locked
+    -- in key order before returned below adds to them: no two outcomes wait on each
+    -- other in a cycle (claims never lock these rows). Each by its primary key (a join
+    -- on the type alone reads every key's row per run); none for types without a limit.
     select 1
     from {schema}workflow_concurrency_returned s
-    join {schema}workflow_run x
-      on s.workflow_name = x.type and s.concurrency_key in ('', coalesce(x.concurrency_key, ''))
-    where x.id in (select id from outcomes)
+    where (s.workflow_name, s.concurrency_key) in (
+        select x.type, k.concurrency_key
+        from {schema}workflow_run x
+        cross join lateral (values (''), (x.concurrency_key)) as k(concurrency_key)
+        -- the array makes this primary-key lookups; a semi-join may scan the whole table
+        where x.id = any(array(select id from outcomes))
+    )
     order by s.workflow_name, s.concurrency_key
     for update of s
 ), done as (
     update {schema}workflow_run r
     set status = 'pending', leased_by = null, lease_until = null, lease_token = null,
+        lease_returned = true,
         -- given back now, a run keeps its place in the queue; later, it waits its turn
         run_at = case when o.delay > 0 then now() + make_interval(secs => o.delay)
                       else r.run_at end,
@@ -676,7 +718,18 @@ with outcomes as (
     from outcomes o
     where r.id = o.id and r.lease_token = o.token and r.status = 'leased'
       and (select count(*) from counters) >= 0
-    returning r.id
+    returning r.id, r.type, r.concurrency_key
+), returned as (
+    -- The leases ended here, added to each counter's returned row once (0020); the runs
+    -- say lease_returned, so the trigger that counts other writers' lease ends skips them.
+    update {schema}workflow_concurrency_returned s
+    set returned = s.returned + e.leases
+    from (select d.type, k.concurrency_key, count(*) as leases
+          from done d
+          cross join lateral (values (''), (d.concurrency_key)) as k(concurrency_key)
+          where k.concurrency_key is not null
+          group by d.type, k.concurrency_key) as e
+    where s.workflow_name = e.type and s.concurrency_key = e.concurrency_key
 ), release_events as (
     insert into {schema}workflow_event (workflow_id, event_type, data)
     select id, 'released', jsonb_build_object('worker_id', %(worker_id)s::text, 'reason', %(reason)s::text)
@@ -806,14 +859,19 @@ with outcomes as (
         as o(id uuid, token uuid, run_at timestamptz, delay float8, waiting_for jsonb,
              events jsonb, trace jsonb)
 ), counters as (
-    -- The returned rows of these runs' concurrency counters (0015, 0018), locked in key
-    -- order before the trigger changes them: no two outcomes wait on each other in a
-    -- cycle (claims never lock these rows). Nothing to lock for types without a limit.
+    -- The returned rows of these runs' concurrency counters (0015, 0018, 0020), locked
+    -- in key order before returned below adds to them: no two outcomes wait on each
+    -- other in a cycle (claims never lock these rows). Each by its primary key (a join
+    -- on the type alone reads every key's row per run); none for types without a limit.
     select 1
     from {schema}workflow_concurrency_returned s
-    join {schema}workflow_run x
-      on s.workflow_name = x.type and s.concurrency_key in ('', coalesce(x.concurrency_key, ''))
-    where x.id in (select id from outcomes)
+    where (s.workflow_name, s.concurrency_key) in (
+        select x.type, k.concurrency_key
+        from {schema}workflow_run x
+        cross join lateral (values (''), (x.concurrency_key)) as k(concurrency_key)
+        -- the array makes this primary-key lookups; a semi-join may scan the whole table
+        where x.id = any(array(select id from outcomes))
+    )
     order by s.workflow_name, s.concurrency_key
     for update of s
 ), done as (
@@ -822,7 +880,7 @@ with outcomes as (
         run_at = least(coalesce(o.run_at, now() + make_interval(secs => o.delay)),
                        coalesce(r.deadline, 'infinity')),
         waiting_for = o.waiting_for,
-        leased_by = null, lease_until = null, lease_token = null,
+        leased_by = null, lease_until = null, lease_token = null, lease_returned = true,
         isolate = false,
         -- the attempt given back, for the next one to link to (none: forget the last)
         trace_context = case when o.trace is null then r.trace_context - 'attempt'
@@ -832,7 +890,18 @@ with outcomes as (
     from outcomes o
     where r.id = o.id and r.lease_token = o.token and r.status = 'leased'
       and (select count(*) from counters) >= 0
-    returning r.id, r.run_at
+    returning r.id, r.run_at, r.type, r.concurrency_key
+), returned as (
+    -- The leases ended here, added to each counter's returned row once (0020); the runs
+    -- say lease_returned, so the trigger that counts other writers' lease ends skips them.
+    update {schema}workflow_concurrency_returned s
+    set returned = s.returned + e.leases
+    from (select d.type, k.concurrency_key, count(*) as leases
+          from done d
+          cross join lateral (values (''), (d.concurrency_key)) as k(concurrency_key)
+          where k.concurrency_key is not null
+          group by d.type, k.concurrency_key) as e
+    where s.workflow_name = e.type and s.concurrency_key = e.concurrency_key
 ), suspend_events as (
     insert into {schema}workflow_event (workflow_id, event_type, data)
     select d.id, e.value ->> 'type', (e.value -> 'data') || jsonb_build_object('until', d.run_at)

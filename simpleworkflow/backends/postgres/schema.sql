@@ -50,7 +50,10 @@ create table {schema}workflow_run (
     -- a debounced start's key, while the run is pending and unclaimed (0013)
     debounce_key    text,
     -- runs of one key (a customer, say) share their type's per-key limit (0015)
-    concurrency_key text
+    concurrency_key text,
+    -- the statement that ended the last lease counted it in its concurrency counters
+    -- itself, so the lease-counting trigger skips it; the claim clears it (0020)
+    lease_returned  boolean not null default false
 );
 
 -- Claims read only claimable rows, ordered by priority then by when they became due:
@@ -340,7 +343,7 @@ create index idx_workflow_schedule_due
     on {schema}workflow_schedule (next_tick_at)
     where not paused;
 
--- Concurrency limits (migrations 0015, 0018).
+-- Concurrency limits (migrations 0015, 0018, 0020).
 -- One counter per limited type (concurrency_key '') and per key of a type limited per
 -- key, in two rows: the leases its claims took (taken, here) and the leases that ended
 -- (returned, in workflow_concurrency_returned); held = taken - returned, and capacity is
@@ -349,32 +352,35 @@ create index idx_workflow_schedule_due
 -- its candidates' taken rows in key order and reads them at their newest version (select
 -- ... for update), so no two claims can both take the last slot; it reads returned
 -- without a lock, as its snapshot saw it: a stale returned is too low, so the claim sees
--- too many leases held and at worst claims less than it could, never more. The update
--- trigger below counts every lease that ends, in the returned row only: claims and
--- completions never wait on each other.
+-- too many leases held and at worst claims less than it could, never more. Every lease
+-- that ends is counted in the returned row only (by the outcome statements, else by the
+-- update trigger below): claims and completions never wait on each other.
 create table {schema}workflow_concurrency (
     workflow_name   text not null,
     concurrency_key text not null,
     taken           integer not null default 0,
     capacity        integer not null default 1,
-    -- returned as the last claim of this counter read it (for the index below)
-    returned_seen   integer not null default 0,
+    -- full when its last claim counted it (for the index below): a flag that rarely
+    -- changes, so that a claim's update of taken is a HOT update (0020)
+    is_full         boolean not null default false,
     primary key (workflow_name, concurrency_key)
-);
+) with (fillfactor = 50);
 
 create table {schema}workflow_concurrency_returned (
     workflow_name   text not null,
     concurrency_key text not null,
     returned        integer not null default 0,
     primary key (workflow_name, concurrency_key)
-);
+) with (fillfactor = 50);
 
 -- The claim steps over full types and keys by a hashed look-up of this small index, the
 -- counters full when their last claim counted them; it rereads returned for these few.
--- A counter freed since is looked at again.
+-- A counter freed since is looked at again. Its predicate is a flag, not the counts:
+-- an index whose predicate reads a column makes every update of that column a non-HOT
+-- one (a new entry in the primary key too), and taken changes at every claim.
 create index idx_workflow_concurrency_full
     on {schema}workflow_concurrency (workflow_name, concurrency_key)
-    where taken - returned_seen >= capacity;
+    where is_full;
 
 -- Counters for the keys of new runs of a limited type, whoever inserts them.
 create function {schema}workflow_run_count_keys() returns trigger
@@ -406,12 +412,16 @@ create trigger workflow_run_count_keys
     for each statement execute function {schema}workflow_run_count_keys();
 
 -- The claim counts the leases it takes (it holds the counters locked, and adds to each
--- once). Every path that ends a lease (success, failure, retry, suspension, release,
--- cancellation, the reaper; deleting a leased run) is counted here, whoever wrote it in
--- whatever language. Only those rows call the function; for a type without a limit it
--- is an index probe that finds no counter. (A statement trigger, counting each counter
--- once per statement from transition tables, cost every update of workflow_run the copy
--- of its rows: a third of the drain rate of types without limits.)
+-- once), and the library's outcome statements (succeed_runs, fail_runs, release_runs,
+-- suspend_runs) count the leases they end, once per counter per statement, marking those
+-- runs lease_returned (0020). Every other path that ends a lease (cancellation, a retry
+-- or purge by an operator; deleting a leased run; a plain-SQL update from another
+-- runtime) is counted here, whoever wrote it in whatever language. Only those rows call
+-- the function; for a type without a limit it is an index probe that finds no counter.
+-- (A statement trigger, counting each counter once per statement from transition tables,
+-- cost every update of workflow_run the copy of its rows: a third of the drain rate of
+-- types without limits. A per-row call of this function for every lease end cost a
+-- tenth of the drain of a type limited per key.)
 create function {schema}workflow_run_count_leases() returns trigger
 language plpgsql as $$
 begin
@@ -426,7 +436,7 @@ $$;
 create trigger workflow_run_count_leases
     after update of status on {schema}workflow_run
     for each row
-    when (old.status = 'leased' and new.status <> 'leased')
+    when (old.status = 'leased' and new.status <> 'leased' and not new.lease_returned)
     execute function {schema}workflow_run_count_leases();
 
 create trigger workflow_run_count_deleted_leases
