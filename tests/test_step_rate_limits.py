@@ -8,6 +8,7 @@ import asyncio
 import concurrent.futures
 import json
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -166,12 +167,13 @@ def test_an_unknown_limit_raises_in_the_body_and_takes_nothing(
     @app.workflow("test.rated.unknown.v1")
     async def body(payload: Any, ctx: Context) -> Any:
         messages = []
-        for call in (
+        calls: list[Callable[[], Any]] = [
             lambda: ctx.rate_limit("nope"),
             lambda: ctx.rate_limit("Not A Name"),
             lambda: ctx.rate_limit("nope", key=""),
             lambda: ctx.rate_limit("nope", name=""),
-        ):
+        ]
+        for call in calls:
             try:
                 await call()
             except errors.InvalidArgument as exc:
