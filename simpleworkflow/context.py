@@ -21,6 +21,7 @@ from simpleworkflow import (
     payloads,
     races,
     steps,
+    throttle,
     transactional,
 )
 from simpleworkflow.attempt_state import AttemptState
@@ -185,6 +186,21 @@ class Context:
                 run_at=until,
             )
         )
+
+    def rate_limit(self, limit: str, key: str | None = None, *, name: str | None = None) -> Any:
+        """Take a token of the rate limit named ``limit`` before going on: at most N calls
+        (and claims of the types that obey it) per period, across every worker. Without
+        a token left the run gives its slot back and resumes when the limit's next
+        window opens, where the call tries again. A token taken is journaled (as step
+        ``name``, default ``rate:<limit>``): a replay takes no second one.
+
+        ``key`` picks the window of a ``per_key`` limit (default: the run's concurrency
+        key); other limits ignore it. A limit that does not exist raises
+        :class:`~simpleworkflow.errors.InvalidArgument` in the body. See
+        docs/flow-control.md."""
+        limit, key, step = throttle.check(limit, key, name)
+        unique = self._state.durable.name(step)
+        return self._durable_call(throttle.take(self._state, unique, limit, key))
 
     def wait_for_event(
         self,

@@ -32,6 +32,7 @@ from simpleworkflow.backends.records import (
     Lease,
     NewRun,
     Op,
+    RateToken,
     StepRecord,
     Suspension,
 )
@@ -306,33 +307,12 @@ class Durable:
         text) and journal it as wait ``name``'s output, in one fenced transaction.
         Returns that output, or ``None`` when no such signal is stored."""
         replay = await self.load()
-        record = StepRecord(
-            run_id=self.lease.run.id,
-            token=self.lease.token,
-            name=name,
-            kind="wait",
-            position=replay.position(name),
-            output=None,
-            attempts=1,
+        record = self.entry(name, "wait", None, events=[])
+        got = await self._once(
+            name,
+            lambda: self.backend.execute_async(self.backend.consume_signal(record, event, match)),
         )
-        tried = False
-
-        async def take() -> tuple[bool, Any, datetime | None] | JournalEntry | None:
-            # The store may have taken the signal and journaled it just before the
-            # connection broke: then the journal says so, and taking again would take a
-            # second signal.
-            nonlocal tried
-            if tried and (entry := await self._journaled(name)) is not None:
-                return entry
-            tried = True
-            return await self.backend.execute_async(
-                self.backend.consume_signal(record, event, match)
-            )
-
-        got = await self._until_available(name, take)
         if isinstance(got, JournalEntry):
-            races.note(got.completed_at)  # as a replay would
-            replay.remember(got)
             return dict(got.output)
         if got is None:
             return None
@@ -343,6 +323,23 @@ class Durable:
         output = {"signal": payload}
         replay.remember(_entry(name, "wait", record.position, output))
         return output
+
+    async def take_token(self, name: str, limit: str, key: str | None) -> RateToken:
+        """Take a token of rate limit ``limit`` (per ``key``) and journal it as step
+        ``name`` in one fenced transaction; or learn when the next window opens."""
+        text = self.encode(name, {"rate_limit": limit, "key": key})
+        record = self.entry(name, "rate_limit", text, events=[])
+        got = await self._once(
+            name,
+            lambda: self.backend.execute_async(self.backend.take_rate_token(record, limit, key)),
+        )
+        if isinstance(got, JournalEntry):
+            return RateToken(True)
+        if not got.held:
+            raise errors.LeaseLost(name)
+        if got.granted:
+            self.remember(record)
+        return got
 
     async def create_child(
         self,
@@ -386,6 +383,24 @@ class Durable:
         run_id = self.lease.run.id
         entries = await self.backend.execute_async(self.backend.load_journal(run_id), readonly=True)
         return next((e for e in entries if e.step_name == name and e.status == "completed"), None)
+
+    async def _once(self, name: str, call: Callable[[], Awaitable[T]]) -> T | JournalEntry:
+        """``call()``, which takes something (a signal, a token) and journals it as step
+        ``name``, again while the store is unreachable; but the step's entry once the store
+        did commit it before the connection broke: taking again would take a second one."""
+        tried = False
+
+        async def take() -> T | JournalEntry:
+            nonlocal tried
+            if tried and (entry := await self._journaled(name)) is not None:
+                races.note(entry.completed_at)  # as a replay would
+                assert self.replay is not None
+                self.replay.remember(entry)
+                return entry
+            tried = True
+            return await call()
+
+        return await self._until_available(name, take)
 
     async def _until_available(self, name: str, call: Callable[[], Awaitable[T]]) -> T:
         """``call()`` (idempotent) again while the store cannot be reached: an outage is

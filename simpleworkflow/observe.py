@@ -51,6 +51,7 @@ SLEEP: Final = "sleep"
 SIGNAL: Final = "signal"
 CHILD: Final = "child"
 RETRY: Final = "retry"  # a step's retry, after its backoff
+THROTTLE: Final = "throttle"  # a rate limit's next window (ctx.rate_limit)
 ANY: Final = "any"  # several of the above (a race or a gather): the first one wakes it
 
 #: The most a trace context stored with a run may take, as JSON: W3C allows 512

@@ -8,6 +8,7 @@ import asyncio
 from typing import Any
 
 from simpleworkflow.app import App
+from simpleworkflow.context import Context
 
 app = App()
 KEYED = "limits.keyed.v1"
@@ -24,4 +25,13 @@ RATED = "limits.rated.v1"
 
 @app.workflow(RATED)
 async def rated(payload: dict[str, Any]) -> dict[str, Any]:
+    return {}
+
+
+STEPPED = "limits.stepped.v1"
+
+
+@app.workflow(STEPPED)
+async def stepped(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
+    await ctx.rate_limit("partner-api")  # the limit RATED's claims obey
     return {}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import Store, stop_processes
-from limits_app import KEYED, RATED
+from limits_app import KEYED, RATED, STEPPED
 
 from simpleworkflow import Client
 
@@ -118,20 +118,33 @@ def test_a_key_limit_of_one_is_never_exceeded_by_many_workers(
 def test_a_rate_limit_of_ten_a_second_holds_across_workers(
     store: Store, tmp_path: Path, processes: int
 ) -> None:
+    """Shared by the claims of one type and the ctx.rate_limit calls of another's runs."""
     with store.client() as client:
         client.admin.set_runtime(RATED, "python")
         client.admin.set_rate_limit("partner-api", "10/s")
         client.admin.limit_rate(RATED, "partner-api")
         with workers(store, processes, tmp_path):
-            runs = client.start_many([(RATED, {})] * 45)
+            runs = client.start_many([(RATED, {})] * 30 + [(STEPPED, {})] * 15)
             wait_finished(client, [run.id for run in runs], tmp_path)
+        rated = [r for r in runs if r.type == RATED]
         starts = [
-            e.created_at for r in runs for e in client.events(r.id) if e.event_type == "started"
+            e.created_at for r in rated for e in client.events(r.id) if e.event_type == "started"
         ]
-        throttled = sum(e.event_type == "throttled" for r in runs for e in client.events(r.id))
-    assert len(starts) == 45 and throttled > 0
+        steps = [
+            s.completed_at
+            for r in runs
+            if r.type == STEPPED
+            for s in client.steps(r.id)
+            if s.kind == "rate_limit"
+        ]
+        throttled = [
+            e.data for r in runs for e in client.events(r.id) if e.event_type == "throttled"
+        ]
+    assert len(starts) == 30 and len(steps) == 15 and throttled
+    assert all(client.get(r.id).status.value == "succeeded" for r in runs)
     # The limit's windows are whole seconds since the epoch, as the claims count them.
-    per_second = Counter(int(start.timestamp()) for start in starts)
+    taken = [*starts, *steps]
+    per_second = Counter(int(at.timestamp()) for at in taken if at is not None)
     assert max(per_second.values()) <= 10, sorted(per_second.items())
     span = max(per_second) - min(per_second) + 1
-    assert len(starts) <= 10 * span
+    assert len(taken) <= 10 * span

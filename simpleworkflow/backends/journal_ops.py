@@ -1,4 +1,5 @@
-"""Durable-execution verbs: read the journal, record steps, consume signals."""
+"""Durable-execution verbs: read the journal, record steps, consume signals, take a rate
+limit's token."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from simpleworkflow.backends.core import StoreCore
-from simpleworkflow.backends.records import ATOMIC, JournalEntry, Op, StepRecord
+from simpleworkflow.backends.records import ATOMIC, JournalEntry, Op, RateToken, StepRecord
 
 
 class JournalOps(StoreCore):
@@ -132,3 +133,31 @@ class JournalOps(StoreCore):
         saved = yield from self._record(dataclasses.replace(step, output=output))
         sent_at = self.decode_time(rows[0]["created_at"])
         return (True, payload, sent_at) if saved else (False, None, None)
+
+    def take_rate_token(self, step: StepRecord, limit: str, key: str | None) -> Op[RateToken]:
+        """Take a token of rate limit ``limit`` (of ``key``'s window if the limit is per
+        key) and journal ``step`` with it, in one transaction fenced by the lease."""
+        if not self.dialect.chained_writes:
+            yield ATOMIC  # the token is taken only if its step is journaled
+        rows = yield self.stmt(
+            "take_rate_token",
+            run_id=step.run_id,
+            token=step.token,
+            name=step.name,
+            kind=step.kind,
+            position=step.position,
+            output=step.output,
+            limit=limit,
+            key=key,
+        )
+        if self.dialect.chained_writes:  # one statement did it all
+            row = rows[0]
+            until = self.opt_time(row["next_window"])
+            return RateToken(bool(row["granted"]), until, bool(row["known"]), bool(row["held"]))
+        if not rows:  # a limit that does not exist, or the lease lost: nothing taken
+            known = bool((yield self.stmt("get_rate_limit", name=limit)))
+            return RateToken(False, known=known, held=not known)
+        if not rows[0]["granted"]:
+            return RateToken(False, self.decode_time(rows[0]["next_window"]))
+        saved = bool((yield from self._record(step)))
+        return RateToken(saved, held=saved)

@@ -434,6 +434,18 @@ class StepRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class RateToken:
+    """What a step's try for a token of a rate limit got: ``granted`` (and journaled), or
+    not before ``until``, when the limit's next window opens. ``known`` is False for a
+    limit that does not exist, ``held`` False for a lease lost: then nothing was taken."""
+
+    granted: bool
+    until: datetime | None = None
+    known: bool = True
+    held: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class SignalSent:
     """What ``signal()`` did: the stored signal's id, and whether it woke a waiting run."""
 

@@ -127,7 +127,8 @@ class MetricsObserver(observe.Observer):
         )
         self._suspended = counter(
             "runs_suspended",
-            "Runs that gave their lease back to wait, by kind: sleep, signal, child, retry, any.",
+            "Runs that gave their lease back to wait, by kind: sleep, signal, child, retry, "
+            "throttle, any.",
             ["type", "kind"],
         )
         self._signals_sent = counter("signals_sent", "Signals stored by a client.", ["signal"])

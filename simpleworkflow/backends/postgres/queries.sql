@@ -1014,6 +1014,55 @@ with lease as (
 )
 select t.payload, t.created_at, exists (select 1 from saved) as saved from taken t
 
+-- name: take_rate_token
+-- A step's token of a rate limit (0016, docs/flow-control.md), journaled with it: taken
+-- from the same window row as the claims of the types that obey the limit, and as they
+-- take theirs (insert ... on conflict do update locks the row's newest version, so two
+-- takers never both get the last token), only while the lease holds (FOR SHARE: see
+-- record_step). One row back: whether the lease was held and the limit exists, and
+-- whether a token was granted, else when the limit's next window opens.
+with lease as (
+    select id from {schema}workflow_run
+    where id = %(run_id)s and lease_token = %(token)s and status = 'leased'
+      and lease_until > now()
+    for share
+), rate as (
+    select l.name, l.max_runs, l.period,
+           case when l.per_key then coalesce(%(key)s::text, '') else '' end as rate_key
+    from {schema}workflow_rate_limit l
+    where l.name = %(limit)s and exists (select from lease)
+), windows as (
+    insert into {schema}workflow_rate_window as w (name, rate_key, window_start, used, granted)
+    select name, rate_key, to_timestamp(floor(extract(epoch from now()) / period) * period), 1, 1
+    from rate
+    on conflict (name, rate_key) do update
+    set granted = case when w.window_start < excluded.window_start
+                         or w.used < (select max_runs from rate) then 1 else 0 end,
+        used = case when w.window_start < excluded.window_start then 1
+                    when w.used < (select max_runs from rate) then w.used + 1
+                    else w.used end,
+        window_start = greatest(w.window_start, excluded.window_start)
+    returning w.granted,
+              w.window_start + (select period from rate) * interval '1 second' as next_window
+), saved as (
+    insert into {schema}workflow_step
+        (run_id, step_name, kind, position, status, output, attempts, started_at, completed_at)
+    select id, %(name)s, %(kind)s, %(position)s, 'completed', %(output)s::jsonb, 1, now(), now()
+    from lease
+    where exists (select from windows where granted = 1)
+    on conflict (run_id, step_name) do update
+    set status = excluded.status, output = excluded.output, attempts = excluded.attempts,
+        completed_at = excluded.completed_at
+    where {schema}workflow_step.status = 'retrying'
+    returning run_id
+)
+select exists (select from lease) as held,
+       exists (select from {schema}workflow_rate_limit where name = %(limit)s) as known,
+       coalesce(w.granted, 0) = 1 as granted, w.next_window,
+       (select count(*) from saved) as saved
+from (values (1)) as one (n)
+left join windows w on true
+
 -- Operator statements: runs counted by state, how late each queue is, a retry, a purge.
 
 -- name: count_runs

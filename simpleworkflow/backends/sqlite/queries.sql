@@ -829,6 +829,39 @@ where id = (
   )
 returning id, payload, created_at
 
+-- name: take_rate_token
+-- A step's token of a rate limit (0013, docs/flow-control.md): taken from the same window
+-- row as the claims of the types that obey the limit, only while the lease holds; no row
+-- back for a limit that does not exist or a lease lost. Writers are serialised, so the
+-- row read is current; record_step journals a granted token in the same transaction.
+insert into workflow_rate_window as w (name, rate_key, window_start, used, granted)
+select l.name, case when l.per_key then coalesce(:key, '') else '' end,
+       strftime('%Y-%m-%d %H:%M:%f',
+                cast((julianday('now') - 2440587.5) * 86400.0 / l.period as integer) * l.period,
+                'unixepoch'),
+       1, 1
+from workflow_rate_limit l
+where l.name = :limit
+  and exists (
+      select 1 from workflow_run
+      where id = :run_id and lease_token = :token and status = 'leased'
+        and lease_until > strftime('%Y-%m-%d %H:%M:%f', 'now')
+  )
+on conflict (name, rate_key) do update
+set granted = case when w.window_start < excluded.window_start
+                     or w.used < (select max_runs from workflow_rate_limit where name = :limit)
+                   then 1 else 0 end,
+    used = case when w.window_start < excluded.window_start then 1
+                when w.used < (select max_runs from workflow_rate_limit where name = :limit)
+                then w.used + 1
+                else w.used end,
+    window_start = max(w.window_start, excluded.window_start)
+returning granted,
+          strftime('%Y-%m-%d %H:%M:%f',
+                   (julianday(window_start) - 2440587.5) * 86400.0
+                   + (select period from workflow_rate_limit where name = :limit),
+                   'unixepoch') as next_window
+
 -- Operator statements: runs counted by state, how late each queue is, a retry, a purge.
 
 -- name: count_runs

@@ -1,0 +1,72 @@
+"""A step's rate limit: ``ctx.rate_limit("partner-api")`` takes a token of a named limit
+before the body goes on, or suspends the run until the limit's next window opens.
+
+The token comes from the same window row as the claims of the types that obey the limit
+(docs/flow-control.md), in one statement that also journals it: a replay finds the entry
+and takes no second token. A call with no token left writes nothing to the journal; the
+run gives its lease back, due when the next window opens, and on resume the same call
+(same name, same place in the journal) tries again.
+"""
+
+from __future__ import annotations
+
+from simpleworkflow import errors, names, races, rates
+from simpleworkflow.attempt_state import AttemptState
+
+#: The longest key, as for a run's concurrency key.
+MAX_KEY = 512
+
+
+def check_key(key: object) -> str | None:
+    """``key`` if it can name a per-key window: a non-empty string, or ``None``."""
+    if key is None:
+        return None
+    if not isinstance(key, str) or not key or len(key) > MAX_KEY or names.unstorable(key):
+        raise errors.InvalidArgument(
+            f"a rate limit's key must be a non-empty string of at most {MAX_KEY} characters "
+            f"without NUL characters or lone surrogates, not {key!r:.80}"
+        )
+    return key
+
+
+def check(limit: object, key: object, name: object) -> tuple[str, str | None, str]:
+    """The limit's name, the key and the call's step name (``rate:<limit>`` by default),
+    checked before anything is read or written."""
+    limit = rates.check_name(limit)
+    key = check_key(key)
+    step = names.validate_step_name(f"rate:{limit}" if name is None else name)
+    return limit, key, step
+
+
+async def take(state: AttemptState, unique: str, limit: str, key: str | None) -> None:
+    """Take a token of ``limit`` as step ``unique``, or suspend the run until the next
+    window; an :class:`~simpleworkflow.errors.InvalidArgument` into the body for a limit
+    that does not exist (nothing taken, nothing journaled)."""
+    durable = state.durable
+    entry = await durable.begin(unique, "rate_limit", state.is_cancelled())
+    if entry is not None:
+        return  # journaled: the token was taken by an earlier attempt
+    # Per key, a call without a key of its own counts under the run's concurrency key,
+    # as the run's claims do.
+    key = state.run.concurrency_key if key is None else key
+    token = await durable.take_token(unique, limit, key)
+    if not token.known:
+        raise errors.InvalidArgument(
+            f"there is no rate limit named {limit!r}; create it first "
+            f"(admin.set_rate_limit, or `simpleworkflow limits set {limit} 10/s`)"
+        )
+    if token.granted:
+        races.note_now(durable.db_now)
+        return
+    assert token.until is not None
+    until = token.until.isoformat()
+    data = {"rate_limit": limit} if key is None else {"rate_limit": limit, "key": key}
+    raise durable.suspend(
+        errors.Suspend(
+            unique,
+            "throttled",
+            data=data,
+            waiting_for={"kind": "throttle", "step": unique, **data, "until": until},
+            run_at=token.until,
+        )
+    )
