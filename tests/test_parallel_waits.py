@@ -232,6 +232,9 @@ def test_a_child_that_finishes_wakes_a_parent_racing_it_against_a_signal(
         [child_wait] = [w for w in waits_of(run.waiting_for) if w["kind"] == "child"]
         # The abort's timeout makes the run due in an hour: only the child can wake it.
         assert run.run_at > datetime.now(UTC) + timedelta(minutes=30)
+        # The child may still be on its way to its wait: signalled before, it would find
+        # the signal at once instead of being woken by it.
+        wait_waiting(client, child_wait["child_id"], {"go"})
         assert client.signal(child_wait["child_id"], "go", {"ok": True}).woke
         run = wait_terminal(client, run_id)
 
