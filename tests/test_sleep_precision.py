@@ -31,6 +31,12 @@ def test_each_short_sleep_resumes_the_run_once(store: Store) -> None:
         run_id = client.start("test.precision.naps.v1").id
         run = wait_terminal(client, run_id, timeout=60)
         events = lifecycle(client, run_id)
+        naps = [e.data["until"] for e in client.events(run_id) if e.event_type == "sleeping"]
     assert run.status is RunStatus.SUCCEEDED, events
-    assert events.count("sleeping") == SLEEPS, events
-    assert events.count("resumed") == SLEEPS, events
+    # A sleep whose end has passed by the time its wake-up time is journaled (a loaded
+    # machine) goes on without suspending; every one that suspended did so once, and its
+    # run was claimed once, after it ended. Claimed early, it would suspend again (a second
+    # sleeping event with the same end) and resume once more.
+    assert naps, events
+    assert len(set(naps)) == len(naps), events
+    assert events.count("resumed") == len(naps), events
