@@ -29,6 +29,7 @@ from tcp_proxy import SilentableProxy, silentable_proxy
 from worker_app import wait_until
 
 from simpleworkflow import App, Client, Context, IntentPoller, RunStatus, errors
+from simpleworkflow.backends.base import Op, Rows, Statement
 from simpleworkflow.backends.postgres import PostgresBackend
 
 TYPE = "outage.steps.v1"
@@ -253,6 +254,46 @@ def test_a_worker_carries_on_at_once_after_its_connections_went_half_open(
     assert_all_done_once(pg_store, witness, ids)
     began, ended = outage_lines(caplog)
     assert began == ended == 1, f"{began} outages logged, {ended} ends"
+
+
+def _sleep(seconds: float) -> Op[Rows]:
+    return (yield Statement(f"select pg_sleep({seconds}) as slept"))
+
+
+def test_a_call_on_a_half_open_connection_fails_and_the_next_reconnects(
+    pg_store: Store, proxy: SilentableProxy
+) -> None:
+    """Not at its deadline (ten minutes here): the server says the call's session is
+    gone, so the call fails as the store being unavailable, and the next one works."""
+    backend = PostgresBackend(proxy.url, schema=pg_store.schema, call_timeout=600)
+
+    async def scenario() -> None:
+        try:
+            await backend.execute_async(_sleep(0))
+            call = asyncio.ensure_future(backend.execute_async(_sleep(0.5)))
+            await asyncio.sleep(0.1)
+            proxy.half_open()
+            with pytest.raises(errors.StoreUnavailable):
+                await asyncio.wait_for(call, 60)
+            assert await backend.execute_async(_sleep(0)) == [{"slept": ""}]
+        finally:
+            await backend.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_slow_call_on_a_live_session_is_left_alone(pg_store: Store) -> None:
+    """A statement that takes long (a lock wait, say) is asked about, found alive, and
+    let finish."""
+    backend = PostgresBackend(pg_store.url, schema=pg_store.schema, probe_after=0.1)
+
+    async def scenario() -> None:
+        try:
+            assert await backend.execute_async(_sleep(1.5)) == [{"slept": ""}]
+        finally:
+            await backend.aclose()
+
+    asyncio.run(scenario())
 
 
 def test_a_worker_stops_within_its_grace_while_the_network_is_silent(
