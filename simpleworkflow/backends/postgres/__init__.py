@@ -272,6 +272,7 @@ class PostgresBackend(base.Backend):
                 pool = await self._async_pool()
                 conn = await stack.enter_async_context(pool.connection())
                 stack.enter_context(_on_broken(conn, lambda: self._drop_async_pool(pool)))
+                stack.enter_context(self._liveness.standing(conn))  # no deadline here
                 await stack.enter_async_context(conn.transaction())
             yield conn
 
