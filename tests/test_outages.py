@@ -1,6 +1,7 @@
 """A worker through real database outages: a Postgres restarted with an immediate stop,
-its connections ended by an operator who found them by ``application_name``, and a
-network that goes silent (a TCP proxy in the test that stops passing bytes).
+its connections ended by an operator who found them by ``application_name``, a network
+that goes silent, and connections gone half-open (``tests/tcp_proxy.py``, a TCP proxy in
+the test that stops passing bytes, or cuts the server's side of its connections).
 
 The server here is a private one, started by this module, so that restarting it
 disturbs no other test. Nothing may be lost, no attempt charged for the outage, no
