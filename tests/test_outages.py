@@ -238,22 +238,31 @@ def test_a_worker_carries_on_at_once_after_its_connections_went_half_open(
 ) -> None:
     """The server's side of every connection is gone, and nothing tells the worker: its
     calls would wait for their deadline (here ten minutes). It must find out by itself,
-    reconnect and finish every run, each step once, long before its leases or its calls'
-    deadline end, logging the outage once and its end once."""
+    reconnect and finish every run, each step once, long before its calls' deadline.
+
+    A claim the server applied just before the cut, whose answer was lost with it, leaves
+    its runs leased to a worker that never heard of them: they are recovered when that
+    lease ends (10 s here), as after a crash, having run nothing."""
     caplog.set_level(logging.INFO)
     witness = Witness()
     app = steps_app(pg_store, witness)
     ids = start(pg_store, 40)
     poller = proxied_poller(
-        app, pg_store, proxy, call_timeout=600, concurrency=4, lease_duration=60, poll_interval=0.5
+        app, pg_store, proxy, call_timeout=600, concurrency=4, lease_duration=10, poll_interval=0.5
     )
     with poller_thread(app, poller=poller):
         wait_until(lambda: len(witness.started) >= 5, 60, "no progress")
         proxy.half_open()
-        wait_until(lambda: finished(pg_store, ids) == len(ids), 45, "runs left unfinished")
-    assert_all_done_once(pg_store, witness, ids)
+        wait_until(lambda: finished(pg_store, ids) == len(ids), 90, "runs left unfinished")
+    with Client(pg_store.url, schema=pg_store.schema) as client:
+        assert {client.get(run_id).status for run_id in ids} == {RunStatus.SUCCEEDED}
+    repeated = {key: n for key, n in witness.executions.items() if n != 1}
+    assert not repeated, f"steps run more than once: {repeated}"
     began, ended = outage_lines(caplog)
-    assert began == ended == 1, f"{began} outages logged, {ended} ends"
+    # Each outage's end is logged. A few at most: calls begun on the pool's dead
+    # connections after a probe are cut by the next one, and each wave is an outage of its
+    # own; none when only calls that retry quietly (journal writes) were cut.
+    assert began == ended <= 3, f"{began} outages logged, {ended} ends"
 
 
 def _sleep(seconds: float) -> Op[Rows]:
