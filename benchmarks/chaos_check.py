@@ -182,21 +182,34 @@ def resumptions(
     """By fault kind: for each struck worker, seconds from the database being reachable
     again to the worker's first new step execution (a step begins only after a claim or a
     journal write: work has resumed); and how many struck workers that were still running
-    at the end (``survivors``) never began one again."""
+    at the end (``survivors``) never began one again. A fault that strikes a worker before
+    it resumed takes the sample over; a fault still in force when another ended (a silent
+    network) delays the database's return to that worker until it ends."""
     first_ticks = _first_ticks(ticks)
     samples: dict[str, list[float]] = collections.defaultdict(list)
     never = 0
     for fault in faults:
-        back = fault.back
-        if fault.kind not in DATABASE or back is None:
+        if fault.kind not in DATABASE or fault.back is None:
             continue
         for pid in fault.workers.values():
+            others = [f for f in faults if f is not fault and pid in f.workers.values()]
+            back = _reachable(fault.back, others)
             later = [at for at in first_ticks.get(pid, []) if at > back]
+            if later and any(back < f.at < later[0] for f in others):
+                continue  # struck again before it resumed: the later fault's sample
             if later:
                 samples[fault.kind].append(later[0] - back)
             else:
                 never += pid in survivors
     return samples, never
+
+
+def _reachable(back: float, others: list[Fault]) -> float:
+    """When the database is reachable again for a worker whose fault ended at ``back``:
+    later, if another fault on it is still in force then (its connections ended while
+    its network is silent: it can reconnect only once the network heals)."""
+    in_force = [f.back for f in others if f.back is not None and f.at <= back < f.back]
+    return max([back, *in_force])
 
 
 def _first_ticks(ticks: Iterable[Tick]) -> dict[int, list[float]]:

@@ -39,7 +39,8 @@ _ROOT = Path(__file__).resolve().parent.parent
 @dataclasses.dataclass
 class Fault:
     """One fault: when it struck (``time.time()``), which workers (names and pids), and
-    when the database could be reached again (restarts, a healed network)."""
+    when it ended: the database could be reached again (restarts, a healed network), a
+    frozen worker was thawed."""
 
     at: float
     kind: str
@@ -163,13 +164,14 @@ class Faults:
 
     def _stop(self, live: list[Struck], rand: random.Random) -> None:
         victim = rand.choice(live)
-        self._note("stop", [victim])
+        fault = self._note("stop", [victim])
         victim.proc.send_signal(signal.SIGSTOP)
         victim.frozen = True
 
         def thaw() -> None:
             victim.proc.send_signal(signal.SIGCONT)
             victim.frozen = False
+            fault.back = time.time()
 
         self._later(thaw)
 

@@ -65,6 +65,10 @@ class SilentableProxy:
     def silence(self) -> None:
         self.silent.set()
 
+    def unsilence(self) -> None:
+        """Pass bytes again (those swallowed meanwhile are lost)."""
+        self.silent.clear()
+
     def hold(self) -> None:
         """Pass nothing until :meth:`flow`, losing nothing."""
         self._call(lambda: self._events().clear())

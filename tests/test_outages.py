@@ -1,6 +1,7 @@
 """A worker through real database outages: a Postgres restarted with an immediate stop,
-its connections ended by an operator who found them by ``application_name``, and a
-network that goes silent (a TCP proxy in the test that stops passing bytes).
+its connections ended by an operator who found them by ``application_name``, a network
+that goes silent, and connections gone half-open (``tests/tcp_proxy.py``, a TCP proxy in
+the test that stops passing bytes, or cuts the server's side of its connections).
 
 The server here is a private one, started by this module, so that restarting it
 disturbs no other test. Nothing may be lost, no attempt charged for the outage, no
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import logging
 import tempfile
 import threading
@@ -25,9 +25,11 @@ from typing import Any
 import psycopg
 import pytest
 from conftest import Store, poller_thread
+from tcp_proxy import SilentableProxy, silentable_proxy
 from worker_app import wait_until
 
 from simpleworkflow import App, Client, Context, IntentPoller, RunStatus, errors
+from simpleworkflow.backends.base import Op, Rows, Statement
 from simpleworkflow.backends.postgres import PostgresBackend
 
 TYPE = "outage.steps.v1"
@@ -187,67 +189,18 @@ def test_a_clients_connections_are_named(pg_store: Store) -> None:
     assert ("simpleworkflow client",) in names
 
 
-class SilentProxy:
-    """A TCP proxy on 127.0.0.1 to the server's Unix socket that can go silent: it then
-    swallows every byte both ways and answers nothing, as a partitioned network does
-    (the local kernel still acknowledges, so TCP keepalives cannot tell)."""
-
-    def __init__(self, url: str) -> None:
-        params = psycopg.conninfo.conninfo_to_dict(url)
-        self._socket = f"{params['host']}/.s.PGSQL.{params.get('port') or 5432}"
-        self.silent = False
-        self._loop = asyncio.new_event_loop()
-        self._started = threading.Event()
-        self._thread = threading.Thread(target=self._main, daemon=True)
-        self._thread.start()
-        self._started.wait(10)
-        self.url = f"postgresql://{params['user']}@127.0.0.1:{self.port}/{params['dbname']}"
-
-    def _main(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        server = self._loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0))
-        self.port = server.sockets[0].getsockname()[1]
-        self._started.set()
-        self._loop.run_forever()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_unix_connection(self._socket)
-        await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
-
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(ConnectionError):
-            while data := await reader.read(65536):
-                if not self.silent:
-                    writer.write(data)
-                    await writer.drain()
-        writer.close()
-
-    def close(self) -> None:
-        """Stop serving: end every piped connection, then the loop."""
-
-        async def stop() -> None:
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            self._loop.stop()
-
-        asyncio.run_coroutine_threadsafe(stop(), self._loop)
-        self._thread.join(5)
-        self._loop.close()
-
-
 @pytest.fixture
-def proxy(server: PrivateServer) -> Iterator[SilentProxy]:
-    silent = SilentProxy(server.url)
-    yield silent
-    silent.close()
+def proxy(server: PrivateServer) -> Iterator[SilentableProxy]:
+    with silentable_proxy(server.url) as proxy:
+        yield proxy
 
 
-def proxied_poller(app: App, store: Store, proxy: SilentProxy, **options: Any) -> IntentPoller:
+def proxied_poller(
+    app: App, store: Store, proxy: SilentableProxy, call_timeout: float = 2.0, **options: Any
+) -> IntentPoller:
     """A worker whose every store call goes through ``proxy``, with a short deadline."""
     backend = PostgresBackend(
-        proxy.url, schema=store.schema, application_name="proxied", call_timeout=2.0
+        proxy.url, schema=store.schema, application_name="proxied", call_timeout=call_timeout
     )
     return IntentPoller(app, backend=backend, **options)
 
@@ -259,7 +212,7 @@ def outage_lines(caplog: pytest.LogCaptureFixture) -> tuple[int, int]:
 
 
 def test_a_worker_carries_on_after_the_network_went_silent(
-    pg_store: Store, proxy: SilentProxy, caplog: pytest.LogCaptureFixture
+    pg_store: Store, proxy: SilentableProxy, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO)
     witness = Witness()
@@ -268,10 +221,10 @@ def test_a_worker_carries_on_after_the_network_went_silent(
     poller = proxied_poller(app, pg_store, proxy, concurrency=4, lease_duration=20)
     with poller_thread(app, poller=poller):
         wait_until(lambda: len(witness.started) >= 5, 60, "no progress")
-        proxy.silent = True
+        proxy.silence()
         wait_until(lambda: outage_lines(caplog)[0], 30, "the outage was not logged")
         time.sleep(3)  # past the calls' deadline: they fail and are tried again
-        proxy.silent = False
+        proxy.unsilence()
         wait_until(lambda: finished(pg_store, ids) == len(ids), 90, "runs left unfinished")
     assert_all_done_once(pg_store, witness, ids)
     began, ended = outage_lines(caplog)
@@ -280,8 +233,80 @@ def test_a_worker_carries_on_after_the_network_went_silent(
     assert began == ended and 1 <= began <= 3, f"{began} outages logged, {ended} ends"
 
 
+def test_a_worker_carries_on_at_once_after_its_connections_went_half_open(
+    pg_store: Store, proxy: SilentableProxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server's side of every connection is gone, and nothing tells the worker: its
+    calls would wait for their deadline (here ten minutes). It must find out by itself,
+    reconnect and finish every run, each step once, long before its calls' deadline.
+
+    A claim the server applied just before the cut, whose answer was lost with it, leaves
+    its runs leased to a worker that never heard of them: they are recovered when that
+    lease ends (10 s here), as after a crash, having run nothing."""
+    caplog.set_level(logging.INFO)
+    witness = Witness()
+    app = steps_app(pg_store, witness)
+    ids = start(pg_store, 40)
+    poller = proxied_poller(
+        app, pg_store, proxy, call_timeout=600, concurrency=4, lease_duration=10, poll_interval=0.5
+    )
+    with poller_thread(app, poller=poller):
+        wait_until(lambda: len(witness.started) >= 5, 60, "no progress")
+        proxy.half_open()
+        wait_until(lambda: finished(pg_store, ids) == len(ids), 90, "runs left unfinished")
+    with Client(pg_store.url, schema=pg_store.schema) as client:
+        assert {client.get(run_id).status for run_id in ids} == {RunStatus.SUCCEEDED}
+    repeated = {key: n for key, n in witness.executions.items() if n != 1}
+    assert not repeated, f"steps run more than once: {repeated}"
+    began, ended = outage_lines(caplog)
+    # Each outage's end is logged. A few at most: calls begun on the pool's dead
+    # connections after a probe are cut by the next one, and each wave is an outage of its
+    # own; none when only calls that retry quietly (journal writes) were cut.
+    assert began == ended <= 3, f"{began} outages logged, {ended} ends"
+
+
+def _sleep(seconds: float) -> Op[Rows]:
+    return (yield Statement(f"select pg_sleep({seconds}) as slept"))
+
+
+def test_a_call_on_a_half_open_connection_fails_and_the_next_reconnects(
+    pg_store: Store, proxy: SilentableProxy
+) -> None:
+    """Not at its deadline (ten minutes here): the server says the call's session is
+    gone, so the call fails as the store being unavailable, and the next one works."""
+    backend = PostgresBackend(proxy.url, schema=pg_store.schema, call_timeout=600)
+
+    async def scenario() -> None:
+        try:
+            await backend.execute_async(_sleep(0))
+            call = asyncio.ensure_future(backend.execute_async(_sleep(0.5)))
+            await asyncio.sleep(0.1)
+            proxy.half_open()
+            with pytest.raises(errors.StoreUnavailable):
+                await asyncio.wait_for(call, 60)
+            assert await backend.execute_async(_sleep(0)) == [{"slept": ""}]
+        finally:
+            await backend.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_slow_call_on_a_live_session_is_left_alone(pg_store: Store) -> None:
+    """A statement that takes long (a lock wait, say) is asked about, found alive, and
+    let finish."""
+    backend = PostgresBackend(pg_store.url, schema=pg_store.schema, probe_after=0.1)
+
+    async def scenario() -> None:
+        try:
+            assert await backend.execute_async(_sleep(1.5)) == [{"slept": ""}]
+        finally:
+            await backend.aclose()
+
+    asyncio.run(scenario())
+
+
 def test_a_worker_stops_within_its_grace_while_the_network_is_silent(
-    pg_store: Store, proxy: SilentProxy
+    pg_store: Store, proxy: SilentableProxy
 ) -> None:
     witness = Witness()
     app = steps_app(pg_store, witness)
@@ -289,12 +314,12 @@ def test_a_worker_stops_within_its_grace_while_the_network_is_silent(
     poller = proxied_poller(app, pg_store, proxy, concurrency=4, shutdown_grace=1)
     with poller_thread(app, poller=poller):  # which fails unless it stops within 15 s
         wait_until(lambda: len(witness.started) >= 5, 60, "no progress")
-        proxy.silent = True
+        proxy.silence()
         time.sleep(0.5)
 
 
 def test_a_blocking_call_gives_up_at_its_deadline_while_the_network_is_silent(
-    pg_store: Store, proxy: SilentProxy
+    pg_store: Store, proxy: SilentableProxy
 ) -> None:
     """A sync client's call (a blocking socket) is cut off at its deadline, fails with
     ``StoreUnavailable`` saying so, and the next call, once the network is back, works."""
@@ -303,7 +328,7 @@ def test_a_blocking_call_gives_up_at_its_deadline_while_the_network_is_silent(
         run_id = direct.start(TYPE, {"n": 1}).id
     try:
         assert backend.execute(backend.get_run(run_id)) is not None
-        proxy.silent = True
+        proxy.silence()
         failed: list[BaseException] = []
 
         def call() -> None:
@@ -318,7 +343,7 @@ def test_a_blocking_call_gives_up_at_its_deadline_while_the_network_is_silent(
         assert not caller.is_alive(), "the blocking call was still waiting after 30 s"
         assert isinstance(failed[0], errors.StoreUnavailable), failed
         assert "did not answer within 2s" in str(failed[0])
-        proxy.silent = False
+        proxy.unsilence()
         assert backend.execute(backend.get_run(run_id)) is not None
     finally:
         backend.close()

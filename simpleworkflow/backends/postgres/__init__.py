@@ -16,6 +16,7 @@ from simpleworkflow.backends import base, queries
 from simpleworkflow.backends.dialect import Dialect
 from simpleworkflow.backends.postgres import driving, settings
 from simpleworkflow.backends.postgres.deadline import Deadline
+from simpleworkflow.backends.postgres.liveness import PROBE_AFTER, Liveness
 
 try:
     import psycopg
@@ -63,6 +64,7 @@ class PostgresBackend(base.Backend):
         max_connections: int = 10,
         application_name: str | None = None,
         call_timeout: float = settings.CALL_TIMEOUT,
+        probe_after: float = PROBE_AFTER,
     ) -> None:
         self.url = url
         self.application_name = application_name
@@ -81,6 +83,10 @@ class PostgresBackend(base.Backend):
         self._failed: tuple[float, errors.SimpleWorkflowError] | None = None
         self._closing: set[asyncio.Task[None]] = set()
         self._abandoned: set[asyncio.Future[Any]] = set()  # calls past their deadline
+        # Finds calls waiting on a connection whose server session is gone (half-open).
+        self._liveness = Liveness(
+            self._probe_connection, self._drop_current_async_pool, probe_after
+        )
 
     # -- execution -------------------------------------------------------------------
 
@@ -162,6 +168,13 @@ class PostgresBackend(base.Backend):
             self._pool = None
         threading.Thread(target=pool.close, kwargs={"timeout": 1.0}, daemon=True).start()
 
+    def _drop_current_async_pool(self) -> None:
+        if self._apool is not None:
+            self._drop_async_pool(self._apool)
+
+    async def _probe_connection(self) -> psycopg.AsyncConnection[Any]:
+        return await psycopg.AsyncConnection.connect(self._conninfo(), autocommit=True)
+
     def _drop_async_pool(self, pool: psycopg_pool.AsyncConnectionPool[Any]) -> None:
         if self._apool is not pool:
             return
@@ -202,8 +215,7 @@ class PostgresBackend(base.Backend):
             raise
         except TimeoutError:
             self._abandon(call)
-            if self._apool is not None:
-                self._drop_async_pool(self._apool)
+            self._drop_current_async_pool()
             raise errors.StoreUnavailable(
                 f"Postgres did not answer within {self.call_timeout:g}s; the operation may "
                 "or may not have been applied; check the network and the server, then retry"
@@ -220,7 +232,10 @@ class PostgresBackend(base.Backend):
         pool = await self._async_pool()
         with _translated("talking to Postgres"):
             async with pool.connection() as conn:
-                with _on_broken(conn, lambda: self._drop_async_pool(pool)):
+                with (
+                    _on_broken(conn, lambda: self._drop_async_pool(pool)),
+                    self._liveness.watching(conn),
+                ):
                     return await driving.execute_async(conn, op)
 
     # -- transactions of the caller's, and the store's own for transactional steps -----
@@ -257,6 +272,7 @@ class PostgresBackend(base.Backend):
                 pool = await self._async_pool()
                 conn = await stack.enter_async_context(pool.connection())
                 stack.enter_context(_on_broken(conn, lambda: self._drop_async_pool(pool)))
+                stack.enter_context(self._liveness.standing(conn))  # no deadline here
                 await stack.enter_async_context(conn.transaction())
             yield conn
 
@@ -281,11 +297,12 @@ class PostgresBackend(base.Backend):
                 await conn.execute("listen simpleworkflow")
                 pause = 0.1
                 on_message("wake", "")
-                async for note in conn.notifies():
-                    kind, _, rest = note.payload.partition(" ")
-                    schema, _, value = rest.partition(" ")
-                    if schema == self.schema:
-                        on_message(kind, value)
+                with self._liveness.standing(conn):  # half-open: cut by the next probe
+                    async for note in conn.notifies():
+                        kind, _, rest = note.payload.partition(" ")
+                        schema, _, value = rest.partition(" ")
+                        if schema == self.schema:
+                            on_message(kind, value)
             except psycopg.OperationalError as exc:
                 _log.debug("wake-up connection lost (%s); reconnecting", exc)
             finally:
@@ -297,6 +314,7 @@ class PostgresBackend(base.Backend):
             self._pool = None
 
     async def aclose(self) -> None:
+        await self._liveness.close()
         if self._apool is not None:
             await self._apool.close(timeout=1.0)
             self._apool = None
