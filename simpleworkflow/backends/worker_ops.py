@@ -200,5 +200,6 @@ def _failure(f: Failure) -> dict[str, Any]:
         "data": f.data,
         "charged": f.charged,
         "suspect": f.suspect,
+        "crashes": f.crashes,
         "trace": f.trace,
     }

@@ -8,12 +8,16 @@ every :data:`REAP_POLL` seconds, and wakes up at the next expiry it knows of, so
 worker's runs start again about one lease duration after its last heartbeat.
 
 Which run killed the worker cannot be known when it held several, so none of them is
-charged: each becomes a *suspect* (``workflow_run.isolate``), claimed only by a worker
-that holds nothing else, and alone. A suspect's crash is its own, and is charged like a
-failed attempt; any other end of its attempt (success, failure, suspension) clears the
-mark. A run that kills its worker every time therefore fails after exactly
-``max_attempts`` charged crashes (it runs ``max_attempts + 1`` times when its first crash
-happened beside other runs), and a healthy run never pays for another's crashes.
+charged. A first crash beside others costs a run nothing more: it is due again at once,
+claimed by any worker like any other run. Its second such crash (counted in
+``workflow_run.crashes`` since its last attempt that ended otherwise) makes it a
+*suspect* (``workflow_run.isolate``), claimed only by a worker that holds nothing else,
+and alone. A suspect's crash is its own, and is charged like a failed attempt; any other
+end of its attempt (success, failure, suspension) clears the mark and the count. A run
+that kills its worker every time therefore takes its neighbours down twice, then fails
+after exactly ``max_attempts`` charged crashes (it runs ``max_attempts + 2`` times), and a
+healthy run never pays for another's crashes: one that shared both crashes becomes a
+suspect too, runs alone once, and is cleared.
 """
 
 from __future__ import annotations
@@ -34,13 +38,16 @@ _log = logging.getLogger("simpleworkflow.worker")
 REAP_POLL = 1.0  # seconds between looks for expired leases, at most
 CRASH_JITTER = 1.0  # runs rescued together are spread over this many seconds
 BATCH = 100  # expired leases recovered per transaction
+SUSPECT_AFTER = 2  # uncharged crashes beside others that make a run a suspect
 
 
 def crashed(row: Mapping[str, Any], rand: Callable[[], float] = random.random) -> Failure:
     """What an expired lease (a row of ``expired_leases``) means for its run."""
     charged = bool(row["isolate"])  # it ran alone: the crash was its own
+    crashes = row["crashes"] + (0 if charged else 1)  # uncharged ones, beside others
     failures = row["attempt"] + (1 if charged else 0)
     final = charged and failures >= row["max_attempts"]
+    suspect = not final and (charged or crashes >= SUSPECT_AFTER)
     message = (
         f"lease expired: worker {row['leased_by']} stopped renewing it "
         "(it crashed, was killed, or stalled)"
@@ -56,10 +63,13 @@ def crashed(row: Mapping[str, Any], rand: Callable[[], float] = random.random) -
             "reason": "lease_expired",
             "worker_id": row["leased_by"],
             "charged": charged,
+            "crashes": crashes,
+            "suspect": suspect,
             "error": {"type": "LeaseExpired", "message": message},
         },
         charged=charged,
-        suspect=not final,
+        suspect=suspect,
+        crashes=crashes,
     )
 
 

@@ -41,7 +41,7 @@ create table {schema}workflow_run (
     parent_id       uuid references {schema}workflow_run (id) on delete set null,
     deadline        timestamptz,
     code_version    text,
-    -- rescued from an expired lease: claimed alone until an attempt ends otherwise (0008)
+    -- a suspect: claimed alone until an attempt ends otherwise than by a crash (0008, 0019)
     isolate         boolean not null default false,
     -- W3C trace context of the start, and of the attempt that last gave the run back (0011)
     trace_context   jsonb,
@@ -50,7 +50,10 @@ create table {schema}workflow_run (
     -- a debounced start's key, while the run is pending and unclaimed (0013)
     debounce_key    text,
     -- runs of one key (a customer, say) share their type's per-key limit (0015)
-    concurrency_key text
+    concurrency_key text,
+    -- uncharged crashes beside other runs since an attempt last ended otherwise; the
+    -- second makes the run a suspect (0019)
+    crashes         integer not null default 0
 );
 
 -- Claims read only claimable rows, ordered by priority then by when they became due:
