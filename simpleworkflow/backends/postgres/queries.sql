@@ -531,9 +531,10 @@ with leases as (
     set lease_until = now() + make_interval(secs => %(lease)s), updated_at = now()
     from leases l
     where r.id = l.id and r.lease_token = l.token and r.status = 'leased'
-      -- a heartbeat that reaches the store after the lease ran out does not revive it:
-      -- its worker has given the run up by then (worker/leases.py)
-      and r.lease_until > now()
+      -- a heartbeat that reaches the store after the lease ran out, or within the
+      -- worker's give-up margin of its end, extends it no more: its worker has given the
+      -- run up by then (worker/leases.py), and the run must not wait for the extension
+      and r.lease_until > now() + make_interval(secs => %(margin)s)
     returning r.id
 ), heartbeat_events as (
     insert into {schema}workflow_event (workflow_id, event_type, data)

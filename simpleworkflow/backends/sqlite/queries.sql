@@ -503,9 +503,11 @@ from (
 where workflow_run.id = l.id
   and workflow_run.lease_token = l.token
   and workflow_run.status = 'leased'
-  -- a heartbeat that reaches the store after the lease ran out does not revive it:
-  -- its worker has given the run up by then (worker/leases.py)
-  and workflow_run.lease_until > strftime('%Y-%m-%d %H:%M:%f', 'now')
+  -- a heartbeat that reaches the store after the lease ran out, or within the worker's
+  -- give-up margin of its end, extends it no more: its worker has given the run up by
+  -- then (worker/leases.py), and the run must not wait for the extension
+  and workflow_run.lease_until
+      > strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :margin || ' seconds')
 returning workflow_run.id
 
 -- name: heartbeat_then_events
