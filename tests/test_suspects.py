@@ -9,11 +9,13 @@ from collections.abc import Iterator
 
 import pytest
 from conftest import Store
+from test_cli import run_cli
 from test_reaper import expire_lease
 
 from simpleworkflow import Client
 from simpleworkflow.backends import Backend
 from simpleworkflow.backends.base import Claim, Failure, Lease, Outcomes, Release, Suspension
+from simpleworkflow.server import bodies
 from simpleworkflow.worker.recovery import crashed
 
 TYPE = "billing.invoice.v1"
@@ -43,7 +45,7 @@ def crash(store: Store, backend: Backend, *leases: Lease) -> list[Failure]:
     """The worker holding ``leases`` died: they run out and are recovered."""
     for lease in leases:
         expire_lease(store, lease.run.id, "w")
-    return backend.execute(backend.reap_expired([TYPE], 10, lambda row: crashed(row, lambda: 0)))
+    return backend.execute(backend.reap_expired([TYPE], 10, crashed))
 
 
 def test_a_first_crash_beside_other_runs_is_not_charged_and_leaves_an_ordinary_run(
@@ -52,6 +54,7 @@ def test_a_first_crash_beside_other_runs_is_not_charged_and_leaves_an_ordinary_r
     run_id = client.start(TYPE).id
     (lease,) = claim(backend, alone=True)
     assert not lease.isolated
+    other = client.start(TYPE).id  # due after it, queued while it ran
     [failure] = crash(store, backend, lease)
     assert (failure.charged, failure.suspect, failure.final) == (False, False, False)
     run = client.get(run_id)
@@ -60,11 +63,12 @@ def test_a_first_crash_beside_other_runs_is_not_charged_and_leaves_an_ordinary_r
     [retried] = [e for e in client.events(run_id) if e.event_type == "retried"]
     assert (retried.data["charged"], retried.data["attempt"]) == (False, 0)
     assert (retried.data["crashes"], retried.data["suspect"]) == (1, False)
-    # Claimed at once by a busy worker, beside other runs.
-    other = client.start(TYPE).id
-    leases = claim(backend, alone=False)
-    assert sorted(lease.run.id for lease in leases) == sorted([run_id, other])
-    assert not any(lease.isolated for lease in leases)
+    # Due at once, in its place in the queue (before the run that came due while it ran),
+    # and claimed by a busy worker, beside other runs.
+    (first,) = claim(backend, alone=False, limit=1)
+    (second,) = claim(backend, alone=False, limit=1)
+    assert (first.run.id, second.run.id) == (run_id, other)
+    assert not (first.isolated or second.isolated)
 
 
 def test_a_second_crash_beside_other_runs_makes_a_suspect_uncharged(
@@ -153,3 +157,20 @@ def test_a_run_released_with_a_delay_waits_for_it(
     assert backend.execute(backend.finish(released, "w")) == {run_id}
     assert claim(backend, alone=True) == []
     assert (client.get(run_id).status.value, client.get(run_id).attempt) == ("pending", 0)
+
+
+def test_a_lease_run_out_and_not_yet_recovered_reads_as_expired(
+    store: Store, client: Client, backend: Backend, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its worker holds it no more: ``runs show`` and the API say so, not just "leased"."""
+    run_id = client.start(TYPE).id
+    (lease,) = claim(backend, alone=True)
+    assert not client.get(run_id).lease_expired
+    assert run_cli(store, capsys, "runs", "show", run_id).out.count("lease expired") == 0
+    expire_lease(store, run_id, "w")
+    run = client.get(run_id)
+    assert (run.status.value, run.lease_expired) == ("leased", True)
+    assert "leased (lease expired)" in run_cli(store, capsys, "runs", "show", run_id).out
+    assert bodies.run(run)["lease_expired"] is True
+    crash(store, backend, lease)  # recovered: pending, held by no one, nothing expired
+    assert not client.get(run_id).lease_expired

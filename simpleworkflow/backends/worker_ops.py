@@ -212,5 +212,6 @@ def _failure(f: Failure) -> dict[str, Any]:
         "charged": f.charged,
         "suspect": f.suspect,
         "crashes": f.crashes,
+        "keep_place": f.keep_place,
         "trace": f.trace,
     }

@@ -1,9 +1,10 @@
 """Recovering the runs of dead workers: noticing expired leases soon, and charging each
 crash to the run that caused it.
 
-A lease that expired means its worker died or stalled; the run is due again at once
-(plus up to :data:`CRASH_JITTER`), not after the retry policy's backoff: a crash is not
-an error of the handler. Every worker looks for expired leases of its types at least
+A lease that expired means its worker died or stalled; the run is due again at once, in
+its place in the queue (its ``run_at`` as it was when claimed, so not behind a backlog
+that came due meanwhile), not after the retry policy's backoff: a crash is not an error
+of the handler. Every worker looks for expired leases of its types at least
 every :data:`REAP_POLL` seconds, and wakes up at the next expiry it knows of, so a crashed
 worker's runs start again about one lease duration after its last heartbeat.
 
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -36,12 +36,11 @@ from simpleworkflow.wording import plural
 _log = logging.getLogger("simpleworkflow.worker")
 
 REAP_POLL = 1.0  # seconds between looks for expired leases, at most
-CRASH_JITTER = 1.0  # runs rescued together are spread over this many seconds
 BATCH = 100  # expired leases recovered per transaction
 SUSPECT_AFTER = 2  # uncharged crashes beside others that make a run a suspect
 
 
-def crashed(row: Mapping[str, Any], rand: Callable[[], float] = random.random) -> Failure:
+def crashed(row: Mapping[str, Any]) -> Failure:
     """What an expired lease (a row of ``expired_leases``) means for its run."""
     charged = bool(row["isolate"])  # it ran alone: the crash was its own
     crashes = row["crashes"] + (0 if charged else 1)  # uncharged ones, beside others
@@ -57,7 +56,7 @@ def crashed(row: Mapping[str, Any], rand: Callable[[], float] = random.random) -
         run_id=str(row["id"]),
         token=None if token is None else str(token),
         final=final,
-        delay=0.0 if final else CRASH_JITTER * rand(),
+        delay=0.0,
         error=message,
         data={
             "reason": "lease_expired",
@@ -70,6 +69,7 @@ def crashed(row: Mapping[str, Any], rand: Callable[[], float] = random.random) -
         charged=charged,
         suspect=suspect,
         crashes=crashes,
+        keep_place=True,
     )
 
 

@@ -595,7 +595,8 @@ select id from done
 with outcomes as (
     select * from jsonb_to_recordset(%(items)s::jsonb)
         as o(id uuid, token uuid, final boolean, delay float8, error text, data jsonb,
-             charged boolean, suspect boolean, crashes integer, trace jsonb)
+             charged boolean, suspect boolean, crashes integer, keep_place boolean,
+                trace jsonb)
 ), counters as (
     -- The returned rows of these runs' concurrency counters (0015, 0018), locked in key
     -- order before the trigger changes them: no two outcomes wait on each other in a
@@ -613,7 +614,8 @@ with outcomes as (
         attempt = r.attempt + case when o.charged then 1 else 0 end,
         isolate = o.suspect,
         crashes = coalesce(o.crashes, 0),
-        run_at = case when o.final then r.run_at
+        -- a crash: due at once, in its place in the queue (a claim keeps run_at)
+        run_at = case when o.final or o.keep_place then r.run_at
                       else now() + make_interval(secs => o.delay) end,
         last_error = o.error,
         leased_by = case when o.final then r.leased_by end,

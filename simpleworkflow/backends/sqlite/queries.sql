@@ -575,7 +575,8 @@ set status = case when o.final then 'failed' else 'pending' end,
     attempt = workflow_run.attempt + o.charged,
     isolate = o.suspect,
     crashes = coalesce(o.crashes, 0),
-    run_at = case when o.final then workflow_run.run_at
+    -- a crash: due at once, in its place in the queue (a claim keeps run_at)
+    run_at = case when o.final or o.keep_place then workflow_run.run_at
                   else strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || o.delay || ' seconds') end,
     last_error = o.error,
     leased_by = case when o.final then workflow_run.leased_by end,
@@ -592,7 +593,7 @@ from (
            json_extract(value, '$.final') as final, json_extract(value, '$.delay') as delay,
            json_extract(value, '$.error') as error, json_extract(value, '$.charged') as charged,
            json_extract(value, '$.suspect') as suspect, json_extract(value, '$.crashes') as crashes,
-           json_extract(value, '$.trace') as trace
+           json_extract(value, '$.keep_place') as keep_place, json_extract(value, '$.trace') as trace
     from json_each(:items)
 ) as o
 where workflow_run.id = o.id
