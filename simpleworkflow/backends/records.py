@@ -207,7 +207,8 @@ class Failure:
     suspect: bool = False
     crashes: int = 0
     #: A crash, no error of the run's: due again at once, keeping its place in the queue
-    #: (its ``run_at``) instead of going behind every run that came due meanwhile.
+    #: (its ``run_at``, less a millisecond: ahead of the runs due with it) instead of
+    #: going behind every run that came due meanwhile.
     keep_place: bool = False
     #: The trace context of the attempt that ends here (W3C entries, from the observers'
     #: ``inject``), stored with the run for the next attempt to link to.

@@ -614,8 +614,10 @@ with outcomes as (
         attempt = r.attempt + case when o.charged then 1 else 0 end,
         isolate = o.suspect,
         crashes = coalesce(o.crashes, 0),
-        -- a crash: due at once, in its place in the queue (a claim keeps run_at)
-        run_at = case when o.final or o.keep_place then r.run_at
+        -- a crash: due at once, in its place in the queue (a claim keeps run_at), just
+        -- ahead of the runs due with it (a batch of runs shares one run_at)
+        run_at = case when o.final then r.run_at
+                      when o.keep_place then r.run_at - interval '1 millisecond'
                       else now() + make_interval(secs => o.delay) end,
         last_error = o.error,
         leased_by = case when o.final then r.leased_by end,

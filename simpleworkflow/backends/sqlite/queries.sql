@@ -575,8 +575,11 @@ set status = case when o.final then 'failed' else 'pending' end,
     attempt = workflow_run.attempt + o.charged,
     isolate = o.suspect,
     crashes = coalesce(o.crashes, 0),
-    -- a crash: due at once, in its place in the queue (a claim keeps run_at)
-    run_at = case when o.final or o.keep_place then workflow_run.run_at
+    -- a crash: due at once, in its place in the queue (a claim keeps run_at), just ahead
+    -- of the runs due with it (a batch of runs shares one run_at)
+    run_at = case when o.final then workflow_run.run_at
+                  when o.keep_place
+                  then strftime('%Y-%m-%d %H:%M:%f', workflow_run.run_at, '-0.001 seconds')
                   else strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || o.delay || ' seconds') end,
     last_error = o.error,
     leased_by = case when o.final then workflow_run.leased_by end,
