@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 
@@ -82,6 +82,15 @@ class Run:
     @property
     def is_terminal(self) -> bool:
         return self.status.is_terminal
+
+    @property
+    def lease_expired(self) -> bool:
+        """A leased run whose lease has run out, by this machine's clock: its worker died
+        or stalled, and no worker has recovered the run yet (within about a second,
+        while one runs for its type). Not held by anyone, whatever ``leased_by`` says."""
+        if self.status is not RunStatus.LEASED or self.lease_until is None:
+            return False
+        return self.lease_until < datetime.now(UTC)
 
     @property
     def attempts_made(self) -> int:

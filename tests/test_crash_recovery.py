@@ -4,7 +4,8 @@ pays for its own crashes only; with real worker processes, on both stores.
 A crash is not an error of the handler: the runs are due again about one lease after the
 worker's last heartbeat, not after the retry policy's backoff (a minute by default). And
 since a dead worker cannot say which of its runs killed it, none is charged until it has
-run alone (see ``simpleworkflow.worker.recovery``).
+run alone, which a run does after its second crash beside others (see
+``simpleworkflow.worker.recovery``).
 """
 
 from __future__ import annotations
@@ -95,18 +96,21 @@ class Supervisor:
         return self.workers.start(name, *self.prefixes, lease=2, ready=False)
 
 
-def test_a_run_that_kills_its_worker_fails_alone_and_its_neighbours_all_succeed(
+def test_runs_that_kill_their_worker_fail_alone_and_their_neighbours_all_succeed(
     client: Client, workers: Workers, ledger: Ledger
 ) -> None:
     supervisor = Supervisor(workers, "poison.%")
     supervisor.start(2)
+    third = HEALTHY_RUNS // 3
     started = client.start_many(
-        [(HEALTHY_TYPE, {"n": n}) for n in range(HEALTHY_RUNS // 2)]
+        [(HEALTHY_TYPE, {"n": n}) for n in range(third)]
         + [(POISON_TYPE, {})]
-        + [(HEALTHY_TYPE, {"n": n}) for n in range(HEALTHY_RUNS // 2, HEALTHY_RUNS)]
+        + [(HEALTHY_TYPE, {"n": n}) for n in range(third, 2 * third)]
+        + [(POISON_TYPE, {})]
+        + [(HEALTHY_TYPE, {"n": n}) for n in range(2 * third, HEALTHY_RUNS)]
     )
     run_ids = [run.id for run in started]
-    poison = run_ids[HEALTHY_RUNS // 2]
+    poisons = [run_ids[third], run_ids[2 * third + 1]]
 
     def finished() -> bool:
         supervisor.tend()
@@ -118,14 +122,18 @@ def test_a_run_that_kills_its_worker_fails_alone_and_its_neighbours_all_succeed(
 
     wait_until(finished, 120, describe)
 
-    # Never charged for the poison's crashes, however many it shared a worker with.
-    neighbours = [client.get(run_id) for run_id in run_ids if run_id != poison]
+    # Never charged for the poisons' crashes, however many they shared a worker with.
+    neighbours = [client.get(run_id) for run_id in run_ids if run_id not in poisons]
     assert [(r.status, r.attempt) for r in neighbours] == [(RunStatus.SUCCEEDED, 0)] * len(
         neighbours
     )
-    dead = client.get(poison)
-    assert (dead.status, dead.attempt, dead.max_attempts) == (RunStatus.FAILED, 3, 3)
-    crashes = [e for e in client.events(poison) if e.event_type in ("retried", "failed")]
-    assert all(e.data["reason"] == "lease_expired" for e in crashes)
-    assert [e.data["charged"] for e in crashes].count(True) == 3
-    assert len(ledger.entries("start", run=poison)) == len(crashes)
+    for poison in poisons:
+        dead = client.get(poison)
+        assert (dead.status, dead.attempt, dead.max_attempts) == (RunStatus.FAILED, 3, 3)
+        crashes = [e for e in client.events(poison) if e.event_type in ("retried", "failed")]
+        assert all(e.data["reason"] == "lease_expired" for e in crashes)
+        # Two crashes beside others, free; then alone, a suspect, charged each time.
+        charged = [e.data["charged"] for e in crashes]
+        assert charged == [False, False, True, True, True], charged
+        assert [e.data["suspect"] for e in crashes] == [False, True, True, True, False]
+        assert len(ledger.entries("start", run=poison)) == len(crashes)

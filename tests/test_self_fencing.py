@@ -212,3 +212,85 @@ class Stalled:
         if self._lite is not None:
             self._lite.execute("rollback")
             self._lite.close()
+
+
+def test_a_heartbeat_answered_after_the_give_up_does_not_extend_the_lease(
+    store: Store, tmp_path: Path, processes: list[Process]
+) -> None:
+    """A partition that heals just after the worker gave its lease up lets the heartbeat
+    it held through, late (on Postgres the proxy held its bytes; on SQLite it waited for
+    the write lock). The store must not extend the lease: the worker has stopped the run
+    and will renew it no more, and an extension would keep it from every other worker
+    for a whole lease."""
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    payload = {"once_file": str(tmp_path / "once"), "seconds": 30}
+    with store.client() as client:
+        run_id = client.start(TICKING_TYPE, payload).id
+    with Partition(store) as partition:
+        w1 = Process("w1", store, partition.url, ledger, tmp_path)
+        processes.append(w1)
+        wait_until(lambda: ledger.entries("tick", worker="w1"), 20, w1.log)
+        partition.hold()
+        wait_until(lambda: "could not renew the lease of 1 run" in w1.log(), 10, w1.log)
+        token, until = partition.read(
+            "select lease_token, lease_until from workflow_run where id = ?", run_id
+        )
+        time.sleep(0.2)  # the store's clock is within the give-up margin too by now
+        partition.heal()
+        # The held heartbeat reaches the store now; wait until the lease, unextended, ends.
+        ended = as_time(until).timestamp() + 1.0
+        wait_until(lambda: time.time() > ended, 10, "the lease never ended")
+        now_token, now_until = partition.read(
+            "select lease_token, lease_until from workflow_run where id = ?", run_id
+        )
+        assert not (now_token == token and as_time(now_until) > as_time(until)), (
+            f"the lease given up at {until} was extended to {now_until}\n" + w1.log()
+        )
+        with store.client() as client:  # and the run goes on, w1 having recovered it
+            wait_until(lambda: client.get(run_id).status == RunStatus.SUCCEEDED, 30, w1.log)
+
+
+class Partition:
+    """A path to the store that holds everything, then lets it all through: a proxy
+    (Postgres) or another connection holding the write lock (SQLite)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.url = store.url
+        self._proxy: Any = None
+        self._lock: sqlite3.Connection | None = None
+
+    def __enter__(self) -> Partition:
+        if self.store.kind == "postgres":
+            self._proxy_cm = silentable_proxy(self.store.url)
+            self._proxy = self._proxy_cm.__enter__()
+            self.url = self._proxy.url
+        else:
+            path = config.sqlite_path(self.store.url)
+            self._lock = sqlite3.connect(path, isolation_level=None)
+        return self
+
+    def hold(self) -> None:
+        if self._proxy is not None:
+            self._proxy.hold()
+        elif self._lock is not None:
+            self._lock.execute("begin exclusive")
+
+    def heal(self) -> None:
+        if self._proxy is not None:
+            self._proxy.flow()
+        elif self._lock is not None and self._lock.in_transaction:
+            self._lock.execute("rollback")
+
+    def read(self, sql: str, *params: Any) -> tuple[Any, ...]:
+        """One row, read past the partition."""
+        if self._lock is not None:
+            return tuple(self._lock.execute(sql, params).fetchone())
+        return self.store.sql(sql, *params)[0]
+
+    def __exit__(self, *exc: object) -> None:
+        self.heal()
+        if self._proxy is not None:
+            self._proxy_cm.__exit__(None, None, None)
+        if self._lock is not None:
+            self._lock.close()

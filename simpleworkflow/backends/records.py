@@ -152,7 +152,8 @@ class Lease:
 
     ``claimed_at`` is the database's clock at the claim; ``was_waiting_for`` what the run
     was suspended on before this claim, if anything. ``isolated``: the run is a suspect
-    (rescued from a dead worker), claimed alone; its worker claims nothing else meanwhile.
+    (in a second crash beside others), claimed alone; its worker claims nothing else
+    meanwhile.
     """
 
     run: Run
@@ -192,7 +193,8 @@ class Failure:
 
     ``charged``: the attempt counts against ``max_attempts`` (all but the crash of a
     worker that held other runs too, see ``recovery``). ``suspect``: the run is claimed
-    alone from now on; any other failure clears the mark.
+    alone from now on; any other failure clears the mark. ``crashes``: its uncharged
+    crashes since an attempt last ended otherwise (0 for any other failure).
     """
 
     run_id: str
@@ -203,6 +205,11 @@ class Failure:
     data: dict[str, Any]  # event data
     charged: bool = True
     suspect: bool = False
+    crashes: int = 0
+    #: A crash, no error of the run's: due again at once, keeping its place in the queue
+    #: (its ``run_at``, less a millisecond: ahead of the runs due with it) instead of
+    #: going behind every run that came due meanwhile.
+    keep_place: bool = False
     #: The trace context of the attempt that ends here (W3C entries, from the observers'
     #: ``inject``), stored with the run for the next attempt to link to.
     trace: dict[str, str] | None = None

@@ -84,18 +84,29 @@ class WorkerOps(StoreCore):
         return [(row["type"], row["code_version"], int(row["runs"])) for row in rows]
 
     def heartbeat(
-        self, worker_id: str, leases: list[tuple[str, str]], lease_seconds: float, events: bool
+        self,
+        worker_id: str,
+        leases: list[tuple[str, str]],
+        lease_seconds: float,
+        events: bool,
+        margin: float = 0.0,
     ) -> Op[dict[str, str]]:
-        """Extend held leases; map each run id to HELD, CANCELLED or LOST."""
+        """Extend held leases; map each run id to HELD, CANCELLED or LOST. A lease within
+        ``margin`` seconds of its end (the worker's give-up margin: it has given the run
+        up by then) is not extended, and is LOST: extended, it would keep the run from
+        every other worker for another lease."""
         params = {"lease": float(lease_seconds), "worker_id": worker_id, "with_events": events}
-        rows = yield self.stmt("heartbeat", items=_lease_items(leases), **params)
+        items = _lease_items(leases)
+        rows = yield self.stmt("heartbeat", items=items, margin=float(margin), **params)
         extended = [str(row["id"]) for row in rows]
         if extended:
             yield from self.then("heartbeat", ids=extended, **params)
         states = dict.fromkeys(extended, HELD)
         others = [lease for lease in leases if lease[0] not in states]
         if others:
-            states.update((yield from self.lease_states(others)))
+            # Not extended: cancelled, or no longer this worker's to keep.
+            unextended = yield from self.lease_states(others)
+            states.update((k, LOST if v == HELD else v) for k, v in unextended.items())
         return states
 
     def lease_states(self, leases: list[tuple[str, str]]) -> Op[dict[str, str]]:
@@ -200,5 +211,7 @@ def _failure(f: Failure) -> dict[str, Any]:
         "data": f.data,
         "charged": f.charged,
         "suspect": f.suspect,
+        "crashes": f.crashes,
+        "keep_place": f.keep_place,
         "trace": f.trace,
     }

@@ -84,8 +84,10 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def status_text(run: Run) -> str:
-    """``pending (sleeping)``, ``cancelled (deleted)``: the status and what qualifies it."""
-    notes = [*run.waiting_states, *(["deleted"] if run.deleted_at else [])]
+    """``pending (sleeping)``, ``leased (lease expired)``, ``cancelled (deleted)``: the
+    status and what qualifies it."""
+    expired = ["lease expired"] if run.lease_expired else []
+    notes = [*run.waiting_states, *expired, *(["deleted"] if run.deleted_at else [])]
     return run.status.value + (f" ({', '.join(notes)})" if notes else "")
 
 

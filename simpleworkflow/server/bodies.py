@@ -28,6 +28,7 @@ def run(run: Run) -> dict[str, Any]:
     """A run (``created`` too when a start returned it)."""
     out = run.to_dict()
     out["waiting_states"] = run.waiting_states
+    out["lease_expired"] = run.lease_expired
     return out
 
 

@@ -159,6 +159,10 @@ class RunOut(BaseModel):
     status: RunStatus
     #: Defined for pending runs only: what they wait for, by name.
     waiting_states: list[Literal["sleeping", "waiting-signal", "waiting-child", "retrying"]]
+    lease_expired: bool = Field(
+        description="leased, but its lease has run out (its worker died or stalled) and "
+        "no worker has recovered it yet: held by no one"
+    )
     payload: JSON
     result: JSON
     last_error: str | None

@@ -137,8 +137,9 @@ class Keeper:
         if not leases:
             return True
         sent_at = time.monotonic()
+        renewals = self._renewals
         op = self._backend.heartbeat(
-            self._worker_id, leases, self._renewals.lease_seconds, self._events
+            self._worker_id, leases, renewals.lease_seconds, self._events, renewals.margin
         )
         try:
             states = await self._backend.execute_async(op)

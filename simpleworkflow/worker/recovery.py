@@ -1,26 +1,30 @@
 """Recovering the runs of dead workers: noticing expired leases soon, and charging each
 crash to the run that caused it.
 
-A lease that expired means its worker died or stalled; the run is due again at once
-(plus up to :data:`CRASH_JITTER`), not after the retry policy's backoff: a crash is not
-an error of the handler. Every worker looks for expired leases of its types at least
+A lease that expired means its worker died or stalled; the run is due again at once, in
+its place in the queue (its ``run_at`` as it was when claimed, so not behind a backlog
+that came due meanwhile), not after the retry policy's backoff: a crash is not an error
+of the handler. Every worker looks for expired leases of its types at least
 every :data:`REAP_POLL` seconds, and wakes up at the next expiry it knows of, so a crashed
 worker's runs start again about one lease duration after its last heartbeat.
 
 Which run killed the worker cannot be known when it held several, so none of them is
-charged: each becomes a *suspect* (``workflow_run.isolate``), claimed only by a worker
-that holds nothing else, and alone. A suspect's crash is its own, and is charged like a
-failed attempt; any other end of its attempt (success, failure, suspension) clears the
-mark. A run that kills its worker every time therefore fails after exactly
-``max_attempts`` charged crashes (it runs ``max_attempts + 1`` times when its first crash
-happened beside other runs), and a healthy run never pays for another's crashes.
+charged. A first crash beside others costs a run nothing more: it is due again at once,
+claimed by any worker like any other run. Its second such crash (counted in
+``workflow_run.crashes`` since its last attempt that ended otherwise) makes it a
+*suspect* (``workflow_run.isolate``), claimed only by a worker that holds nothing else,
+and alone. A suspect's crash is its own, and is charged like a failed attempt; any other
+end of its attempt (success, failure, suspension) clears the mark and the count. A run
+that kills its worker every time therefore takes its neighbours down twice, then fails
+after exactly ``max_attempts`` charged crashes (it runs ``max_attempts + 2`` times), and a
+healthy run never pays for another's crashes: one that shared both crashes becomes a
+suspect too, runs alone once, and is cleared.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -32,15 +36,17 @@ from simpleworkflow.wording import plural
 _log = logging.getLogger("simpleworkflow.worker")
 
 REAP_POLL = 1.0  # seconds between looks for expired leases, at most
-CRASH_JITTER = 1.0  # runs rescued together are spread over this many seconds
 BATCH = 100  # expired leases recovered per transaction
+SUSPECT_AFTER = 2  # uncharged crashes beside others that make a run a suspect
 
 
-def crashed(row: Mapping[str, Any], rand: Callable[[], float] = random.random) -> Failure:
+def crashed(row: Mapping[str, Any]) -> Failure:
     """What an expired lease (a row of ``expired_leases``) means for its run."""
     charged = bool(row["isolate"])  # it ran alone: the crash was its own
+    crashes = row["crashes"] + (0 if charged else 1)  # uncharged ones, beside others
     failures = row["attempt"] + (1 if charged else 0)
     final = charged and failures >= row["max_attempts"]
+    suspect = not final and (charged or crashes >= SUSPECT_AFTER)
     message = (
         f"lease expired: worker {row['leased_by']} stopped renewing it "
         "(it crashed, was killed, or stalled)"
@@ -50,16 +56,20 @@ def crashed(row: Mapping[str, Any], rand: Callable[[], float] = random.random) -
         run_id=str(row["id"]),
         token=None if token is None else str(token),
         final=final,
-        delay=0.0 if final else CRASH_JITTER * rand(),
+        delay=0.0,
         error=message,
         data={
             "reason": "lease_expired",
             "worker_id": row["leased_by"],
             "charged": charged,
+            "crashes": crashes,
+            "suspect": suspect,
             "error": {"type": "LeaseExpired", "message": message},
         },
         charged=charged,
-        suspect=not final,
+        suspect=suspect,
+        crashes=crashes,
+        keep_place=True,
     )
 
 

@@ -300,9 +300,9 @@ where workflow_name = %(name)s
 returning *
 
 -- name: claim
--- A suspect (a run rescued from a dead worker, see 0008) goes only to a worker that holds
--- no run (alone), and alone; while one is due, no worker claims ordinary runs, so that
--- busy workers drain until one is empty and takes it.
+-- A suspect (a run in a second crash beside others, see 0008, 0021) goes only to a worker
+-- that holds no run (alone), and alone; while one is due, no worker claims ordinary runs,
+-- so that busy workers drain until one is empty and takes it.
 --
 -- Concurrency limits (0015, 0018, 0020, docs/flow-control.md): the scan steps over types
 -- and keys whose counter is full (a hashed look-up, so a blocked key starves no one);
@@ -534,9 +534,10 @@ with leases as (
     set lease_until = now() + make_interval(secs => %(lease)s), updated_at = now()
     from leases l
     where r.id = l.id and r.lease_token = l.token and r.status = 'leased'
-      -- a heartbeat that reaches the store after the lease ran out does not revive it:
-      -- its worker has given the run up by then (worker/leases.py)
-      and r.lease_until > now()
+      -- a heartbeat that reaches the store after the lease ran out, or within the
+      -- worker's give-up margin of its end, extends it no more: its worker has given the
+      -- run up by then (worker/leases.py), and the run must not wait for the extension
+      and r.lease_until > now() + make_interval(secs => %(margin)s)
     returning r.id
 ), heartbeat_events as (
     insert into {schema}workflow_event (workflow_id, event_type, data)
@@ -613,7 +614,8 @@ select id from done
 with outcomes as (
     select * from jsonb_to_recordset(%(items)s::jsonb)
         as o(id uuid, token uuid, final boolean, delay float8, error text, data jsonb,
-             charged boolean, suspect boolean, trace jsonb)
+             charged boolean, suspect boolean, crashes integer, keep_place boolean,
+                trace jsonb)
 ), counters as (
     -- The returned rows of these runs' concurrency counters (0015, 0018, 0020), locked
     -- in key order before returned below adds to them: no two outcomes wait on each
@@ -635,7 +637,11 @@ with outcomes as (
     set status = case when o.final then 'failed' else 'pending' end,
         attempt = r.attempt + case when o.charged then 1 else 0 end,
         isolate = o.suspect,
+        crashes = coalesce(o.crashes, 0),
+        -- a crash: due at once, in its place in the queue (a claim keeps run_at), just
+        -- ahead of the runs due with it (a batch of runs shares one run_at)
         run_at = case when o.final then r.run_at
+                      when o.keep_place then r.run_at - interval '1 millisecond'
                       else now() + make_interval(secs => o.delay) end,
         last_error = o.error,
         leased_by = case when o.final then r.leased_by end,
@@ -738,7 +744,7 @@ with outcomes as (
 select id from done
 
 -- name: expired_leases
-select id, type, attempt, max_attempts, leased_by, lease_token, isolate
+select id, type, attempt, max_attempts, leased_by, lease_token, isolate, crashes
 from {schema}workflow_run
 where status = 'leased' and lease_until < now() and type = any(%(types)s::text[])
   -- a type another runtime owns is that runtime's to recover
@@ -881,7 +887,7 @@ with outcomes as (
                        coalesce(r.deadline, 'infinity')),
         waiting_for = o.waiting_for,
         leased_by = null, lease_until = null, lease_token = null, lease_returned = true,
-        isolate = false,
+        isolate = false, crashes = 0,
         -- the attempt given back, for the next one to link to (none: forget the last)
         trace_context = case when o.trace is null then r.trace_context - 'attempt'
                              else coalesce(r.trace_context, '{}'::jsonb)
@@ -1139,7 +1145,7 @@ with retried as (
     update {schema}workflow_run
     set status = 'pending', run_at = now(), max_attempts = %(max_attempts)s,
         leased_by = null, lease_until = null, lease_token = null, waiting_for = null,
-        isolate = false, updated_at = now()
+        isolate = false, crashes = 0, updated_at = now()
     where id = %(id)s and status = %(status)s
     returning *
 ), retried_event as (

@@ -41,7 +41,7 @@ create table {schema}workflow_run (
     parent_id       uuid references {schema}workflow_run (id) on delete set null,
     deadline        timestamptz,
     code_version    text,
-    -- rescued from an expired lease: claimed alone until an attempt ends otherwise (0008)
+    -- a suspect: claimed alone until an attempt ends otherwise than by a crash (0008, 0021)
     isolate         boolean not null default false,
     -- W3C trace context of the start, and of the attempt that last gave the run back (0011)
     trace_context   jsonb,
@@ -53,7 +53,10 @@ create table {schema}workflow_run (
     concurrency_key text,
     -- the statement that ended the last lease counted it in its concurrency counters
     -- itself, so the lease-counting trigger skips it; the claim clears it (0020)
-    lease_returned  boolean not null default false
+    lease_returned  boolean not null default false,
+    -- uncharged crashes beside other runs since an attempt last ended otherwise; the
+    -- second makes the run a suspect (0021)
+    crashes         integer not null default 0
 );
 
 -- Claims read only claimable rows, ordered by priority then by when they became due:

@@ -301,9 +301,9 @@ returning *
 
 -- name: claim
 -- waiting_for is returned as it was (for replay) and cleared by claim_then_2. A suspect
--- (a run rescued from a dead worker, see 0005) goes only to a worker that holds no run
--- (alone), and alone; while one is due, no worker claims ordinary runs, so that busy
--- workers drain until one is empty and takes it.
+-- (a run in a second crash beside others, see 0005, 0016) goes only to a worker that
+-- holds no run (alone), and alone; while one is due, no worker claims ordinary runs, so
+-- that busy workers drain until one is empty and takes it.
 --
 -- Concurrency limits (0012, docs/flow-control.md): the scan steps over full types and
 -- keys; then only as many runs of each key and type are claimed as they have room for.
@@ -503,9 +503,11 @@ from (
 where workflow_run.id = l.id
   and workflow_run.lease_token = l.token
   and workflow_run.status = 'leased'
-  -- a heartbeat that reaches the store after the lease ran out does not revive it:
-  -- its worker has given the run up by then (worker/leases.py)
-  and workflow_run.lease_until > strftime('%Y-%m-%d %H:%M:%f', 'now')
+  -- a heartbeat that reaches the store after the lease ran out, or within the worker's
+  -- give-up margin of its end, extends it no more: its worker has given the run up by
+  -- then (worker/leases.py), and the run must not wait for the extension
+  and workflow_run.lease_until
+      > strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :margin || ' seconds')
 returning workflow_run.id
 
 -- name: heartbeat_then_events
@@ -572,7 +574,12 @@ update workflow_run
 set status = case when o.final then 'failed' else 'pending' end,
     attempt = workflow_run.attempt + o.charged,
     isolate = o.suspect,
+    crashes = coalesce(o.crashes, 0),
+    -- a crash: due at once, in its place in the queue (a claim keeps run_at), just ahead
+    -- of the runs due with it (a batch of runs shares one run_at)
     run_at = case when o.final then workflow_run.run_at
+                  when o.keep_place
+                  then strftime('%Y-%m-%d %H:%M:%f', workflow_run.run_at, '-0.001 seconds')
                   else strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || o.delay || ' seconds') end,
     last_error = o.error,
     leased_by = case when o.final then workflow_run.leased_by end,
@@ -588,7 +595,8 @@ from (
     select json_extract(value, '$.id') as id, json_extract(value, '$.token') as token,
            json_extract(value, '$.final') as final, json_extract(value, '$.delay') as delay,
            json_extract(value, '$.error') as error, json_extract(value, '$.charged') as charged,
-           json_extract(value, '$.suspect') as suspect, json_extract(value, '$.trace') as trace
+           json_extract(value, '$.suspect') as suspect, json_extract(value, '$.crashes') as crashes,
+           json_extract(value, '$.keep_place') as keep_place, json_extract(value, '$.trace') as trace
     from json_each(:items)
 ) as o
 where workflow_run.id = o.id
@@ -653,7 +661,7 @@ select value, 'released', json_object('worker_id', :worker_id, 'reason', :reason
 from json_each(:ids)
 
 -- name: expired_leases
-select id, type, attempt, max_attempts, leased_by, lease_token, isolate
+select id, type, attempt, max_attempts, leased_by, lease_token, isolate, crashes
 from workflow_run
 where status = 'leased'
   and lease_until < strftime('%Y-%m-%d %H:%M:%f', 'now')
@@ -726,7 +734,7 @@ set status = 'pending',
                  coalesce(workflow_run.deadline, '9999-12-31')),
     waiting_for = o.waiting_for,
     leased_by = null, lease_until = null, lease_token = null,
-    isolate = 0,
+    isolate = 0, crashes = 0,
     -- the attempt given back, for the next one to link to (none: forget the last)
     trace_context = case when o.trace is null
                          then json_remove(workflow_run.trace_context, '$.attempt')
@@ -921,7 +929,7 @@ update workflow_run
 set status = 'pending', run_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
     max_attempts = :max_attempts,
     leased_by = null, lease_until = null, lease_token = null, waiting_for = null,
-    isolate = 0, updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+    isolate = 0, crashes = 0, updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
 where id = :id and status = :status
 returning *
 

@@ -28,7 +28,7 @@ create table workflow_run (
     parent_id       text references workflow_run (id) on delete set null,
     deadline        text,
     code_version    text,
-    -- rescued from an expired lease: claimed alone until an attempt ends otherwise (0005)
+    -- a suspect: claimed alone until an attempt ends otherwise than by a crash (0005, 0016)
     isolate         integer not null default 0,
     -- W3C trace context of the start, and of the attempt that last gave the run back (0008)
     trace_context   text check (trace_context is null or json_valid(trace_context)),
@@ -37,7 +37,10 @@ create table workflow_run (
     -- a debounced start's key, while the run is pending and unclaimed (0010)
     debounce_key    text,
     -- runs of one key (a customer, say) share their type's per-key limit (0012)
-    concurrency_key text
+    concurrency_key text,
+    -- uncharged crashes beside other runs since an attempt last ended otherwise; the
+    -- second makes the run a suspect (0016)
+    crashes         integer not null default 0
 );
 
 create index idx_workflow_run_claim
