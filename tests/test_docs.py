@@ -197,7 +197,8 @@ class Shell:
 def _shape(lines: list[str]) -> list[str]:
     out = []
     for line in lines:
-        line = TIME.sub(lambda m: re.sub(r"\d", "9", m[0]), line)
+        # Fractions of a second go: a time on a whole second is printed without one.
+        line = TIME.sub(lambda m: re.sub(r"\d", "9", re.sub(r"\.\d+", "", m[0])), line)
         out.append(CURSOR.sub("--cursor CURSOR", line).rstrip())
     return out
 

@@ -155,7 +155,7 @@ def test_workers_drain_mixed_runs_each_by_a_matching_worker(
     store: Store, client: Client, workers: Workers, ledger: Ledger
 ) -> None:
     for worker_id, prefixes in PARTITION.items():
-        workers.start(worker_id, *prefixes, lease=5, concurrency=8, ready=False)
+        workers.start(worker_id, *prefixes, lease=15, concurrency=8, ready=False)
     for worker in workers.started:
         worker.wait_ready()
 
