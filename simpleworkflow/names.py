@@ -247,6 +247,23 @@ def _broken_segment_rule(segment: str, *, pattern: bool) -> str:
     )
 
 
+#: The longest key a run or a call may name (idempotency, concurrency, rate-limit keys).
+MAX_KEY_LENGTH = 512
+
+
+def validate_key(key: object, what: str) -> str | None:
+    """``key`` if it is ``None`` or a storable key: a non-empty string of at most
+    :data:`MAX_KEY_LENGTH` characters that every store keeps as it is."""
+    if key is None:
+        return None
+    if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH or unstorable(key):
+        raise errors.InvalidArgument(
+            f"{what} must be a non-empty string of at most {MAX_KEY_LENGTH} "
+            f"characters without NUL characters or lone surrogates, not {key!r:.80}"
+        )
+    return key
+
+
 def validate_event_id(event_id: object) -> str:
     """Return ``event_id`` if it can identify a published event (1 to 100 characters, any
     text a store can hold: ``evt_123``, a UUID, ``orders-3:18442``)."""

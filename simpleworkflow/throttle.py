@@ -13,27 +13,12 @@ from __future__ import annotations
 from simpleworkflow import errors, names, races, rates
 from simpleworkflow.attempt_state import AttemptState
 
-#: The longest key, as for a run's concurrency key.
-MAX_KEY = 512
-
-
-def check_key(key: object) -> str | None:
-    """``key`` if it can name a per-key window: a non-empty string, or ``None``."""
-    if key is None:
-        return None
-    if not isinstance(key, str) or not key or len(key) > MAX_KEY or names.unstorable(key):
-        raise errors.InvalidArgument(
-            f"a rate limit's key must be a non-empty string of at most {MAX_KEY} characters "
-            f"without NUL characters or lone surrogates, not {key!r:.80}"
-        )
-    return key
-
 
 def check(limit: object, key: object, name: object) -> tuple[str, str | None, str]:
     """The limit's name, the key and the call's step name (``rate:<limit>`` by default),
     checked before anything is read or written."""
     limit = rates.check_name(limit)
-    key = check_key(key)
+    key = names.validate_key(key, "a rate limit's key")
     step = names.validate_step_name(f"rate:{limit}" if name is None else name)
     return limit, key, step
 

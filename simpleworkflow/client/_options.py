@@ -18,7 +18,7 @@ from simpleworkflow import durations, errors, names, payloads, retention
 from simpleworkflow.backends.records import NewRun
 from simpleworkflow.client import _debounce
 
-MAX_KEY_LENGTH = 512
+MAX_KEY_LENGTH = names.MAX_KEY_LENGTH
 # Far enough for any schedule, near enough that now + delay stays a valid timestamp in
 # every store (SQLite's date functions stop at year 9999).
 MAX_DELAY_SECONDS = 100 * 366 * 86400
@@ -163,11 +163,4 @@ def _check_delay(delay: durations.Duration | None) -> float:
 
 
 def _check_key(key: object, what: str = "idempotency_key") -> str | None:
-    if key is None:
-        return None
-    if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH or names.unstorable(key):
-        raise errors.InvalidArgument(
-            f"{what} must be a non-empty string of at most {MAX_KEY_LENGTH} "
-            f"characters without NUL characters or lone surrogates, not {key!r:.80}"
-        )
-    return key
+    return names.validate_key(key, what)
