@@ -2,8 +2,9 @@
 ``python -m benchmarks.observers`` and ``python -m benchmarks.limits``.
 
 Each benchmark says what its variants are and how to drain once under one; this module
-drains them interleaved (so that the machine's other load falls on every variant alike),
-takes medians, and prints each variant relative to the first, its baseline.
+drains them interleaved, in an order that turns each round (so that the machine's other
+load and the order itself fall on every variant alike), takes medians, and prints each
+variant relative to the first, its baseline.
 """
 
 from __future__ import annotations
@@ -50,12 +51,16 @@ def measure(
     names: Sequence[str],
     drain: Drain,
 ) -> dict[str, Any]:
-    """Medians per variant of ``repeat`` interleaved drains, after one warm-up drain."""
+    """Medians per variant of ``repeat`` interleaved drains, after one warm-up drain; the
+    order turns by one variant each round."""
     found: dict[str, dict[str, list[float]]] = {v: {"rate": [], "cpu_us": []} for v in names}
     with profile._store(kind, url) as store:
         drain(store, min(runs, 1000), concurrency, names[0])  # warm the store and the caches
-        for _ in range(repeat):
-            for variant in names:
+        for round_ in range(repeat):
+            # Each round starts at the next variant: none is always first (or always
+            # after a given other), so an effect of the order falls on every one alike.
+            shift = round_ % len(names)
+            for variant in [*names[shift:], *names[:shift]]:
                 rate, cpu = drain(store, runs, concurrency, variant)
                 found[variant]["rate"].append(round(rate))
                 found[variant]["cpu_us"].append(round(cpu, 1))
