@@ -16,8 +16,9 @@ ledger, journal, runs and audit trail and reports, per store, the counts whose t
 zero (lost, stuck, failed, duplicate journal rows, events after the end, overlapping
 executions, unexplained re-executions, writes accepted from a fenced worker, early
 wake-ups: the exit status is 1 unless all are) and, per fault, the times: from a fault
-to the next claim of each run a struck worker held (``recovery``), and from the database
-being back to the struck worker's next new step (``resumed``).
+to the next claim of each run a struck worker held (``recovery``; ``database_up``: less
+the time a restart of the database overlapped it), and from the database being back to
+the struck worker's next new step (``resumed``).
 """
 
 from __future__ import annotations
@@ -277,9 +278,10 @@ class Chaos:
             "faults": dict(collections.Counter(fault.kind for fault in dealt)),
             **counts,
         }
-        for kind, (samples, waits) in sorted(check.recoveries(dealt, events).items()):
+        for kind, (samples, waits, up) in sorted(check.recoveries(dealt, events).items()):
             figures[f"recovery_{kind}"] = check.summary(samples)
             figures[f"recovery_{kind}"]["given_up_to_claim"] = check.summary(waits)
+            figures[f"recovery_{kind}"]["database_up"] = check.summary(up)
         for kind, samples in sorted(resumed.items()):
             figures[f"resumed_{kind}"] = check.summary(samples)
         figures["never_resumed"] = never

@@ -132,13 +132,18 @@ def early_wakeups(ticks: list[Tick], journals: dict[str, list[JournalEntry]]) ->
 
 def recoveries(
     faults: list[Fault], events: dict[str, list[Event]]
-) -> dict[str, tuple[list[float], list[float]]]:
+) -> dict[str, tuple[list[float], list[float], list[float]]]:
     """By fault kind: seconds from the fault to the next claim of each run that a struck
     worker held at that moment and gave up because of it (by the audit trail: released
     at shutdown, or rescued from an expired lease; not a run whose attempt went on to
-    end by itself, suspended or finished); and the part of it from the run being given
-    up (released, rescued) to that claim."""
-    samples: dict[str, tuple[list[float], list[float]]] = collections.defaultdict(lambda: ([], []))
+    end by itself, suspended or finished); the part of it from the run being given up
+    (released, rescued) to that claim; and the whole less the time the database was
+    restarting meanwhile (no worker can give up or claim a run then: the engine's own
+    recovery time when faults overlap)."""
+    samples: dict[str, tuple[list[float], list[float], list[float]]] = collections.defaultdict(
+        lambda: ([], [], [])
+    )
+    outages = [(f.at, f.back) for f in faults if f.kind == "restart" and f.back is not None]
     for fault in (f for f in faults if f.kind in LEASE_LOSING):
         for trail in events.values():
             if _holder(trail, fault.at) not in fault.workers:
@@ -149,10 +154,11 @@ def recoveries(
                 continue
             claim = next((e for e in after[ended:] if e.event_type == "leased"), None)
             if claim is not None:
-                samples[fault.kind][0].append(stamp(claim.created_at) - fault.at)
-                samples[fault.kind][1].append(
-                    stamp(claim.created_at) - stamp(after[ended].created_at)
-                )
+                claimed = stamp(claim.created_at)
+                samples[fault.kind][0].append(claimed - fault.at)
+                samples[fault.kind][1].append(claimed - stamp(after[ended].created_at))
+                down = sum(max(0.0, min(claimed, b) - max(fault.at, a)) for a, b in outages)
+                samples[fault.kind][2].append(claimed - fault.at - down)
     return samples
 
 
