@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 from benchmarks.metrics import catalogue
 
 if TYPE_CHECKING:
+    from benchmarks.options import Options
     from benchmarks.pgbench import Ceilings
-    from benchmarks.suite import Options
 
 FORMAT_VERSION = 1
 COLOURS = {"postgres": "tab:blue", "sqlite": "tab:orange"}

@@ -12,37 +12,15 @@ import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
 from benchmarks import backlog, cases, latency, pgbench, report, server, stores
-from benchmarks.cases import Sizes
 from benchmarks.metrics import BACKLOG_KEPT, backlog_metric
+from benchmarks.options import Options
 from benchmarks.stores import BenchStore
-
-
-@dataclass(frozen=True)
-class Options:
-    stores: list[str]
-    items: int
-    repeat: int
-    backlogs: list[int]
-    samples: int
-    concurrency: int
-    pgbench_seconds: float
-    postgres_url: str | None
-    #: Words naming the cases to run (all when empty): a case runs if its name has one.
-    cases: list[str] = field(default_factory=list)
-    #: SQLite's ``synchronous`` setting, passed in the store's URL.
-    sqlite_synchronous: str = "full"
-
-    @property
-    def sizes(self) -> Sizes:
-        return Sizes(items=self.items, concurrency=self.concurrency)
-
 
 Case = Callable[[BenchStore, Options], dict[str, float]]
 CASES: list[tuple[str, Case]] = [
