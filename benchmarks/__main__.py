@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from benchmarks import report, suite
+from benchmarks.options import Options
 
 QUICK = {
     "items": 1000,
@@ -31,7 +32,7 @@ def case_words(text: str) -> list[str]:
     return [word.strip() for word in re.split(r",(?!\s)", text) if word.strip()]
 
 
-def parse(argv: list[str]) -> tuple[suite.Options, Path, Path | None]:
+def parse(argv: list[str]) -> tuple[Options, Path, Path | None]:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--stores", default="postgres,sqlite", help="comma-separated")
     parser.add_argument("--items", type=int, help="runs per throughput case (5000; quick 1000)")
@@ -65,7 +66,7 @@ def parse(argv: list[str]) -> tuple[suite.Options, Path, Path | None]:
     for name, value in defaults.items():
         if getattr(args, name) is None:
             setattr(args, name, value)
-    options = suite.Options(
+    options = Options(
         stores=[s.strip() for s in args.stores.split(",") if s.strip()],
         items=args.items,
         repeat=args.repeat,
