@@ -155,6 +155,16 @@ def client(store: Store) -> Iterator[Client]:
         yield client
 
 
+@pytest.fixture
+def backend(store: Store) -> Iterator[Backend]:
+    """The store's backend, for tests that drive its statements directly."""
+    backend = store.backend()
+    try:
+        yield backend
+    finally:
+        backend.close()
+
+
 def with_database(url: str, dbname: str) -> str:
     """``url`` pointing at database ``dbname`` of the same server."""
     parts = urlsplit(url)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -26,15 +25,6 @@ from simpleworkflow.backends.records import (
 
 TYPE = "limits.task.v1"
 OTHER = "limits.other.v1"
-
-
-@pytest.fixture
-def backend(store: Store) -> Iterator[Backend]:
-    backend = store.backend()
-    try:
-        yield backend
-    finally:
-        backend.close()
 
 
 @pytest.fixture

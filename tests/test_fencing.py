@@ -31,15 +31,6 @@ TYPE = "test.fencing.v1"
 NO_TOKEN = "00000000-0000-4000-8000-000000000000"
 
 
-@pytest.fixture
-def backend(store: Store) -> Iterator[Backend]:
-    backend = store.backend()
-    try:
-        yield backend
-    finally:
-        backend.close()
-
-
 def claim(backend: Backend, count: int) -> list[Lease]:
     request = Claim(worker_id="w", types=(TYPE,), limit=count, lease_seconds=30)
     leases = backend.execute(backend.claim(request))

@@ -5,26 +5,15 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from conftest import Store
 
 from simpleworkflow import Client, errors
 from simpleworkflow.backends import Backend
 from simpleworkflow.backends.records import Claim, Lease
 
 TYPE = "rates.task.v1"
-
-
-@pytest.fixture
-def backend(store: Store) -> Iterator[Backend]:
-    backend = store.backend()
-    try:
-        yield backend
-    finally:
-        backend.close()
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ worker that holds nothing; crashes are charged only to a run that was alone."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 
 import pytest
 from conftest import Store
@@ -20,13 +19,6 @@ from simpleworkflow.worker.recovery import crashed
 
 TYPE = "billing.invoice.v1"
 CLAIM = Claim(worker_id="w", types=(TYPE,), limit=10, lease_seconds=30)
-
-
-@pytest.fixture
-def backend(store: Store) -> Iterator[Backend]:
-    backend = store.backend()
-    yield backend
-    backend.close()
 
 
 def isolate(store: Store, run_id: str) -> bool:
