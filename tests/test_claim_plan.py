@@ -8,6 +8,7 @@ import json
 import re
 import sqlite3
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -17,6 +18,21 @@ from simpleworkflow import config
 from simpleworkflow.backends.sqlite import matching
 
 TYPE = "bench.noop.v1"
+
+
+def claim_params(type_: str, *, alone: bool = False) -> dict[str, Any]:
+    """The parameters a worker's claim of ``type_`` passes to the ``claim`` statement, for
+    tests that run it by hand (under EXPLAIN, or beside an uncommitted transaction)."""
+    return {
+        "worker_id": "w",
+        "types": [type_],
+        "runtime": "python",
+        "limit": 100,
+        "lease": 30.0,
+        "versions": json.dumps({type_: "1"}),
+        "known": [f"{type_}@1"],
+        "alone": alone,
+    }
 
 
 @pytest.mark.parametrize("alone", [False, True])
@@ -32,16 +48,7 @@ def test_the_claim_reads_the_claim_index_not_every_pending_run(
             client.start_many([(TYPE, {}) for _ in range(1000)])
     if registered:  # what a worker does at start; it once misled the planner
         backend.execute(backend.register_types([TYPE], "python"))
-    params = {
-        "worker_id": "w",
-        "types": [TYPE],
-        "runtime": "python",
-        "limit": 100,
-        "lease": 30.0,
-        "versions": json.dumps({TYPE: "1"}),
-        "known": [f"{TYPE}@1"],
-        "alone": alone,
-    }
+    params = claim_params(TYPE, alone=alone)
     with psycopg.connect(store.url) as conn:
         conn.execute(f'analyze "{store.schema}".workflow_run'.encode())
         rows = conn.execute(("explain " + backend.q["claim"]).encode(), params).fetchall()
@@ -222,16 +229,7 @@ def test_a_claim_under_concurrency_limits_walks_the_claim_index_at_a_million_run
             ).encode()
         )
     backend.execute(backend.set_registry_concurrency(TYPE, 1000, 2))
-    params = {
-        "worker_id": "w",
-        "types": [TYPE],
-        "runtime": "python",
-        "limit": 100,
-        "lease": 30.0,
-        "versions": json.dumps({TYPE: "1"}),
-        "known": [f"{TYPE}@1"],
-        "alone": False,
-    }
+    params = claim_params(TYPE)
     with psycopg.connect(store.url) as conn:
         conn.execute(f'analyze "{store.schema}".workflow_run'.encode())
         conn.execute(f'analyze "{store.schema}".workflow_concurrency'.encode())

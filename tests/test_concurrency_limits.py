@@ -3,13 +3,13 @@ claim steps over full keys; every way a lease ends gives its slot back; bad inpu
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
 
 import psycopg
 import pytest
 from conftest import Store
+from test_claim_plan import claim_params
 
 from simpleworkflow import Client, errors
 from simpleworkflow.backends import Backend
@@ -135,16 +135,7 @@ def test_a_claim_neither_waits_for_a_lease_end_in_flight_nor_counts_it_early(
     limited.start_many([{"type": TYPE, "concurrency_key": "a"}] * 2)
     [first] = claim(backend)
     path = f'set search_path to "{store.schema}"'.encode()
-    params = {
-        "worker_id": "w",
-        "types": [TYPE],
-        "runtime": "python",
-        "limit": 100,
-        "lease": 30.0,
-        "versions": json.dumps({TYPE: "1"}),
-        "known": [f"{TYPE}@1"],
-        "alone": False,
-    }
+    params = claim_params(TYPE)
     with psycopg.connect(store.url) as ending:
         ending.execute(path)
         ending.execute(  # the lease ends; the trigger counts it, uncommitted
