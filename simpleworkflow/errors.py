@@ -158,6 +158,10 @@ class SchemaError(SimpleWorkflowError):
 class StoreUnavailable(SimpleWorkflowError):
     """The database could not be reached, or the connection broke mid-operation."""
 
+    #: When the failed call began (``time.monotonic()``), where the store knows it: a call
+    #: begun before an outage ended that fails after is a straggler of that outage.
+    began: float | None = None
+
 
 class PermanentError(SimpleWorkflowError):
     """Raise (or subclass) in a handler for a failure that no retry can fix."""

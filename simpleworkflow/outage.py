@@ -29,12 +29,19 @@ class Outage:
         self._log = log
         self._where = where
         self._since: float | None = None
+        self._ended_at: float | None = None
 
     @property
     def down(self) -> bool:
         return self._since is not None
 
     def failed(self, exc: BaseException) -> None:
+        began = getattr(exc, "began", None)
+        if self._since is None and self._straggler(began):
+            # Caught by the outage that has ended (it waited on a connection the network
+            # swallowed, to its deadline): no news. Its caller retries like any other.
+            self._log.debug("a call begun during the outage failed after it: %s", exc)
+            return
         if self._since is None:
             self._since = time.monotonic()
             self._log.warning(
@@ -43,9 +50,13 @@ class Outage:
 
     def ended(self) -> None:
         if self._since is not None:
-            seconds = time.monotonic() - self._since
+            self._ended_at = time.monotonic()
+            seconds = self._ended_at - self._since
             self._since = None
             self._log.warning("the store at %s answers again, after %.1fs", self._where, seconds)
+
+    def _straggler(self, began: float | None) -> bool:
+        return began is not None and self._ended_at is not None and began < self._ended_at
 
 
 def next_pause(pause: float) -> float:

@@ -207,19 +207,25 @@ class PostgresBackend(base.Backend):
         that same socket). So the call runs as a task of its own: past its deadline the
         caller gets ``StoreUnavailable`` and the pool is replaced, while the task is
         cancelled and left to end when its socket does."""
+        began = time.monotonic()
         call = asyncio.ensure_future(self._execute_async(op))
         try:
             return await asyncio.wait_for(asyncio.shield(call), self.call_timeout)
         except asyncio.CancelledError:
             self._abandon(call)
             raise
+        except errors.StoreUnavailable as exc:
+            exc.began = began
+            raise
         except TimeoutError:
             self._abandon(call)
             self._drop_current_async_pool()
-            raise errors.StoreUnavailable(
+            late = errors.StoreUnavailable(
                 f"Postgres did not answer within {self.call_timeout:g}s; the operation may "
                 "or may not have been applied; check the network and the server, then retry"
-            ) from None
+            )
+            late.began = began
+            raise late from None
 
     def _abandon(self, call: asyncio.Future[Any]) -> None:
         """Cancel ``call`` without waiting for it; ``aclose`` makes sure it ends."""
