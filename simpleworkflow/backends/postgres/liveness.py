@@ -21,6 +21,10 @@ whenever a probe runs.
 Behind a pooler (PgBouncer) the session a client sees is not the server's, and
 ``pg_stat_activity`` cannot vouch for it: the probe notices (its own session's id is not
 the one the server reports) and cuts nothing.
+
+The blocking calls of the sync clients are watched by the deadline's watchdog thread
+(``deadline.py``), which asks the same question through :meth:`Liveness.dead_blocking`
+and follows the same schedule (:func:`next_probe`).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import os
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 
@@ -45,7 +49,25 @@ PROBE_AFTER = 1.0
 #: Seconds a probe may take, connecting included, before it counts as unanswered.
 PROBE_TIMEOUT = 5.0
 
+#: A connection of either face: the probe reads only its server session's id.
+C = TypeVar("C", psycopg.Connection[Any], psycopg.AsyncConnection[Any])
+
 _ALIVE = b"select pg_backend_pid(), array(select pid from pg_stat_activity where pid = any(%s))"
+
+
+def next_probe(start: float, now: float, probe_after: float) -> float:
+    """When a call begun at ``start``, found alive at ``now``, is asked about again: when
+    its age has doubled, so that a slow database gets few probes."""
+    return now + max(now - start, probe_after)
+
+
+def report_cut(count: int) -> None:
+    """Once per probe that cuts: an operator sees the half-open fault, not only its cost."""
+    _log.warning(
+        "%d Postgres connection(s) lost their server session without a word "
+        "(half-open); cutting them and reconnecting",
+        count,
+    )
 
 
 def cut(conn: Any) -> None:
@@ -120,24 +142,22 @@ class Liveness:
             slow = [c for c, (_, d) in self._due.items() if d <= now]
             dead = await self.dead([*slow, *self._standing])
             now = time.monotonic()
-            for conn in slow:  # asked about again when its age has doubled
+            for conn in slow:
                 if conn in self._due and conn not in dead:
                     start = self._due[conn][0]
-                    self._due[conn] = (start, now + max(now - start, self.probe_after))
+                    self._due[conn] = (start, next_probe(start, now, self.probe_after))
             if dead:
-                _log.warning(
-                    "%d Postgres connection(s) lost their server session without a word "
-                    "(half-open); cutting them and reconnecting",
-                    len(dead),
-                )
+                report_cut(len(dead))
                 for conn in dead:
                     self._due.pop(conn, None)
                     cut(conn)
                 self._on_dead()
 
-    async def dead(
-        self, conns: list[psycopg.AsyncConnection[Any]]
-    ) -> list[psycopg.AsyncConnection[Any]]:
+    def dead_blocking(self, conns: list[C]) -> list[C]:
+        """:meth:`dead` for a thread without an event loop (the deadline's watchdog)."""
+        return asyncio.run(self.dead(conns))
+
+    async def dead(self, conns: list[C]) -> list[C]:
         """Those of ``conns`` whose server session is gone; none if the server cannot
         be asked, or cannot vouch for the sessions (a pooler between)."""
         pids = {c.pgconn.backend_pid: c for c in conns if not c.closed}
