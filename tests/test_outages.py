@@ -417,3 +417,21 @@ def test_a_slow_blocking_call_on_a_live_session_is_left_alone(pg_store: Store) -
     finally:
         backend.close()
     assert len(asked) >= 3, f"the server was asked {len(asked)} times"
+
+
+def test_a_sync_transaction_on_a_half_open_connection_is_cut_by_the_next_probe(
+    pg_store: Store, proxy: SilentableProxy
+) -> None:
+    """A transaction's connection (a transactional step's, in a ``def`` handler) has no
+    deadline: it is checked whenever a probe runs, here one for a slow call beside it."""
+    backend = PostgresBackend(proxy.url, schema=pg_store.schema, probe_after=0.2)
+    try:
+        with pytest.raises(psycopg.OperationalError), backend.transaction() as conn:
+            proxy.half_open()
+            beside = threading.Thread(target=backend.execute, args=(_sleep(0.5),))
+            beside.start()  # a fresh connection, live: probed at 0.2 s, not cut
+            conn.execute("select 1")
+        beside.join()
+        assert backend.execute(_sleep(0)) == [{"slept": ""}]
+    finally:
+        backend.close()

@@ -268,6 +268,7 @@ class PostgresBackend(base.Backend):
                 pool = self._sync_pool()
                 conn = stack.enter_context(pool.connection())
                 stack.enter_context(_on_broken(conn, lambda: self._drop_pool(pool)))
+                stack.enter_context(self._liveness.standing(conn))  # no deadline here
                 stack.enter_context(conn.transaction())
             yield conn
 

@@ -129,19 +129,23 @@ class _Watchdog:
             ).start()
 
     def _probe(self, probe: liveness.Liveness, calls: list[Deadline]) -> None:
+        standing = probe.standing_now()
         try:
-            dead = probe.dead_blocking([d.conn for d in calls])
+            dead = probe.dead_blocking([*(d.conn for d in calls), *standing])
         except Exception:  # dead() answers [] to the failures it expects; others decide nothing too
             _log.exception("the liveness probe failed")
             dead = []
         now = time.monotonic()
         with self._cond:
             gone = [d for d in calls if d.conn in dead and d in self._active]
-            if gone:
-                liveness.report_cut(len(gone))
+            lost = [conn for conn in standing if conn in dead]
+            if gone or lost:
+                liveness.report_cut(len(gone) + len(lost))
             for deadline in gone:
                 self._active.discard(deadline)
                 deadline.expire("session gone")
+            for conn in lost:  # a transaction's: its statement fails, its pool goes
+                liveness.cut(conn)
             for deadline in self._active.intersection(calls):
                 deadline.probe_at = liveness.next_probe(deadline.began, now, probe.probe_after)
             self._cond.notify()

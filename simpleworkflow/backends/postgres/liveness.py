@@ -95,7 +95,7 @@ class Liveness:
         self._on_dead = on_dead
         self.probe_after = probe_after
         self._due: dict[psycopg.AsyncConnection[Any], tuple[float, float]] = {}  # start, due
-        self._standing: set[psycopg.AsyncConnection[Any]] = set()
+        self._standing: set[Any] = set()  # of either face: a sync transaction's too
         self._task: asyncio.Task[None] | None = None
         self._woken: asyncio.Event | None = None
 
@@ -111,13 +111,19 @@ class Liveness:
             self._due.pop(conn, None)
 
     @contextlib.contextmanager
-    def standing(self, conn: psycopg.AsyncConnection[Any]) -> Iterator[None]:
-        """Around a connection that waits by design: checked whenever a probe runs."""
+    def standing(self, conn: Any) -> Iterator[None]:
+        """Around a connection that waits by design, or runs the caller's statements (a
+        transactional step's, sync or async): checked whenever a probe runs, a worker's
+        or the watchdog's (any thread)."""
         self._standing.add(conn)
         try:
             yield
         finally:
             self._standing.discard(conn)
+
+    def standing_now(self) -> list[Any]:
+        """The standing connections, copied at once (another thread may add one)."""
+        return list(self._standing.copy())
 
     def _ensure_running(self) -> None:
         loop = asyncio.get_running_loop()
@@ -140,7 +146,7 @@ class Liveness:
                 await asyncio.sleep(min(due - now, self.probe_after))
                 continue
             slow = [c for c, (_, d) in self._due.items() if d <= now]
-            dead = await self.dead([*slow, *self._standing])
+            dead = await self.dead([*slow, *self.standing_now()])
             now = time.monotonic()
             for conn in slow:
                 if conn in self._due and conn not in dead:
