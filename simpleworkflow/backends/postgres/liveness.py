@@ -36,7 +36,7 @@ import os
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 import psycopg
 
@@ -48,9 +48,6 @@ _log = logging.getLogger("simpleworkflow.postgres")
 PROBE_AFTER = 1.0
 #: Seconds a probe may take, connecting included, before it counts as unanswered.
 PROBE_TIMEOUT = 5.0
-
-#: A connection of either face: the probe reads only its server session's id.
-C = TypeVar("C", psycopg.Connection[Any], psycopg.AsyncConnection[Any])
 
 _ALIVE = b"select pg_backend_pid(), array(select pid from pg_stat_activity where pid = any(%s))"
 
@@ -159,13 +156,14 @@ class Liveness:
                     cut(conn)
                 self._on_dead()
 
-    def dead_blocking(self, conns: list[C]) -> list[C]:
+    def dead_blocking(self, conns: list[Any]) -> list[Any]:
         """:meth:`dead` for a thread without an event loop (the deadline's watchdog)."""
         return asyncio.run(self.dead(conns))
 
-    async def dead(self, conns: list[C]) -> list[C]:
-        """Those of ``conns`` whose server session is gone; none if the server cannot
-        be asked, or cannot vouch for the sessions (a pooler between)."""
+    async def dead(self, conns: list[Any]) -> list[Any]:
+        """Those of ``conns`` (connections of either face: only their session ids are
+        read) whose server session is gone; none if the server cannot be asked, or cannot
+        vouch for the sessions (a pooler between)."""
         pids = {c.pgconn.backend_pid: c for c in conns if not c.closed}
         if not pids:
             return []
