@@ -371,3 +371,67 @@ def test_a_blocking_call_gives_up_at_its_deadline_while_the_network_is_silent(
         assert backend.execute(backend.get_run(run_id)) is not None
     finally:
         backend.close()
+
+
+def test_a_sync_clients_call_on_a_half_open_connection_fails_soon_and_the_next_works(
+    pg_store: Store, proxy: SilentableProxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A blocking ``Client.start`` on a connection whose server side is gone fails within
+    seconds, not at its deadline (ten minutes here); it says why, and the client's next
+    call, on a fresh connection, works. The start did not reach the server, so it is not
+    stored, and retrying it with its idempotency key starts it once."""
+    backend = PostgresBackend(proxy.url, schema=pg_store.schema, call_timeout=600)
+    with Client(backend=backend) as client:
+        first = client.start(TYPE, {"n": 1})
+        calls = [threading.Thread(target=backend.execute, args=(_sleep(0.2),)) for _ in "abc"]
+        for call in calls:  # at once: the pool holds three connections, idle...
+            call.start()
+        for call in calls:
+            call.join()
+        proxy.half_open()  # ... whose server side is gone
+        began = time.monotonic()
+        with pytest.raises(errors.StoreUnavailable, match="no longer has this connection's"):
+            client.start(TYPE, {"n": 2}, idempotency_key="half-open")
+        assert time.monotonic() - began < 30, "the call waited for its deadline"
+        assert client.get(first.id).id == first.id  # the pool of dead connections went
+        again = client.start(TYPE, {"n": 2}, idempotency_key="half-open")
+        assert again.created
+    assert any("half-open" in r.getMessage() for r in caplog.records), "the cut was not logged"
+
+
+def test_a_slow_blocking_call_on_a_live_session_is_left_alone(pg_store: Store) -> None:
+    """Asked about several times (at 0.1, 0.2, 0.4, 0.8 and 1.6 s), the session is found
+    alive each time, and the statement finishes."""
+    backend = PostgresBackend(pg_store.url, schema=pg_store.schema, probe_after=0.1)
+    asked: list[int] = []
+    probe = backend._liveness
+    dead = probe.dead_blocking
+
+    def counted(conns: list[Any]) -> list[Any]:
+        asked.append(len(conns))
+        return dead(conns)
+
+    probe.dead_blocking = counted  # type: ignore[method-assign]
+    try:
+        assert backend.execute(_sleep(2)) == [{"slept": ""}]
+    finally:
+        backend.close()
+    assert len(asked) >= 3, f"the server was asked {len(asked)} times"
+
+
+def test_a_sync_transaction_on_a_half_open_connection_is_cut_by_the_next_probe(
+    pg_store: Store, proxy: SilentableProxy
+) -> None:
+    """A transaction's connection (a transactional step's, in a ``def`` handler) has no
+    deadline: it is checked whenever a probe runs, here one for a slow call beside it."""
+    backend = PostgresBackend(proxy.url, schema=pg_store.schema, probe_after=0.2)
+    try:
+        with pytest.raises(psycopg.OperationalError), backend.transaction() as conn:
+            proxy.half_open()
+            beside = threading.Thread(target=backend.execute, args=(_sleep(0.5),))
+            beside.start()  # a fresh connection, live: probed at 0.2 s, not cut
+            conn.execute("select 1")
+        beside.join()
+        assert backend.execute(_sleep(0)) == [{"slept": ""}]
+    finally:
+        backend.close()

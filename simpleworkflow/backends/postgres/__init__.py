@@ -188,14 +188,14 @@ class PostgresBackend(base.Backend):
     # an explicit transaction.
 
     def execute(self, op: base.Op[T], *, readonly: bool = False) -> T:
-        """Run ``op``; give up after ``call_timeout`` seconds whatever the network does
-        (see :class:`~.deadline.Deadline`)."""
+        """Run ``op``; give up after ``call_timeout`` seconds whatever the network does,
+        at once if the server has lost its session (see :class:`~.deadline.Deadline`)."""
         with _translated("talking to Postgres"):
             pool = self._sync_pool()
             with (
                 pool.connection(timeout=self.call_timeout) as conn,
-                _on_broken(conn, lambda: self._drop_pool(pool)),
-                Deadline(conn, self.call_timeout),
+                Deadline(conn, self.call_timeout, self._liveness),  # it says why it cut
+                _on_broken(conn, lambda: self._drop_pool(pool)),  # and the pool goes
             ):
                 return driving.execute(conn, op)
 
@@ -268,6 +268,7 @@ class PostgresBackend(base.Backend):
                 pool = self._sync_pool()
                 conn = stack.enter_context(pool.connection())
                 stack.enter_context(_on_broken(conn, lambda: self._drop_pool(pool)))
+                stack.enter_context(self._liveness.standing(conn))  # no deadline here
                 stack.enter_context(conn.transaction())
             yield conn
 

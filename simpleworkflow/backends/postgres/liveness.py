@@ -21,6 +21,10 @@ whenever a probe runs.
 Behind a pooler (PgBouncer) the session a client sees is not the server's, and
 ``pg_stat_activity`` cannot vouch for it: the probe notices (its own session's id is not
 the one the server reports) and cuts nothing.
+
+The blocking calls of the sync clients are watched by the deadline's watchdog thread
+(``deadline.py``), which asks the same question through :meth:`Liveness.dead_blocking`
+and follows the same schedule (:func:`next_probe`).
 """
 
 from __future__ import annotations
@@ -48,6 +52,21 @@ PROBE_TIMEOUT = 5.0
 _ALIVE = b"select pg_backend_pid(), array(select pid from pg_stat_activity where pid = any(%s))"
 
 
+def next_probe(start: float, now: float, probe_after: float) -> float:
+    """When a call begun at ``start``, found alive at ``now``, is asked about again: when
+    its age has doubled, so that a slow database gets few probes."""
+    return now + max(now - start, probe_after)
+
+
+def report_cut(count: int) -> None:
+    """Once per probe that cuts: an operator sees the half-open fault, not only its cost."""
+    _log.warning(
+        "%d Postgres connection(s) lost their server session without a word "
+        "(half-open); cutting them and reconnecting",
+        count,
+    )
+
+
 def cut(conn: Any) -> None:
     """Shut ``conn``'s socket down: a call waiting on it ends at once, with an error."""
     with (
@@ -73,7 +92,7 @@ class Liveness:
         self._on_dead = on_dead
         self.probe_after = probe_after
         self._due: dict[psycopg.AsyncConnection[Any], tuple[float, float]] = {}  # start, due
-        self._standing: set[psycopg.AsyncConnection[Any]] = set()
+        self._standing: set[Any] = set()  # of either face: a sync transaction's too
         self._task: asyncio.Task[None] | None = None
         self._woken: asyncio.Event | None = None
 
@@ -89,13 +108,19 @@ class Liveness:
             self._due.pop(conn, None)
 
     @contextlib.contextmanager
-    def standing(self, conn: psycopg.AsyncConnection[Any]) -> Iterator[None]:
-        """Around a connection that waits by design: checked whenever a probe runs."""
+    def standing(self, conn: Any) -> Iterator[None]:
+        """Around a connection that waits by design, or runs the caller's statements (a
+        transactional step's, sync or async): checked whenever a probe runs, a worker's
+        or the watchdog's (any thread)."""
         self._standing.add(conn)
         try:
             yield
         finally:
             self._standing.discard(conn)
+
+    def standing_now(self) -> list[Any]:
+        """The standing connections, copied at once (another thread may add one)."""
+        return list(self._standing.copy())
 
     def _ensure_running(self) -> None:
         loop = asyncio.get_running_loop()
@@ -118,28 +143,27 @@ class Liveness:
                 await asyncio.sleep(min(due - now, self.probe_after))
                 continue
             slow = [c for c, (_, d) in self._due.items() if d <= now]
-            dead = await self.dead([*slow, *self._standing])
+            dead = await self.dead([*slow, *self.standing_now()])
             now = time.monotonic()
-            for conn in slow:  # asked about again when its age has doubled
+            for conn in slow:
                 if conn in self._due and conn not in dead:
                     start = self._due[conn][0]
-                    self._due[conn] = (start, now + max(now - start, self.probe_after))
+                    self._due[conn] = (start, next_probe(start, now, self.probe_after))
             if dead:
-                _log.warning(
-                    "%d Postgres connection(s) lost their server session without a word "
-                    "(half-open); cutting them and reconnecting",
-                    len(dead),
-                )
+                report_cut(len(dead))
                 for conn in dead:
                     self._due.pop(conn, None)
                     cut(conn)
                 self._on_dead()
 
-    async def dead(
-        self, conns: list[psycopg.AsyncConnection[Any]]
-    ) -> list[psycopg.AsyncConnection[Any]]:
-        """Those of ``conns`` whose server session is gone; none if the server cannot
-        be asked, or cannot vouch for the sessions (a pooler between)."""
+    def dead_blocking(self, conns: list[Any]) -> list[Any]:
+        """:meth:`dead` for a thread without an event loop (the deadline's watchdog)."""
+        return asyncio.run(self.dead(conns))
+
+    async def dead(self, conns: list[Any]) -> list[Any]:
+        """Those of ``conns`` (connections of either face: only their session ids are
+        read) whose server session is gone; none if the server cannot be asked, or cannot
+        vouch for the sessions (a pooler between)."""
         pids = {c.pgconn.backend_pid: c for c in conns if not c.closed}
         if not pids:
             return []
