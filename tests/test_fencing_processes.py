@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import Store, make_store
+from conftest import Store, every_store
 from test_durable_processes import Worker, Workers
 from worker_app import Ledger, wait_until
 
@@ -110,16 +110,13 @@ def test_lease_rescues_racing_a_frozen_worker_leave_nothing_after_the_end(
     payload = {"steps": 300, "pause": 0.01}
     with contextlib.ExitStack() as stack:
         sides = []
-        for kind in ("sqlite", "postgres"):
-            where = tmp_path / kind
-            where.mkdir()
-            store = make_store(kind, where, request).migrate()
+        for store, where in every_store(tmp_path, request):
             ledger = Ledger(where / "ledger.jsonl")
             workers = stack.enter_context(contextlib.closing(Workers(store, ledger, where)))
             client = stack.enter_context(store.client())
             frozen = workers.start("w-frozen")
             run_ids = [client.start(MANY, payload, max_attempts=20).id for _ in range(6)]
-            sides.append(Rescue(kind, client, ledger, workers, frozen, run_ids))
+            sides.append(Rescue(store.kind, client, ledger, workers, frozen, run_ids))
         for side in sides:
             wait_begun(side.ledger, side.run_ids, 3, side.frozen.log())
         rescuers = [side.workers.start("w-rescuer", ready=False) for side in sides]

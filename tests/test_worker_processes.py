@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 import pytest
 import test_seed_sql as seed_sql
-from conftest import Store, make_store, stop_processes
+from conftest import Store, every_store, stop_processes
 from worker_app import BLOCKING_TYPE, Ledger, wait_until
 
 from simpleworkflow import Client, RunStatus, names
@@ -409,10 +409,7 @@ def test_sigterm_finishes_short_handlers_and_releases_long_ones(
     out once."""
     with contextlib.ExitStack() as stack:
         sides: list[Leaving] = []
-        for kind in ("sqlite", "postgres"):
-            where = tmp_path / kind
-            where.mkdir()
-            store = make_store(kind, where, request).migrate()
+        for store, where in every_store(tmp_path, request):
             ledger = Ledger(where / "ledger.jsonl")
             workers = stack.enter_context(contextlib.closing(Workers(store, ledger, where)))
             client = stack.enter_context(store.client())
@@ -420,7 +417,9 @@ def test_sigterm_finishes_short_handlers_and_releases_long_ones(
             short = blocking_run(client, block_workers=["w-leaving"], seconds=1.0)
             stubborn = blocking_run(client, block_workers=["w-leaving"], seconds=60)
             polite = blocking_run(client, block_workers=["w-leaving"], seconds=60, cooperative=True)
-            sides.append(Leaving(kind, client, ledger, workers, leaving, short, stubborn, polite))
+            sides.append(
+                Leaving(store.kind, client, ledger, workers, leaving, short, stubborn, polite)
+            )
         for side in sides:
             side.worker.wait_ready()
             side.wait_started()
