@@ -14,7 +14,7 @@ import random
 import signal
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -95,7 +95,22 @@ class Rescue:
     ledger: Ledger
     workers: Workers
     frozen: Worker
-    run_ids: list[str]
+    run_ids: list[str] = field(default_factory=list)
+
+    def check(self, steps: int, rescuer: Worker) -> None:
+        """Every run succeeded, nothing was written after its end, and one at least was
+        rescued (else the test raced nothing)."""
+        rescued = 0
+        for run_id in self.run_ids:
+            run = self.client.get(run_id)
+            assert run.status is RunStatus.SUCCEEDED, (self.kind, run.status, run.last_error)
+            assert run.result == steps, self.kind
+            assert_fenced(self.client, run_id)
+            rescued += any(
+                e.event_type == "retried" and e.data.get("reason") == "lease_expired"
+                for e in self.client.events(run_id)
+            )
+        assert rescued, f"{self.kind}: no run was rescued: the test raced nothing\n{rescuer.log()}"
 
 
 def test_lease_rescues_racing_a_frozen_worker_leave_nothing_after_the_end(
@@ -114,9 +129,12 @@ def test_lease_rescues_racing_a_frozen_worker_leave_nothing_after_the_end(
             ledger = Ledger(where / "ledger.jsonl")
             workers = stack.enter_context(contextlib.closing(Workers(store, ledger, where)))
             client = stack.enter_context(store.client())
-            frozen = workers.start("w-frozen")
-            run_ids = [client.start(MANY, payload, max_attempts=20).id for _ in range(6)]
-            sides.append(Rescue(store.kind, client, ledger, workers, frozen, run_ids))
+            frozen = workers.start("w-frozen", ready=False)
+            sides.append(Rescue(store.kind, client, ledger, workers, frozen))
+        for side in sides:  # the runs start together, so that neither store's are ahead
+            side.frozen.wait_ready()
+        for side in sides:
+            side.run_ids = [side.client.start(MANY, payload, max_attempts=20).id for _ in range(6)]
         for side in sides:
             wait_begun(side.ledger, side.run_ids, 3, side.frozen.log())
         rescuers = [side.workers.start("w-rescuer", ready=False) for side in sides]
@@ -132,19 +150,7 @@ def test_lease_rescues_racing_a_frozen_worker_leave_nothing_after_the_end(
             time.sleep(rng.uniform(0.2, 0.8))
         for side, rescuer in zip(sides, rescuers, strict=True):
             wait_finished(side.client, side.run_ids, timeout=90)
-            rescued = 0
-            for run_id in side.run_ids:
-                run = side.client.get(run_id)
-                assert run.status is RunStatus.SUCCEEDED, (side.kind, run.status, run.last_error)
-                assert run.result == payload["steps"], side.kind
-                assert_fenced(side.client, run_id)
-                rescued += any(
-                    e.event_type == "retried" and e.data.get("reason") == "lease_expired"
-                    for e in side.client.events(run_id)
-                )
-            assert rescued, (
-                f"{side.kind}: no run was rescued: the test raced nothing\n{rescuer.log()}"
-            )
+            side.check(payload["steps"], rescuer)
 
 
 def test_no_step_begins_once_cancel_has_returned(
