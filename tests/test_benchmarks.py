@@ -12,11 +12,7 @@ import json
 import math
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
-from conftest import stop_processes
 
 ROOT = Path(__file__).resolve().parent.parent
 STORES = ["postgres", "sqlite"]
@@ -45,37 +41,9 @@ METRICS = [
 ]
 
 
-class Benchmark:
-    """One ``python -m benchmarks...`` process, its output going to files (a pipe nobody
-    reads until the end could fill and stall it)."""
-
-    def __init__(self, command: list[str], where: Path, outputs: tuple[Path, ...] = ()) -> None:
-        self.outputs = outputs
-        self.stdout, self.stderr = where / "stdout.txt", where / "stderr.txt"
-        with self.stdout.open("wb") as out, self.stderr.open("wb") as err:
-            self.proc = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=err)
-
-    def finish(self, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-        """Wait for the process to end; what it returned and printed."""
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        stdout, stderr = self.stdout.read_text(), self.stderr.read_text()
-        return subprocess.CompletedProcess(self.proc.args, self.proc.returncode, stdout, stderr)
-
-
-@pytest.fixture(scope="module")
-def benchmarks(
-    postgres_url: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, Benchmark]]:
-    """Every benchmark of this module, started at once: they spend most of their time
-    waiting (for workers to start, leases to expire, pgbench's clock), so side by side they
-    take little longer than the longest alone, and their timings are never asserted."""
-    where = {name: tmp_path_factory.mktemp(name) for name in ("suite", "recovery", "api")}
-    out, picture = where["suite"] / "results.json", where["suite"] / "scaling.png"
-    suite = [
+def test_smallest_run_reports_every_metric(postgres_url: str, tmp_path: Path) -> None:
+    out, picture = tmp_path / "results.json", tmp_path / "scaling.png"
+    command = [
         sys.executable, "-m", "benchmarks",
         "--stores", ",".join(STORES),
         "--items", "100",
@@ -88,37 +56,8 @@ def benchmarks(
         "--out", str(out),
         "--plot", str(picture),
     ]  # fmt: skip
-    recovery = [
-        sys.executable, "-m", "benchmarks.recovery",
-        "--stores", ",".join(STORES),
-        "--victims", "1",
-        "--lease", "2",
-        "--postgres-url", postgres_url,
-        "--json",
-    ]  # fmt: skip
-    api = [
-        sys.executable, "-m", "benchmarks.api",
-        "--stores", ",".join(STORES),
-        "--requests", "20",
-        "--concurrency", "2",
-        "--postgres-url", postgres_url,
-        "--json",
-    ]  # fmt: skip
-    started = {
-        "suite": Benchmark(suite, where["suite"], (out, picture)),
-        "recovery": Benchmark(recovery, where["recovery"]),
-        "api": Benchmark(api, where["api"]),
-    }
-    try:
-        yield started
-    finally:
-        stop_processes(b.proc for b in started.values())
-
-
-def test_smallest_run_reports_every_metric(benchmarks: dict[str, Benchmark]) -> None:
-    done = benchmarks["suite"].finish()
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
-    out, picture = benchmarks["suite"].outputs
     doc = json.loads(out.read_text())
 
     assert list(doc["metrics"]) == METRICS
@@ -146,11 +85,17 @@ def test_smallest_run_reports_every_metric(benchmarks: dict[str, Benchmark]) -> 
     assert "| metric" in done.stdout
 
 
-def test_the_recovery_benchmark_runs_and_reports_its_figures(
-    benchmarks: dict[str, Benchmark],
-) -> None:
+def test_the_recovery_benchmark_runs_and_reports_its_figures(postgres_url: str) -> None:
     """``python -m benchmarks.recovery`` at its smallest: a 2 s lease, one worker killed."""
-    done = benchmarks["recovery"].finish()
+    command = [
+        sys.executable, "-m", "benchmarks.recovery",
+        "--stores", ",".join(STORES),
+        "--victims", "1",
+        "--lease", "2",
+        "--postgres-url", postgres_url,
+        "--json",
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     doc = json.loads(done.stdout)
     assert list(doc) == STORES
@@ -162,9 +107,17 @@ def test_the_recovery_benchmark_runs_and_reports_its_figures(
             assert math.isfinite(p50) and p50 <= p99 <= figures[f"{name}_max_s"], (store, name)
 
 
-def test_the_api_benchmark_runs_and_reports_its_figures(benchmarks: dict[str, Benchmark]) -> None:
+def test_the_api_benchmark_runs_and_reports_its_figures(postgres_url: str) -> None:
     """``python -m benchmarks.api`` at its smallest: API starts against Client.start."""
-    done = benchmarks["api"].finish()
+    command = [
+        sys.executable, "-m", "benchmarks.api",
+        "--stores", ",".join(STORES),
+        "--requests", "20",
+        "--concurrency", "2",
+        "--postgres-url", postgres_url,
+        "--json",
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     doc = json.loads(done.stdout)
     assert list(doc) == STORES
