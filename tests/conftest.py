@@ -137,6 +137,16 @@ def make_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Sto
     return store
 
 
+def every_store(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Store, Path]]:
+    """A migrated store of each kind with a folder of its own (for its ledger and worker
+    logs): for the process tests that run on both stores at once, so that the leases and
+    grace periods they wait out are waited out once."""
+    for kind in ("sqlite", "postgres"):
+        where = tmp_path / kind
+        where.mkdir()
+        yield make_store(kind, where, request).migrate(), where
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def empty_store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
     """A store with no schema yet."""

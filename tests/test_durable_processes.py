@@ -67,11 +67,14 @@ class Workers:
         self.store, self.ledger, self.tmp_path = store, ledger, tmp_path
         self.started: list[Worker] = []
 
-    def start(self, worker_id: str) -> Worker:
+    def start(self, worker_id: str, ready: bool = True) -> Worker:
+        """Start a worker; wait until it claims unless ``ready`` is False (then call
+        ``wait_ready``), which lets several start at once."""
         log = self.tmp_path / f"{worker_id}.log"
         worker = Worker(worker_id, self.store, self.ledger, log)
         self.started.append(worker)
-        worker.wait_ready()
+        if ready:
+            worker.wait_ready()
         return worker
 
     def close(self) -> None:

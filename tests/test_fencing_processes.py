@@ -14,11 +14,12 @@ import random
 import signal
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from conftest import Store
-from test_durable_processes import Workers
+from conftest import Store, every_store
+from test_durable_processes import Worker, Workers
 from worker_app import Ledger, wait_until
 
 from simpleworkflow import Client, RunStatus
@@ -85,34 +86,71 @@ def test_cancels_racing_steps_leave_nothing_after_the_cancel(
         assert_fenced(client, run_id)
 
 
+@dataclass
+class Rescue:
+    """One store's side of the rescue race: its workers, ledger and runs."""
+
+    kind: str
+    client: Client
+    ledger: Ledger
+    workers: Workers
+    frozen: Worker
+    run_ids: list[str] = field(default_factory=list)
+
+    def check(self, steps: int, rescuer: Worker) -> None:
+        """Every run succeeded, nothing was written after its end, and one at least was
+        rescued (else the test raced nothing)."""
+        rescued = 0
+        for run_id in self.run_ids:
+            run = self.client.get(run_id)
+            assert run.status is RunStatus.SUCCEEDED, (self.kind, run.status, run.last_error)
+            assert run.result == steps, self.kind
+            assert_fenced(self.client, run_id)
+            rescued += any(
+                e.event_type == "retried" and e.data.get("reason") == "lease_expired"
+                for e in self.client.events(run_id)
+            )
+        assert rescued, f"{self.kind}: no run was rescued: the test raced nothing\n{rescuer.log()}"
+
+
 def test_lease_rescues_racing_a_frozen_worker_leave_nothing_after_the_end(
-    store: Store, client: Client, workers: Workers, ledger: Ledger
+    tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """Worker A is frozen (SIGSTOP) past its 2 s lease again and again while worker B
-    rescues its runs, and thawed (SIGCONT) at moments that race B's rescues."""
-    frozen = workers.start("w-frozen")
+    rescues its runs, and thawed (SIGCONT) at moments that race B's rescues.
+
+    Both stores at once, each with a pair of workers of its own, the two A's frozen and
+    thawed together: every check is made on each store, and the freezes are waited out
+    once."""
     payload = {"steps": 300, "pause": 0.01}
-    run_ids = [client.start(MANY, payload, max_attempts=20).id for _ in range(6)]
-    wait_begun(ledger, run_ids, 3, frozen.log())
-    rescuer = workers.start("w-rescuer")
-    rng = random.Random(11)
-    for _ in range(4):  # a freeze may catch it holding SQLite's write lock: no rescue then
-        frozen.proc.send_signal(signal.SIGSTOP)
-        time.sleep(2.0 + rng.uniform(0.2, 1.5))
-        frozen.proc.send_signal(signal.SIGCONT)
-        time.sleep(rng.uniform(0.2, 0.8))
-    wait_finished(client, run_ids, timeout=90)
-    rescued = 0
-    for run_id in run_ids:
-        run = client.get(run_id)
-        assert run.status is RunStatus.SUCCEEDED, (run.status, run.last_error)
-        assert run.result == payload["steps"]
-        assert_fenced(client, run_id)
-        rescued += any(
-            e.event_type == "retried" and e.data.get("reason") == "lease_expired"
-            for e in client.events(run_id)
-        )
-    assert rescued, f"no run was rescued: the test raced nothing\n{rescuer.log()}"
+    with contextlib.ExitStack() as stack:
+        sides = []
+        for store, where in every_store(tmp_path, request):
+            ledger = Ledger(where / "ledger.jsonl")
+            workers = stack.enter_context(contextlib.closing(Workers(store, ledger, where)))
+            client = stack.enter_context(store.client())
+            frozen = workers.start("w-frozen", ready=False)
+            sides.append(Rescue(store.kind, client, ledger, workers, frozen))
+        for side in sides:  # the runs start together, so that neither store's are ahead
+            side.frozen.wait_ready()
+        for side in sides:
+            side.run_ids = [side.client.start(MANY, payload, max_attempts=20).id for _ in range(6)]
+        for side in sides:
+            wait_begun(side.ledger, side.run_ids, 3, side.frozen.log())
+        rescuers = [side.workers.start("w-rescuer", ready=False) for side in sides]
+        for rescuer in rescuers:
+            rescuer.wait_ready()
+        rng = random.Random(11)
+        for _ in range(4):  # a freeze may catch it holding SQLite's write lock: no rescue then
+            for side in sides:
+                side.frozen.proc.send_signal(signal.SIGSTOP)
+            time.sleep(2.0 + rng.uniform(0.2, 1.5))
+            for side in sides:
+                side.frozen.proc.send_signal(signal.SIGCONT)
+            time.sleep(rng.uniform(0.2, 0.8))
+        for side, rescuer in zip(sides, rescuers, strict=True):
+            wait_finished(side.client, side.run_ids, timeout=90)
+            side.check(payload["steps"], rescuer)
 
 
 def test_no_step_begins_once_cancel_has_returned(

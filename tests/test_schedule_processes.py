@@ -6,50 +6,16 @@ not from what the workers say."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from conftest import Store, make_store, stop_processes
+from cli_workers import CliWorkers
+from conftest import Store, make_store
 from schedule_app import SCHEDULE, TICK_TYPE
 from test_schedules import scheduled_runs
 
-TESTS = Path(__file__).resolve().parent
 TICKS = 30
-
-
-def start_workers(
-    store: Store, count: int, logs: Path, group: str
-) -> list[subprocess.Popen[bytes]]:
-    inherited = store.env.get("PYTHONPATH")
-    env = {**store.env, "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), inherited]))}
-    procs = []
-    for n in range(count):
-        with (logs / f"worker-{group}-{n}.log").open("wb") as out:
-            procs.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "simpleworkflow",
-                        "worker",
-                        "schedule_app:app",
-                        "--worker-id",
-                        f"w-{group}-{n}",
-                        "--poll-interval",
-                        "0.2",
-                    ],
-                    env=env,
-                    cwd=TESTS,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                )
-            )
-    return procs
 
 
 def test_two_and_four_worker_processes_start_each_tick_once(
@@ -61,22 +27,18 @@ def test_two_and_four_worker_processes_start_each_tick_once(
             where = tmp_path / f"{kind}-{count}"
             where.mkdir()
             stores[kind, count] = make_store(kind, where, request).migrate()
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
+    with CliWorkers("schedule_app:app", tmp_path) as workers:
         for (kind, count), where in stores.items():
-            procs += start_workers(where, count, tmp_path, f"{kind}-{count}")
-        deadline = time.monotonic() + TICKS + 30
-        while (
-            time.monotonic() < deadline
-            and min(len(scheduled_runs(where, SCHEDULE)) for where in stores.values()) < TICKS + 1
-        ):
-            assert all(p.poll() is None for p in procs), "a worker exited early"
-            time.sleep(0.5)
+            for n in range(count):
+                workers.start(where, f"w-{kind}-{count}-{n}")
+        workers.wait_for(
+            lambda: min(len(scheduled_runs(where, SCHEDULE)) for where in stores.values()) > TICKS,
+            timeout=TICKS + 30,
+            interval=0.5,
+        )
         for where in stores.values():
             with where.client() as client:
                 client.schedules.pause(SCHEDULE)
-    finally:
-        stop_processes(procs)
     for group, where in stores.items():
         runs = scheduled_runs(where, SCHEDULE)
         keys = [key for _, key, _ in runs]

@@ -16,13 +16,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 import test_seed_sql as seed_sql
-from conftest import Store, stop_processes
+from conftest import Store, every_store, stop_processes
 from worker_app import BLOCKING_TYPE, Ledger, wait_until
 
 from simpleworkflow import Client, RunStatus, names
@@ -353,43 +354,89 @@ def test_a_stalled_worker_is_fenced_off_after_its_lease_is_taken_over(
 # -- shutdown ----------------------------------------------------------------------------
 
 
+@dataclass
+class Leaving:
+    """One store's side of the shutdown test: the worker told to leave, and its runs."""
+
+    kind: str
+    client: Client
+    ledger: Ledger
+    workers: Workers
+    worker: WorkerProcess
+    short: str
+    stubborn: str
+    polite: str
+
+    def wait_started(self) -> None:
+        wait_until(
+            lambda: len(self.ledger.entries("start")) == 3,
+            15,
+            lambda: f"{self.kind}: handlers started: {self.ledger.read()}\n{self.worker.log()}",
+        )
+
+    def check_left(self) -> None:
+        """The short handler finished; the long ones were released, and the polite one
+        noticed why."""
+        client, kind = self.client, self.kind
+        done = client.get(self.short)
+        assert (done.status, done.result) == (
+            RunStatus.SUCCEEDED,
+            {"worker": "w-leaving", "attempt": 1},
+        ), kind
+        for run_id in (self.stubborn, self.polite):
+            run = client.get(run_id)
+            assert (run.status, run.attempt, run.leased_by) == (RunStatus.PENDING, 0, None), kind
+            assert lifecycle(client, run_id) == ["created", "leased", "started", "released"]
+            released = client.events(run_id)[-1]
+            assert released.data == {"worker_id": "w-leaving", "reason": "shutdown"}, kind
+        assert [e["reason"] for e in self.ledger.entries("noticed", run=self.polite)] == [
+            "shutdown"
+        ], kind
+        assert self.ledger.entries("stopped", run=self.polite), kind
+
+    def check_taken_over(self) -> None:
+        for run_id in (self.stubborn, self.polite):
+            wait_status(self.client, run_id, RunStatus.SUCCEEDED, timeout=15)
+            run = self.client.get(run_id)
+            assert (run.attempt, run.result) == (0, {"worker": "w-next", "attempt": 1}), self.kind
+
+
 def test_sigterm_finishes_short_handlers_and_releases_long_ones(
-    client: Client, workers: Workers, ledger: Ledger
+    tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    leaving = workers.start("w-leaving", "slow.%", concurrency=3, grace=2.5)
-    short = blocking_run(client, block_workers=["w-leaving"], seconds=1.0)
-    stubborn = blocking_run(client, block_workers=["w-leaving"], seconds=60)
-    polite = blocking_run(client, block_workers=["w-leaving"], seconds=60, cooperative=True)
-    wait_until(
-        lambda: len(ledger.entries("start")) == 3,
-        15,
-        lambda: f"handlers started: {ledger.read()}\n{leaving.log()}",
-    )
+    """Both stores at once, each with a worker of its own, signalled together: every check
+    is made on each store, and the grace period and the released runs' delay are waited
+    out once."""
+    with contextlib.ExitStack() as stack:
+        sides: list[Leaving] = []
+        for store, where in every_store(tmp_path, request):
+            ledger = Ledger(where / "ledger.jsonl")
+            workers = stack.enter_context(contextlib.closing(Workers(store, ledger, where)))
+            client = stack.enter_context(store.client())
+            leaving = workers.start("w-leaving", "slow.%", concurrency=3, grace=2.5, ready=False)
+            short = blocking_run(client, block_workers=["w-leaving"], seconds=1.0)
+            stubborn = blocking_run(client, block_workers=["w-leaving"], seconds=60)
+            polite = blocking_run(client, block_workers=["w-leaving"], seconds=60, cooperative=True)
+            sides.append(
+                Leaving(store.kind, client, ledger, workers, leaving, short, stubborn, polite)
+            )
+        for side in sides:
+            side.worker.wait_ready()
+            side.wait_started()
 
-    started = time.monotonic()
-    leaving.signal(signal.SIGTERM)
-    assert leaving.wait_exit(20) == 0
-    assert time.monotonic() - started >= 2.0, "exited before the grace period was over"
+        started = time.monotonic()
+        for side in sides:
+            side.worker.signal(signal.SIGTERM)
+        for side in sides:
+            assert side.worker.wait_exit(20) == 0
+            assert time.monotonic() - started >= 2.0, f"{side.kind}: exited before the grace"
+        for side in sides:
+            side.check_left()
 
-    done = client.get(short)
-    assert (done.status, done.result) == (
-        RunStatus.SUCCEEDED,
-        {"worker": "w-leaving", "attempt": 1},
-    )
-    for run_id in (stubborn, polite):
-        run = client.get(run_id)
-        assert (run.status, run.attempt, run.leased_by) == (RunStatus.PENDING, 0, None)
-        assert lifecycle(client, run_id) == ["created", "leased", "started", "released"]
-        released = client.events(run_id)[-1]
-        assert released.data == {"worker_id": "w-leaving", "reason": "shutdown"}
-    assert [e["reason"] for e in ledger.entries("noticed", run=polite)] == ["shutdown"]
-    assert ledger.entries("stopped", run=polite)
-
-    workers.start("w-next", "slow.%")
-    for run_id in (stubborn, polite):
-        wait_status(client, run_id, RunStatus.SUCCEEDED, timeout=15)
-        run = client.get(run_id)
-        assert (run.attempt, run.result) == (0, {"worker": "w-next", "attempt": 1})
+        taking_over = [side.workers.start("w-next", "slow.%", ready=False) for side in sides]
+        for side, worker in zip(sides, taking_over, strict=True):
+            worker.wait_ready()
+            side.check_taken_over()
 
 
 # -- wake-ups ----------------------------------------------------------------------------
