@@ -285,7 +285,10 @@ class Chaos:
         found = recovery.samples(dealt, events, self.options.lease)
         lives = [w.life for w in self.workers]
         proxied = {w.name for w in self.workers if w.proxied}
-        lines = [recovery.describe(s, lives, dealt, proxied) for s in found]
+        lines = [
+            {**recovery.describe(s, lives, dealt, proxied), **queue}
+            for s, queue in zip(found, recovery.contention(found, events), strict=True)
+        ]
         self._keep(lines)
         for kind, parts in sorted(check.recoveries(found, dealt, lines).items()):
             samples, waits, up, healthy = parts

@@ -14,6 +14,7 @@ to look.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import itertools
 from collections.abc import Sequence
@@ -30,6 +31,9 @@ LET_GO = TERMINAL | {"released", "retried", "sleeping", "waiting", "gave_up"}
 LEASE_LOSING = ("kill", "stop", "term", "silence", "half_open")
 #: Faults that keep a worker from the database while they last.
 CUT_OFF = ("restart", "silence")
+#: A gap between two writes to the audit trail this long means the store took none: at
+#: least three workers write (claims, steps, heartbeats every third of a lease) all along.
+STALL = 0.5
 
 
 @dataclasses.dataclass
@@ -195,14 +199,52 @@ def _states(
     return {name: s for name, s in states.items() if s != "absent"}
 
 
+def contention(found: Sequence[Sample], events: dict[str, list[Event]]) -> list[dict[str, float]]:
+    """For each sample, what else was claimed while it waited after being given up:
+    ``claims_meanwhile``, claims of any run; ``rescued_ahead``, of those, runs given up
+    by a fault too. Many claims meanwhile: the run waited its turn in the queue (runs due
+    before it went first); few: no worker had a slot free."""
+    claims = sorted(
+        stamp(e) for trail in events.values() for e in trail if e.event_type == "leased"
+    )
+    writes = sorted(stamp(e) for trail in events.values() for e in trail)
+    rescues = sorted(s.claimed for s in found)
+    return [
+        {
+            "claims_meanwhile": _between(claims, s.given_up, s.claimed),
+            "rescued_ahead": _between(rescues, s.given_up, s.claimed),
+            "writes_stalled_s": round(_stalled(writes, s.lease_until, s.given_up), 3),
+        }
+        for s in found
+    ]
+
+
+def _stalled(writes: list[float], start: float, end: float) -> float:
+    """Seconds of ``start``..``end`` within gaps of over :data:`STALL` seconds between
+    two writes to the audit trail by anyone: the store took no writes then (on SQLite, a
+    worker frozen inside a write transaction keeps every other out)."""
+    first = bisect.bisect_right(writes, start)
+    last = bisect.bisect_left(writes, end)
+    edges = [start, *writes[first:last], end]
+    return sum(b - a for a, b in itertools.pairwise(edges) if b - a > STALL)
+
+
+def _between(ordered: list[float], start: float, end: float) -> int:
+    return bisect.bisect_left(ordered, end) - bisect.bisect_right(ordered, start)
+
+
 def cause(line: dict[str, Any], target: float) -> str:
     """Why a sample over ``target`` seconds was slow: the largest part over its share."""
     if line["no_healthy_s"] > 0 and line["total_s"] - line["no_healthy_s"] <= target:
         return "no healthy worker"
     if line["lease_left_s"] > target - 1.0:
         return "lease"
+    if line["give_up_lag_s"] > 0.5 and line.get("writes_stalled_s", 0.0) > 0.5:
+        return "store took no writes"
     if line["give_up_lag_s"] > 0.5:
         return "given up late"
+    if line["claim_lag_s"] > 1.0 and line.get("rescued_ahead", 0) >= 8:
+        return "claimed late: other rescued runs first"
     if line["claim_lag_s"] > 1.0:
         return "claimed late"
     return "sum of parts"

@@ -5,8 +5,10 @@ A lease that expired means its worker died or stalled; the run is due again at o
 its place in the queue (its ``run_at`` as it was when claimed, so not behind a backlog
 that came due meanwhile), not after the retry policy's backoff: a crash is not an error
 of the handler. Every worker looks for expired leases of its types at least
-every :data:`REAP_POLL` seconds, and wakes up at the next expiry it knows of, so a crashed
-worker's runs start again about one lease duration after its last heartbeat.
+every :data:`REAP_POLL` seconds, and wakes up at the next expiry it knows of (the first
+among every worker's leases; one taken since runs a whole lease, longer than the second
+between looks), so a crashed worker's runs start again about one lease duration after
+its last heartbeat.
 
 Which run killed the worker cannot be known when it held several, so none of them is
 charged. A first crash beside others costs a run nothing more: it is due again at once,
@@ -36,6 +38,7 @@ from simpleworkflow.wording import plural
 _log = logging.getLogger("simpleworkflow.worker")
 
 REAP_POLL = 1.0  # seconds between looks for expired leases, at most
+RETRY = 0.05  # seconds before looking again at an expired lease no look could recover
 BATCH = 100  # expired leases recovered per transaction
 SUSPECT_AFTER = 2  # uncharged crashes beside others that make a run a suspect
 
@@ -81,20 +84,24 @@ async def reap(
 ) -> None:
     """Recover expired leases of ``types`` until cancelled; ``on_recovered`` hears of each
     batch recorded (to set a timer for when the runs are due)."""
+    misses = 0  # looks in a row that saw an expired lease and could recover none of it
     while True:
         try:
-            due_in, recovered = await _look(backend, types, runtime)
+            due_in, recovered = await look(backend, types, runtime)
         except errors.StoreUnavailable as exc:
             _log.warning("looking for expired leases failed (%s)", exc)
             due_in, recovered = None, []
         if recovered:
             _log.info("recovered %s whose lease expired", plural(len(recovered), "run"))
             on_recovered(recovered)
+            misses = 0
             continue
-        await asyncio.sleep(pause(due_in))
+        expired = due_in is not None and due_in <= 0
+        await asyncio.sleep(pause(due_in, misses))
+        misses = misses + 1 if expired else 0
 
 
-async def _look(
+async def look(
     backend: Backend, types: list[str], runtime: str
 ) -> tuple[float | None, list[Failure]]:
     """Seconds until the next lease expires; when one has, recover a batch. A read
@@ -107,9 +114,17 @@ async def _look(
     return due_in, await backend.execute_async(op_reap)
 
 
-def pause(next_expiry: float | None) -> float:
+def pause(next_expiry: float | None, misses: int = 0) -> float:
     """Seconds until the next look: at the next known expiry, and at least every
-    :data:`REAP_POLL` seconds, since other workers take new leases all the time."""
-    if next_expiry is None or next_expiry <= 0:
+    :data:`REAP_POLL` seconds, since other workers take new leases all the time.
+
+    A lease that has expired but that the look could not recover (``misses`` looks in a
+    row before this one) is looked at again soon: its row was locked, by another reaper
+    recording it or by a transaction of the worker that held it (stalled inside it), and
+    a second's wait for that would be a second added to the run's recovery. Then less
+    and less often (doubling from :data:`RETRY`), should the lock stay."""
+    if next_expiry is None:
         return REAP_POLL
+    if next_expiry <= 0:
+        return min(RETRY * 2.0**misses, REAP_POLL)
     return min(next_expiry + 0.01, REAP_POLL)
