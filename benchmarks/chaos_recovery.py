@@ -142,8 +142,8 @@ def state(life: Life, at: float, faults: Sequence[Fault], proxied: bool) -> str:
         return "frozen"
     for fault in faults:
         back = float("inf") if fault.back is None else fault.back
-        reaches = fault.kind == "restart" or (proxied and life.name in fault.workers)
-        if fault.kind in CUT_OFF and fault.at <= at < back and reaches:
+        # A silent proxy holds every connection through it, a new worker's too.
+        if fault.kind in CUT_OFF and fault.at <= at < back and (fault.kind == "restart" or proxied):
             return "cut off"
     return "healthy"
 
