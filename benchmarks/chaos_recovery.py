@@ -55,6 +55,7 @@ class Sample:
     lease_until: float
     given_up: float
     given_up_as: str  # "rescued" (an expired lease) or "released" (at shutdown)
+    given_up_by: str | None  # the worker that recovered an expired lease
     claimed: float
     claimed_by: str | None
 
@@ -97,6 +98,7 @@ def samples(faults: Sequence[Fault], events: dict[str, list[Event]], lease: floa
                     lease_until=renewed + lease,
                     given_up=stamp(after[ended]),
                     given_up_as="released" if after[ended].event_type == "released" else "rescued",
+                    given_up_by=(after[ended].data or {}).get("recovered_by"),
                     claimed=stamp(claim),
                     claimed_by=(claim.data or {}).get("worker_id"),
                 )
@@ -184,6 +186,7 @@ def describe(
         "give_up_lag_s": round(sample.given_up - sample.lease_until, 3),
         "claim_lag_s": round(sample.wait, 3),
         "given_up_as": sample.given_up_as,
+        "given_up_by": sample.given_up_by,
         "claimed_by": sample.claimed_by,
         "no_healthy_s": round(no_healthy(sample, lives, faults, proxied), 3),
         "at_lease_end": _states(others, sample.lease_until, faults, proxied),

@@ -112,3 +112,18 @@ def test_the_reaper_sleeps_until_the_next_expiry_and_never_past_a_poll() -> None
     assert recovery.pause(None) == recovery.REAP_POLL  # no lease, or the store away
     assert recovery.pause(0.3) == pytest.approx(0.31)
     assert recovery.pause(30.0) == recovery.REAP_POLL  # leases taken meanwhile end later
+
+
+def test_the_event_of_a_recovered_lease_names_who_held_it_and_who_recovered_it(
+    store: Store,
+) -> None:
+    backend = store.backend()
+    with store.client() as client:
+        run = client.start(TYPE)
+        expire_lease(store, run.id, "w-dead")
+        _, recovered = asyncio.run(recovery.look(backend, [TYPE], "python", "w-alive"))
+        assert [f.run_id for f in recovered] == [run.id]
+        retried = client.events(run.id)[-1]
+        assert retried.event_type == "retried"
+        assert (retried.data["worker_id"], retried.data["recovered_by"]) == ("w-dead", "w-alive")
+    backend.close()

@@ -26,6 +26,7 @@ suspect too, runs alone once, and is cleared.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -43,8 +44,9 @@ BATCH = 100  # expired leases recovered per transaction
 SUSPECT_AFTER = 2  # uncharged crashes beside others that make a run a suspect
 
 
-def crashed(row: Mapping[str, Any]) -> Failure:
-    """What an expired lease (a row of ``expired_leases``) means for its run."""
+def crashed(row: Mapping[str, Any], recovered_by: str | None = None) -> Failure:
+    """What an expired lease (a row of ``expired_leases``) means for its run, recovered
+    by the worker ``recovered_by`` (named in the event, for whoever follows a recovery)."""
     charged = bool(row["isolate"])  # it ran alone: the crash was its own
     crashes = row["crashes"] + (0 if charged else 1)  # uncharged ones, beside others
     failures = row["attempt"] + (1 if charged else 0)
@@ -64,6 +66,7 @@ def crashed(row: Mapping[str, Any]) -> Failure:
         data={
             "reason": "lease_expired",
             "worker_id": row["leased_by"],
+            **({} if recovered_by is None else {"recovered_by": recovered_by}),
             "charged": charged,
             "crashes": crashes,
             "suspect": suspect,
@@ -81,13 +84,15 @@ async def reap(
     types: list[str],
     runtime: str,
     on_recovered: Callable[[list[Failure]], None],
+    worker_id: str | None = None,
 ) -> None:
-    """Recover expired leases of ``types`` until cancelled; ``on_recovered`` hears of each
-    batch recorded (to set a timer for when the runs are due)."""
+    """Recover expired leases of ``types`` until cancelled, as the worker ``worker_id``;
+    ``on_recovered`` hears of each batch recorded (to set a timer for when the runs are
+    due)."""
     misses = 0  # looks in a row that saw an expired lease and could recover none of it
     while True:
         try:
-            due_in, recovered = await look(backend, types, runtime)
+            due_in, recovered = await look(backend, types, runtime, worker_id)
         except errors.StoreUnavailable as exc:
             _log.warning("looking for expired leases failed (%s)", exc)
             due_in, recovered = None, []
@@ -102,7 +107,7 @@ async def reap(
 
 
 async def look(
-    backend: Backend, types: list[str], runtime: str
+    backend: Backend, types: list[str], runtime: str, worker_id: str | None = None
 ) -> tuple[float | None, list[Failure]]:
     """Seconds until the next lease expires; when one has, recover a batch. A read
     first: recovering takes SQLite's write lock, which every second would be a waste."""
@@ -110,7 +115,8 @@ async def look(
     due_in = await backend.execute_async(op, readonly=True)
     if due_in is None or due_in > 0:
         return due_in, []
-    op_reap = backend.reap_expired(types, BATCH, crashed, runtime)
+    decide = functools.partial(crashed, recovered_by=worker_id)
+    op_reap = backend.reap_expired(types, BATCH, decide, runtime)
     return due_in, await backend.execute_async(op_reap)
 
 
