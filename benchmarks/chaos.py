@@ -3,7 +3,7 @@ database restarted and the network cut while they run multi-step runs; then a ch
 that nothing was lost, stuck, duplicated, run twice at once or woken early.
 
 ``python -m benchmarks.chaos [--stores postgres,sqlite] [--seconds 60] [--runs 300]
-[--workers 3] [--lease 3] [--faults kill,stop,...] [--json]``
+[--workers 3] [--lease 3] [--faults kill,stop,...] [--json] [--samples PATH]``
 
 The runs are of three shapes: ``async def`` steps with a durable sleep and sometimes a
 wait for a signal the benchmark sends; ``def`` steps with a durable sleep and sometimes
@@ -17,8 +17,10 @@ zero (lost, stuck, failed, duplicate journal rows, events after the end, overlap
 executions, unexplained re-executions, writes accepted from a fenced worker, early
 wake-ups: the exit status is 1 unless all are) and, per fault, the times: from a fault
 to the next claim of each run a struck worker held (``recovery``; ``database_up``: less
-the time a restart of the database overlapped it), and from the database being back to
-the struck worker's next new step (``resumed``).
+the time a restart of the database overlapped it; ``healthy_worker``: less the time no
+other worker was healthy; ``over_target``: the slow ones by cause, see
+``chaos_recovery``), and from the database being back to the struck worker's next new
+step (``resumed``).
 """
 
 from __future__ import annotations
