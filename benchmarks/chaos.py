@@ -3,7 +3,7 @@ database restarted and the network cut while they run multi-step runs; then a ch
 that nothing was lost, stuck, duplicated, run twice at once or woken early.
 
 ``python -m benchmarks.chaos [--stores postgres,sqlite] [--seconds 60] [--runs 300]
-[--workers 3] [--lease 3] [--faults kill,stop,...] [--json]``
+[--workers 3] [--lease 3] [--faults kill,stop,...] [--json] [--samples PATH]``
 
 The runs are of three shapes: ``async def`` steps with a durable sleep and sometimes a
 wait for a signal the benchmark sends; ``def`` steps with a durable sleep and sometimes
@@ -17,8 +17,10 @@ zero (lost, stuck, failed, duplicate journal rows, events after the end, overlap
 executions, unexplained re-executions, writes accepted from a fenced worker, early
 wake-ups: the exit status is 1 unless all are) and, per fault, the times: from a fault
 to the next claim of each run a struck worker held (``recovery``; ``database_up``: less
-the time a restart of the database overlapped it), and from the database being back to
-the struck worker's next new step (``resumed``).
+the time a restart of the database overlapped it; ``healthy_worker``: less the time no
+other worker was healthy; ``over_target``: the slow ones by cause, see
+``chaos_recovery``), and from the database being back to the struck worker's next new
+step (``resumed``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from benchmarks import chaos_check as check
+from benchmarks import chaos_recovery as recovery
 from benchmarks.chaos_faults import PROCESS, Faults, load_proxy
 from benchmarks.server import PrivateServer, private_server
 from benchmarks.stores import BenchStore, each_store
@@ -49,6 +52,7 @@ ASYNC_TYPE, SYNC_TYPE, CHILD_TYPE = "chaos.async.v1", "chaos.sync.v1", "chaos.ch
 TICK = 0.05
 NAPS = (0, 0, 0.2, 1.0, 3.0)  # seconds of the durable sleep after the first step
 DATABASE_FAULTS = ("terminate", "restart", "silence", "half_open")
+POLL = 0.5  # the workers' poll interval: the recovery target is lease + poll + 1 s
 T = TypeVar("T")
 
 
@@ -139,7 +143,7 @@ def worker_main(url: str, schema: str, worker_id: str, ledger: str, lease: float
         worker_id=worker_id,
         lease_duration=lease,
         concurrency=8,
-        poll_interval=0.5,
+        poll_interval=POLL,
         shutdown_grace=lease,
     )
     print("ready", flush=True)
@@ -153,9 +157,11 @@ class Worker(WorkerProcess):
     def __init__(
         self, store: BenchStore, url: str, name: str, ledger: Path, lease: float, log: Path
     ):
+        spawned = time.time()
         super().__init__(
             "benchmarks.chaos", [url, store.schema, name, str(ledger), str(lease)], name, log
         )
+        self.life = recovery.Life(name, spawned, time.time())
         self.proxied = url != store.url
         self.frozen = False
 
@@ -278,14 +284,36 @@ class Chaos:
             "faults": dict(collections.Counter(fault.kind for fault in dealt)),
             **counts,
         }
-        for kind, (samples, waits, up) in sorted(check.recoveries(dealt, events).items()):
+        found = recovery.samples(dealt, events, self.options.lease)
+        lives = [w.life for w in self.workers]
+        proxied = {w.name for w in self.workers if w.proxied}
+        lines = [
+            {**recovery.describe(s, lives, dealt, proxied), **queue}
+            for s, queue in zip(found, recovery.contention(found, events), strict=True)
+        ]
+        self._keep(lines)
+        for kind, parts in sorted(check.recoveries(found, dealt, lines).items()):
+            samples, waits, up, healthy = parts
             figures[f"recovery_{kind}"] = check.summary(samples)
             figures[f"recovery_{kind}"]["given_up_to_claim"] = check.summary(waits)
             figures[f"recovery_{kind}"]["database_up"] = check.summary(up)
+            figures[f"recovery_{kind}"]["healthy_worker"] = check.summary(healthy)
+            target = self.options.lease + POLL + 1.0
+            slow = [line for line in lines if line["fault"] == kind and line["total_s"] > target]
+            causes = collections.Counter(recovery.cause(line, target) for line in slow)
+            figures[f"recovery_{kind}"]["over_target"] = dict(sorted(causes.items()))
         for kind, samples in sorted(resumed.items()):
             figures[f"resumed_{kind}"] = check.summary(samples)
         figures["never_resumed"] = never
         return figures
+
+    def _keep(self, lines: list[dict[str, Any]]) -> None:
+        """Write each recovery sample as a JSON line to ``--samples`` (one file per store:
+        ``<path>.<store>.jsonl``), for whoever looks into the slow ones."""
+        if self.options.samples is None:
+            return
+        path = Path(f"{self.options.samples}.{self.store.kind}.jsonl")
+        path.write_text("".join(json.dumps(line) + "\n" for line in lines))
 
 
 def _with_children(client: Client, ids: list[str]) -> list[str]:
@@ -361,6 +389,9 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--seed", type=int, default=None, help="for the runs and the faults")
     parser.add_argument("--postgres-url", help="use this server instead (no restarts then)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument(
+        "--samples", help="write each recovery sample to PATH.<store>.jsonl (see chaos_recovery)"
+    )
     options = parser.parse_args(argv)
     unknown = set(options.faults.split(",")) - set(PROCESS + DATABASE_FAULTS) - {""}
     if unknown:

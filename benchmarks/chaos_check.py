@@ -19,9 +19,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks import chaos_recovery as recovery
 from benchmarks.chaos_faults import Fault
 from simpleworkflow.backends.records import JournalEntry
-from simpleworkflow.models import Event
 
 COUNTS = (
     "lost",
@@ -34,12 +34,7 @@ COUNTS = (
     "fenced_writes_accepted",
     "early_wakeups",
 )
-TERMINAL = {"succeeded", "failed", "cancelled"}
-#: Events after which a run is no longer held by the worker that claimed it.
-LET_GO = TERMINAL | {"released", "retried", "sleeping", "waiting", "gave_up"}
-#: Faults after which the struck workers' runs are claimed again elsewhere (the others
-#: keep their leases: a restart or a terminated connection costs no lease).
-LEASE_LOSING = ("kill", "stop", "term", "silence", "half_open")
+TERMINAL = recovery.TERMINAL
 #: Faults after which the struck workers must find the database again.
 DATABASE = ("restart", "terminate", "silence", "half_open")
 
@@ -131,55 +126,24 @@ def early_wakeups(ticks: list[Tick], journals: dict[str, list[JournalEntry]]) ->
 
 
 def recoveries(
-    faults: list[Fault], events: dict[str, list[Event]]
-) -> dict[str, tuple[list[float], list[float], list[float]]]:
-    """By fault kind: seconds from the fault to the next claim of each run that a struck
-    worker held at that moment and gave up because of it (by the audit trail: released
-    at shutdown, or rescued from an expired lease; not a run whose attempt went on to
-    end by itself, suspended or finished); the part of it from the run being given up
-    (released, rescued) to that claim; and the whole less the time the database was
-    restarting meanwhile (no worker can give up or claim a run then: the engine's own
-    recovery time when faults overlap)."""
-    samples: dict[str, tuple[list[float], list[float], list[float]]] = collections.defaultdict(
-        lambda: ([], [], [])
-    )
+    found: list[recovery.Sample], faults: list[Fault], lines: list[dict[str, Any]]
+) -> dict[str, tuple[list[float], ...]]:
+    """By fault kind: seconds from the fault to the next claim of each run a struck
+    worker gave up because of it (``chaos_recovery.samples``); the part of it from the
+    run being given up to that claim; the whole less the time the database was
+    restarting meanwhile; and the whole less the time no other worker was healthy
+    (``lines``, the samples described: nobody could give up or claim a run then)."""
+    by_kind: dict[str, tuple[list[float], ...]] = collections.defaultdict(lambda: ([], [], [], []))
     outages = [(f.at, f.back) for f in faults if f.kind == "restart" and f.back is not None]
-    for fault in (f for f in faults if f.kind in LEASE_LOSING):
-        for trail in events.values():
-            if _holder(trail, fault.at) not in fault.workers:
-                continue
-            after = [e for e in trail if stamp(e.created_at) > fault.at]
-            ended = next((n for n, e in enumerate(after) if e.event_type in LET_GO), None)
-            if ended is None or not _given_up(after[ended]):
-                continue
-            claim = next((e for e in after[ended:] if e.event_type == "leased"), None)
-            if claim is not None:
-                claimed = stamp(claim.created_at)
-                samples[fault.kind][0].append(claimed - fault.at)
-                samples[fault.kind][1].append(claimed - stamp(after[ended].created_at))
-                down = sum(max(0.0, min(claimed, b) - max(fault.at, a)) for a, b in outages)
-                samples[fault.kind][2].append(claimed - fault.at - down)
-    return samples
-
-
-def _given_up(event: Event) -> bool:
-    if event.event_type == "released":
-        return True
-    data = event.data if isinstance(event.data, dict) else {}
-    return event.event_type == "retried" and data.get("reason") == "lease_expired"
-
-
-def _holder(trail: list[Event], at: float) -> str | None:
-    """The worker that held the run at ``at``, if one did."""
-    holder = None
-    for event in trail:
-        if stamp(event.created_at) > at:
-            break
-        if event.event_type == "leased":
-            holder = (event.data or {}).get("worker_id")
-        elif event.event_type in LET_GO:
-            holder = None
-    return holder
+    for sample, line in zip(found, lines, strict=True):
+        fault, claimed = sample.fault, sample.claimed
+        down = sum(max(0.0, min(claimed, b) - max(fault.at, a)) for a, b in outages)
+        figures = by_kind[fault.kind]
+        figures[0].append(sample.total)
+        figures[1].append(sample.wait)
+        figures[2].append(sample.total - down)
+        figures[3].append(sample.total - line["no_healthy_s"])
+    return by_kind
 
 
 def resumptions(

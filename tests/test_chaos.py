@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 # Every count the checker reports, each of which must be zero. Named here, not imported:
@@ -27,7 +28,7 @@ COUNTS = (
 )
 
 
-def test_a_short_chaos_run_loses_and_overlaps_nothing() -> None:
+def test_a_short_chaos_run_loses_and_overlaps_nothing(tmp_path: Path) -> None:
     command = [
         sys.executable, "-m", "benchmarks.chaos",
         "--stores", "postgres,sqlite",
@@ -35,6 +36,7 @@ def test_a_short_chaos_run_loses_and_overlaps_nothing() -> None:
         "--runs", "80",
         "--lease", "2",
         "--json",
+        "--samples", str(tmp_path / "samples"),
     ]  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.stdout, done.stderr
@@ -48,3 +50,19 @@ def test_a_short_chaos_run_loses_and_overlaps_nothing() -> None:
             done.stderr[-3000:],
         )
     assert done.returncode == 0, done.stderr
+    for kind in results:
+        _check_samples(tmp_path / f"samples.{kind}.jsonl", results[kind])
+
+
+def _check_samples(path: Path, figures: dict[str, Any]) -> None:
+    """Each recovery sample splits into its parts, and the figures count them all; the
+    recovery less the time nobody could recover the run is never more than the whole."""
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    for line in lines:
+        parts = line["lease_left_s"] + line["give_up_lag_s"] + line["claim_lag_s"]
+        assert abs(parts - line["total_s"]) < 0.01, line
+        assert 0 <= line["no_healthy_s"] <= line["total_s"] + 0.001, line
+    recoveries = {k: v for k, v in figures.items() if k.startswith("recovery_")}
+    assert sum(v["n"] for v in recoveries.values()) == len(lines)
+    for figure in recoveries.values():
+        assert figure["healthy_worker"]["max_s"] <= figure["max_s"]

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 
+import psycopg
+import pytest
 from conftest import Store
 
 from simpleworkflow.backends.base import Claim, Failure
+from simpleworkflow.worker import recovery
 
 TYPE = "billing.invoice.v1"
 
@@ -75,4 +79,51 @@ def test_the_reaper_learns_when_the_next_lease_of_its_types_runs_out(store: Stor
         backend.execute(backend.set_registry(TYPE, "go", None))
         assert backend.execute(backend.next_lease_expiry([TYPE]), readonly=True) is None
         assert client.get(first.id).status.value == "leased"
+    backend.close()
+
+
+def test_an_expired_lease_whose_row_is_locked_is_looked_at_again_soon(store: Store) -> None:
+    """A look that finds an expired lease but cannot recover it (its row locked: another
+    reaper recording it, or a transaction of the worker that held it, stalled inside it;
+    Postgres skips locked rows) comes back in a twentieth of a second, then less often;
+    not a whole poll later, which would add up to a second to that run's recovery."""
+    if store.kind != "postgres":
+        pytest.skip("SQLite locks the whole file: a look waits for the lock, none is skipped")
+    backend = store.backend()
+    with store.client() as client:
+        run = client.start(TYPE)
+        expire_lease(store, run.id, "w-stalled")
+        with psycopg.connect(store.url) as stalled:
+            stalled.execute(f'set search_path to "{store.schema}"'.encode())
+            stalled.execute(b"select 1 from workflow_run where id = %s for update", [run.id])
+            due_in, recovered = asyncio.run(recovery.look(backend, [TYPE], "python"))
+            assert due_in is not None and due_in < 0 and recovered == []
+            stalled.rollback()
+        assert [recovery.pause(due_in, misses) for misses in range(6)] == [
+            0.05, 0.1, 0.2, 0.4, 0.8, recovery.REAP_POLL
+        ]  # fmt: skip
+        due_in, recovered = asyncio.run(recovery.look(backend, [TYPE], "python"))
+        assert [f.run_id for f in recovered] == [run.id]
+        assert client.get(run.id).status.value == "pending"
+    backend.close()
+
+
+def test_the_reaper_sleeps_until_the_next_expiry_and_never_past_a_poll() -> None:
+    assert recovery.pause(None) == recovery.REAP_POLL  # no lease, or the store away
+    assert recovery.pause(0.3) == pytest.approx(0.31)
+    assert recovery.pause(30.0) == recovery.REAP_POLL  # leases taken meanwhile end later
+
+
+def test_the_event_of_a_recovered_lease_names_who_held_it_and_who_recovered_it(
+    store: Store,
+) -> None:
+    backend = store.backend()
+    with store.client() as client:
+        run = client.start(TYPE)
+        expire_lease(store, run.id, "w-dead")
+        _, recovered = asyncio.run(recovery.look(backend, [TYPE], "python", "w-alive"))
+        assert [f.run_id for f in recovered] == [run.id]
+        retried = client.events(run.id)[-1]
+        assert retried.event_type == "retried"
+        assert (retried.data["worker_id"], retried.data["recovered_by"]) == ("w-dead", "w-alive")
     backend.close()

@@ -223,11 +223,28 @@ class Holdings:
                 _log.info("run %s was cancelled; stopping its handler", run_id)
                 active.state.request_stop("cancelled")
             elif state == LOST:
-                _log.warning("run %s: lease lost to another worker; abandoning it", run_id)
-                active.state.request_stop("lease lost")
-                if self._renewals.until(active.lease.token) is not None:  # said once
-                    hooks.lease_lost(self._observers, active.state, self._worker_id, hooks.TAKEN)
+                self._lost(run_id, active)
             self._renewals.forget(active.lease.token)  # nothing left to give up
+
+    def _lost(self, run_id: str, active: Attempt) -> None:
+        """The store refused to renew a lease this worker still counted on. Either it ran
+        out first (a late heartbeat: refused within the give-up margin or after the end,
+        whether or not another worker took the run since), or, while it still held here,
+        the run was taken from it (another worker, an operator)."""
+        token = active.lease.token
+        ran_out = self._renewals.ended(token)
+        if ran_out:
+            _log.warning(
+                "run %s: its lease ran out before it could be renewed (a heartbeat came "
+                "too late); abandoning it",
+                run_id,
+            )
+        else:
+            _log.warning("run %s: lease lost to another worker; abandoning it", run_id)
+        active.state.request_stop("lease lost")
+        if self._renewals.until(token) is not None:  # said once
+            why = hooks.NOT_RENEWED if ran_out else hooks.TAKEN
+            hooks.lease_lost(self._observers, active.state, self._worker_id, why)
 
     def give_up(self, tokens: list[str]) -> None:
         """Leases about to end unrenewed (see above): stop their handlers, which then

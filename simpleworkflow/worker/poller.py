@@ -273,7 +273,9 @@ class IntentPoller:
             outage=self._outage,
         )
         recovered = functools.partial(self._on_recovered, observers)
-        reap = functools.partial(recovery.reap, backend, self._types, RUNTIME, recovered)
+        reap = functools.partial(
+            recovery.reap, backend, self._types, RUNTIME, recovered, self.worker_id
+        )
         listen = functools.partial(backend.listen, functools.partial(self._on_message, holdings))
         yield Loop("outbox", outbox.run), False
         yield Loop("journal", steps.run), False

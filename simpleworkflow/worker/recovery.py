@@ -5,8 +5,10 @@ A lease that expired means its worker died or stalled; the run is due again at o
 its place in the queue (its ``run_at`` as it was when claimed, so not behind a backlog
 that came due meanwhile), not after the retry policy's backoff: a crash is not an error
 of the handler. Every worker looks for expired leases of its types at least
-every :data:`REAP_POLL` seconds, and wakes up at the next expiry it knows of, so a crashed
-worker's runs start again about one lease duration after its last heartbeat.
+every :data:`REAP_POLL` seconds, and wakes up at the next expiry it knows of (the first
+among every worker's leases; one taken since runs a whole lease, longer than the second
+between looks), so a crashed worker's runs start again about one lease duration after
+its last heartbeat.
 
 Which run killed the worker cannot be known when it held several, so none of them is
 charged. A first crash beside others costs a run nothing more: it is due again at once,
@@ -24,6 +26,7 @@ suspect too, runs alone once, and is cleared.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -36,12 +39,14 @@ from simpleworkflow.wording import plural
 _log = logging.getLogger("simpleworkflow.worker")
 
 REAP_POLL = 1.0  # seconds between looks for expired leases, at most
+RETRY = 0.05  # seconds before looking again at an expired lease no look could recover
 BATCH = 100  # expired leases recovered per transaction
 SUSPECT_AFTER = 2  # uncharged crashes beside others that make a run a suspect
 
 
-def crashed(row: Mapping[str, Any]) -> Failure:
-    """What an expired lease (a row of ``expired_leases``) means for its run."""
+def crashed(row: Mapping[str, Any], recovered_by: str | None = None) -> Failure:
+    """What an expired lease (a row of ``expired_leases``) means for its run, recovered
+    by the worker ``recovered_by`` (named in the event, for whoever follows a recovery)."""
     charged = bool(row["isolate"])  # it ran alone: the crash was its own
     crashes = row["crashes"] + (0 if charged else 1)  # uncharged ones, beside others
     failures = row["attempt"] + (1 if charged else 0)
@@ -61,6 +66,7 @@ def crashed(row: Mapping[str, Any]) -> Failure:
         data={
             "reason": "lease_expired",
             "worker_id": row["leased_by"],
+            **({} if recovered_by is None else {"recovered_by": recovered_by}),
             "charged": charged,
             "crashes": crashes,
             "suspect": suspect,
@@ -78,24 +84,30 @@ async def reap(
     types: list[str],
     runtime: str,
     on_recovered: Callable[[list[Failure]], None],
+    worker_id: str | None = None,
 ) -> None:
-    """Recover expired leases of ``types`` until cancelled; ``on_recovered`` hears of each
-    batch recorded (to set a timer for when the runs are due)."""
+    """Recover expired leases of ``types`` until cancelled, as the worker ``worker_id``;
+    ``on_recovered`` hears of each batch recorded (to set a timer for when the runs are
+    due)."""
+    misses = 0  # looks in a row that saw an expired lease and could recover none of it
     while True:
         try:
-            due_in, recovered = await _look(backend, types, runtime)
+            due_in, recovered = await look(backend, types, runtime, worker_id)
         except errors.StoreUnavailable as exc:
             _log.warning("looking for expired leases failed (%s)", exc)
             due_in, recovered = None, []
         if recovered:
             _log.info("recovered %s whose lease expired", plural(len(recovered), "run"))
             on_recovered(recovered)
+            misses = 0
             continue
-        await asyncio.sleep(pause(due_in))
+        expired = due_in is not None and due_in <= 0
+        await asyncio.sleep(pause(due_in, misses))
+        misses = misses + 1 if expired else 0
 
 
-async def _look(
-    backend: Backend, types: list[str], runtime: str
+async def look(
+    backend: Backend, types: list[str], runtime: str, worker_id: str | None = None
 ) -> tuple[float | None, list[Failure]]:
     """Seconds until the next lease expires; when one has, recover a batch. A read
     first: recovering takes SQLite's write lock, which every second would be a waste."""
@@ -103,13 +115,22 @@ async def _look(
     due_in = await backend.execute_async(op, readonly=True)
     if due_in is None or due_in > 0:
         return due_in, []
-    op_reap = backend.reap_expired(types, BATCH, crashed, runtime)
+    decide = functools.partial(crashed, recovered_by=worker_id)
+    op_reap = backend.reap_expired(types, BATCH, decide, runtime)
     return due_in, await backend.execute_async(op_reap)
 
 
-def pause(next_expiry: float | None) -> float:
+def pause(next_expiry: float | None, misses: int = 0) -> float:
     """Seconds until the next look: at the next known expiry, and at least every
-    :data:`REAP_POLL` seconds, since other workers take new leases all the time."""
-    if next_expiry is None or next_expiry <= 0:
+    :data:`REAP_POLL` seconds, since other workers take new leases all the time.
+
+    A lease that has expired but that the look could not recover (``misses`` looks in a
+    row before this one) is looked at again soon: its row was locked, by another reaper
+    recording it or by a transaction of the worker that held it (stalled inside it), and
+    a second's wait for that would be a second added to the run's recovery. Then less
+    and less often (doubling from :data:`RETRY`), should the lock stay."""
+    if next_expiry is None:
         return REAP_POLL
+    if next_expiry <= 0:
+        return min(RETRY * 2.0**misses, REAP_POLL)
     return min(next_expiry + 0.01, REAP_POLL)
