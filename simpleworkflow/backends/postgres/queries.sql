@@ -225,6 +225,15 @@ set retention = %(retention)s::float8 * interval '1 second', updated_at = now()
 where workflow_name = %(name)s
 returning *
 
+-- name: lock_registry
+-- The registry rows of types whose declared limits a starting worker writes, in name
+-- order: workers of one app starting at once take turns (and the second finds nothing
+-- left to change).
+select workflow_name from {schema}workflow_registry
+where workflow_name = any(%(types)s::text[])
+order by workflow_name
+for update
+
 -- name: set_registry_concurrency
 -- At most concurrency leased runs of the type, and key_concurrency per concurrency key;
 -- null: no limit. recount_concurrency follows, in the same transaction.

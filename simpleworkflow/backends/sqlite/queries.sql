@@ -241,6 +241,12 @@ set retention = :retention, updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
 where workflow_name = :name
 returning *
 
+-- name: lock_registry
+-- Writers are serialised (BEGIN IMMEDIATE): reading the rows is enough.
+select workflow_name from workflow_registry
+where workflow_name in (select value from json_each(:types))
+order by workflow_name
+
 -- name: set_registry_concurrency
 -- At most concurrency leased runs of the type, and key_concurrency per concurrency key;
 -- null: no limit. recount_concurrency follows, in the same transaction.
