@@ -11,7 +11,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from simpleworkflow import durations, errors, names, observe
+from simpleworkflow import durations, errors, limits, names, observe
+from simpleworkflow.limits import NO_LIMITS, RateSpec, TypeLimits
 from simpleworkflow.retry import DEFAULT_RUN_POLICY, RetryPolicy
 from simpleworkflow.schedules import ScheduleSpec, define
 
@@ -32,6 +33,8 @@ class Definition:
     #: alone unless it is listed in ``compatible``.
     version: str = "1"
     compatible: tuple[str, ...] = ()
+    #: The limits its declaration names (written to the store when a worker starts).
+    limits: TypeLimits = NO_LIMITS
 
     @property
     def known_versions(self) -> tuple[str, ...]:
@@ -56,6 +59,7 @@ class Handlers:
         self.observers = observe.Observers(observers)
         self._definitions: dict[str, Definition] = {}
         self._schedules: dict[str, ScheduleSpec] = {}
+        self._rate_limits: dict[str, RateSpec] = {}
 
     def observe(self, observer: observe.Observer) -> observe.Observer:
         """Register ``observer`` on the workers of this app; returns it."""
@@ -70,17 +74,30 @@ class Handlers:
         timeout: durations.Duration | None = None,
         version: str = "1",
         compatible: Iterable[str] = (),
+        concurrency: int | None = None,
+        key_concurrency: int | None = None,
+        rate_limit: str | None = None,
     ) -> Callable[[F], F]:
         """Register the decorated function as the handler of ``type``.
 
         ``version`` names the code: a run records the version it started on, and a worker
         only resumes runs of a version it lists (``version`` or ``compatible``), so a
         deploy that changes the steps of a workflow never replays old runs wrongly.
+        ``concurrency``, ``key_concurrency`` and ``rate_limit`` (a name declared with
+        :meth:`rate_limit`) are the type's flow-control limits, written to the store by
+        each worker that starts; one left out is left as stored (docs/flow-control.md).
         """
+        declared = self._type_limits(type, concurrency, key_concurrency, rate_limit)
 
         def decorate(fn: F) -> F:
             self.register(
-                type, fn, retry=retry, timeout=timeout, version=version, compatible=compatible
+                type,
+                fn,
+                retry=retry,
+                timeout=timeout,
+                version=version,
+                compatible=compatible,
+                limits=declared,
             )
             return fn
 
@@ -95,8 +112,10 @@ class Handlers:
         timeout: durations.Duration | None = None,
         version: str = "1",
         compatible: Iterable[str] = (),
+        limits: TypeLimits | None = None,
     ) -> Definition:
-        """Register ``fn`` (``def`` or ``async def``, taking ``payload`` and maybe ``ctx``)."""
+        """Register ``fn`` (``def`` or ``async def``, taking ``payload`` and maybe ``ctx``);
+        ``limits`` as :meth:`workflow` declares them."""
         names.validate_type(type)
         versions = (version, *compatible)
         if not all(isinstance(v, str) and v and len(v) <= 64 for v in versions):
@@ -112,6 +131,7 @@ class Handlers:
             takes_context=takes_context(type, fn),
             version=version,
             compatible=tuple(compatible),
+            limits=limits or NO_LIMITS,
         )
         self._definitions[type] = definition
         return definition
@@ -119,6 +139,35 @@ class Handlers:
     @property
     def definitions(self) -> Mapping[str, Definition]:
         return self._definitions
+
+    def rate_limit(
+        self, name: str, rate: str | tuple[int, durations.Duration], *, per_key: bool = False
+    ) -> RateSpec:
+        """Declare the rate limit ``name`` (``"10/s"``, ``"600/m"``, ``"5/10s"``, per
+        concurrency key if ``per_key``) for types (``@app.workflow(..., rate_limit=name)``)
+        and steps (``ctx.rate_limit(name)``); a worker of this app writes it to the store
+        when it starts. Checked here: a bad rate fails at import."""
+        spec = limits.rate_spec(name, rate, per_key)
+        if spec.name in self._rate_limits:
+            raise errors.InvalidArgument(f"a rate limit named {spec.name!r} is already declared")
+        self._rate_limits[spec.name] = spec
+        return spec
+
+    @property
+    def rate_limits(self) -> Mapping[str, RateSpec]:
+        """The rate limits declared with :meth:`rate_limit`, by name."""
+        return self._rate_limits
+
+    def _type_limits(
+        self, type: str, concurrency: int | None, key_concurrency: int | None, rate: str | None
+    ) -> TypeLimits:
+        return limits.type_limits(
+            type,
+            concurrency=concurrency,
+            key_concurrency=key_concurrency,
+            rate_limit=rate,
+            declared_rates=self._rate_limits,
+        )
 
     def schedule(
         self,

@@ -27,13 +27,15 @@ class RunStatus(enum.StrEnum):
 TERMINAL_STATUSES = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED})
 
 #: States of a pending run that say what it waits for, by the kind of wait in its
-#: ``waiting_for`` (``retrying`` also covers a run due again after a failed attempt).
+#: ``waiting_for`` (``retrying`` also covers a run due again after a failed attempt;
+#: ``throttled``, a run a rate limit pushed to its next window, at a claim or at a step).
 #: ``Client.list(status=...)`` and ``runs list --status`` accept them besides the statuses.
 WAITING_STATES = {
     "sleeping": "sleep",
     "waiting-signal": "signal",
     "waiting-child": "child",
     "retrying": "retry",
+    "throttled": "throttle",
 }
 _STATE_OF_WAIT = {kind: state for state, kind in WAITING_STATES.items()}
 
@@ -104,10 +106,22 @@ class Run:
         if self.status in (RunStatus.SUCCEEDED, RunStatus.LEASED):
             return self.attempt + 1
         if self.status is RunStatus.PENDING:
-            return self.attempt + (self.waiting_for is not None)
+            return self.attempt + (self.waiting_for is not None and not self._throttled_unstarted)
         if self.status is RunStatus.CANCELLED:
             return self.attempt + (self.leased_by is not None)
         return self.attempt  # failed: the last failure is counted
+
+    @property
+    def _throttled_unstarted(self) -> bool:
+        """Throttled at a claim with no attempt under way: a rate limit held back its
+        start (or its next attempt), not a wait inside an attempt."""
+        wait = self.waiting_for
+        return (
+            isinstance(wait, dict)
+            and wait.get("kind") == "throttle"
+            and "step" not in wait
+            and wait.get("resumes") is None
+        )
 
     @property
     def waiting_states(self) -> list[str]:

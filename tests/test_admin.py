@@ -124,6 +124,7 @@ def arrange_every_state(store: Store, client: Client) -> dict[str, str]:
             "child",
             "step-retry",
             "race",
+            "throttled",
             "deleted",
         )
     }
@@ -142,6 +143,10 @@ def arrange_every_state(store: Store, client: Client) -> dict[str, str]:
             "waiting_for",
             json.dumps({"kind": "any", "waits": [{"kind": "signal"}, {"kind": "sleep"}]}),
         ),
+        "throttled": (
+            "waiting_for",
+            json.dumps({"kind": "throttle", "rate_limit": "partner-api", "until": "2030-01-01"}),
+        ),
     }
     for what, (column, value) in updates.items():
         store.sql(f"update workflow_run set {column} = ? where id = ?", value, ids[what])
@@ -156,7 +161,8 @@ def test_counts_by_type_and_state_agree_with_the_listing(store: Store, client: C
     assert list(counts) == [INVOICE, REFUND]
     assert list(counts[INVOICE]) == list(STATES)
     assert counts[INVOICE] == {
-        "pending": 8,  # queued, later, retrying, sleeping, signal, child, step-retry, race
+        "pending": 9,  # queued, later, retrying, sleeping, signal, child, step-retry, race,
+        # throttled
         "leased": 1,
         "succeeded": 1,
         "failed": 1,
@@ -165,6 +171,7 @@ def test_counts_by_type_and_state_agree_with_the_listing(store: Store, client: C
         "waiting-signal": 2,
         "waiting-child": 1,
         "retrying": 2,  # due again after a failed attempt, or a step waiting to retry
+        "throttled": 1,
     }
     assert counts[REFUND]["pending"] == 1
     for state in STATES:  # the same states as `list(status=...)`, deleted runs left out

@@ -153,12 +153,14 @@ def test_list_filters_by_type_or_prefix_status_and_time(store: Store, api: Api) 
 
 
 def test_list_finds_the_derived_states_of_waiting_runs(store: Store, api: Api) -> None:
-    ids = {state: api.start(TYPE)["id"] for state in ("sleeping", "signal", "child", "retry")}
+    states = ("sleeping", "signal", "child", "retry", "throttled")
+    ids = {state: api.start(TYPE)["id"] for state in states}
     plain = api.start(TYPE)["id"]
     waits = {
         "sleeping": {"kind": "sleep", "step": "nap"},
         "signal": {"kind": "signal", "event": "approved"},
         "child": {"kind": "child", "child_id": plain},
+        "throttled": {"kind": "throttle", "rate_limit": "partner-api", "until": "2030-01-01"},
     }
     for state, wait in waits.items():
         store.sql(
@@ -170,6 +172,8 @@ def test_list_finds_the_derived_states_of_waiting_runs(store: Store, api: Api) -
     assert listed(api, status="waiting-signal") == [ids["signal"]]
     assert listed(api, status="waiting-child") == [ids["child"]]
     assert listed(api, status="retrying") == [ids["retry"]]
+    assert listed(api, status="throttled") == [ids["throttled"]]
+    assert api.get(f"{RUNS}/{ids['throttled']}").json()["waiting_states"] == ["throttled"]
     assert set(listed(api, status=["sleeping", "retrying"])) == {ids["sleeping"], ids["retry"]}
     run = api.get(f"{RUNS}/{ids['signal']}").json()
     assert run["waiting_states"] == ["waiting-signal"]

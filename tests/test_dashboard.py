@@ -144,6 +144,12 @@ def test_the_overview_counts_derived_states_and_warns_of_overdue_and_paused_type
         '{"kind": "sleep", "step": "nap"}',
         sleeping,
     )
+    throttled = client.start(TYPE).id
+    store.sql(
+        "update workflow_run set waiting_for = ? where id = ?",
+        '{"kind": "throttle", "rate_limit": "partner-api", "until": "2030-01-01"}',
+        throttled,
+    )
     late = client.start(OTHER).id
     store.sql(
         "update workflow_run set run_at = ? where id = ?", "2000-01-01 00:00:00.000", late
@@ -164,7 +170,8 @@ def test_the_overview_counts_derived_states_and_warns_of_overdue_and_paused_type
     cells = dict(
         re.findall(r'class="num state-([a-z-]+)">(?:<a[^>]*>)?(?:<span[^>]*>)?(\d+)', row.group(0))
     )
-    assert cells["pending"] == "1" and cells["sleeping"] == "1" and cells["waiting-signal"] == "0"
+    assert cells["pending"] == "2" and cells["sleeping"] == "1" and cells["waiting-signal"] == "0"
+    assert cells["throttled"] == "1"
     warnings = texts(page, "warn")
     assert any(OTHER in w and "Overdue" in w for w in warnings), warnings
     assert any(TYPE in w and "Paused" in w for w in warnings), warnings

@@ -8,6 +8,7 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from conftest import Store
 
 from simpleworkflow import Client, errors
 from simpleworkflow.backends import Backend
@@ -139,3 +140,52 @@ def test_a_type_cannot_name_a_limit_that_does_not_exist(rated: Client) -> None:
 def test_per_key_must_be_a_bool(rated: Client) -> None:
     with pytest.raises(errors.InvalidArgument, match="per_key must be True or False"):
         rated.admin.set_rate_limit("partner-api", "1/s", per_key="yes")  # type: ignore[arg-type]
+
+
+def test_a_throttled_run_shows_as_throttled_until_claimed(
+    store: Store, backend: Backend, rated: Client
+) -> None:
+    rated.admin.set_rate_limit("partner-api", "1/h")
+    rated.admin.limit_rate(TYPE, "partner-api")
+    runs = rated.start_many([(TYPE, {"n": n}) for n in range(3)])
+    [first] = claim(backend)
+    waiting = [rated.get(run.id) for run in runs if run.id != first.run.id]
+    for run in waiting:
+        assert run.status.value == "pending"
+        assert run.waiting_states == ["throttled"]
+        assert run.waiting_for["kind"] == "throttle"
+        assert run.waiting_for["rate_limit"] == "partner-api"
+        assert run.attempts_made == 0  # a rate limit held back its start
+    listed = rated.list(status="throttled").runs
+    assert {run.id for run in listed} == {run.id for run in waiting}
+    [stats] = [s for s in rated.admin.stats() if s.type == TYPE]
+    assert (stats.counts["throttled"], stats.counts["pending"]) == (2, 2)
+    # its window opens: claimed, it is throttled no more, and it resumed nothing
+    rated.admin.set_rate_limit("partner-api", "10/s")
+    store.sql("update workflow_run set run_at = created_at where status = 'pending'")
+    assert len(claim(backend)) == 2
+    assert rated.list(status="throttled").runs == []
+    for run in waiting:
+        assert "resumed" not in [e.event_type for e in rated.events(run.id)]
+
+
+def test_a_run_throttled_on_its_way_back_from_a_sleep_still_resumes_it(
+    store: Store, backend: Backend, rated: Client
+) -> None:
+    rated.admin.set_rate_limit("partner-api", "1/h")
+    rated.admin.limit_rate(TYPE, "partner-api")
+    blocker, sleeper = rated.start_many([(TYPE, {}), (TYPE, {})])
+    nap = '{"kind": "sleep", "step": "nap", "until": "2026-01-01T00:00:00+00:00"}'
+    store.sql("update workflow_run set waiting_for = ?, attempt = 0 where id = ?", nap, sleeper.id)
+    store.sql("update workflow_run set priority = 1 where id = ?", blocker.id)
+    assert [lease.run.id for lease in claim(backend)] == [blocker.id]
+    throttled = rated.get(sleeper.id)
+    assert throttled.waiting_states == ["throttled"]
+    assert throttled.waiting_for["resumes"]["kind"] == "sleep"
+    assert throttled.attempts_made == 1  # the attempt that slept goes on
+    rated.admin.set_rate_limit("partner-api", "10/s")
+    store.sql("update workflow_run set run_at = created_at where id = ?", sleeper.id)
+    [lease] = claim(backend)
+    assert lease.was_waiting_for["kind"] == "sleep"
+    [resumed] = [e for e in rated.events(sleeper.id) if e.event_type == "resumed"]
+    assert resumed.data["step"] == "nap"

@@ -116,3 +116,21 @@ def test_wake_ups_name_a_due_time_only_for_runs_due_later(store: Store) -> None:
     assert (kind, schema, type_name) == ("wake", store.schema, "test.wake.later.v1")
     assert 3590 < float(due) - time.time() < 3610
     assert payloads[2] == f"wake {store.schema} test.wake.many.v1"
+
+
+def test_a_run_held_back_by_a_rate_limit_runs_when_its_window_opens(store: Store) -> None:
+    """With a 1/s limit the second run is pushed to the next window; the worker's timer
+    claims it then, not at its poll a minute later."""
+    app = App(store.url, schema=store.schema)
+    app.rate_limit("wake-api", "1/s")
+
+    @app.workflow("wake.rated.v1", rate_limit="wake-api")
+    def rated(payload: Any) -> str:
+        return "ok"
+
+    client = store.client()
+    first, second = client.start_many([("wake.rated.v1", {}), ("wake.rated.v1", {})])
+    took = asyncio.run(run_until_done(app, store, second.id))
+    assert client.get(first.id).status is RunStatus.SUCCEEDED
+    assert "throttled" in [e.event_type for e in client.events(second.id)]
+    assert took < 10, took

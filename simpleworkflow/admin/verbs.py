@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from simpleworkflow import (
     durations,
     errors,
+    limits,
     names,
     observe,
     rates,
@@ -52,8 +53,8 @@ MAX_AGE_SECONDS = 100 * 366 * 86400
 MAX_THROUGHPUT_MINUTES = 24 * 60
 MAX_CHILDREN = 1000
 _RUNTIME = re.compile(r"[a-z][a-z0-9_]{0,31}")
-#: The largest concurrency limit (an int4 column).
-MAX_CONCURRENCY = 2**31 - 1
+MAX_CONCURRENCY = limits.MAX_CONCURRENCY
+check_concurrency = limits.check_concurrency
 # The bounds of start()'s priority and max_attempts: a subscription's runs take them.
 
 
@@ -325,11 +326,6 @@ def check_runtime(runtime: object) -> str:
             "(letters, digits and '_', at most 32 characters)"
         )
     return runtime
-
-
-def check_concurrency(what: str, limit: object) -> int | None:
-    """A concurrency limit: ``None`` (none) or a number of leased runs."""
-    return None if limit is None else names.check_int(what, limit, 1, MAX_CONCURRENCY)
 
 
 def _check_text(what: str, text: str | None) -> str | None:

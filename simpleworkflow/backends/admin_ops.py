@@ -149,6 +149,12 @@ class AdminOps(StoreCore):
         yield self.stmt("recount_concurrency", name=name)
         return self.registry_from_row(rows[0])
 
+    def lock_registry(self, types: list[str]) -> Op[list[str]]:
+        """Lock the registry rows of ``types`` until the transaction ends (Postgres; on
+        SQLite writers are serialised); the names of those that exist."""
+        rows = yield self.stmt("lock_registry", types=sorted(types))
+        return [str(row["workflow_name"]) for row in rows]
+
     def set_rate_limit(
         self, name: str, max_runs: int, period: float, per_key: bool
     ) -> Op[RateLimit]:

@@ -164,6 +164,16 @@ class Lease:
 
 
 @dataclass(frozen=True, slots=True)
+class Claimed:
+    """What one claim did: the runs it ``leases``, and ``throttled_for``, the seconds
+    until the earliest run it pushed out to a rate limit's next window is due (``None``:
+    it pushed none), so that the worker sets a timer for it rather than wait for a poll."""
+
+    leases: list[Lease]
+    throttled_for: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Claim:
     """What a worker asks for: up to ``limit`` due runs of ``types`` it may run."""
 

@@ -17,6 +17,7 @@ from simpleworkflow.backends.records import (
     HELD,
     LOST,
     Claim,
+    Claimed,
     Failure,
     Lease,
     Op,
@@ -49,6 +50,11 @@ class WorkerOps(StoreCore):
     def claim(self, claim: Claim) -> Op[list[Lease]]:
         """Lease up to ``claim.limit`` due runs, highest priority and longest due first;
         or, while a suspect is due, that one alone if the worker is ``alone``, else none."""
+        claimed = yield from self.claim_runs(claim)
+        return claimed.leases
+
+    def claim_runs(self, claim: Claim) -> Op[Claimed]:
+        """:meth:`claim`, also saying when the earliest run it throttled is due."""
         rows = yield self.stmt(
             "claim",
             worker_id=claim.worker_id,
@@ -60,23 +66,35 @@ class WorkerOps(StoreCore):
             known=list(claim.known),
             alone=claim.alone,
         )
-        # Runs over a rate limit come back from SQLite's claim still pending, due again
-        # later (Postgres's claim writes their events itself and returns leased runs only).
-        throttled = [str(row["id"]) for row in rows if row["status"] != "leased"]
+        # Postgres's claim returns leased runs only, with throttled_for when it throttled
+        # runs (a row of nulls but that if it leased none); runs over a rate limit come
+        # back from SQLite's still pending, due again when the next window opens.
+        waits = [
+            float(row["throttled_for"]) for row in rows if row.get("throttled_for") is not None
+        ]
+        rows = [row for row in rows if row["id"] is not None]
+        throttled = [row for row in rows if row["status"] != "leased"]
         rows = [row for row in rows if row["status"] == "leased"]
         if rows or throttled:
             ids = [str(row["id"]) for row in rows]
-            yield from self.then("claim", ids=ids, throttled=throttled)
-        return [
+            yield from self.then("claim", ids=ids, throttled=[str(row["id"]) for row in throttled])
+        waits += [
+            (self.decode_time(row["run_at"]) - self.decode_time(row["db_now"])).total_seconds()
+            for row in throttled
+        ]
+        leases = [
             Lease(
                 run=self.run_from_row(row),
                 token=str(row["lease_token"]),
                 claimed_at=self.decode_time(row["db_now"]),
-                was_waiting_for=self.decode_json(row.get("was_waiting_for", row["waiting_for"])),
+                was_waiting_for=resumes(
+                    self.decode_json(row.get("was_waiting_for", row["waiting_for"]))
+                ),
                 isolated=bool(row["isolate"]),
             )
             for row in rows
         ]
+        return Claimed(leases, min(waits) if waits else None)
 
     def unknown_versions(self, claim: Claim) -> Op[list[tuple[str, str, int]]]:
         """Due runs of ``claim.types`` stamped with a code version this worker lacks."""
@@ -215,3 +233,12 @@ def _failure(f: Failure) -> dict[str, Any]:
         "keep_place": f.keep_place,
         "trace": f.trace,
     }
+
+
+def resumes(waiting_for: Any) -> Any:
+    """What a claimed run resumes from: a run throttled at an earlier claim keeps the
+    wait it was suspended in (if any) under ``resumes``; a step's throttle is a wait."""
+    claim_throttle = isinstance(waiting_for, dict) and waiting_for.get("kind") == "throttle"
+    if claim_throttle and "step" not in waiting_for:
+        return waiting_for.get("resumes")
+    return waiting_for

@@ -37,7 +37,7 @@ def _add_list(commands: Any) -> None:
         "list",
         help="list runs, newest first",
         description="List runs, newest first, a page at a time; --status also takes what a "
-        "pending run waits for (sleeping, waiting-signal, waiting-child, retrying).",
+        "pending run waits for (sleeping, waiting-signal, waiting-child, retrying, throttled).",
     )
     parser.add_argument(
         "--status",
@@ -46,7 +46,8 @@ def _add_list(commands: Any) -> None:
         choices=[*(s.value for s in models.RunStatus), *models.WAITING_STATES],
         metavar="STATUS",
         help="only runs in this status: pending, leased, succeeded, failed or cancelled, or "
-        "a pending run that is sleeping, waiting-signal, waiting-child or retrying "
+        "a pending run that is sleeping, waiting-signal, waiting-child, retrying or "
+        "throttled (held back by a rate limit until its next window) "
         "(repeat for several)",
     )
     parser.add_argument(

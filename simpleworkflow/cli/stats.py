@@ -20,7 +20,7 @@ def register(subparsers: Any) -> None:
         description="One line per workflow type: its runtime (and whether it is paused), "
         "its runs by status (deleted runs left out), the age of its oldest due pending "
         "run, and what its pending runs wait for (sleeping, waiting-signal, waiting-child, "
-        "retrying; a run waiting in several ways counts in each).",
+        "retrying, throttled; a run waiting in several ways counts in each).",
     )
     _common.add_common_options(parser)
     parser.set_defaults(handler=run)

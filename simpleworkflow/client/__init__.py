@@ -129,8 +129,8 @@ class Client(schema_check.Checked, Requests):
         """One page of runs, newest first; pass ``page.next_cursor`` for the next one.
 
         ``status`` takes stored statuses and the states of pending runs that wait
-        (``sleeping``, ``waiting-signal``, ``waiting-child``, ``retrying``); a run in any
-        of those given is listed. ``payload_contains`` (JSON: a dict, a list, a value)
+        (``sleeping``, ``waiting-signal``, ``waiting-child``, ``retrying``, ``throttled``);
+        a run in any of those given is listed. ``payload_contains`` (JSON: a dict, a list, a value)
         lists only runs whose payload contains it, as Postgres ``jsonb @>`` decides:
         ``{"customer": "c_1"}`` matches every payload with that key and value."""
         query = _listing.list_query(

@@ -45,6 +45,7 @@ State = Literal[
     "waiting-signal",
     "waiting-child",
     "retrying",
+    "throttled",
 ]
 
 RunId = Annotated[str, Path(description="the run's id (a UUID)", max_length=100)]

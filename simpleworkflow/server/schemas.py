@@ -158,7 +158,9 @@ class RunOut(BaseModel):
     type: str
     status: RunStatus
     #: Defined for pending runs only: what they wait for, by name.
-    waiting_states: list[Literal["sleeping", "waiting-signal", "waiting-child", "retrying"]]
+    waiting_states: list[
+        Literal["sleeping", "waiting-signal", "waiting-child", "retrying", "throttled"]
+    ]
     lease_expired: bool = Field(
         description="leased, but its lease has run out (its worker died or stalled) and "
         "no worker has recovered it yet: held by no one"

@@ -26,6 +26,9 @@ from simpleworkflow.worker.timer import Bell
 _log = logging.getLogger("simpleworkflow.worker")
 
 VERSIONS_INTERVAL = 300.0  # seconds between warnings about runs of unknown code versions
+#: After a rate limit's next window opens, by the database's clock, the claim waits this
+#: much more: a claim a moment early would find the throttled runs not yet due.
+WINDOW_MARGIN = 0.005
 
 
 class ClaimLoop:
@@ -105,11 +108,13 @@ class ClaimLoop:
         )
 
     async def _claim(self, limit: int) -> list[Lease]:
-        op = self._backend.claim(self.request(limit))
+        op = self._backend.claim_runs(self.request(limit))
         sent_at = time.monotonic()
         claimed = await self._backend.execute_async(op)
-        self._renewals.granted((lease.token for lease in claimed), sent_at)
-        return claimed
+        self._renewals.granted((lease.token for lease in claimed.leases), sent_at)
+        if claimed.throttled_for is not None:  # claim again when the next window opens
+            self._bell.wake_in(max(claimed.throttled_for, 0.0) + WINDOW_MARGIN)
+        return claimed.leases
 
     async def report_unknown_versions(self) -> None:
         """Say which due runs this worker leaves alone because it lacks their code version."""

@@ -30,7 +30,7 @@ from simpleworkflow.outbox import Outbox
 from simpleworkflow.outcome_log import OutcomeLog
 from simpleworkflow.schema_check import ensure_async
 from simpleworkflow.wording import plural
-from simpleworkflow.worker import hooks, leases, presence, recovery, scheduler, shutdown
+from simpleworkflow.worker import hooks, leases, limits, presence, recovery, scheduler, shutdown
 from simpleworkflow.worker.claiming import ClaimLoop
 from simpleworkflow.worker.options import RUNTIME, WorkerOptions, WorkerSettings
 from simpleworkflow.worker.running import Runner
@@ -188,6 +188,8 @@ class IntentPoller:
         await self._prepare_schema()
         await backend.execute_async(backend.register_types(types, RUNTIME))
         await scheduler.declare(backend, self.app.schedules, types)
+        declared = {t: self.app.definitions[t].limits for t in types}
+        await limits.declare(backend, self.app.rate_limits, declared)
         runner, claims, outbox, supervisor = self._assemble(types)
         supervisor.start()
         _log.info(

@@ -225,6 +225,15 @@ set retention = %(retention)s::float8 * interval '1 second', updated_at = now()
 where workflow_name = %(name)s
 returning *
 
+-- name: lock_registry
+-- The registry rows of types whose declared limits a starting worker writes, in name
+-- order: workers of one app starting at once take turns (and the second finds nothing
+-- left to change).
+select workflow_name from {schema}workflow_registry
+where workflow_name = any(%(types)s::text[])
+order by workflow_name
+for update
+
 -- name: set_registry_concurrency
 -- At most concurrency leased runs of the type, and key_concurrency per concurrency key;
 -- null: no limit. recount_concurrency follows, in the same transaction.
@@ -462,8 +471,19 @@ with full_slots as materialized (
     from rated r join windows w on w.name = r.name and w.rate_key = r.rate_key
     where r.n > w.granted
 ), deferred as (
+    -- shown as throttled until claimed: waiting_for says so, and keeps the wait the run
+    -- resumes from (if any) under 'resumes' for the claim's resumed event
     update {schema}workflow_run r
-    set run_at = t.next_window, updated_at = now()
+    set run_at = t.next_window,
+        waiting_for = jsonb_build_object('kind', 'throttle', 'rate_limit', t.name,
+                                         'until', t.next_window)
+                      || case when r.waiting_for is null then '{}'::jsonb
+                              when r.waiting_for ->> 'kind' = 'throttle'
+                                   and not r.waiting_for ? 'step'
+                              then jsonb_strip_nulls(jsonb_build_object(
+                                       'resumes', r.waiting_for -> 'resumes'))
+                              else jsonb_build_object('resumes', r.waiting_for) end,
+        updated_at = now()
     from throttled t
     where r.id = any(array(select id from throttled)) and r.id = t.id
     returning r.id, r.run_at, t.name
@@ -486,7 +506,11 @@ with full_slots as materialized (
     -- planner hash the candidates and scan the whole table.
     where r.id = any(array(select id from allowed except select id from throttled))
       and r.id = c.id
-    returning r.*, c.waiting_for as was_waiting_for, now() as db_now
+    returning r.*,
+              -- a run throttled at an earlier claim resumes what its wait keeps, if any
+              case when c.waiting_for ->> 'kind' = 'throttle' and not c.waiting_for ? 'step'
+                   then c.waiting_for -> 'resumes' else c.waiting_for end as was_waiting_for,
+              now() as db_now
 ), counted as (
     -- the leases taken, added once to each counter's taken row (locked above), and
     -- whether that leaves it full by the returned this claim read (for the full-counter
@@ -514,7 +538,14 @@ with full_slots as materialized (
     where e.event_type <> 'resumed' or c.was_waiting_for is not null
     order by c.id, e.n
 )
-select * from claimed
+-- The runs claimed. When this claim throttled runs, each row also says in how many
+-- seconds the earliest of them is due (throttled_for, for the worker's timer), and if it
+-- claimed none, one row says only that (every other column null).
+select c.*, d.throttled_for
+from claimed c
+full join (select extract(epoch from min(run_at) - now())::float8 as throttled_for
+           from deferred
+           having count(*) > 0) as d on true
 
 -- name: unknown_versions
 -- Due runs this worker may not replay: their code version is not one it knows.

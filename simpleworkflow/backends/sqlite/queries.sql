@@ -241,6 +241,12 @@ set retention = :retention, updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
 where workflow_name = :name
 returning *
 
+-- name: lock_registry
+-- Writers are serialised (BEGIN IMMEDIATE): reading the rows is enough.
+select workflow_name from workflow_registry
+where workflow_name in (select value from json_each(:types))
+order by workflow_name
+
 -- name: set_registry_concurrency
 -- At most concurrency leased runs of the type, and key_concurrency per concurrency key;
 -- null: no limit. recount_concurrency follows, in the same transaction.
@@ -402,9 +408,10 @@ with suspect as (
     join workflow_registry g on g.workflow_name = a.type
     join workflow_rate_limit l on l.name = g.rate_limit
 ), throttled as (
-    select q.id, strftime('%Y-%m-%d %H:%M:%f', q.opens + q.period, 'unixepoch') as next_window
+    select q.id, q.name,
+           strftime('%Y-%m-%d %H:%M:%f', q.opens + q.period, 'unixepoch') as next_window
     from (
-        select r.id, r.opens, r.period,
+        select r.id, r.name, r.opens, r.period,
                case when w.window_start >= strftime('%Y-%m-%d %H:%M:%f', r.opens, 'unixepoch')
                     then r.max_runs - w.used else r.max_runs end as tokens,
                row_number() over (partition by r.name, r.rate_key
@@ -414,7 +421,7 @@ with suspect as (
     ) as q
     where q.n > q.tokens
 ), outcome as (
-    select a.id, t.next_window from allowed a left join throttled t on t.id = a.id
+    select a.id, t.name, t.next_window from allowed a left join throttled t on t.id = a.id
 )
 update workflow_run
 set status = case when o.next_window is null then 'leased' else status end,
@@ -429,6 +436,19 @@ set status = case when o.next_window is null then 'leased' else status end,
                                       json_extract(:versions, '$."' || type || '"'))
                         else code_version end,
     run_at = coalesce(o.next_window, run_at),
+    -- shown as throttled until claimed; the wait it resumes from (if any) kept under
+    -- 'resumes' for the claim's resumed event
+    waiting_for = case
+        when o.next_window is null then waiting_for
+        else json_patch(
+            json_object('kind', 'throttle', 'rate_limit', o.name,
+                        'until', replace(o.next_window, ' ', 'T') || '+00:00'),
+            case when waiting_for is null then '{}'
+                 when json_extract(waiting_for, '$.kind') = 'throttle'
+                      and json_type(waiting_for, '$.step') is null
+                 then json_object('resumes', json(json_extract(waiting_for, '$.resumes')))
+                 else json_object('resumes', json(waiting_for)) end)
+        end,
     updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
 from outcome as o
 where workflow_run.id = o.id
@@ -437,15 +457,22 @@ returning *, strftime('%Y-%m-%d %H:%M:%f', 'now') as db_now
 -- name: claim_then_1_events
 insert into workflow_event (workflow_id, event_type, data)
 select r.id, e.event_type,
-       case when e.event_type = 'resumed' then r.waiting_for
+       case when e.event_type = 'resumed' then r.resumes
             else json_object('worker_id', r.leased_by, 'attempt', r.attempt + 1,
                              'lease_until', replace(r.lease_until, ' ', 'T') || '+00:00') end
 from json_each(:ids) as i
-join workflow_run r on r.id = i.value
+join (
+    -- a run throttled at an earlier claim resumes what its wait keeps, if any
+    select id, leased_by, attempt, lease_until,
+           case when json_extract(waiting_for, '$.kind') = 'throttle'
+                     and json_type(waiting_for, '$.step') is null
+                then json_extract(waiting_for, '$.resumes') else waiting_for end as resumes
+    from workflow_run
+) as r on r.id = i.value
 cross join (select 1 as n, 'leased' as event_type
             union all select 2, 'started'
             union all select 3, 'resumed') as e
-where e.event_type <> 'resumed' or r.waiting_for is not null
+where e.event_type <> 'resumed' or r.resumes is not null
 order by i.key, e.n
 
 -- name: claim_then_2_clear_waits
