@@ -585,6 +585,12 @@ with outcomes as (
         -- the array makes this primary-key lookups; a semi-join may scan the whole table
         where x.id = any(array(select id from outcomes))
     )
+      -- a type's own row ('') is locked by every outcome of the type, so its keys' rows,
+      -- written only under it, need no lock of their own (a WAL record less per key);
+      -- a type limited per key alone locks its keys' rows
+      and (s.concurrency_key = ''
+           or not exists (select from {schema}workflow_concurrency_returned t
+                          where t.workflow_name = s.workflow_name and t.concurrency_key = ''))
     order by s.workflow_name, s.concurrency_key
     for update of s
 ), done as (
@@ -644,6 +650,12 @@ with outcomes as (
         -- the array makes this primary-key lookups; a semi-join may scan the whole table
         where x.id = any(array(select id from outcomes))
     )
+      -- a type's own row ('') is locked by every outcome of the type, so its keys' rows,
+      -- written only under it, need no lock of their own (a WAL record less per key);
+      -- a type limited per key alone locks its keys' rows
+      and (s.concurrency_key = ''
+           or not exists (select from {schema}workflow_concurrency_returned t
+                          where t.workflow_name = s.workflow_name and t.concurrency_key = ''))
     order by s.workflow_name, s.concurrency_key
     for update of s
 ), done as (
@@ -721,6 +733,12 @@ with outcomes as (
         -- the array makes this primary-key lookups; a semi-join may scan the whole table
         where x.id = any(array(select id from outcomes))
     )
+      -- a type's own row ('') is locked by every outcome of the type, so its keys' rows,
+      -- written only under it, need no lock of their own (a WAL record less per key);
+      -- a type limited per key alone locks its keys' rows
+      and (s.concurrency_key = ''
+           or not exists (select from {schema}workflow_concurrency_returned t
+                          where t.workflow_name = s.workflow_name and t.concurrency_key = ''))
     order by s.workflow_name, s.concurrency_key
     for update of s
 ), done as (
@@ -892,6 +910,12 @@ with outcomes as (
         -- the array makes this primary-key lookups; a semi-join may scan the whole table
         where x.id = any(array(select id from outcomes))
     )
+      -- a type's own row ('') is locked by every outcome of the type, so its keys' rows,
+      -- written only under it, need no lock of their own (a WAL record less per key);
+      -- a type limited per key alone locks its keys' rows
+      and (s.concurrency_key = ''
+           or not exists (select from {schema}workflow_concurrency_returned t
+                          where t.workflow_name = s.workflow_name and t.concurrency_key = ''))
     order by s.workflow_name, s.concurrency_key
     for update of s
 ), done as (
