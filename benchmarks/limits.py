@@ -10,8 +10,8 @@ interleaved so that the machine's other load falls on every variant alike:
   1,000,000 a second: every claim locks and reads the type's counter and the rate window,
   every lease end is counted, and nothing is ever held back;
 - ``keyed``: ``declared`` and a limit of 1,000,000 per key as well: about a hundred
-  counters (one per key) locked and counted per claim of a hundred runs, and per batch
-  of outcomes;
+  counters (one per key) locked and counted per claim of a hundred runs, and counted per
+  batch of outcomes (under the type's own counter, locked);
 - ``untriggered`` (Postgres): ``none`` with the lease-counting trigger disabled, the drain
   as it was before limits existed, to price the trigger itself (since Postgres 0020 the
   worker's own outcome statements count their lease ends and never call it: this

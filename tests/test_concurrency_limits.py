@@ -123,6 +123,28 @@ def test_type_and_key_limits_hold_together(store: Store, backend: Backend, limit
     assert counters(store) == leased(store)
 
 
+def test_one_claim_fills_each_key_and_type_by_what_each_already_holds(
+    store: Store, backend: Backend, limited: Client
+) -> None:
+    """Two limited types in one claim, a key already holding a lease: each key gets its
+    room left, then the type its room left, in priority order."""
+    limited.admin.set_runtime(OTHER, "python")
+    limited.admin.set_concurrency(TYPE, 4, per_key=2)
+    limited.admin.set_concurrency(OTHER, None, per_key=1)
+    for key, priority, count in (("a", 1, 3), ("b", 2, 3), ("c", 3, 1)):
+        limited.start_many([{"type": TYPE, "concurrency_key": key, "priority": priority}] * count)
+    limited.start_many([{"type": OTHER, "concurrency_key": k} for k in "aax"])
+    assert keys(claim(backend, 1)) == {"a": 1}
+    got = Counter(
+        (lease.run.type, lease.run.concurrency_key) for lease in claim(backend, types=(TYPE, OTHER))
+    )
+    # a: 1 more (2 per key); b: 2; c: none, the type's 4 are taken first by priority
+    assert got == {(TYPE, "a"): 1, (TYPE, "b"): 2, (OTHER, "a"): 1, (OTHER, "x"): 1}
+    expected = leased(store)
+    del expected[(OTHER, "")]  # OTHER has no type limit, so no type counter
+    assert counters(store) == expected
+
+
 def test_a_claim_neither_waits_for_a_lease_end_in_flight_nor_counts_it_early(
     store: Store, backend: Backend, limited: Client
 ) -> None:
