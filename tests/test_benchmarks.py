@@ -39,6 +39,9 @@ METRICS = [
     "backlog_400",
     "backlog_kept",
 ]
+# A difference of two timings (steps' time less the same runs' without steps): on a
+# loaded machine it can come out at or below zero, so only its being a number is checked.
+DIFFERENCES = {"step_overhead_ms"}
 
 
 def test_smallest_run_reports_every_metric(postgres_url: str, tmp_path: Path) -> None:
@@ -68,7 +71,8 @@ def test_smallest_run_reports_every_metric(postgres_url: str, tmp_path: Path) ->
                 assert entry[store]["median"] is None
                 continue
             median = entry[store]["median"]
-            assert isinstance(median, float) and math.isfinite(median) and median > 0, (name, store)
+            assert isinstance(median, float) and math.isfinite(median), (name, store)
+            assert name in DIFFERENCES or median > 0, (name, store, median)
             assert len(entry[store]["runs"]) == 1
         if entry["ceiling"] is not None:
             assert entry["ratio"] > 0, name
