@@ -22,6 +22,7 @@ from typing import Any
 from benchmarks import chaos_recovery as recovery
 from benchmarks.chaos_faults import Fault
 from simpleworkflow.backends.records import JournalEntry
+from simpleworkflow.models import Event
 
 COUNTS = (
     "lost",
@@ -71,24 +72,117 @@ def _spans(ticks: list[Tick]) -> dict[str, dict[str, tuple[float, float]]]:
     return spans
 
 
-def unexplained(ticks: list[Tick], faults: list[Fault]) -> list[tuple[str, str]]:
-    """Steps (run, step) executed again although the process that executed them before
-    met no fault after it began them."""
-    struck: dict[int, list[float]] = collections.defaultdict(list)
-    for fault in faults:
-        for pid in fault.workers.values():
-            struck[pid].append(fault.at)
+def reexecutions(
+    ticks: list[Tick], faults: list[Fault], events: dict[str, list[Event]], names: dict[int, str]
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """Steps (run, step) executed again, not explained by a fault: those whose earlier
+    execution's lease lapsed (:func:`lapses`: its worker, struck by no fault, did not
+    renew it in time and another worker recovered the run), and the rest, unexplained.
+    A fault explains a re-execution when it struck the process of the earlier execution
+    after that began, or was still in force then (a restart or a silence that began a
+    moment before it). ``names``: each worker process's name, by pid."""
+    struck = _struck(faults)
+    lapsed_leases = {(e.workflow_id, e.id) for e in lapses(faults, events)}
     executions: dict[tuple[str, str], dict[str, tuple[float, int]]] = collections.defaultdict(dict)
     for tick in ticks:
         if "step" in tick:
             key = (tick["run"], tick["step"])
             executions[key].setdefault(tick["exec"], (tick["at"], tick["pid"]))
-    found = []
+    lapsed, unexplained = [], []
     for key, runs in executions.items():
         for began, pid in sorted(runs.values())[:-1]:
-            if not any(at >= began for at in struck[pid]):
-                found.append(key)
+            name = names.get(pid, "")
+            if any(end >= began for _, end in struck[name]):
+                continue
+            given_up = _given_up_after(events.get(key[0], []), name, began)
+            if given_up is not None and (key[0], given_up.id) in lapsed_leases:
+                lapsed.append(key)
+            else:
+                unexplained.append(key)
+    return lapsed, unexplained
+
+
+def lapses(faults: list[Fault], events: dict[str, list[Event]]) -> list[Event]:
+    """Leases recovered by another worker's reaper (``retried``, ``lease_expired``) whose
+    holder met no fault from its claim to the recovery: it was running and could reach
+    the database, but did not renew the lease in time (it gave the lease up itself, or
+    its heartbeat came too late: on a loaded machine, a stalled event loop)."""
+    struck = _struck(faults)
+    found = []
+    for trail in events.values():
+        claimed: dict[str, float] = {}
+        for event in trail:
+            data = event.data if isinstance(event.data, dict) else {}
+            if event.event_type == "leased":
+                claimed[data.get("worker_id", "")] = recovery.stamp(event)
+            elif event.event_type == "retried" and data.get("reason") == "lease_expired":
+                holder, at = data.get("worker_id", ""), recovery.stamp(event)
+                since = claimed.get(holder, at)
+                if not any(start <= at and end >= since for start, end in struck[holder]):
+                    found.append(event)
     return found
+
+
+def _struck(faults: list[Fault]) -> dict[str, list[tuple[float, float]]]:
+    """By worker name: when each fault that struck it began and ended (a kill or a
+    SIGTERM ends the process: in force from then on)."""
+    struck: dict[str, list[tuple[float, float]]] = collections.defaultdict(list)
+    for fault in faults:
+        end = float("inf") if fault.kind in ("kill", "term") else (fault.back or fault.at)
+        for name in fault.workers:
+            struck[name].append((fault.at, end))
+    return struck
+
+
+def _given_up_after(trail: list[Event], name: str, began: float) -> Event | None:
+    """How the attempt of worker ``name`` that held the run at ``began`` let it go: the
+    first event after its claim that ends a holding (``chaos_recovery.LET_GO``)."""
+    claim = None
+    for event in trail:
+        data = event.data if isinstance(event.data, dict) else {}
+        if event.event_type == "leased" and recovery.stamp(event) <= began:
+            claim = event if data.get("worker_id") == name else None
+        elif claim is not None and event.event_type in recovery.LET_GO:
+            return event
+    return None
+
+
+def evidence(
+    key: tuple[str, str], ticks: list[Tick], faults: list[Fault], trail: list[Event], why: str
+) -> dict[str, Any]:
+    """What is known of one step executed more than once (``why``: ``lapsed`` or
+    ``unexplained``, see :func:`reexecutions`): each execution (its process,
+    attempt, first and last tick), the run's audit trail, and the faults dealt from the
+    first execution's start to the last one's end. A step named ``""``: every step of
+    the run (a run stuck at the end)."""
+    spans: dict[str, dict[str, Any]] = {}
+    for tick in ticks:
+        if "step" not in tick or tick["run"] != key[0] or key[1] not in ("", tick["step"]):
+            continue
+        span = spans.setdefault(
+            tick["exec"],
+            {"step": tick["step"], "pid": tick["pid"], "attempt": tick["attempt"]}
+            | {"first": tick["at"], "ticks": 0},
+        )
+        span["last"] = tick["at"]
+        span["ticks"] += 1
+    runs = sorted(spans.values(), key=lambda span: span["first"])
+    times = [e.created_at.timestamp() for e in trail]
+    start, end = min(times) - 10, max(times)
+    return {
+        "why": why,
+        "run": key[0],
+        "step": key[1],
+        "executions": runs,
+        "events": [
+            {"type": e.event_type, "at": e.created_at.timestamp(), "data": e.data} for e in trail
+        ],
+        "faults": [
+            {"kind": f.kind, "at": f.at, "back": f.back, "workers": f.workers}
+            for f in faults
+            if start <= f.at <= end
+        ],
+    }
 
 
 def fenced_writes(ticks: list[Tick], journals: dict[str, list[JournalEntry]]) -> int:
