@@ -323,7 +323,7 @@ class Chaos:
         events: dict[str, list[Event]],
         statuses: dict[str, str],
         counts: dict[str, int],
-    ) -> dict[str, int]:
+    ) -> dict[str, Any]:
         """Count the unexplained re-executions into ``counts``; return the lease lapses
         and the re-executions they explain. Each is named on stderr and, with
         ``--samples``, its evidence kept, as is that of each run stuck at the end."""
@@ -350,7 +350,11 @@ class Chaos:
         self._keep_evidence(
             [check.evidence(key, ticks, dealt, events[key[0]], why) for why, key in found]
         )
-        return {"lease_lapses": len(lapses), "lapsed_reexecutions": len(lapsed)}
+        return {
+            "lease_lapses": len(lapses),
+            "lease_lapse_causes": check.lapse_causes(lapses, dealt, events, self.options.lease),
+            "lapsed_reexecutions": len(lapsed),
+        }
 
     def _keep_evidence(self, found: list[dict[str, Any]]) -> None:
         """With ``--samples``: each re-execution not explained by a fault and each run

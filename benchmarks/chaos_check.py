@@ -103,10 +103,9 @@ def reexecutions(
 
 
 def lapses(faults: list[Fault], events: dict[str, list[Event]]) -> list[Event]:
-    """Leases recovered by another worker's reaper (``retried``, ``lease_expired``) whose
-    holder met no fault from its claim to the recovery: it was running and could reach
-    the database, but did not renew the lease in time (it gave the lease up itself, or
-    its heartbeat came too late: on a loaded machine, a stalled event loop)."""
+    """Leases recovered by a reaper (``retried``, ``lease_expired``) whose holder met no
+    fault from its claim to the recovery: it was running and could reach the database,
+    but did not renew the lease in time (see :func:`lapse_cause`)."""
     struck = _struck(faults)
     found = []
     for trail in events.values():
@@ -121,6 +120,47 @@ def lapses(faults: list[Fault], events: dict[str, list[Event]]) -> list[Event]:
                 if not any(start <= at and end >= since for start, end in struck[holder]):
                     found.append(event)
     return found
+
+
+def lapse_causes(
+    found: list[Event], faults: list[Fault], events: dict[str, list[Event]], lease: float
+) -> dict[str, int]:
+    """The lapses ``found``, by cause: ``claimed as a fault ended`` (a fault on the holder
+    ended within a lease before the claim: the claim was sent before or during it, and a
+    worker counts its lease from the moment it sent the claim, so it had given the lease
+    up before it could run anything); ``store took no writes`` (between the holder's last
+    renewal and the recovery nobody wrote for over ``chaos_recovery.STALL`` seconds: on
+    SQLite, another worker frozen inside a write transaction); ``renewal late`` (the
+    rest: the heartbeat, or its confirmation, came too late: a loaded machine)."""
+    struck = _struck(faults)
+    writes = sorted(recovery.stamp(e) for trail in events.values() for e in trail)
+    causes: collections.Counter[str] = collections.Counter()
+    for lapse in found:
+        holder = lapse.data["worker_id"]
+        claimed, renewed = _renewals(events[lapse.workflow_id], holder, recovery.stamp(lapse))
+        if any(claimed - lease <= end <= claimed for _, end in struck[holder]):
+            causes["claimed as a fault ended"] += 1
+        elif recovery.stalled(writes, renewed, recovery.stamp(lapse)) > recovery.STALL:
+            causes["store took no writes"] += 1
+        else:
+            causes["renewal late"] += 1
+    return dict(sorted(causes.items()))
+
+
+def _renewals(trail: list[Event], holder: str, before: float) -> tuple[float, float]:
+    """When ``holder`` last claimed the run before ``before``, and last renewed the lease
+    (that claim, or a heartbeat since)."""
+    claimed = renewed = 0.0
+    for event in trail:
+        at = recovery.stamp(event)
+        data = event.data if isinstance(event.data, dict) else {}
+        if at >= before or data.get("worker_id") != holder:
+            continue
+        if event.event_type == "leased":
+            claimed = renewed = at
+        elif event.event_type == "heartbeat":
+            renewed = at
+    return claimed, renewed
 
 
 def _struck(faults: list[Fault]) -> dict[str, list[tuple[float, float]]]:
