@@ -15,12 +15,15 @@ runs, and each durable sleep a line when it returns. At the end ``chaos_check`` 
 ledger, journal, runs and audit trail and reports, per store, the counts whose target is
 zero (lost, stuck, failed, duplicate journal rows, events after the end, overlapping
 executions, unexplained re-executions, writes accepted from a fenced worker, early
-wake-ups: the exit status is 1 unless all are) and, per fault, the times: from a fault
+wake-ups: the exit status is 1 unless all are); beside them the lease lapses (a worker
+struck by no fault that did not renew a lease in time, by cause) and the re-executions
+they explain (``chaos_check.reexecutions``); and, per fault, the times: from a fault
 to the next claim of each run a struck worker held (``recovery``; ``database_up``: less
 the time a restart of the database overlapped it; ``healthy_worker``: less the time no
 other worker was healthy; ``over_target``: the slow ones by cause, see
 ``chaos_recovery``), and from the database being back to the struck worker's next new
-step (``resumed``).
+step (``resumed``). ``--samples PATH`` keeps the evidence: each recovery sample, each
+lapse, re-execution and stuck run, and the workers' log of warnings.
 """
 
 from __future__ import annotations
