@@ -180,10 +180,13 @@ def _given_up_after(trail: list[Event], name: str, began: float) -> Event | None
     claim = None
     for event in trail:
         data = event.data if isinstance(event.data, dict) else {}
-        if event.event_type == "leased" and recovery.stamp(event) <= began:
+        before = recovery.stamp(event) <= began
+        if event.event_type == "leased" and before:
             claim = event if data.get("worker_id") == name else None
         elif claim is not None and event.event_type in recovery.LET_GO:
-            return event
+            if not before:
+                return event
+            claim = None  # a holding that ended before the step began
     return None
 
 
