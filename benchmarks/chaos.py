@@ -360,8 +360,8 @@ class Chaos:
         }
 
     def _keep_evidence(self, found: list[dict[str, Any]]) -> None:
-        """With ``--samples``: each re-execution not explained by a fault and each run
-        stuck at the end as a JSON line (``<path>.<store>.evidence.jsonl``, see
+        """With ``--samples``: each re-execution not explained by a fault, each lapse and
+        each run stuck at the end as a JSON line (``<path>.<store>.evidence.jsonl``, see
         ``chaos_check.evidence``), and the workers' log (``<path>.<store>.log``)."""
         if self.options.samples is None:
             return

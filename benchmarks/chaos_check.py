@@ -77,7 +77,7 @@ def reexecutions(
 ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """Steps (run, step) executed again, not explained by a fault: those whose earlier
     execution's lease lapsed (:func:`lapses`: its worker, struck by no fault, did not
-    renew it in time and another worker recovered the run), and the rest, unexplained.
+    renew it in time and a reaper recovered the run), and the rest, unexplained.
     A fault explains a re-execution when it struck the process of the earlier execution
     after that began, or was still in force then (a restart or a silence that began a
     moment before it). ``names``: each worker process's name, by pid."""
@@ -105,7 +105,7 @@ def reexecutions(
 def lapses(faults: list[Fault], events: dict[str, list[Event]]) -> list[Event]:
     """Leases recovered by a reaper (``retried``, ``lease_expired``) whose holder met no
     fault from its claim to the recovery: it was running and could reach the database,
-    but did not renew the lease in time (see :func:`lapse_cause`)."""
+    but did not renew the lease in time (see :func:`lapse_causes`)."""
     struck = _struck(faults)
     found = []
     for trail in events.values():
@@ -193,11 +193,11 @@ def _given_up_after(trail: list[Event], name: str, began: float) -> Event | None
 def evidence(
     key: tuple[str, str], ticks: list[Tick], faults: list[Fault], trail: list[Event], why: str
 ) -> dict[str, Any]:
-    """What is known of one step executed more than once (``why``: ``lapsed`` or
-    ``unexplained``, see :func:`reexecutions`): each execution (its process,
-    attempt, first and last tick), the run's audit trail, and the faults dealt from the
-    first execution's start to the last one's end. A step named ``""``: every step of
-    the run (a run stuck at the end)."""
+    """What is known of a step executed more than once (``why``: ``lapsed`` or
+    ``unexplained``, see :func:`reexecutions`), or with the step ``""`` of every step of
+    a run (``lapse``: a lease of it lapsed; ``stuck``: open at the end): each execution
+    (its process, attempt, first and last tick), the run's audit trail, and the faults
+    dealt from 10 s before the trail's first event to its last."""
     spans: dict[str, dict[str, Any]] = {}
     for tick in ticks:
         if "step" not in tick or tick["run"] != key[0] or key[1] not in ("", tick["step"]):

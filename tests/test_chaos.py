@@ -73,8 +73,7 @@ def _check_samples(path: Path, figures: dict[str, Any]) -> None:
 def _check_lapses(path: Path, figures: dict[str, Any]) -> None:
     """A step run again after a lease lapse (its worker, struck by no fault, did not renew
     the lease in time) is counted apart from the unexplained ones, only beside a lapse,
-    and its evidence is kept: the run's audit trail shows the lease recovered from the
-    worker that ran the step first."""
+    and its evidence is kept: the run's audit trail shows a lease recovered as expired."""
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     lapsed = [line for line in lines if line["why"] == "lapsed"]
     assert len(lapsed) == figures["lapsed_reexecutions"]
