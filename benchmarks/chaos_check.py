@@ -79,8 +79,9 @@ def reexecutions(
     execution's lease lapsed (:func:`lapses`: its worker, struck by no fault, did not
     renew it in time and a reaper recovered the run), and the rest, unexplained.
     A fault explains a re-execution when it struck the process of the earlier execution
-    after that began, or was still in force then (a restart or a silence that began a
-    moment before it). ``names``: each worker process's name, by pid."""
+    between that execution's start and the next one's, or was still in force when it
+    began (a restart or a silence dealt a moment before). ``names``: each worker
+    process's name, by pid."""
     struck = _struck(faults)
     lapsed_leases = {(e.workflow_id, e.id) for e in lapses(faults, events)}
     executions: dict[tuple[str, str], dict[str, tuple[float, int]]] = collections.defaultdict(dict)
@@ -90,9 +91,10 @@ def reexecutions(
             executions[key].setdefault(tick["exec"], (tick["at"], tick["pid"]))
     lapsed, unexplained = [], []
     for key, runs in executions.items():
-        for began, pid in sorted(runs.values())[:-1]:
+        ordered = sorted(runs.values())
+        for (began, pid), (again, _) in itertools.pairwise(ordered):
             name = names.get(pid, "")
-            if any(end >= began for _, end in struck[name]):
+            if any(start <= again and end >= began for start, end in struck[name]):
                 continue
             given_up = _given_up_after(events.get(key[0], []), name, began)
             if given_up is not None and (key[0], given_up.id) in lapsed_leases:
