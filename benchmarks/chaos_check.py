@@ -79,9 +79,12 @@ def reexecutions(
     execution's lease lapsed (:func:`lapses`: its worker, struck by no fault, did not
     renew it in time and a reaper recovered the run), and the rest, unexplained.
     A fault explains a re-execution when it struck the process of the earlier execution
-    between that execution's start and the next one's, or was still in force when it
-    began (a restart or a silence dealt a moment before). ``names``: each worker
-    process's name, by pid."""
+    while that process held the run (from the claim of the attempt that ran it) and
+    before the next execution began, or was still in force at that claim (a restart or
+    a silence dealt a moment before): a fault during a holding can cost its lease after
+    it ended (a freeze leaves too little of the lease for the next heartbeat; a
+    half-open connection holds the heartbeat until the worker notices it, about a second
+    later). ``names``: each worker process's name, by pid."""
     struck = _struck(faults)
     lapsed_leases = {(e.workflow_id, e.id) for e in lapses(faults, events)}
     executions: dict[tuple[str, str], dict[str, tuple[float, int]]] = collections.defaultdict(dict)
@@ -94,9 +97,9 @@ def reexecutions(
         ordered = sorted(runs.values())
         for (began, pid), (again, _) in itertools.pairwise(ordered):
             name = names.get(pid, "")
-            if any(start <= again and end >= began for start, end in struck[name]):
+            claimed, given_up = _holding(events.get(key[0], []), name, began)
+            if any(start <= again and end >= claimed for start, end in struck[name]):
                 continue
-            given_up = _given_up_after(events.get(key[0], []), name, began)
             if given_up is not None and (key[0], given_up.id) in lapsed_leases:
                 lapsed.append(key)
             else:
@@ -176,9 +179,10 @@ def _struck(faults: list[Fault]) -> dict[str, list[tuple[float, float]]]:
     return struck
 
 
-def _given_up_after(trail: list[Event], name: str, began: float) -> Event | None:
-    """How the attempt of worker ``name`` that held the run at ``began`` let it go: the
-    first event after its claim that ends a holding (``chaos_recovery.LET_GO``)."""
+def _holding(trail: list[Event], name: str, began: float) -> tuple[float, Event | None]:
+    """The holding of worker ``name`` in which a step began at ``began``: when it claimed
+    the run (``began`` if the trail does not say) and how it let it go, the first event
+    after that claim that ends a holding (``chaos_recovery.LET_GO``), if one did."""
     claim = None
     for event in trail:
         data = event.data if isinstance(event.data, dict) else {}
@@ -187,9 +191,9 @@ def _given_up_after(trail: list[Event], name: str, began: float) -> Event | None
             claim = event if data.get("worker_id") == name else None
         elif claim is not None and event.event_type in recovery.LET_GO:
             if not before:
-                return event
+                return recovery.stamp(claim), event
             claim = None  # a holding that ended before the step began
-    return None
+    return (began if claim is None else recovery.stamp(claim)), None
 
 
 def evidence(
