@@ -130,23 +130,26 @@ def lapses(faults: list[Fault], events: dict[str, list[Event]]) -> list[Event]:
 def lapse_causes(
     found: list[Event], faults: list[Fault], events: dict[str, list[Event]], lease: float
 ) -> dict[str, int]:
-    """The lapses ``found``, by cause: ``claimed as a fault ended`` (a fault on the holder
-    ended within a lease before the claim: the claim was sent before or during it, and a
-    worker counts its lease from the moment it sent the claim, so it had given the lease
-    up before it could run anything); ``store took no writes`` (between the holder's last
+    """The lapses ``found``, by cause: ``store took no writes`` (between the holder's last
     renewal and the recovery nobody wrote for over ``chaos_recovery.STALL`` seconds: on
-    SQLite, another worker frozen inside a write transaction); ``renewal late`` (the
-    rest: the heartbeat, or its confirmation, came too late: a loaded machine)."""
+    SQLite, another worker frozen inside a write transaction); ``claim answered late``
+    (never renewed, and within a lease before the claim a fault on the holder ended or
+    the store took no writes: the claim was sent before and answered after, and a worker
+    counts its lease from the moment it sent the claim, so it gave the lease up at once
+    or soon); ``renewal late`` (the rest: the heartbeat, or its answer, came too late)."""
     struck = _struck(faults)
     writes = sorted(recovery.stamp(e) for trail in events.values() for e in trail)
     causes: collections.Counter[str] = collections.Counter()
     for lapse in found:
         holder = lapse.data["worker_id"]
         claimed, renewed = _renewals(events[lapse.workflow_id], holder, recovery.stamp(lapse))
-        if any(claimed - lease <= end <= claimed for _, end in struck[holder]):
-            causes["claimed as a fault ended"] += 1
-        elif recovery.stalled(writes, renewed, recovery.stamp(lapse)) > recovery.STALL:
+        if recovery.stalled(writes, renewed, recovery.stamp(lapse)) > recovery.STALL:
             causes["store took no writes"] += 1
+        elif renewed == claimed and (
+            any(claimed - lease <= end <= claimed for _, end in struck[holder])
+            or recovery.stalled(writes, claimed - lease, claimed) > recovery.STALL
+        ):
+            causes["claim answered late"] += 1
         else:
             causes["renewal late"] += 1
     return dict(sorted(causes.items()))
