@@ -15,12 +15,15 @@ runs, and each durable sleep a line when it returns. At the end ``chaos_check`` 
 ledger, journal, runs and audit trail and reports, per store, the counts whose target is
 zero (lost, stuck, failed, duplicate journal rows, events after the end, overlapping
 executions, unexplained re-executions, writes accepted from a fenced worker, early
-wake-ups: the exit status is 1 unless all are) and, per fault, the times: from a fault
+wake-ups: the exit status is 1 unless all are); beside them the lease lapses (a worker
+struck by no fault that did not renew a lease in time, by cause) and the re-executions
+they explain (``chaos_check.reexecutions``); and, per fault, the times: from a fault
 to the next claim of each run a struck worker held (``recovery``; ``database_up``: less
 the time a restart of the database overlapped it; ``healthy_worker``: less the time no
 other worker was healthy; ``over_target``: the slow ones by cause, see
 ``chaos_recovery``), and from the database being back to the struck worker's next new
-step (``resumed``).
+step (``resumed``). ``--samples PATH`` keeps the evidence: each recovery sample, each
+lapse, re-execution and stuck run, and the workers' log of warnings.
 """
 
 from __future__ import annotations
@@ -31,8 +34,10 @@ import collections
 import contextlib
 import functools
 import json
+import logging
 import os
 import random
+import shutil
 import sys
 import time
 import uuid
@@ -47,6 +52,7 @@ from benchmarks.server import PrivateServer, private_server
 from benchmarks.stores import BenchStore, each_store
 from benchmarks.workers import WorkerProcess
 from simpleworkflow import App, Client, Context, errors
+from simpleworkflow.models import Event
 
 ASYNC_TYPE, SYNC_TYPE, CHILD_TYPE = "chaos.async.v1", "chaos.sync.v1", "chaos.child.v1"
 TICK = 0.05
@@ -137,6 +143,12 @@ def build_app(url: str, schema: str, witness: Witness) -> App:
 
 
 def worker_main(url: str, schema: str, worker_id: str, ledger: str, lease: float) -> None:
+    # The library's warnings (a lease given up, an outage) are the evidence for whoever
+    # follows a re-execution: with the time and the process, into the workers' log.
+    logging.basicConfig(
+        level=logging.WARNING,
+        format=f"%(created).3f {worker_id} pid %(process)d %(name)s: %(message)s",
+    )
     app = build_app(url, schema, Witness(ledger))
     poller = app.poller(
         type_prefixes=["chaos.%"],
@@ -247,7 +259,7 @@ class Chaos:
         ticks = check.read(self.ledger)
         statuses: collections.Counter[str] = collections.Counter()
         counts = dict.fromkeys(check.COUNTS, 0)
-        journals, events = {}, {}
+        journals, events, statuses_of = {}, {}, {}
         for run_id in _with_children(client, ids):
             try:
                 status = client.get(run_id).status.value
@@ -255,7 +267,10 @@ class Chaos:
                 counts["lost"] += 1
                 continue
             statuses[status] += 1
-            counts["stuck"] += status not in check.TERMINAL
+            statuses_of[run_id] = status
+            if status not in check.TERMINAL:
+                counts["stuck"] += 1
+                print(f"{self.store.kind}: run {run_id} is {status}", file=sys.stderr)
             counts["failed"] += status == "failed"
             if status == "failed":  # for whoever looks into one
                 error = client.get(run_id).last_error
@@ -269,10 +284,7 @@ class Chaos:
             counts["events_after_terminal"] += bool(ends) and ends[0] < len(kinds) - 1
         dealt = self.faults.dealt
         counts["overlapping_executions"] = check.overlaps(ticks)
-        again = check.unexplained(ticks, dealt)
-        counts["unexplained_reexecutions"] = len(again)
-        for run_id, step in again:  # for whoever looks into one
-            print(f"{self.store.kind}: step {step} of run {run_id} ran again", file=sys.stderr)
+        lapsed = self._reexecutions(ticks, events, statuses_of, counts)
         counts["fenced_writes_accepted"] = check.fenced_writes(ticks, journals)
         counts["early_wakeups"] = check.early_wakeups(ticks, journals)
         survivors = {w.proc.pid for w in self.workers if w.proc.poll() is None}
@@ -283,6 +295,7 @@ class Chaos:
             "succeeded": statuses["succeeded"],
             "faults": dict(collections.Counter(fault.kind for fault in dealt)),
             **counts,
+            **lapsed,
         }
         found = recovery.samples(dealt, events, self.options.lease)
         lives = [w.life for w in self.workers]
@@ -306,6 +319,57 @@ class Chaos:
             figures[f"resumed_{kind}"] = check.summary(samples)
         figures["never_resumed"] = never
         return figures
+
+    def _reexecutions(
+        self,
+        ticks: list[dict[str, Any]],
+        events: dict[str, list[Event]],
+        statuses: dict[str, str],
+        counts: dict[str, int],
+    ) -> dict[str, Any]:
+        """Count the unexplained re-executions into ``counts``; return the lease lapses
+        and the re-executions they explain. Each is named on stderr and, with
+        ``--samples``, its evidence kept, as is that of each run stuck at the end."""
+        dealt = self.faults.dealt
+        by_pid = {w.proc.pid: w.name for w in self.workers}
+        lapsed, again = check.reexecutions(ticks, dealt, events, by_pid)
+        lapses = check.lapses(dealt, events)
+        counts["unexplained_reexecutions"] = len(again)
+        kind = self.store.kind
+        for run_id, step in again:
+            print(f"{kind}: step {step} of run {run_id} ran again", file=sys.stderr)
+        for lapse in lapses:
+            holder = lapse.data["worker_id"]
+            print(f"{kind}: run {lapse.workflow_id}: {holder}'s lease lapsed", file=sys.stderr)
+        stuck = [
+            (run_id, "") for run_id, status in statuses.items() if status not in check.TERMINAL
+        ]
+        found = [
+            *(("unexplained", key) for key in again),
+            *(("lapsed", key) for key in lapsed),
+            *(("lapse", (lapse.workflow_id, "")) for lapse in lapses),
+            *(("stuck", key) for key in stuck),
+        ]
+        self._keep_evidence(
+            [check.evidence(key, ticks, dealt, events[key[0]], why) for why, key in found]
+        )
+        return {
+            "lease_lapses": len(lapses),
+            "lease_lapse_causes": check.lapse_causes(lapses, dealt, events, self.options.lease),
+            "lapsed_reexecutions": len(lapsed),
+        }
+
+    def _keep_evidence(self, found: list[dict[str, Any]]) -> None:
+        """With ``--samples``: each re-execution not explained by a fault, each lapse and
+        each run stuck at the end as a JSON line (``<path>.<store>.evidence.jsonl``, see
+        ``chaos_check.evidence``), and the workers' log (``<path>.<store>.log``)."""
+        if self.options.samples is None:
+            return
+        prefix = f"{self.options.samples}.{self.store.kind}"
+        Path(f"{prefix}.evidence.jsonl").write_text("".join(json.dumps(f) + "\n" for f in found))
+        log = self.tmp / f"{self.store.kind}-workers.log"
+        if log.exists():
+            shutil.copyfile(log, f"{prefix}.log")
 
     def _keep(self, lines: list[dict[str, Any]]) -> None:
         """Write each recovery sample as a JSON line to ``--samples`` (one file per store:

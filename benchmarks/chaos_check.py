@@ -22,6 +22,7 @@ from typing import Any
 from benchmarks import chaos_recovery as recovery
 from benchmarks.chaos_faults import Fault
 from simpleworkflow.backends.records import JournalEntry
+from simpleworkflow.models import Event
 
 COUNTS = (
     "lost",
@@ -71,24 +72,169 @@ def _spans(ticks: list[Tick]) -> dict[str, dict[str, tuple[float, float]]]:
     return spans
 
 
-def unexplained(ticks: list[Tick], faults: list[Fault]) -> list[tuple[str, str]]:
-    """Steps (run, step) executed again although the process that executed them before
-    met no fault after it began them."""
-    struck: dict[int, list[float]] = collections.defaultdict(list)
-    for fault in faults:
-        for pid in fault.workers.values():
-            struck[pid].append(fault.at)
+def reexecutions(
+    ticks: list[Tick], faults: list[Fault], events: dict[str, list[Event]], names: dict[int, str]
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """Steps (run, step) executed again, not explained by a fault: those whose earlier
+    execution's lease lapsed (:func:`lapses`: its worker, struck by no fault, did not
+    renew it in time and a reaper recovered the run), and the rest, unexplained.
+    A fault explains a re-execution when it struck the process of the earlier execution
+    while that process held the run (from the claim of the attempt that ran it) and
+    before the next execution began, or was still in force at that claim (a restart or
+    a silence dealt a moment before): a fault during a holding can cost its lease after
+    it ended (a freeze leaves too little of the lease for the next heartbeat; a
+    half-open connection holds the heartbeat until the worker notices it, about a second
+    later). ``names``: each worker process's name, by pid."""
+    struck = _struck(faults)
+    lapsed_leases = {(e.workflow_id, e.id) for e in lapses(faults, events)}
     executions: dict[tuple[str, str], dict[str, tuple[float, int]]] = collections.defaultdict(dict)
     for tick in ticks:
         if "step" in tick:
             key = (tick["run"], tick["step"])
             executions[key].setdefault(tick["exec"], (tick["at"], tick["pid"]))
-    found = []
+    lapsed, unexplained = [], []
     for key, runs in executions.items():
-        for began, pid in sorted(runs.values())[:-1]:
-            if not any(at >= began for at in struck[pid]):
-                found.append(key)
+        ordered = sorted(runs.values())
+        for (began, pid), (again, _) in itertools.pairwise(ordered):
+            name = names.get(pid, "")
+            claimed, given_up = _holding(events.get(key[0], []), name, began)
+            if any(start <= again and end >= claimed for start, end in struck[name]):
+                continue
+            if given_up is not None and (key[0], given_up.id) in lapsed_leases:
+                lapsed.append(key)
+            else:
+                unexplained.append(key)
+    return lapsed, unexplained
+
+
+def lapses(faults: list[Fault], events: dict[str, list[Event]]) -> list[Event]:
+    """Leases recovered by a reaper (``retried``, ``lease_expired``) whose holder met no
+    fault from its claim to the recovery: it was running and could reach the database,
+    but did not renew the lease in time (see :func:`lapse_causes`)."""
+    struck = _struck(faults)
+    found = []
+    for trail in events.values():
+        claimed: dict[str, float] = {}
+        for event in trail:
+            data = event.data if isinstance(event.data, dict) else {}
+            if event.event_type == "leased":
+                claimed[data.get("worker_id", "")] = recovery.stamp(event)
+            elif event.event_type == "retried" and data.get("reason") == "lease_expired":
+                holder, at = data.get("worker_id", ""), recovery.stamp(event)
+                since = claimed.get(holder, at)
+                if not any(start <= at and end >= since for start, end in struck[holder]):
+                    found.append(event)
     return found
+
+
+def lapse_causes(
+    found: list[Event], faults: list[Fault], events: dict[str, list[Event]], lease: float
+) -> dict[str, int]:
+    """The lapses ``found``, by cause: ``store took no writes`` (between the holder's last
+    renewal and the recovery nobody wrote for over ``chaos_recovery.STALL`` seconds: on
+    SQLite, another worker frozen inside a write transaction); ``claim answered late``
+    (never renewed, and within a lease before the claim a fault on the holder ended or
+    the store took no writes: the claim was sent before and answered after, and a worker
+    counts its lease from the moment it sent the claim, so it gave the lease up at once
+    or soon); ``renewal late`` (the rest: the heartbeat, or its answer, came too late)."""
+    struck = _struck(faults)
+    writes = sorted(recovery.stamp(e) for trail in events.values() for e in trail)
+    causes: collections.Counter[str] = collections.Counter()
+    for lapse in found:
+        holder = lapse.data["worker_id"]
+        claimed, renewed = _renewals(events[lapse.workflow_id], holder, recovery.stamp(lapse))
+        if recovery.stalled(writes, renewed, recovery.stamp(lapse)) > recovery.STALL:
+            causes["store took no writes"] += 1
+        elif renewed == claimed and (
+            any(claimed - lease <= end <= claimed for _, end in struck[holder])
+            or recovery.stalled(writes, claimed - lease, claimed) > recovery.STALL
+        ):
+            causes["claim answered late"] += 1
+        else:
+            causes["renewal late"] += 1
+    return dict(sorted(causes.items()))
+
+
+def _renewals(trail: list[Event], holder: str, before: float) -> tuple[float, float]:
+    """When ``holder`` last claimed the run before ``before``, and last renewed the lease
+    (that claim, or a heartbeat since)."""
+    claimed = renewed = 0.0
+    for event in trail:
+        at = recovery.stamp(event)
+        data = event.data if isinstance(event.data, dict) else {}
+        if at >= before or data.get("worker_id") != holder:
+            continue
+        if event.event_type == "leased":
+            claimed = renewed = at
+        elif event.event_type == "heartbeat":
+            renewed = at
+    return claimed, renewed
+
+
+def _struck(faults: list[Fault]) -> dict[str, list[tuple[float, float]]]:
+    """By worker name: when each fault that struck it began and ended (a kill or a
+    SIGTERM ends the process: in force from then on)."""
+    struck: dict[str, list[tuple[float, float]]] = collections.defaultdict(list)
+    for fault in faults:
+        end = float("inf") if fault.kind in ("kill", "term") else (fault.back or fault.at)
+        for name in fault.workers:
+            struck[name].append((fault.at, end))
+    return struck
+
+
+def _holding(trail: list[Event], name: str, began: float) -> tuple[float, Event | None]:
+    """The holding of worker ``name`` in which a step began at ``began``: when it claimed
+    the run (``began`` if the trail does not say) and how it let it go, the first event
+    after that claim that ends a holding (``chaos_recovery.LET_GO``), if one did."""
+    claim = None
+    for event in trail:
+        data = event.data if isinstance(event.data, dict) else {}
+        before = recovery.stamp(event) <= began
+        if event.event_type == "leased" and before:
+            claim = event if data.get("worker_id") == name else None
+        elif claim is not None and event.event_type in recovery.LET_GO:
+            if not before:
+                return recovery.stamp(claim), event
+            claim = None  # a holding that ended before the step began
+    return (began if claim is None else recovery.stamp(claim)), None
+
+
+def evidence(
+    key: tuple[str, str], ticks: list[Tick], faults: list[Fault], trail: list[Event], why: str
+) -> dict[str, Any]:
+    """What is known of a step executed more than once (``why``: ``lapsed`` or
+    ``unexplained``, see :func:`reexecutions`), or with the step ``""`` of every step of
+    a run (``lapse``: a lease of it lapsed; ``stuck``: open at the end): each execution
+    (its process, attempt, first and last tick), the run's audit trail, and the faults
+    dealt from 10 s before the trail's first event to its last."""
+    spans: dict[str, dict[str, Any]] = {}
+    for tick in ticks:
+        if "step" not in tick or tick["run"] != key[0] or key[1] not in ("", tick["step"]):
+            continue
+        span = spans.setdefault(
+            tick["exec"],
+            {"step": tick["step"], "pid": tick["pid"], "attempt": tick["attempt"]}
+            | {"first": tick["at"], "ticks": 0},
+        )
+        span["last"] = tick["at"]
+        span["ticks"] += 1
+    runs = sorted(spans.values(), key=lambda span: span["first"])
+    times = [e.created_at.timestamp() for e in trail]
+    start, end = min(times) - 10, max(times)
+    return {
+        "why": why,
+        "run": key[0],
+        "step": key[1],
+        "executions": runs,
+        "events": [
+            {"type": e.event_type, "at": e.created_at.timestamp(), "data": e.data} for e in trail
+        ],
+        "faults": [
+            {"kind": f.kind, "at": f.at, "back": f.back, "workers": f.workers}
+            for f in faults
+            if start <= f.at <= end
+        ],
+    }
 
 
 def fenced_writes(ticks: list[Tick], journals: dict[str, list[JournalEntry]]) -> int:

@@ -216,13 +216,13 @@ def contention(found: Sequence[Sample], events: dict[str, list[Event]]) -> list[
         {
             "claims_meanwhile": _between(claims, s.given_up, s.claimed),
             "rescued_ahead": _between(rescues, s.given_up, s.claimed),
-            "writes_stalled_s": round(_stalled(writes, s.lease_until, s.given_up), 3),
+            "writes_stalled_s": round(stalled(writes, s.lease_until, s.given_up), 3),
         }
         for s in found
     ]
 
 
-def _stalled(writes: list[float], start: float, end: float) -> float:
+def stalled(writes: list[float], start: float, end: float) -> float:
     """Seconds of ``start``..``end`` within gaps of over :data:`STALL` seconds between
     two writes to the audit trail by anyone: the store took no writes then (on SQLite, a
     worker frozen inside a write transaction keeps every other out)."""
