@@ -779,8 +779,15 @@ def test_the_postgres_sweep_reads_its_indexes_at_scale(store: Store, client: Cli
     }
     for name, plan in plans.items():
         for index, condition in ranges.items():
-            scan = re.search(rf"(Index Scan using|Bitmap Index Scan on) {index}.*\n.*(.*)", plan)
-            assert scan and condition in scan[0] and "updated_at <=" in scan[0], f"{name}:\n{plan}"
+            # any kind of index scan (an index-only one when a count needs no row), with
+            # the range of this type or retention as its condition
+            scans = re.finditer(
+                rf"(Index Scan using|Index Only Scan using|Bitmap Index Scan on) {index}.*\n.*",
+                plan,
+            )
+            assert any(condition in m[0] and "updated_at <=" in m[0] for m in scans), (
+                f"{name}:\n{plan}"
+            )
         assert "Seq Scan on workflow_run" not in plan, f"{name}:\n{plan}"
     assert client.admin.sweep(dry_run=True).runs == {ORDER: 3000}
     assert client.admin.sweep().runs == {ORDER: 3000}
