@@ -135,3 +135,25 @@ def test_the_api_benchmark_runs_and_reports_its_figures(postgres_url: str) -> No
             "api_vs_async_client_concurrent",
         ]
         assert all(math.isfinite(value) and value > 0 for value in doc[store].values()), store
+
+
+def test_compare_measures_both_sides_of_every_case(postgres_url: str, tmp_path: Path) -> None:
+    """``python -m benchmarks.compare HEAD``: the ref installed in a virtualenv of its own
+    and the working tree each measured on every case, the table and the JSON written."""
+    out = tmp_path / "compare.json"
+    command = [
+        sys.executable, "-m", "benchmarks.compare", "HEAD",
+        "--runs", "60", "--rounds", "2",
+        "--postgres-url", postgres_url, "--json", str(out),
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    document = json.loads(out.read_text())
+    assert sorted(document["ratios"]) == ["drain", "start", "start_many"]
+    assert all(math.isfinite(ratio) and ratio > 0 for ratio in document["ratios"].values())
+    assert len(document["rates"]) == 2  # the ref and the working tree
+    for rates in document["rates"].values():
+        assert {case: len(figures) for case, figures in rates.items()} == {
+            "start": 2, "start_many": 2, "drain": 2,
+        }  # fmt: skip
+    assert "| drain |" in done.stdout

@@ -1,0 +1,126 @@
+"""One measurement of ``python -m benchmarks.compare``, run by the interpreter of the side
+being measured: ``python benchmarks/compare_case.py CASE URL SCHEMA RUNS``.
+
+The same file measures every version, so it touches nothing but the public API that every
+version since the first benchmarks has had (``App``, ``Client.start``, ``start_many``,
+``IntentPoller``) and plain SQL on the seed's columns. It runs as a script, not as a module
+of the checkout: the ``simpleworkflow`` it imports is the one installed for that side.
+It prints one JSON line: ``{"case": ..., "rate": runs per second}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+from simpleworkflow import App, Client, IntentPoller
+
+NOOP = "compare.noop.v1"
+#: Runs per ``start_many`` call when a drain's backlog is loaded (not timed).
+LOAD_BATCH = 1000
+#: Runs per ``start_many`` call in the batched start case.
+START_BATCH = 100
+
+
+def _migrate(client: Client) -> None:
+    # Versions before the admin facade had ``Client.migrate``.
+    migrate = getattr(client, "migrate", None) or client.admin.migrate
+    migrate()
+
+
+def start_one(url: str, schema: str, runs: int) -> float:
+    """Runs started one call at a time, per second."""
+    client = Client(url, schema=schema)
+    try:
+        _migrate(client)
+        began = time.perf_counter()
+        for number in range(runs):
+            client.start(NOOP, {"n": number})
+        return runs / (time.perf_counter() - began)
+    finally:
+        client.close()
+
+
+def start_many(url: str, schema: str, runs: int) -> float:
+    """Runs started in calls of ``START_BATCH``, per second."""
+    client = Client(url, schema=schema)
+    try:
+        _migrate(client)
+        batches = [
+            [(NOOP, {"n": n}) for n in range(start, min(start + START_BATCH, runs))]
+            for start in range(0, runs, START_BATCH)
+        ]
+        began = time.perf_counter()
+        for batch in batches:
+            client.start_many(batch)
+        return runs / (time.perf_counter() - began)
+    finally:
+        client.close()
+
+
+def drain(url: str, schema: str, runs: int) -> float:
+    """Runs of a handler that does nothing, finished per second by one worker at its
+    default settings; timed by the database clock from the first run finished to the
+    last, so the worker's start-up is left out."""
+    client = Client(url, schema=schema)
+    try:
+        _migrate(client)
+        for start in range(0, runs, LOAD_BATCH):
+            client.start_many(
+                [(NOOP, {"n": n}) for n in range(start, min(start + LOAD_BATCH, runs))]
+            )
+    finally:
+        client.close()
+    app = App(url, schema=schema)
+
+    @app.workflow(NOOP)
+    async def noop(payload: Any) -> None:
+        return None
+
+    asyncio.run(_work_until_done(IntentPoller(app), url, schema, runs))
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            f"select count(*), extract(epoch from max(updated_at) - min(updated_at))"
+            f" from {schema}.workflow_run where status = 'succeeded'".encode()
+        ).fetchone()
+    assert row is not None
+    finished, span = int(row[0]), float(row[1] or 0.0)
+    if finished != runs or span <= 0:
+        raise SystemExit(f"drain: {finished} of {runs} runs succeeded in {span} s")
+    return (finished - 1) / span
+
+
+async def _work_until_done(poller: IntentPoller, url: str, schema: str, runs: int) -> None:
+    worker = asyncio.create_task(poller.run_async())
+    count = f"select count(*) from {schema}.workflow_run where status = 'succeeded'".encode()
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        while not worker.done():
+            row = await (await conn.execute(count)).fetchone()
+            if row is not None and row[0] >= runs:
+                break
+            await asyncio.sleep(0.02)
+    poller.stop()
+    await worker
+
+
+CASES: dict[str, Callable[[str, str, int], float]] = {
+    "start": start_one,
+    "start_many": start_many,
+    "drain": drain,
+}
+
+
+def main(argv: list[str]) -> None:
+    case, url, schema, runs = argv[1], argv[2], argv[3], int(argv[4])
+    rate = CASES[case](url, schema, runs)
+    print(json.dumps({"case": case, "rate": rate}))
+
+
+if __name__ == "__main__":
+    main(sys.argv)
