@@ -67,7 +67,7 @@ def installed(ref: str, workdir: Path) -> Side:
     """``ref`` from ``git archive``, in a virtualenv of its own under ``workdir``."""
     commit = _git("rev-parse", "--short", f"{ref}^{{commit}}").strip()
     source = workdir / "source"
-    source.mkdir()
+    source.mkdir(parents=True)
     archive = subprocess.run(
         ["git", "-C", str(ROOT), "archive", commit], capture_output=True, check=True
     ).stdout
@@ -104,9 +104,12 @@ def postgres(url: str | None) -> Iterator[str]:
             yield started
 
 
-def run(ref: str, cases: list[str], runs: int, rounds: int, url: str | None) -> list[Side]:
+def run(refs: list[str], cases: list[str], runs: int, rounds: int, url: str | None) -> list[Side]:
+    """Measure ``refs`` (the first against the second, or against the working tree)."""
     with tempfile.TemporaryDirectory(prefix="simpleworkflow-compare-") as tmp:
-        sides = [installed(ref, Path(tmp)), working_tree()]
+        sides = [installed(ref, Path(tmp, str(number))) for number, ref in enumerate(refs)]
+        if len(sides) == 1:
+            sides.append(working_tree())
         with postgres(url) as pg:
             number = 0
             for round_number in range(rounds):
@@ -131,7 +134,7 @@ def _drop(url: str, schema: str) -> None:
 
 
 def table(sides: list[Side], cases: list[str]) -> tuple[str, dict[str, float]]:
-    """The Markdown table of medians and the ratio (working tree over ``REF``)."""
+    """The Markdown table of medians and the ratio (the second side over the first)."""
     before, after = sides
     lines = [
         f"| case (runs/s, medians) | {before.name} | {after.name} | ratio |",
@@ -152,6 +155,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--cases", default=",".join(CASES), help="comma-separated: " + ", ".join(CASES)
     )
+    parser.add_argument(
+        "--against", metavar="REF2", help="measure REF2 instead of the working tree"
+    )
     parser.add_argument("--runs", type=int, default=5000, help="runs per measurement (5000)")
     parser.add_argument("--rounds", type=int, default=3, help="measurements of each side (3)")
     parser.add_argument("--postgres-url", help="use this server instead of starting one")
@@ -161,7 +167,8 @@ def main(argv: list[str] | None = None) -> None:
     unknown = sorted(set(cases) - set(CASES))
     if unknown:
         parser.error(f"unknown cases {unknown}; choose from {', '.join(CASES)}")
-    sides = run(args.ref, cases, args.runs, args.rounds, args.postgres_url)
+    refs = [args.ref] + ([args.against] if args.against else [])
+    sides = run(refs, cases, args.runs, args.rounds, args.postgres_url)
     text, ratios = table(sides, cases)
     print(text)
     if args.json:
