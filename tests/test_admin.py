@@ -19,7 +19,7 @@ from conftest import Store, poller_thread
 from worker_app import wait_until
 
 from simpleworkflow import Client, RunStatus, errors, observe
-from simpleworkflow.admin import STATES, Admin, AsyncAdmin
+from simpleworkflow.admin import STATES, Admin, AsyncAdmin, unclaimed
 from simpleworkflow.app import App
 from simpleworkflow.context import Context
 from simpleworkflow.models import Run
@@ -102,6 +102,36 @@ def test_an_unregistered_type_is_both_a_bad_argument_and_a_missing_thing(admin: 
         admin.pause(REFUND)
     assert isinstance(caught.value, LookupError)
     assert caught.value.type == REFUND  # type: ignore[attr-defined]
+
+
+def test_the_registry_view_rereads_for_a_missing_type_and_when_old(store: Store) -> None:
+    """What the API's starts warn of: a type just registered is seen within ``recheck``,
+    a pause within ``max_age``, and a read is not made for each start."""
+    now = [0.0]
+    view = unclaimed.RegistryView(max_age=30, recheck=1, clock=lambda: now[0])
+
+    async def scenario() -> list[list[str]]:
+        said = []
+        async with store.async_client() as client:
+            said.append(await view.start_warnings(client.admin, INVOICE))
+            await client.admin.set_runtime(INVOICE, "python")
+            said.append(await view.start_warnings(client.admin, INVOICE))  # read 0 s ago
+            now[0] = 1.0
+            said.append(await view.start_warnings(client.admin, INVOICE))
+            await client.admin.pause(INVOICE)
+            now[0] = 29.0
+            said.append(await view.start_warnings(client.admin, INVOICE))  # known: no read
+            now[0] = 31.0
+            said.append(await view.start_warnings(client.admin, INVOICE))
+        return said
+
+    missing, still_missing, registered, not_yet_seen, paused = asyncio.run(scenario())
+    assert missing == still_missing and "no worker or runtime has registered" in missing[0]
+    assert registered == not_yet_seen == []
+    assert paused == [
+        f"{INVOICE} is paused: the run waits as pending until "
+        f"`simpleworkflow registry resume {INVOICE}`"
+    ]
 
 
 # -- counts and lateness ------------------------------------------------------------------

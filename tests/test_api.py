@@ -63,6 +63,24 @@ def test_start_creates_a_run_and_a_known_key_returns_it_with_200(store: Store, a
     assert store.count() == 1
 
 
+def test_start_warns_of_a_type_no_worker_registered_until_one_has(store: Store, api: Api) -> None:
+    unknown = api.post(RUNS, json={"type": "shop.unknown.thing.v1"})
+    assert unknown.status_code == 201  # started all the same: workers may come later
+    conforms(schemas.StartedRun, unknown.json())
+    [warning] = unknown.json()["warnings"]
+    assert warning.startswith("no worker or runtime has registered shop.unknown.thing.v1")
+
+    batch = api.post(f"{RUNS}/batch", json={"runs": [{"type": "shop.unknown.thing.v1"}]})
+    conforms(schemas.StartedRuns, batch.json())
+    assert batch.json()["runs"][0]["warnings"] == [warning]
+    assert store.count() == 2
+
+    with store.client() as client:
+        client.admin.set_runtime("shop.unknown.thing.v1", "python")
+    time.sleep(1.1)  # the server reads the registry again for a missing type once a second
+    assert api.start("shop.unknown.thing.v1")["warnings"] == []
+
+
 def test_start_takes_every_start_option(api: Api) -> None:
     later = datetime.now(UTC) + timedelta(hours=2)
     run = api.start(TYPE, priority=5, max_attempts=7, run_at=later.isoformat(), deadline="3d")

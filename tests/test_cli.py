@@ -121,6 +121,35 @@ def test_start_prints_the_run_id(store: Store, capsys: pytest.CaptureFixture[str
         assert client.get(run_id).payload == {"content_id": "c_1"}
 
 
+def test_start_of_a_type_no_worker_registered_warns_and_still_writes_the_run(
+    store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = run_cli(store, capsys, "start", "shop.unknown.thing.v1", "--json")
+    assert result.code == 0
+    assert result.err.startswith(
+        "simpleworkflow: warning: no worker or runtime has registered shop.unknown.thing.v1"
+    )
+    assert result.err.count("\n") == 1
+    with store.client() as client:
+        assert client.get(result.json()["id"]).status.value == "pending"
+
+
+def test_start_of_a_registered_type_is_quiet_and_of_a_paused_one_says_so(
+    store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_cli(store, capsys, "registry", "set", THUMBNAIL, "--runtime", "go").code == 0
+    quiet = run_cli(store, capsys, "start", THUMBNAIL)
+    assert (quiet.code, quiet.err) == (0, "")
+    assert run_cli(store, capsys, "registry", "pause", THUMBNAIL).code == 0
+    paused = run_cli(store, capsys, "start", THUMBNAIL)
+    assert paused.code == 0
+    assert paused.err == (
+        f"simpleworkflow: warning: {THUMBNAIL} is paused: the run waits as pending until "
+        f"`simpleworkflow registry resume {THUMBNAIL}`\n"
+    )
+    assert store.count() == 2
+
+
 def test_start_options_reach_the_run(store: Store, capsys: pytest.CaptureFixture[str]) -> None:
     run = start(store, capsys, "--priority", "7", "--delay", "5m", "--max-attempts", "9")
     assert (run["priority"], run["max_attempts"], run["payload"]) == (7, 9, {})

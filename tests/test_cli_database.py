@@ -67,11 +67,30 @@ def test_a_command_that_needs_a_database_does_not_create_one(
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "__pycache__") == ["jobs.py"]
 
 
+@pytest.mark.parametrize("given", [True, False], ids=["-d typo.db", "default URL"])
+def test_start_refuses_a_missing_file_unless_asked_to_create_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: bool
+) -> None:
+    """A producer on a misspelt path would write runs no worker ever sees."""
+    monkeypatch.delenv("SIMPLEWORKFLOW_DATABASE_URL", raising=False)
+    name = "typo.db" if given else "simpleworkflow.db"
+    store = ["-d", f"sqlite:///{name}"] if given else []
+    refused = console(tmp_path, *store, "start", "billing.invoice.v1")
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert refused.stderr.startswith(f"simpleworkflow: error: no database at {tmp_path / name}; ")
+    assert "`simpleworkflow migrate`" in refused.stderr
+    assert "`simpleworkflow start --create`" in refused.stderr
+    assert not (tmp_path / name).exists()
+    created = console(tmp_path, *store, "start", "billing.invoice.v1", "--create")
+    assert created.returncode == 0, created.stderr
+    assert (tmp_path / name).exists()
+
+
 def test_commands_that_write_create_the_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("SIMPLEWORKFLOW_DATABASE_URL", raising=False)
-    started = console(tmp_path, "start", "billing.invoice.v1")
+    started = console(tmp_path, "start", "billing.invoice.v1", "--create")
     assert started.returncode == 0, started.stderr
     assert (tmp_path / "simpleworkflow.db").exists()
     listed = console(tmp_path, "runs", "list")

@@ -13,8 +13,12 @@ A comment line just before a block steers it: ``<!-- doc-test: skip: WHY -->`` l
 out (a worker that runs until Ctrl-C); ``<!-- doc-test: fresh -->`` starts it in a new,
 empty directory; ``<!-- doc-test: fresh postgres -->`` also gives it a new Postgres
 database, which replaces the URL its commands name; ``<!-- doc-test: setup: COMMAND -->``
-runs COMMAND first, unseen. Blocks that show no output are usage examples and not run
-(tests/test_cli.py parses their commands).
+runs COMMAND first, unseen; ``<!-- doc-test: worker: COMMAND -->`` starts COMMAND (a
+worker, which runs until stopped) in the background, as a reader would in a second
+terminal, waits until it logs that it is claiming, and stops it at the end of the page.
+Blocks that show no output are usage examples and not run (tests/test_cli.py parses their
+commands). A Python block under ``<!-- doc-test: file: PATH -->`` is written to PATH in
+the page's directory, for the commands after it (a worker's module, say).
 
 To write the samples instead of checking them (after changing a command's output, or to
 add one), run ``SIMPLEWORKFLOW_WRITE_DOCS=1 pytest tests/test_docs.py`` and review the
@@ -32,6 +36,7 @@ import shlex
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -122,7 +127,39 @@ class Shell:
         self._make_database = make_database
         self._count = 0
         self.ids: dict[str, str] = {}  # sample id -> real id
+        self._background: list[subprocess.Popen[bytes]] = []
         self.fresh()
+
+    def start_worker(self, command: str) -> None:
+        """Run ``command`` in the background until :meth:`close`, once it says it claims."""
+        log = self.cwd / f"worker{len(self._background) + 1}.log"
+        with log.open("wb") as out:
+            self._background.append(
+                subprocess.Popen(
+                    ["bash", "-c", f"exec {command}"],
+                    cwd=self.cwd,
+                    env=self.env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
+        deadline = time.monotonic() + 60
+        while " claiming " not in log.read_text():
+            assert self._background[-1].poll() is None, f"{command} stopped:\n{log.read_text()}"
+            assert time.monotonic() < deadline, f"{command} did not start:\n{log.read_text()}"
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        """Stop what :meth:`start_worker` started."""
+        for process in self._background:
+            process.terminate()
+        for process in self._background:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
     def fresh(self, *, postgres: bool = False) -> None:
         self._count += 1
@@ -209,8 +246,18 @@ def _apply(shell: Shell, block: Block) -> None:
             shell.fresh(postgres=directive == "fresh postgres")
         elif directive.startswith("setup: "):
             shell.run(directive.removeprefix("setup: "))
+        elif directive.startswith("worker: "):
+            shell.start_worker(directive.removeprefix("worker: "))
+        elif directive.startswith("file: "):
+            assert block.lang == "python", f"{block.where}: only a Python block is a file"
+            path = shell.cwd / directive.removeprefix("file: ")
+            path.write_text("\n".join(block.body) + "\n")
         elif not directive.startswith("skip: "):
             raise AssertionError(f"{block.where}: unknown doc-test directive {directive!r}")
+
+
+def _is_file(block: Block) -> bool:
+    return any(d.startswith("file: ") for d in block.directives)
 
 
 def _skipped(block: Block) -> bool:
@@ -223,17 +270,20 @@ def test_samples_show_what_the_commands_print(
 ) -> None:
     shell = Shell(tmp_path, make_database)
     written: list[tuple[Step, list[str]]] = []
-    for block in blocks(doc):
-        if not runnable(block) or _skipped(block):
-            continue
-        _apply(shell, block)
-        for step in block.steps():
-            actual = shell.run(step.command)
-            expected, got = shell.normalised(step.expected, actual)
-            if WRITE:
-                written.append((step, shell.shown_output(actual)))
-            else:
-                assert got == expected, _mismatch(block, step, shell.shown_output(actual))
+    try:
+        for block in blocks(doc):
+            if not (runnable(block) or _is_file(block)) or _skipped(block):
+                continue
+            _apply(shell, block)
+            for step in block.steps() if runnable(block) else []:
+                actual = shell.run(step.command)
+                expected, got = shell.normalised(step.expected, actual)
+                if WRITE:
+                    written.append((step, shell.shown_output(actual)))
+                else:
+                    assert got == expected, _mismatch(block, step, shell.shown_output(actual))
+    finally:
+        shell.close()
     if WRITE:
         _write(doc, written, shell.ids)
 

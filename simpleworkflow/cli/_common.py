@@ -61,9 +61,10 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
 def client_for(args: argparse.Namespace, *, create: bool = False) -> Iterator[Client]:
     """A client for the store named by ``--database-url`` and ``--schema`` (or the environment).
 
-    Only commands that write a run or the schema (``create``) may make a new SQLite file:
-    any other command finding no file is a typo or the wrong directory, and an empty new
-    file would only hide that.
+    Only commands that write the schema or configuration (``create``), and ``start
+    --create``, may make a new SQLite file: any other command finding no file is a typo or
+    the wrong directory, and an empty new file would only hide that (a run started there
+    would wait for ever, since no worker looks at that file).
     """
     if not create:
         require_existing_file(args.database_url)
@@ -97,6 +98,6 @@ def require_existing_file(url: str | None) -> None:
     if path is not None and not os.path.exists(path):
         raise errors.ConfigurationError(
             f"no database at {path}; check -d/--database-url or ${config.ENV_VAR} and the "
-            "directory you run in, or create it with `simpleworkflow migrate` (a worker or "
-            "`simpleworkflow start` creates it too)"
+            "directory you run in, or create it with `simpleworkflow migrate` (a worker, "
+            "`simpleworkflow demo` and `simpleworkflow start --create` create it too)"
         )

@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any, cast
 
 from simpleworkflow import durations, errors
+from simpleworkflow.admin import unclaimed
 from simpleworkflow.cli import _common, _output
-from simpleworkflow.client import OPTIONS, StartOptions
+from simpleworkflow.client import OPTIONS, StartOptions, _options
 
 
 def register(subparsers: Any) -> None:
@@ -20,7 +21,9 @@ def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "start",
         help="start a run of a workflow type",
-        description="Write a pending run. It runs once a worker for its type is up.",
+        description="Write a pending run. It runs once a worker for its type is up; a "
+        "type no worker or runtime has registered, or a paused one, is started all the "
+        "same, with a warning on stderr.",
     )
     parser.add_argument("type", metavar="TYPE", help="versioned type, e.g. content.thumbnail.v1")
     parser.add_argument(
@@ -88,6 +91,12 @@ def register(subparsers: Any) -> None:
         metavar="DURATION",
         help="with --debounce: due no later than this long after the first call (5m)",
     )
+    parser.add_argument(
+        "--create",
+        action="store_true",
+        help="SQLite: make the database file if it does not exist (without it, a missing "
+        "file is refused as a likely typo; `simpleworkflow migrate` makes it too)",
+    )
     _common.add_common_options(parser)
     parser.set_defaults(handler=run)
 
@@ -100,8 +109,15 @@ def run(args: argparse.Namespace) -> int:
         options["deadline"] = parse_deadline(options["deadline"])
     if "debounce" in options or args.debounce_max_wait is not None:
         options["debounce"] = parse_debounce(args.debounce, args.debounce_max_wait)
-    with _common.client_for(args, create=True) as client:
+    # Checked before the store is opened, as the client will check it: bad input is
+    # named as such, with or without a database file.
+    _options.new_run(args.type, payload, options)
+    with _common.client_for(args, create=args.create) as client:
+        # Read first: a registry that cannot be read fails the command with nothing written.
+        warnings = unclaimed.start_warnings(args.type, client.admin.registry())
         started = client.start(args.type, payload, **cast(StartOptions, options))
+    for warning in warnings:
+        print(f"simpleworkflow: warning: {warning}", file=sys.stderr)
     if args.json:
         _output.emit_json(started.to_dict())
     else:

@@ -32,6 +32,13 @@ def run(run: Run) -> dict[str, Any]:
     return out
 
 
+def started(run_: Run, warnings: list[str]) -> dict[str, Any]:
+    """A run a start returned, with what may keep it from running (``StartedRun``)."""
+    out = run(run_)
+    out["warnings"] = warnings
+    return out
+
+
 def event(event: Event) -> dict[str, Any]:
     return event.to_dict()
 

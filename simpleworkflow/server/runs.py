@@ -14,6 +14,7 @@ from fastapi import APIRouter, Body, Path, Query
 from starlette.responses import Response
 
 from simpleworkflow import errors
+from simpleworkflow.admin import unclaimed
 from simpleworkflow.server import bodies, routing
 from simpleworkflow.server.auth import Auth
 from simpleworkflow.server.problems import responses
@@ -63,6 +64,7 @@ def router(source: ClientSource, auth: Auth, route_class: type[routing.GuardedRo
 
 
 def _add_starts(api: APIRouter, source: ClientSource, writer: list[Any]) -> None:
+    registry = unclaimed.RegistryView()
 
     @api.post(
         "",
@@ -81,8 +83,11 @@ def _add_starts(api: APIRouter, source: ClientSource, writer: list[Any]) -> None
     async def start_run(request: StartRun) -> Response:
         """Start a run; a known idempotency key returns the run that holds it (200), as
         does a debounced start that joins the pending run of its key."""
+        # Read before the start: a registry that cannot be read fails the request with
+        # nothing written, rather than a run committed and the request answered 503.
+        warnings = await registry.start_warnings(source.client.admin, request.type)
         run = await source.client.start(request.type, request.payload, **request.options())
-        return bodies.respond(bodies.run(run), 201 if run.created else 200)
+        return bodies.respond(bodies.started(run, warnings), 201 if run.created else 200)
 
     @api.post(
         "/batch",
@@ -97,11 +102,16 @@ def _add_starts(api: APIRouter, source: ClientSource, writer: list[Any]) -> None
     async def start_runs(request: StartRuns) -> Response:
         """Start up to 1000 runs in one transaction: all of them, or none; a known
         idempotency key gives the run that holds it."""
+        warnings = {
+            type: await registry.start_warnings(source.client.admin, type)
+            for type in {run.type for run in request.runs}
+        }
         runs = await source.client.start_many(
             {"type": run.type, "payload": run.payload, **run.options()} for run in request.runs
         )
         created = sum(1 for run in runs if run.created)
-        body = {"runs": [bodies.run(run) for run in runs], "created": created}
+        started = [bodies.started(run, warnings.get(run.type, [])) for run in runs]
+        body = {"runs": started, "created": created}
         return bodies.respond(body, 201 if created else 200)
 
 

@@ -197,6 +197,12 @@ class StartedRun(RunOut):
     already and this is the run that holds it."""
 
     created: bool
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="what may keep the run from running, though it was started: its type "
+        "has no row in the registry (no worker or runtime has registered it; a typo?) or "
+        "is paused. Empty when there is nothing to say",
+    )
 
 
 class StartedRuns(BaseModel):
