@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import socket
 import sys
 from typing import Any
@@ -20,6 +21,7 @@ from simpleworkflow.cli import _common
 _log = logging.getLogger("simpleworkflow.server")
 
 DEFAULT_PORT = 8000
+FORWARDED_ENV = "SIMPLEWORKFLOW_FORWARDED_ALLOW_IPS"
 _TOKEN_HELP = (
     "bearer token that may do everything (default: $SIMPLEWORKFLOW_API_TOKEN); prefer the "
     "environment, which other users of the machine cannot read in the process list"
@@ -55,6 +57,23 @@ def register(subparsers: Any) -> None:
         default=None,
         metavar="N",
         help="largest request body accepted (16 MiB); each payload is limited besides",
+    )
+    parser.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a host name the server answers to besides the address it listens on and the "
+        "loopback names (repeat it; '.example.com' for subdomains too; '*' for any); "
+        "default $SIMPLEWORKFLOW_ALLOWED_HOSTS, comma-separated",
+    )
+    parser.add_argument(
+        "--forwarded-allow-ips",
+        default=None,
+        metavar="IPS",
+        help="addresses of the proxies whose X-Forwarded-For and -Proto headers are "
+        "trusted, comma-separated ('*' for any); default $SIMPLEWORKFLOW_FORWARDED_ALLOW_IPS, "
+        "else none",
     )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
     parser.add_argument(
@@ -92,7 +111,9 @@ def run(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_bytes or server.DEFAULT_MAX_BODY_BYTES,
         metrics=None if metrics is None else metrics.asgi_app(),
         observers=[] if metrics is None else [metrics.observer],
+        allowed_hosts=server.AllowedHosts.for_bind(args.host, args.allowed_host),
     )
+    proxies = _forwarded_allow_ips(args.forwarded_allow_ips)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     pages = ", dashboard at /" if server.has_dashboard() else ""
@@ -102,10 +123,23 @@ def run(args: argparse.Namespace) -> int:
         flush=True,
     )
     config = uvicorn.Config(
-        app, log_level=args.log_level, access_log=not args.no_access_log, lifespan="on"
+        app,
+        log_level=args.log_level,
+        access_log=not args.no_access_log,
+        lifespan="on",
+        proxy_headers=proxies is not None,
+        forwarded_allow_ips=proxies,
     )
     uvicorn.Server(config).run(sockets=[sock])
     return 0
+
+
+def _forwarded_allow_ips(given: str | None) -> str | None:
+    """The proxies whose forwarded headers uvicorn may trust, or ``None``: trust none
+    (uvicorn's own default trusts any loopback client, which lets any local process, or a
+    proxy that passes the headers through, say it is another client, or https)."""
+    text = (given if given is not None else os.environ.get(FORWARDED_ENV, "")).strip()
+    return text or None
 
 
 def _metrics(args: argparse.Namespace) -> Any:
