@@ -6,10 +6,11 @@ with an id the log holds, /readyz naming no database to a stranger."""
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
+import httpx
 import pytest
-from api_helpers import PREFIX, READ_TOKEN, TOKEN, Api, assert_problem
+from api_helpers import PREFIX, READ_TOKEN, TOKEN, Api, assert_problem, served
 from conftest import Store
 
 from simpleworkflow import errors
@@ -304,3 +305,58 @@ def test_a_mounted_app_answers_its_hosts(store: Store) -> None:
         assert_problem(api.get("/workflows/healthz", headers={"host": "evil.example"}), 421)
     finally:
         api.close()
+
+
+# -- a real server ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("empty_store", ["sqlite"], indirect=True)
+def test_serve_answers_its_hosts_and_refuses_the_rest(store: Store) -> None:
+    env = {"SIMPLEWORKFLOW_ALLOWED_HOSTS": "ops.example.com, .corp.example"}
+    with served(store, "--allowed-host", "wf.example.com", env=env) as base:
+        for host in ("wf.example.com", "ops.example.com:8443", "a.corp.example", "localhost"):
+            response = httpx.get(f"{base}{PREFIX}/runs", headers={"host": host})
+            assert response.status_code == 200, (host, response.text)
+        for host in ("evil.example", "wf.example.com.evil.example"):
+            for path in (f"{PREFIX}/runs", "/", "/docs"):
+                response = httpx.get(f"{base}{path}", headers={"host": host})
+                assert_problem(response, 421, "does not answer to the host")
+        # A browser on another site: refused, and told why; a plain client is served.
+        url = f"{base}{PREFIX}/runs"
+        form = {**TEXT_FORM, "host": base.removeprefix("http://")}
+        assert_problem(httpx.post(url, headers=form, content=f'{{"type": "{TYPE}"}}'), 403)
+        assert httpx.post(url, json={"type": TYPE}).status_code == 201
+        assert store.count() == 1
+
+
+@pytest.mark.parametrize("empty_store", ["sqlite"], indirect=True)
+def test_serve_trusts_forwarded_headers_only_when_told(store: Store) -> None:
+    forwarded = {"x-forwarded-proto": "https", "x-forwarded-for": "203.0.113.7"}
+
+    def cookie_is_secure(base: str) -> bool:
+        page = httpx.get(f"{base}/", headers=forwarded)  # the dashboard sets its cookie
+        assert page.status_code == 200, page.text
+        return "secure" in page.headers["set-cookie"].lower()
+
+    with served(store) as base:
+        assert not cookie_is_secure(base), "a local client made itself https"
+    with served(store, "--forwarded-allow-ips", "127.0.0.1") as base:
+        assert cookie_is_secure(base)
+    with served(store, env={"SIMPLEWORKFLOW_FORWARDED_ALLOW_IPS": "127.0.0.1"}) as base:
+        assert cookie_is_secure(base)
+
+
+@pytest.mark.parametrize("empty_store", ["sqlite"], indirect=True)
+def test_serve_cuts_a_body_off_at_its_limit(store: Store) -> None:
+    def form() -> Iterator[bytes]:
+        yield b"reason=x"
+        for _ in range(40):
+            yield (b"&blob=" + b"x" * (512 * 1024 - 6)) * 2
+
+    with served(store) as base:
+        run_id = httpx.post(f"{base}{PREFIX}/runs", json={"type": TYPE}).json()["id"]
+        headers = {"content-type": "application/x-www-form-urlencoded"}
+        response = httpx.post(f"{base}/runs/{run_id}/cancel", content=form(), headers=headers)
+        assert_problem(response, 413, "larger than")
+        assert httpx.get(f"{base}/healthz").status_code == 200
+        assert httpx.get(f"{base}{PREFIX}/runs/{run_id}").json()["status"] == "pending"
