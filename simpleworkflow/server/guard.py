@@ -135,7 +135,8 @@ def unexpected(exc: Exception, scope: Scope, headers: Headers) -> Response:
     """The answer to an error nothing else answered: logged, and named by its id."""
     error_id = problems.log_unexpected(exc, _where(scope))
     if "text/html" in headers.get("accept", "") and scope.get("method") == "GET":
-        return HTMLResponse(_PAGE.format(id=html.escape(error_id)), status_code=500)
+        page = _PAGE.format(id=html.escape(error_id))
+        return HTMLResponse(page, status_code=500, headers=_PAGE_HEADERS)
     return problems.internal_error(error_id)
 
 
@@ -144,6 +145,13 @@ _PAGE = (
     "<body><h1>Something went wrong</h1><p>The server could not answer this page. Its log "
     "holds the details under the id <code>{id}</code>.</p></body></html>"
 )
+
+
+_PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-store",
+}
 
 
 def _path(scope: Scope) -> str:
