@@ -6,6 +6,8 @@ with an id the log holds, /readyz naming no database to a stranger."""
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 
 import httpx
@@ -360,3 +362,21 @@ def test_serve_cuts_a_body_off_at_its_limit(store: Store) -> None:
         assert_problem(response, 413, "larger than")
         assert httpx.get(f"{base}/healthz").status_code == 200
         assert httpx.get(f"{base}{PREFIX}/runs/{run_id}").json()["status"] == "pending"
+
+
+@pytest.mark.parametrize("empty_store", ["sqlite"], indirect=True)
+def test_serve_refuses_an_allowed_host_that_is_not_a_name(store: Store) -> None:
+    env = {k: v for k, v in store.env.items() if not k.startswith("SIMPLEWORKFLOW_API_")}
+    for args, more in (
+        (["--allowed-host", "https://wf.example.com/"], {}),
+        ([], {"SIMPLEWORKFLOW_ALLOWED_HOSTS": "wf.example.com, user@evil.example"}),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "simpleworkflow", "serve", "--port", "0", *args],
+            env={**env, **more},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 2 and done.stdout == "", done.stderr
+        assert "an allowed host is a host name" in done.stderr

@@ -101,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
             "$SIMPLEWORKFLOW_API_READ_TOKEN for read-only use), or pass --insecure if "
             "something in front of the server authenticates"
         )
+    hosts = server.AllowedHosts.for_bind(args.host, args.allowed_host)
     _check_schema(args)
     sock = _bind(args.host, args.port)
     metrics = _metrics(args)
@@ -111,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_bytes or server.DEFAULT_MAX_BODY_BYTES,
         metrics=None if metrics is None else metrics.asgi_app(),
         observers=[] if metrics is None else [metrics.observer],
-        allowed_hosts=server.AllowedHosts.for_bind(args.host, args.allowed_host),
+        allowed_hosts=hosts,
     )
     proxies = _forwarded_allow_ips(args.forwarded_allow_ips)
     host, port = sock.getsockname()[:2]
