@@ -59,6 +59,8 @@ def _writes(pending: str, failed: str) -> list[tuple[str, str]]:
         ("POST", f"{PREFIX}/runs/{pending}/cancel"),
         ("POST", f"{PREFIX}/runs/{failed}/retry"),
         ("DELETE", f"{PREFIX}/runs/{pending}"),
+        ("POST", f"/runs/{pending}/cancel"),  # the dashboard's, before it reads the form
+        ("POST", f"/types/{TYPE}/pause"),
     ]
 
 

@@ -186,7 +186,8 @@ def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
 _DESCRIPTIONS = {
     400: "the body is not JSON (or NaN, or nested too deeply)",
     401: "no token, or a wrong one",
-    403: "a read-only token, for a request that writes",
+    403: "a read-only token, for a request that writes; or a write a browser sent from "
+    "another site",
     404: "no such run or type",
     409: "the run's state or an idempotency key forbids it",
     413: "the body or a payload is larger than the limit",
