@@ -40,7 +40,7 @@ class Api:
         self.client = AsyncClient(store.url, schema=store.schema)
         self.app = build(self.client) if build else create_app(self.client, auth=auth, **options)
         transport = httpx.ASGITransport(app=self.app)
-        self._http = httpx.AsyncClient(transport=transport, base_url="http://api.test")
+        self._http = httpx.AsyncClient(transport=transport, base_url="http://localhost")
 
     def request(self, method: str, url: str, **options: Any) -> httpx.Response:
         return self._loop.run_until_complete(self._http.request(method, url, **options))

@@ -41,7 +41,7 @@ class Dash:
             self.app = create_app(self.client, auth=auth)
         self.prefix = mount
         transport = httpx.ASGITransport(app=self.app)
-        self.http = httpx.AsyncClient(transport=transport, base_url="http://dash.test")
+        self.http = httpx.AsyncClient(transport=transport, base_url="http://localhost")
 
     def get(self, url: str, **options: Any) -> httpx.Response:
         return self._loop.run_until_complete(self.http.get(self.prefix + url, **options))
@@ -241,7 +241,7 @@ def test_a_form_without_its_csrf_token_or_from_another_site_is_refused(
     assert refused.status_code == 403 and "another site" in refused.text
     # Another browser (no cookie of this session) cannot reuse the token either.
     stranger = httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=dash.app), base_url="http://dash.test"
+        transport=httpx.ASGITransport(app=dash.app), base_url="http://localhost"
     )
     try:
         response = asyncio.new_event_loop().run_until_complete(
@@ -343,7 +343,9 @@ def test_with_tokens_pages_need_a_login_and_the_cookie_is_strict(
         )
         assert elsewhere.headers["location"] == "/"
         # A script may use the bearer header instead of a cookie.
-        bare = httpx.AsyncClient(transport=httpx.ASGITransport(app=dash.app), base_url="http://d")
+        bare = httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=dash.app), base_url="http://localhost"
+        )
         loop = asyncio.new_event_loop()
         try:
             seen = loop.run_until_complete(
@@ -478,7 +480,7 @@ def test_the_api_alone_when_asked_and_its_openapi_document_has_no_page(store: St
 
     async def get(app: Any, url: str) -> httpx.Response:
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
             return await http.get(url)
 
     try:

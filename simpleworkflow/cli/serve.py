@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import socket
 import sys
 from typing import Any
@@ -20,6 +21,7 @@ from simpleworkflow.cli import _common
 _log = logging.getLogger("simpleworkflow.server")
 
 DEFAULT_PORT = 8000
+FORWARDED_ENV = "SIMPLEWORKFLOW_FORWARDED_ALLOW_IPS"
 _TOKEN_HELP = (
     "bearer token that may do everything (default: $SIMPLEWORKFLOW_API_TOKEN); prefer the "
     "environment, which other users of the machine cannot read in the process list"
@@ -56,6 +58,23 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help="largest request body accepted (16 MiB); each payload is limited besides",
     )
+    parser.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a host name the server answers to besides the address it listens on and the "
+        "loopback names (repeat it; '.example.com' for subdomains too; '*' for any); "
+        "default $SIMPLEWORKFLOW_ALLOWED_HOSTS, comma-separated",
+    )
+    parser.add_argument(
+        "--forwarded-allow-ips",
+        default=None,
+        metavar="IPS",
+        help="addresses of the proxies whose X-Forwarded-For and -Proto headers are "
+        "trusted, comma-separated ('*' for any); default $SIMPLEWORKFLOW_FORWARDED_ALLOW_IPS, "
+        "else none",
+    )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
     parser.add_argument(
         "--no-access-log", action="store_true", help="do not log each request (faster)"
@@ -82,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
             "$SIMPLEWORKFLOW_API_READ_TOKEN for read-only use), or pass --insecure if "
             "something in front of the server authenticates"
         )
+    hosts = server.AllowedHosts.for_bind(args.host, args.allowed_host)
     _check_schema(args)
     sock = _bind(args.host, args.port)
     metrics = _metrics(args)
@@ -92,7 +112,9 @@ def run(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_bytes or server.DEFAULT_MAX_BODY_BYTES,
         metrics=None if metrics is None else metrics.asgi_app(),
         observers=[] if metrics is None else [metrics.observer],
+        allowed_hosts=hosts,
     )
+    proxies = _forwarded_allow_ips(args.forwarded_allow_ips)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     pages = ", dashboard at /" if server.has_dashboard() else ""
@@ -102,10 +124,23 @@ def run(args: argparse.Namespace) -> int:
         flush=True,
     )
     config = uvicorn.Config(
-        app, log_level=args.log_level, access_log=not args.no_access_log, lifespan="on"
+        app,
+        log_level=args.log_level,
+        access_log=not args.no_access_log,
+        lifespan="on",
+        proxy_headers=proxies is not None,
+        forwarded_allow_ips=proxies,
     )
     uvicorn.Server(config).run(sockets=[sock])
     return 0
+
+
+def _forwarded_allow_ips(given: str | None) -> str | None:
+    """The proxies whose forwarded headers uvicorn may trust, or ``None``: trust none
+    (uvicorn's own default trusts any loopback client, which lets any local process, or a
+    proxy that passes the headers through, say it is another client, or https)."""
+    text = (given if given is not None else os.environ.get(FORWARDED_ENV, "")).strip()
+    return text or None
 
 
 def _metrics(args: argparse.Namespace) -> Any:

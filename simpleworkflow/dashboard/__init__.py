@@ -19,7 +19,7 @@ docs/dashboard.md.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from fastapi import APIRouter, FastAPI
@@ -30,6 +30,8 @@ from simpleworkflow.client import AsyncClient
 from simpleworkflow.dashboard import actions, pages
 from simpleworkflow.dashboard.site import Options, Site, route_class, static_file
 from simpleworkflow.server.auth import Auth
+from simpleworkflow.server.guard import FORM_MAX_BODY_BYTES, Guard
+from simpleworkflow.server.origins import AllowedHosts
 from simpleworkflow.server.source import ClientSource
 
 __all__ = ["Options", "create_app", "router"]
@@ -95,10 +97,17 @@ def create_app(
     schema: str | None = None,
     auth: Auth | None = None,
     options: Options | None = None,
+    allowed_hosts: Iterable[str] = (),
 ) -> FastAPI:
     """A FastAPI application serving only the dashboard, to mount under a prefix:
-    ``app.mount("/workflows", create_app(client))``."""
+    ``app.mount("/workflows", create_app(client))``. The API's guard stands in front
+    (:mod:`simpleworkflow.server.guard`): it answers the loopback names and
+    ``allowed_hosts`` (``["*"]`` for any), limits bodies, and answers any error with its
+    id."""
     app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
+    app.add_middleware(
+        Guard, hosts=AllowedHosts.of(allowed_hosts), max_body_bytes=FORM_MAX_BODY_BYTES
+    )
     app.include_router(
         router(client, database_url=database_url, schema=schema, auth=auth, options=options)
     )

@@ -27,6 +27,7 @@ import simpleworkflow
 from simpleworkflow import observe
 from simpleworkflow.client import AsyncClient
 from simpleworkflow.server import (
+    guard,
     health,
     insight,
     limits,
@@ -34,10 +35,12 @@ from simpleworkflow.server import (
     routing,
     runs,
     schedules,
+    swagger,
     topics,
     types_index,
 )
 from simpleworkflow.server.auth import Auth, is_loopback
+from simpleworkflow.server.origins import AllowedHosts
 from simpleworkflow.server.routing import DEFAULT_MAX_BODY_BYTES
 from simpleworkflow.server.source import ClientSource
 
@@ -58,6 +61,7 @@ SECTIONS: tuple[Callable[..., APIRouter], ...] = (
 __all__ = [
     "API_PREFIX",
     "DEFAULT_MAX_BODY_BYTES",
+    "AllowedHosts",
     "Auth",
     "create_app",
     "has_dashboard",
@@ -95,7 +99,7 @@ def _router(
     """The API on ``source``, which the router closes when the app shuts down."""
     if not prefix.startswith("/") or prefix.endswith("/"):
         raise ValueError(f"prefix must start with '/' and not end with one, not {prefix!r}")
-    route_class = routing.route_class(max_body_bytes)
+    route_class = routing.route_class(max_body_bytes, auth)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
@@ -108,7 +112,7 @@ def _router(
         api.include_router(build(source, auth, route_class))
     outer.include_router(api)
     if health_checks:
-        outer.include_router(health.router(source, route_class))
+        outer.include_router(health.router(source, route_class, auth))
     return outer
 
 
@@ -130,12 +134,22 @@ def create_app(
     metrics: ASGIApp | None = None,
     observers: Iterable[observe.Observer] = (),
     dashboard: bool = True,
+    allowed_hosts: AllowedHosts | Iterable[str] | None = None,
 ) -> FastAPI:
     """A FastAPI application serving :func:`router`, its OpenAPI document at
     ``/openapi.json`` and interactive docs at ``/docs``; ``metrics``, an ASGI app (the
     Prometheus exposition), is mounted at ``/metrics``; the web dashboard
     (:mod:`simpleworkflow.dashboard`) at ``/`` when ``dashboard`` and its extra is
-    installed. What ``simpleworkflow serve`` runs."""
+    installed. What ``simpleworkflow serve`` runs.
+
+    :mod:`~simpleworkflow.server.guard` stands in front of it all: it answers only the
+    ``allowed_hosts`` (the loopback names, and those given; ``["*"]`` for any), refuses
+    writes from other sites, limits every body and turns any error into a problem."""
+    hosts = (
+        allowed_hosts
+        if isinstance(allowed_hosts, AllowedHosts)
+        else AllowedHosts.of(allowed_hosts or ())
+    )
     app = FastAPI(
         title="simpleworkflow",
         version=simpleworkflow.__version__,
@@ -143,8 +157,13 @@ def create_app(
         description="Every endpoint but /healthz and /readyz needs a bearer token when the "
         "server was given one. Errors are RFC 9457 problem details. See docs/api.md.",
         redoc_url=None,
+        docs_url=None,
     )
     problems.install(app)
+    app.add_middleware(
+        guard.Guard, hosts=hosts, max_body_bytes=max_body_bytes, api_prefix=API_PREFIX
+    )
+    app.include_router(swagger.router(app.title))
     source = ClientSource(client, database_url=database_url, schema=schema, observers=observers)
     auth = auth or Auth()
     app.include_router(_router(source, auth, API_PREFIX, True, max_body_bytes))

@@ -84,25 +84,46 @@ class Auth:
         """The dependency of an endpoint that writes."""
         return Depends(self._require(write=True))
 
+    def authorize(self, authorization: str | None, *, write: bool) -> None:
+        """Refuse (401, or 403 for a read-only token on a write) a request whose
+        ``Authorization`` header does not allow it; nothing when auth is off."""
+        if not self.enabled:
+            return
+        scheme, _, given = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not given.strip():
+            raise ApiProblem(
+                401,
+                "unauthorized",
+                "this server needs a bearer token: send `Authorization: Bearer <token>`",
+                headers=_CHALLENGE,
+            )
+        level = self.level(given.strip())
+        if level is None:
+            raise ApiProblem(401, "unauthorized", "the token is not valid", headers=_CHALLENGE)
+        if write and level != "write":
+            raise ApiProblem(
+                403,
+                "forbidden",
+                "this token may only read; a request that changes runs or types needs "
+                "the full token",
+            )
+
+    def identifies(self, authorization: str | None) -> bool:
+        """Whether the caller showed a valid token (either), and so may see what the
+        server's configuration says (the database's name in an error); never when auth
+        is off, since then nobody shows one."""
+        if not self.enabled:
+            return False
+        try:
+            self.authorize(authorization, write=False)
+        except ApiProblem:
+            return False
+        return True
+
     def _require(self, *, write: bool) -> Callable[..., Awaitable[None]]:
         async def check(credentials: HTTPAuthorizationCredentials | None = _BEARER) -> None:
-            if credentials is None:
-                raise ApiProblem(
-                    401,
-                    "unauthorized",
-                    "this server needs a bearer token: send `Authorization: Bearer <token>`",
-                    headers=_CHALLENGE,
-                )
-            level = self.level(credentials.credentials)
-            if level is None:
-                raise ApiProblem(401, "unauthorized", "the token is not valid", headers=_CHALLENGE)
-            if write and level != "write":
-                raise ApiProblem(
-                    403,
-                    "forbidden",
-                    "this token may only read; a request that changes runs or types needs "
-                    "the full token",
-                )
+            header = None if credentials is None else f"Bearer {credentials.credentials}"
+            self.authorize(header, write=write)
 
         async def open_door() -> None:
             return None

@@ -2,19 +2,39 @@
 
 ``/healthz`` says the process serves; ``/readyz`` that it can do its work: the database
 answers and its schema is the one this code needs (503 otherwise, with the reason).
+
+The reason names the database (user, host, name) and the driver's words: only a caller
+that shows a token sees it (so, with no tokens set, nobody). Anyone else gets the kind
+of failure alone, and the server logs the reason.
 """
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import logging
+from typing import Any
 
-from simpleworkflow.server import routing
+from fastapi import APIRouter
+from starlette.requests import Request
+
+from simpleworkflow import errors
+from simpleworkflow.server import problems, routing
+from simpleworkflow.server.auth import Auth
 from simpleworkflow.server.problems import responses
 from simpleworkflow.server.schemas import Health, Ready
 from simpleworkflow.server.source import ClientSource
 
+_log = logging.getLogger("simpleworkflow.server")
+#: What an unidentified caller is told, by the kind of failure.
+_PLAIN = {
+    errors.SchemaError: "the database's schema is missing or older than this server needs: "
+    "run `simpleworkflow migrate`; the server's log names the database",
+    errors.StoreUnavailable: "the database cannot be reached; the server's log says why",
+}
 
-def router(source: ClientSource, route_class: type[routing.GuardedRoute]) -> APIRouter:
+
+def router(
+    source: ClientSource, route_class: type[routing.GuardedRoute], auth: Auth | None = None
+) -> APIRouter:
     api = APIRouter(tags=["health"], route_class=route_class)
 
     @api.get("/healthz")
@@ -22,9 +42,21 @@ def router(source: ClientSource, route_class: type[routing.GuardedRoute]) -> API
         """The process is up and serving (the database is not asked)."""
         return Health()
 
-    @api.get("/readyz", responses=responses(503))
-    async def readyz() -> Ready:
+    @api.get("/readyz", response_model=Ready, responses=responses(503))
+    async def readyz(request: Request) -> Any:
         """The database is reachable and its schema current; 503 says which is not."""
-        return Ready(schema_version=await source.client.admin.schema_version())
+        try:
+            return Ready(schema_version=await source.client.admin.schema_version())
+        except (errors.SchemaError, errors.StoreUnavailable) as exc:
+            if (auth or Auth()).identifies(request.headers.get("authorization")):
+                raise
+            _log.warning("not ready: %s", exc)
+            plain = next(text for cls, text in _PLAIN.items() if isinstance(exc, cls))
+            return problems.problem_response(503, _name(exc), plain, headers={"Retry-After": "5"})
 
     return api
+
+
+def _name(exc: errors.SimpleWorkflowError) -> str:
+    """The problem's name, the same a caller with a token sees."""
+    return next(name for cls, _, name in problems.STATUSES if isinstance(exc, cls))

@@ -8,6 +8,8 @@ tree gets its status by where it sits until it is named here.
 
 from __future__ import annotations
 
+import logging
+import uuid
 from collections.abc import Mapping, Sequence
 from http import HTTPStatus
 from typing import Any
@@ -22,6 +24,7 @@ from simpleworkflow import errors
 from simpleworkflow.server.schemas import Problem
 
 MEDIA_TYPE = "application/problem+json"
+_log = logging.getLogger("simpleworkflow.server")
 
 #: ``(error class, status, problem name)``, the first class that matches wins.
 STATUSES: Sequence[tuple[type[Exception], int, str]] = (
@@ -70,6 +73,11 @@ class ApiProblem(Exception):
         self.extensions = extensions
 
 
+class BodyTooLarge(Exception):
+    """Raised from an app's ``receive`` once a body passes its limit
+    (:mod:`~simpleworkflow.server.guard` answers 413); no route should answer it."""
+
+
 def problem_response(
     status: int,
     name: str,
@@ -101,7 +109,29 @@ def of_error(exc: errors.SimpleWorkflowError) -> JSONResponse:
             }
             headers = {"Retry-After": "5"} if status == 503 else None
             return problem_response(status, name, str(exc), headers=headers, **extensions)
-    return problem_response(500, "internal-error", str(exc))
+    return unexpected(exc)
+
+
+def unexpected(exc: BaseException, where: str = "") -> JSONResponse:
+    """A 500 for an error no request should cause: logged with its traceback under an id
+    that the answer carries, so that a report can be matched to the log."""
+    return internal_error(log_unexpected(exc, where))
+
+
+def log_unexpected(exc: BaseException, where: str = "") -> str:
+    """Log ``exc`` with its traceback under a new id, and return the id."""
+    error_id = uuid.uuid4().hex[:16]
+    _log.error("unexpected error %s%s", error_id, f" on {where}" if where else "", exc_info=exc)
+    return error_id
+
+
+def internal_error(error_id: str) -> JSONResponse:
+    return problem_response(
+        500,
+        "internal-error",
+        f"an unexpected error; the server's log holds its details under the id {error_id}",
+        error_id=error_id,
+    )
 
 
 def of_validation(exc: RequestValidationError) -> JSONResponse:
@@ -156,7 +186,8 @@ def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
 _DESCRIPTIONS = {
     400: "the body is not JSON (or NaN, or nested too deeply)",
     401: "no token, or a wrong one",
-    403: "a read-only token, for a request that writes",
+    403: "a read-only token, for a request that writes; or a write a browser sent from "
+    "another site",
     404: "no such run or type",
     409: "the run's state or an idempotency key forbids it",
     413: "the body or a payload is larger than the limit",

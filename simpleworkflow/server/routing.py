@@ -1,11 +1,16 @@
 """The API's routes guard themselves, so that they behave the same in ``simpleworkflow
 serve`` and inside a user's app (whose exception handlers are not ours):
 
+- a request that changes state is refused when a browser says it came from another site
+  (403, :func:`~simpleworkflow.server.origins.cross_site`), then authenticated, then its
+  body must be JSON by its ``Content-Type`` (415 otherwise: no other site's form can send
+  that without the browser asking first), all before a byte of the body is read;
 - a body is read up to a limit (413 past it, before it is parsed);
 - JSON is parsed strictly: ``NaN`` and ``Infinity`` are not JSON, and a document nested
   too deeply for the parser is refused, with a 400 that says so (FastAPI would say only
   "There was an error parsing the body", or fail);
-- the engine's errors and failed validations become problem documents.
+- the engine's errors and failed validations become problem documents, and any other
+  error a 500 problem whose id the server logs with the traceback.
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from simpleworkflow import errors
-from simpleworkflow.server import problems
+from simpleworkflow.server import origins, problems
+from simpleworkflow.server.auth import Auth
 
 #: A request body's default limit: room for a batch of runs with large payloads. Each
 #: payload is held to the client's ``max_payload_bytes`` (1 MiB) besides.
@@ -31,17 +37,20 @@ Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 
 
 class GuardedRoute(APIRoute):
-    """An ``APIRoute`` that limits and parses its body itself and answers in problems;
-    :func:`route_class` sets the limit."""
+    """An ``APIRoute`` that checks its caller, limits and parses its body itself and
+    answers in problems; :func:`route_class` sets the tokens and the limit."""
 
     max_body_bytes: ClassVar[int] = DEFAULT_MAX_BODY_BYTES
+    auth: ClassVar[Auth] = Auth()
 
     def get_route_handler(self) -> Handler:
         handler = super().get_route_handler()
-        limit = self.max_body_bytes
+        limit, auth = self.max_body_bytes, self.auth
 
         async def guarded(request: Request) -> Response:
             try:
+                if request.method not in origins.SAFE_METHODS:
+                    _check_caller(request, auth)
                 if request.method in ("POST", "PUT", "PATCH"):
                     await _read_json(request, limit)
                 return await handler(request)
@@ -55,15 +64,47 @@ class GuardedRoute(APIRoute):
                 return problems.of_validation(exc)
             except HTTPException as exc:
                 return problems.of_http(exc)
+            except problems.BodyTooLarge:
+                raise  # the app's guard answers it
+            except Exception as exc:
+                return problems.unexpected(exc, f"{request.method} {request.url.path}")
 
         return guarded
 
 
-def route_class(max_body_bytes: int) -> type[GuardedRoute]:
-    """A :class:`GuardedRoute` whose bodies may hold up to ``max_body_bytes``."""
+def route_class(max_body_bytes: int, auth: Auth | None = None) -> type[GuardedRoute]:
+    """A :class:`GuardedRoute` whose bodies may hold up to ``max_body_bytes``, whose
+    writes ``auth`` checks before their body is read."""
     if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int):
         raise TypeError(f"max_body_bytes must be an int, not {max_body_bytes!r}")
-    return type("GuardedRoute", (GuardedRoute,), {"max_body_bytes": max_body_bytes})
+    attributes = {"max_body_bytes": max_body_bytes, "auth": auth or Auth()}
+    return type("GuardedRoute", (GuardedRoute,), attributes)
+
+
+def _check_caller(request: Request, auth: Auth) -> None:
+    """Refuse a write from another site, without the full token, or whose body a form
+    could have sent; before its body is read."""
+    reason = origins.cross_site(request.method, request.headers)
+    if reason is not None:
+        raise problems.ApiProblem(403, "cross-site", f"refused: {reason}")
+    auth.authorize(request.headers.get("authorization"), write=True)
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    has_body = request.headers.get("content-length", "0") != "0" or (
+        "transfer-encoding" in request.headers
+    )
+    if has_body and not _is_json(media):
+        raise problems.ApiProblem(
+            415,
+            "unsupported-media-type",
+            f"a request body must be JSON, sent with `Content-Type: application/json`, "
+            f"not {media or 'no content type'!r}",
+        )
+
+
+def _is_json(media: str) -> bool:
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
 
 
 async def _read_json(request: Request, limit: int) -> None:
@@ -81,7 +122,7 @@ async def _read_json(request: Request, limit: int) -> None:
     body = b"".join(chunks)
     request._body = body  # Starlette's cache of the body: what .body() returns
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if body and (media == "application/json" or media.endswith("+json")):
+    if body and _is_json(media):
         request._json = parse_json(body)  # and of the parsed document: what .json() returns
 
 
