@@ -21,6 +21,7 @@ from starlette.templating import Jinja2Templates
 from simpleworkflow import errors
 from simpleworkflow.dashboard import sessions, views
 from simpleworkflow.dashboard.sessions import Refused, Session, Sessions
+from simpleworkflow.server import problems
 from simpleworkflow.server.auth import Auth
 from simpleworkflow.server.source import ClientSource
 
@@ -183,7 +184,8 @@ class Site:
             session = self.sessions.of(request)
         except Refused:
             session = Session(level=None, nonce="", csrf="")
-        return self.render(request, session, "error.html", {"message": str(exc)}, status=status)
+        message = problems.detail(exc)
+        return self.render(request, session, "error.html", {"message": message}, status=status)
 
 
 class PageRoute(APIRoute):
