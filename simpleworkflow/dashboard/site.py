@@ -21,8 +21,8 @@ from starlette.templating import Jinja2Templates
 from simpleworkflow import errors
 from simpleworkflow.dashboard import sessions, views
 from simpleworkflow.dashboard.sessions import Refused, Session, Sessions
-from simpleworkflow.server import problems
 from simpleworkflow.server.auth import Auth
+from simpleworkflow.server.problems import detail as public_detail
 from simpleworkflow.server.source import ClientSource
 
 #: What a page may load and run: its own files only. Every script is a static file, so
@@ -184,7 +184,7 @@ class Site:
             session = self.sessions.of(request)
         except Refused:
             session = Session(level=None, nonce="", csrf="")
-        message = problems.detail(exc)
+        message = public_detail(exc)
         return self.render(request, session, "error.html", {"message": message}, status=status)
 
 
