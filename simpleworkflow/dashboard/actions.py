@@ -179,12 +179,16 @@ def _add_types_and_login(acts: APIRouter, site: Site) -> None:
 
     @acts.post("/logout", name="dashboard.logout")
     async def logout(request: Request) -> Response:
+        """End the session on the server (its cookie and CSRF token are refused from
+        now on) and in the browser. A session that had already ended has nothing to end."""
         session = site.sessions.of(request)
-        form = await request.form()
-        presented = form.get(sessions.CSRF_FIELD)
-        site.sessions.check_form(
-            request, session, presented if isinstance(presented, str) else None
-        )
+        if session.can_read:
+            form = await request.form()
+            presented = form.get(sessions.CSRF_FIELD)
+            site.sessions.check_form(
+                request, session, presented if isinstance(presented, str) else None
+            )
+            site.sessions.log_out(session)
         response = site.redirect(request, "dashboard.login")
         sessions.clear_cookie(response, request)
         return response
