@@ -19,6 +19,7 @@ from api_helpers import PREFIX, Api, assert_problem
 from conftest import Store
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_dashboard import Dash
 
 from simpleworkflow import Client, errors
 from simpleworkflow.backends.sqlite import matching
@@ -53,6 +54,12 @@ def test_a_filter_past_its_bounds_is_refused_naming_the_bound(store: Store, clie
         assert problem["type"] == "urn:simpleworkflow:invalid-argument"
     finally:
         api.close()
+    dash = Dash(store)
+    try:
+        page = dash.get("/runs", params={"payload": json.dumps(too_many)})
+    finally:
+        dash.close()
+    assert page.status_code == 422 and f"the limit is {MAX_VALUES}" in page.text
     # The largest filter allowed is served.
     allowed = {"tags": list(range(MAX_VALUES - 2))}
     assert len(client.list(payload_contains=allowed).runs) == 1
