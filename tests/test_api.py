@@ -5,6 +5,7 @@ process: test_api_process.py; bad input: test_api_input.py; tokens: test_api_aut
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 import time
@@ -416,6 +417,25 @@ def test_readiness_is_503_when_the_database_is_unreachable() -> None:
         assert response.headers["retry-after"]
     finally:
         api.close()
+
+
+def test_a_failed_database_is_a_503_that_does_not_say_where_it_is(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The cause (here a SQLite file's path) goes to the server's log, not to whoever
+    asked: /readyz answers anyone."""
+    where = tmp_path / "no-such-folder" / "secret-name.db"
+    caplog.set_level(logging.WARNING, "simpleworkflow.server")
+    api = Api(Store("sqlite", f"sqlite:///{where}", ""))
+    try:
+        for url in (RUNS, "/readyz"):
+            response = api.get(url)
+            problem = assert_problem(response, 503, "retry shortly")
+            assert problem["type"] == "urn:simpleworkflow:store-unavailable"
+            assert "secret-name" not in response.text and str(tmp_path) not in response.text
+    finally:
+        api.close()
+    assert "secret-name.db" in caplog.text
 
 
 def test_openapi_document_and_interactive_docs(api: Api) -> None:

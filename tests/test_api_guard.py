@@ -248,7 +248,7 @@ def test_readiness_names_the_database_only_to_a_caller_with_a_token(tokens: bool
     unreachable = Store("postgres", "postgresql://nobody@127.0.0.1:1/secretdb", "workflow")
     api = Api(unreachable, auth=Auth(token=TOKEN, read_token=READ_TOKEN) if tokens else None)
     try:
-        problem = assert_problem(api.get("/readyz"), 503, "cannot be reached")
+        problem = assert_problem(api.get("/readyz"), 503, "unavailable")
         assert problem["type"] == "urn:simpleworkflow:store-unavailable"
         assert "nobody" not in problem["detail"] and "secretdb" not in problem["detail"]
         assert "127.0.0.1" not in problem["detail"]

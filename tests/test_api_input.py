@@ -6,6 +6,7 @@ surrogates written as escapes, invalid UTF-8, a document nested 100,000 deep).""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -196,6 +197,8 @@ QUERIES: list[tuple[str, dict[str, Any], int, str]] = [
     ("since naive", {"created_since": "2030-01-01T00:00:00"}, 422, "created_since"),
     ("until naive", {"created_until": "2030-01-01"}, 422, "created_until"),
     ("cursor", {"cursor": "garbage"}, 422, "invalid cursor"),
+    ("cursor nested", {"cursor": "W1tb" * 100}, 422, "invalid cursor"),  # "[[[" * 100
+    ("payload too large", {"payload_contains": json.dumps(list(range(300)))}, 422, "limit"),
     ("type NUL", {"type": "billing\x00"}, 422, "invalid type prefix"),
     ("type upper", {"type": "Billing.%"}, 422, "invalid type prefix"),
     ("deleted", {"include_deleted": "maybe"}, 422, "include_deleted"),

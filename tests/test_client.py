@@ -8,6 +8,7 @@ the two clients are meant to be one implementation with two faces.
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import inspect
 import threading
@@ -487,7 +488,16 @@ def test_pagination_is_stable_while_runs_are_added(producer: Producer) -> None:
 
 @pytest.mark.parametrize(
     "arguments",
-    [{"limit": 0}, {"limit": 1001}, {"limit": "10"}, {"cursor": "garbage"}, {"cursor": "e30"}],
+    [
+        {"limit": 0},
+        {"limit": 1001},
+        {"limit": "10"},
+        {"cursor": "garbage"},
+        {"cursor": "e30"},
+        # JSON nested past the parser's depth was a RecursionError, not a refusal.
+        {"cursor": base64.urlsafe_b64encode(b"[" * 5000).decode()},
+        {"cursor": base64.urlsafe_b64encode(b'[["2030-01-01"], "x"]').decode()},
+    ],
 )
 def test_list_refuses_bad_paging(producer: Producer, arguments: dict[str, Any]) -> None:
     with pytest.raises(errors.InvalidArgument):

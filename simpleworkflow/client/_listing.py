@@ -15,6 +15,17 @@ from simpleworkflow.client._options import check_time
 from simpleworkflow.models import WAITING_STATES, Run, RunPage, RunStatus
 
 MAX_PAGE = 1000
+#: A cursor this code writes is about 120 characters; anything much longer is not one,
+#: and is refused before it is decoded (a deeply nested JSON text would exhaust the
+#: parser's recursion).
+MAX_CURSOR_CHARS = 256
+#: Bounds of a ``payload_contains`` filter, the same on both stores: every value counted
+#: (each scalar, array and object), how deeply arrays and objects nest, and its JSON text.
+#: They keep a listing's cost to a few lookups per stored payload (SQLite matches in
+#: Python, under the store's lock) and leave room for any filter a person writes.
+MAX_FILTER_VALUES = 256
+MAX_FILTER_DEPTH = 16
+MAX_FILTER_BYTES = 64 * 1024
 
 
 def list_query(
@@ -38,11 +49,7 @@ def list_query(
         retrying="retry" in waits,
         created_after=check_time("created_after", created_after),
         created_before=check_time("created_before", created_before),
-        payload_contains=(
-            None
-            if payload_contains is None
-            else payloads.encode(payload_contains, what="payload_contains")
-        ),
+        payload_contains=None if payload_contains is None else _filter(payload_contains),
         include_deleted=bool(include_deleted),
         limit=names.check_int("limit", limit, 1, MAX_PAGE) + 1,  # one extra tells if more exist
         after_created_at=after_created_at,
@@ -75,10 +82,57 @@ def _encode_cursor(run: Run) -> str:
 
 def _decode_cursor(cursor: str) -> tuple[datetime, str]:
     try:
+        if not isinstance(cursor, str) or len(cursor) > MAX_CURSOR_CHARS:
+            raise ValueError("not a cursor")
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         created_at, run_id = json.loads(raw)
+        if not isinstance(created_at, str):
+            raise TypeError("not a cursor")
         return datetime.fromisoformat(created_at), names.normalize_run_id(run_id)
-    except (ValueError, TypeError, binascii.Error, errors.RunNotFound):
+    except (ValueError, TypeError, RecursionError, binascii.Error, errors.RunNotFound):
         raise errors.InvalidArgument(
             f"invalid cursor {cursor!r:.60}: pass the next_cursor of a previous page unchanged"
         ) from None
+
+
+def _filter(pattern: Any) -> str:
+    """``payload_contains`` as JSON text, refused past the bounds above
+    (:class:`~simpleworkflow.errors.InvalidArgument`, naming the one exceeded)."""
+    try:
+        text = payloads.encode(pattern, what="payload_contains", max_bytes=MAX_FILTER_BYTES)
+    except errors.PayloadTooLarge:
+        raise errors.InvalidArgument(
+            f"payload_contains is more than {MAX_FILTER_BYTES} bytes of JSON, the limit"
+        ) from None
+    try:
+        values, depth = _shape(json.loads(text))
+    except RecursionError:
+        values, depth = 0, MAX_FILTER_DEPTH + 1
+    if values > MAX_FILTER_VALUES:
+        raise errors.InvalidArgument(
+            f"payload_contains holds {values} values (each scalar, array and object counts); "
+            f"the limit is {MAX_FILTER_VALUES}: filter on fewer fields or elements"
+        )
+    if depth > MAX_FILTER_DEPTH:
+        raise errors.InvalidArgument(
+            f"payload_contains nests arrays and objects more than {MAX_FILTER_DEPTH} deep, "
+            "the limit"
+        )
+    return text
+
+
+def _shape(value: Any) -> tuple[int, int]:
+    """How many values a JSON document holds and how deeply it nests (a scalar: 1, 0),
+    walked without recursion."""
+    values, deepest = 0, 0
+    stack = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        values += 1
+        if isinstance(node, dict | list):
+            depth += 1
+            deepest = max(deepest, depth)
+            stack.extend(
+                (item, depth) for item in (node.values() if isinstance(node, dict) else node)
+            )
+    return values, deepest

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any, Literal
+from urllib.parse import unquote, urlsplit
 
 from fastapi import APIRouter
 from starlette.requests import Request
@@ -178,21 +179,44 @@ def _add_types_and_login(acts: APIRouter, site: Site) -> None:
 
     @acts.post("/logout", name="dashboard.logout")
     async def logout(request: Request) -> Response:
+        """End the session on the server (its cookie and CSRF token are refused from
+        now on) and in the browser. A session that had already ended has nothing to end."""
         session = site.sessions.of(request)
-        form = await request.form()
-        presented = form.get(sessions.CSRF_FIELD)
-        site.sessions.check_form(
-            request, session, presented if isinstance(presented, str) else None
-        )
+        if session.can_read:
+            form = await request.form()
+            presented = form.get(sessions.CSRF_FIELD)
+            site.sessions.check_form(
+                request, session, presented if isinstance(presented, str) else None
+            )
+            site.sessions.log_out(session)
         response = site.redirect(request, "dashboard.login")
         sessions.clear_cookie(response, request)
         return response
 
 
 def _next(request: Request, given: object = None) -> str:
-    """Where to go after logging in: a path of this site only (never another host)."""
+    """Where to go after logging in: a path under the dashboard, or ``""`` (its home).
+
+    Browsers drop tabs and newlines from a URL and read a backslash as a slash, so
+    ``/%09/evil.example`` (decoded: a tab between two slashes) would lead to another
+    site, and a CR or LF cannot go in a header at all. So the target, and the target
+    percent-decoded once more, must each be printable ASCII without a backslash, begin
+    with the mount's path and ``/`` but not ``//``, and name no scheme or host.
+    """
     target = given if isinstance(given, str) else request.query_params.get("next", "")
     root = str(request.scope.get("root_path") or "")
-    if target.startswith(root + "/") and not target.startswith("//") and "\\" not in target:
+    if _same_site_path(target, root) and _same_site_path(unquote(target), root):
         return target
     return ""
+
+
+def _same_site_path(target: str, root: str) -> bool:
+    if not target.isascii() or not target.isprintable() or " " in target or "\\" in target:
+        return False
+    parts = urlsplit(target)
+    return (
+        target.startswith(root + "/")
+        and not target.startswith("//")
+        and not parts.scheme
+        and not parts.netloc
+    )

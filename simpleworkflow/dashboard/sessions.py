@@ -3,10 +3,17 @@
 The dashboard takes the API's tokens (:class:`~simpleworkflow.server.auth.Auth`): a
 browser logs in once with a token and gets a session cookie (HttpOnly, SameSite=Strict,
 Secure over https); a script may send ``Authorization: Bearer <token>`` instead. The
-cookie holds no token: it is ``level.nonce.mac``, signed with a key derived from the
-token of that level, so it survives a restart, and changing a token ends its sessions.
-With no token configured (the loopback default) every visitor gets a session that may
-write, signed with a key of this process.
+cookie holds no token: it is ``level.issued.nonce.mac``, signed with a key derived from
+the token of that level, so it survives a restart, and changing a token ends its
+sessions. With no token configured (the loopback default) every visitor gets a session
+that may write, signed with a key of this process.
+
+A session ends on the server, not only in the browser: its cookie carries the time it was
+issued, under the signature, and is refused once the lifetime has passed. Logging out
+ends it at once: its nonce is kept, until the session would have expired anyway, in a
+record of this process that every request is checked against. That record is the
+process's own: where several processes serve one dashboard, the others honour a logged
+out cookie until its lifetime ends (sharing it would need a table).
 
 Every state-changing request is checked twice against cross-site forgery: its Origin
 (when the browser sends one) must be this site's, and a cookie session must present its
@@ -19,7 +26,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import secrets
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
@@ -32,8 +42,13 @@ from simpleworkflow.server.auth import Auth
 COOKIE = "simpleworkflow_dashboard"
 CSRF_FIELD = "csrf_token"
 CSRF_HEADER = "X-CSRF-Token"
-#: How long a browser keeps the cookie: a working day.
-MAX_AGE_SECONDS = 12 * 3600
+#: How long a session lasts by default: a working day.
+DEFAULT_LIFETIME_SECONDS = 12 * 3600
+#: How far the clocks of processes that share the sessions may disagree.
+CLOCK_SKEW_SECONDS = 300
+#: The most logged-out sessions remembered at once (about 100 bytes each); past it the
+#: oldest are forgotten first. Only sessions opened with a token are remembered.
+MAX_REVOKED = 100_000
 
 Level = Literal["write", "read"]
 
@@ -59,6 +74,8 @@ class Session:
     bearer: bool = False
     #: A cookie to set on the response (a new session); ``None`` to leave it.
     cookie: str | None = None
+    #: When it ends (seconds since the epoch): the server refuses its cookie afterwards.
+    expires: float = math.inf
 
     @property
     def can_read(self) -> bool:
@@ -72,10 +89,19 @@ class Session:
 class Sessions:
     """Issues and checks sessions for one :class:`Auth`."""
 
-    def __init__(self, auth: Auth) -> None:
+    def __init__(
+        self,
+        auth: Auth,
+        lifetime: float = DEFAULT_LIFETIME_SECONDS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.auth = auth
+        self.lifetime = lifetime
+        self._clock = clock
         # Signs sessions that no token backs: the open door, and visitors not logged in.
         self._process_key = secrets.token_bytes(32)
+        # Logged-out sessions' nonces, with when each would have expired anyway.
+        self._revoked: dict[str, float] = {}
 
     def of(self, request: Request) -> Session:
         """The request's session: from its bearer token, its cookie, or a new one."""
@@ -95,13 +121,32 @@ class Sessions:
         name = level or "anonymous"
         key = self._key(name)
         assert key is not None, "a session is issued only for a level that has a key"
-        mac = _mac(key, f"{name}.{nonce}")
-        return Session(level, nonce, _mac(key, f"csrf.{nonce}"), cookie=f"{name}.{nonce}.{mac}")
+        issued = int(self._clock())
+        signed = f"{name}.{issued}.{nonce}"
+        return Session(
+            level,
+            nonce,
+            _mac(key, f"csrf.{nonce}"),
+            cookie=f"{signed}.{_mac(key, signed)}",
+            expires=issued + self.lifetime,
+        )
 
     def log_in(self, token: str) -> Session | None:
         """The session a token opens, or ``None`` for a wrong token."""
         level = self.auth.level(token) if self.auth.enabled else "write"
         return None if level is None else self.issue(_level(level))
+
+    def log_out(self, session: Session) -> None:
+        """End ``session`` now: its cookie, and so its CSRF token, are refused from here
+        on. A session no token opened has nothing to end (anyone may get another)."""
+        if session.bearer or session.level is None or not self.auth.enabled:
+            return
+        now = self._clock()
+        for nonce in [n for n, until in self._revoked.items() if until <= now]:
+            del self._revoked[nonce]
+        while len(self._revoked) >= MAX_REVOKED:
+            del self._revoked[next(iter(self._revoked))]
+        self._revoked[session.nonce] = session.expires
 
     def check_form(self, request: Request, session: Session, presented: str | None) -> None:
         """Refuse a state-changing request from another site, or without the CSRF token of
@@ -120,19 +165,27 @@ class Sessions:
             )
 
     def _verify(self, cookie: str) -> Session | None:
-        name, _, rest = cookie.partition(".")
-        nonce, _, mac = rest.partition(".")
+        """The session of a cookie this server signed, unexpired and not logged out."""
+        parts = cookie.split(".")
+        if len(parts) != 4:
+            return None
+        name, issued, nonce, mac = parts
         key = self._key(name)
         if (
             key is None
             or not nonce
-            or not hmac.compare_digest(mac.encode(), _mac(key, f"{name}.{nonce}").encode())
+            or not (issued.isascii() and issued.isdigit() and len(issued) <= 12)
+            or not hmac.compare_digest(mac.encode(), _mac(key, f"{name}.{issued}.{nonce}").encode())
         ):
+            return None
+        expires = int(issued) + self.lifetime
+        now = self._clock()
+        if not int(issued) - CLOCK_SKEW_SECONDS <= now < expires or nonce in self._revoked:
             return None
         level = None if name == "anonymous" else _level(name)
         if level is not None and not self.auth.enabled and level != "write":
             return None
-        return Session(level, nonce, _mac(key, f"csrf.{nonce}"))
+        return Session(level, nonce, _mac(key, f"csrf.{nonce}"), expires=expires)
 
     def _key(self, name: str) -> bytes | None:
         if name == "anonymous" or (name == "write" and not self.auth.enabled):
@@ -151,7 +204,7 @@ def set_cookie(response: Response, request: Request, session: Session) -> None:
     response.set_cookie(
         COOKIE,
         session.cookie,
-        max_age=MAX_AGE_SECONDS,
+        max_age=max(1, math.ceil(session.expires - time.time())),
         path=_cookie_path(request),
         httponly=True,
         samesite="strict",

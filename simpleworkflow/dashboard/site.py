@@ -22,6 +22,7 @@ from simpleworkflow import errors
 from simpleworkflow.dashboard import sessions, views
 from simpleworkflow.dashboard.sessions import Refused, Session, Sessions
 from simpleworkflow.server.auth import Auth
+from simpleworkflow.server.problems import detail as public_detail
 from simpleworkflow.server.source import ClientSource
 
 #: What a page may load and run: its own files only. Every script is a static file, so
@@ -49,6 +50,8 @@ _STATUSES: tuple[tuple[type[errors.SimpleWorkflowError], int], ...] = (
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 OVERDUE_ENV = "SIMPLEWORKFLOW_DASHBOARD_OVERDUE_SECONDS"
 REFRESH_ENV = "SIMPLEWORKFLOW_DASHBOARD_REFRESH_SECONDS"
+SESSION_ENV = "SIMPLEWORKFLOW_DASHBOARD_SESSION_SECONDS"
+MAX_SESSION_SECONDS = 400 * 86400
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,9 +63,11 @@ class Options:
     overdue_after: float = 60.0
     #: How often the overview (and an unfinished run's page) refreshes itself, seconds.
     refresh_seconds: float = 5.0
+    #: How long a login lasts, seconds: the server refuses its cookie afterwards.
+    session_seconds: float = sessions.DEFAULT_LIFETIME_SECONDS
 
     def __post_init__(self) -> None:
-        for name in ("overdue_after", "refresh_seconds"):
+        for name in ("overdue_after", "refresh_seconds", "session_seconds"):
             value = getattr(self, name)
             if (
                 isinstance(value, bool)
@@ -72,16 +77,23 @@ class Options:
                 raise errors.ConfigurationError(
                     f"{name} must be a number of seconds > 0, not {value!r}"
                 )
+        if self.session_seconds > MAX_SESSION_SECONDS:
+            raise errors.ConfigurationError(
+                f"session_seconds must be at most {MAX_SESSION_SECONDS} (400 days, the "
+                f"longest a browser keeps a cookie), not {self.session_seconds!r}"
+            )
 
     @classmethod
     def from_env(cls) -> Options:
-        """The options of ``$SIMPLEWORKFLOW_DASHBOARD_OVERDUE_SECONDS`` and
-        ``$SIMPLEWORKFLOW_DASHBOARD_REFRESH_SECONDS``, else the defaults: what
+        """The options of ``$SIMPLEWORKFLOW_DASHBOARD_OVERDUE_SECONDS``,
+        ``$SIMPLEWORKFLOW_DASHBOARD_REFRESH_SECONDS`` and
+        ``$SIMPLEWORKFLOW_DASHBOARD_SESSION_SECONDS``, else the defaults: what
         ``simpleworkflow serve`` takes."""
         found: dict[str, float] = {}
         for name, variable in (
             ("overdue_after", OVERDUE_ENV),
             ("refresh_seconds", REFRESH_ENV),
+            ("session_seconds", SESSION_ENV),
         ):
             text = os.environ.get(variable, "").strip()
             if text:
@@ -99,7 +111,7 @@ class Site:
 
     def __init__(self, source: ClientSource, auth: Auth, options: Options) -> None:
         self.source = source
-        self.sessions = Sessions(auth)
+        self.sessions = Sessions(auth, options.session_seconds)
         self.options = options
         env = jinja2.Environment(
             loader=jinja2.PackageLoader("simpleworkflow.dashboard", "templates"),
@@ -183,7 +195,8 @@ class Site:
             session = self.sessions.of(request)
         except Refused:
             session = Session(level=None, nonce="", csrf="")
-        return self.render(request, session, "error.html", {"message": str(exc)}, status=status)
+        message = public_detail(exc)
+        return self.render(request, session, "error.html", {"message": message}, status=status)
 
 
 class PageRoute(APIRoute):

@@ -4,8 +4,9 @@
 answers and its schema is the one this code needs (503 otherwise, with the reason).
 
 The reason names the database (user, host, name) and the driver's words: only a caller
-that shows a token sees it (so, with no tokens set, nobody). Anyone else gets the kind
-of failure alone, and the server logs the reason.
+that shows a token sees it (so, with no tokens set, nobody), here alone; other endpoints'
+503s never say it (``problems.detail``). Anyone else gets the kind of failure alone, and
+the server logs the reason.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ _log = logging.getLogger("simpleworkflow.server")
 _PLAIN = {
     errors.SchemaError: "the database's schema is missing or older than this server needs: "
     "run `simpleworkflow migrate`; the server's log names the database",
-    errors.StoreUnavailable: "the database cannot be reached; the server's log says why",
+    errors.StoreUnavailable: problems.STORE_UNAVAILABLE,
 }
 
 
@@ -49,10 +50,11 @@ def router(
             return Ready(schema_version=await source.client.admin.schema_version())
         except (errors.SchemaError, errors.StoreUnavailable) as exc:
             if (auth or Auth()).identifies(request.headers.get("authorization")):
-                raise
-            _log.warning("not ready: %s", exc)
-            plain = next(text for cls, text in _PLAIN.items() if isinstance(exc, cls))
-            return problems.problem_response(503, _name(exc), plain, headers={"Retry-After": "5"})
+                said = str(exc)  # an operator's probe: the reason in full
+            else:
+                _log.warning("not ready: %s", exc)
+                said = next(text for cls, text in _PLAIN.items() if isinstance(exc, cls))
+            return problems.problem_response(503, _name(exc), said, headers={"Retry-After": "5"})
 
     return api
 

@@ -24,6 +24,10 @@ from simpleworkflow import errors
 from simpleworkflow.server.schemas import Problem
 
 MEDIA_TYPE = "application/problem+json"
+#: What a client is told when the database fails: the cause (a SQLite file's path, a
+#: Postgres host, the driver's words) is for the server's log, not for whoever asked.
+STORE_UNAVAILABLE = "the database is unavailable or busy; retry shortly (the server's log says why)"
+
 _log = logging.getLogger("simpleworkflow.server")
 
 #: ``(error class, status, problem name)``, the first class that matches wins.
@@ -108,7 +112,7 @@ def of_error(exc: errors.SimpleWorkflowError) -> JSONResponse:
                 if isinstance(getattr(exc, attribute, None), str)
             }
             headers = {"Retry-After": "5"} if status == 503 else None
-            return problem_response(status, name, str(exc), headers=headers, **extensions)
+            return problem_response(status, name, detail(exc), headers=headers, **extensions)
     return unexpected(exc)
 
 
@@ -132,6 +136,15 @@ def internal_error(error_id: str) -> JSONResponse:
         f"an unexpected error; the server's log holds its details under the id {error_id}",
         error_id=error_id,
     )
+
+
+def detail(exc: errors.SimpleWorkflowError) -> str:
+    """What an answer may say of an engine error: its message, except for a database
+    that failed, whose message (logged here) names where the database is."""
+    if isinstance(exc, errors.StoreUnavailable):
+        _log.warning("answered 503: %s", exc)
+        return STORE_UNAVAILABLE
+    return str(exc)
 
 
 def of_validation(exc: RequestValidationError) -> JSONResponse:

@@ -1,0 +1,198 @@
+"""What the dashboard refuses and withholds: a session past its lifetime or logged out
+(its cookie and CSRF token both), a redirect after login to anything but a path of its
+own, a cursor it did not write, and a failed database's whereabouts."""
+
+from __future__ import annotations
+
+import base64
+import re
+import time
+from typing import Any
+
+import httpx
+import pytest
+from api_helpers import READ_TOKEN, TOKEN
+from conftest import Store
+from starlette.requests import Request
+from test_dashboard import TYPE, Dash, texts
+
+from simpleworkflow import Client, dashboard, errors
+from simpleworkflow.dashboard import sessions
+from simpleworkflow.server import Auth
+
+AUTH = Auth(token=TOKEN, read_token=READ_TOKEN)
+
+
+def cookie_of(response: httpx.Response) -> str:
+    found = re.search(r"simpleworkflow_dashboard=([^;]+)", response.headers["set-cookie"])
+    assert found, response.headers["set-cookie"]
+    return found.group(1)
+
+
+def replay(dash: Dash, method: str, url: str, cookie: str, **options: Any) -> httpx.Response:
+    """A request that carries ``cookie`` and nothing else of the browser's: what a copied
+    cookie would send."""
+    dash.http.cookies.clear()
+    headers = {"Cookie": f"simpleworkflow_dashboard={cookie}", **options.pop("headers", {})}
+    return dash._loop.run_until_complete(dash.http.request(method, url, headers=headers, **options))
+
+
+def test_logging_out_ends_the_session_on_the_server(store: Store, client: Client) -> None:
+    run = client.start(TYPE)
+    dash = Dash(store, auth=AUTH)
+    try:
+        cookie = cookie_of(dash.log_in(TOKEN))
+        token = dash.csrf()
+        assert replay(dash, "GET", "/runs", cookie).status_code == 200
+        dash.http.cookies.set("simpleworkflow_dashboard", cookie)
+        out = dash.post("/logout", data={"csrf_token": token})
+        assert out.status_code == 303 and out.headers["location"] == "/login"
+        assert 'simpleworkflow_dashboard=""' in out.headers["set-cookie"]  # the browser's
+        # The server's: the old cookie, and the CSRF token it came with, are refused.
+        page = replay(dash, "GET", "/runs", cookie)
+        assert page.status_code == 303 and page.headers["location"].startswith("/login")
+        forged = replay(dash, "POST", f"/runs/{run.id}/cancel", cookie, data={"csrf_token": token})
+        assert forged.status_code in (401, 403), forged.text
+        assert client.get(run.id).status.value == "pending"
+        # Logging out again with the ended cookie is harmless, and a new login works.
+        assert replay(dash, "POST", "/logout", cookie).status_code == 303
+        dash.http.cookies.clear()
+        dash.log_in(TOKEN)
+        assert dash.get("/runs").status_code == 200
+    finally:
+        dash.close()
+
+
+def test_a_session_ends_on_the_server_when_its_lifetime_has_passed(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SIMPLEWORKFLOW_DASHBOARD_SESSION_SECONDS", "2")  # as serve reads it
+    dash = Dash(store, auth=AUTH)
+    try:
+        opened = dash.log_in(READ_TOKEN)
+        assert (
+            "Max-Age=2" in opened.headers["set-cookie"]
+            or "Max-Age=1" in (opened.headers["set-cookie"])
+        )
+        cookie = cookie_of(opened)
+        assert replay(dash, "GET", "/types", cookie).status_code == 200
+        time.sleep(2.2)
+        # A browser would have dropped it; one that kept it (or a copy) is refused.
+        expired = replay(dash, "GET", "/types", cookie)
+        assert expired.status_code == 303 and expired.headers["location"].startswith("/login")
+    finally:
+        dash.close()
+
+
+def test_lifetime_and_logout_at_their_edges(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Sessions`` alone, on a clock of the test's: the last second of a session, the
+    first after it, a cookie from a clock ahead, a logout, and the cap on remembered
+    logouts."""
+    now = [1_000_000.0]
+    found = sessions.Sessions(AUTH, lifetime=60, clock=lambda: now[0])
+
+    def of(cookie: str) -> sessions.Session:
+        scope = {"type": "http", "headers": [(b"cookie", f"{sessions.COOKIE}={cookie}".encode())]}
+        return found.of(Request(scope))
+
+    opened = found.log_in(TOKEN)
+    assert opened is not None and opened.cookie is not None
+    cookie = opened.cookie
+    now[0] += 59.9
+    assert of(cookie).can_write and of(cookie).csrf == opened.csrf
+    now[0] += 0.2
+    assert of(cookie).level is None  # a new visitor's session: log in again
+    now[0] = 1_000_000.0 - 10  # this process's clock is behind the one that issued it
+    assert of(cookie).can_write
+    name, issued, nonce, mac = cookie.split(".")
+    assert of(f"{name}.{int(issued) - 1}.{nonce}.{mac}").level is None  # the time is signed
+    found.log_out(of(cookie))
+    assert of(cookie).level is None and of(cookie).csrf != opened.csrf
+    other = found.log_in(READ_TOKEN)
+    assert other is not None and other.cookie is not None and of(other.cookie).can_read
+    # Remembered logouts are forgotten once expired, and the oldest past the cap.
+    now[0] += 80
+    monkeypatch.setattr(sessions, "MAX_REVOKED", 2)
+    cookies = [_opened(found, TOKEN) for _ in range(3)]
+    for one in cookies:
+        found.log_out(of(one))
+    assert len(found._revoked) == 2  # the first logout's expired session went first
+    assert [of(one).level for one in cookies] == ["write", None, None]  # then the oldest
+
+
+def _opened(found: sessions.Sessions, token: str) -> str:
+    session = found.log_in(token)
+    assert session is not None and session.cookie is not None
+    return session.cookie
+
+
+def test_the_session_lifetime_is_an_option(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert dashboard.Options().session_seconds == 12 * 3600
+    monkeypatch.setenv("SIMPLEWORKFLOW_DASHBOARD_SESSION_SECONDS", "1800")
+    assert dashboard.Options.from_env().session_seconds == 1800
+    for bad in (0, -5, float("inf"), 401 * 86400):
+        with pytest.raises(errors.ConfigurationError, match="session_seconds"):
+            dashboard.Options(session_seconds=bad)
+
+
+@pytest.mark.parametrize(
+    ("given", "goes_to"),
+    [
+        ("/runs?status=failed", "/runs?status=failed"),
+        ("/runs/x", "/runs/x"),
+        ("/\t/evil.example", "/"),  # next=/%09/evil.example: browsers drop the tab
+        ("/\n/evil.example", "/"),
+        ("/runs\r\nSet-Cookie: x=1", "/"),  # a header split: used to drop the connection
+        ("//evil.example/", "/"),
+        ("/\\evil.example", "/"),
+        ("/%2F/evil.example", "/"),
+        ("/%5Cevil.example", "/"),
+        ("/%09/evil.example", "/"),
+        ("https://evil.example/", "/"),
+        ("javascript:alert(1)", "/"),
+        ("runs", "/"),
+        ("/r\u00e9sum\u00e9", "/"),
+        ("", "/"),
+    ],
+)
+def test_after_login_only_a_path_of_this_site_is_followed(
+    store: Store, given: str, goes_to: str
+) -> None:
+    dash = Dash(store, auth=AUTH)
+    try:
+        form = dash.get("/login", params={"next": given})
+        assert form.status_code == 200
+        opened = dash.post(
+            "/login", data={"csrf_token": dash.csrf("/login"), "token": TOKEN, "next": given}
+        )
+        assert opened.status_code == 303 and opened.headers["location"] == goes_to
+    finally:
+        dash.close()
+
+
+def _b64(text: str) -> str:
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(
+    "cursor", [_b64("[" * 5000), "[" * 5000, _b64('[{"a": 1}, []]'), _b64("[" * 150)]
+)
+def test_a_cursor_it_did_not_write_is_refused_with_a_page(store: Store, cursor: str) -> None:
+    dash = Dash(store)
+    try:
+        page = dash.get("/runs", params={"cursor": cursor})
+    finally:
+        dash.close()
+    assert page.status_code == 422, page.text[-1000:]
+    assert "invalid cursor" in texts(page.text, "error")[0]
+
+
+def test_a_failed_database_is_a_503_page_that_does_not_say_where_it_is(tmp_path: Any) -> None:
+    where = tmp_path / "no-such-folder" / "secret-name.db"
+    dash = Dash(Store("sqlite", f"sqlite:///{where}", ""))
+    try:
+        page = dash.get("/runs")
+    finally:
+        dash.close()
+    assert page.status_code == 503 and "retry shortly" in page.text
+    assert "secret-name" not in page.text and str(tmp_path) not in page.text
