@@ -265,3 +265,16 @@ def test_the_read_only_token_shows_no_buttons_and_a_forged_post_is_refused(
         assert site.client.get(run_id).status.value != "cancelled"
     finally:
         context.close()
+
+
+def test_the_api_docs_draw_every_operation_from_local_files(page: Page, site: Site) -> None:
+    """/docs under its Content-Security-Policy, with no network: Swagger UI (from the
+    installed package) reads the OpenAPI 3.1 document and lists the operations."""
+    outside: list[str] = []
+    errors: list[str] = []
+    page.on("request", lambda r: outside.append(r.url) if not r.url.startswith(site.base) else None)
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.goto("/docs")
+    expect(page.locator(".opblock-summary-path", has_text="/api/v1/runs").first).to_be_visible()
+    expect(page.get_by_text("Unable to render this definition")).to_have_count(0)
+    assert outside == [] and errors == []

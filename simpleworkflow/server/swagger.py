@@ -1,5 +1,5 @@
 """``/docs``: Swagger UI over the OpenAPI document, from files installed with the server
-extra (the ``swagger-ui-bundle`` package), never from a CDN: the page works offline, and
+extra (the ``swagger-ui-bundle-v2`` package), never from a CDN: the page works offline, and
 no script from elsewhere runs on the origin that also serves the dashboard. The page is
 sent under a Content-Security-Policy that lets it load only this server's files; its one
 script of our own (:data:`_START`) is a file too, since the policy forbids inline ones.
@@ -66,7 +66,7 @@ _PAGE = """<!doctype html>
 """
 _MISSING = (
     "<!doctype html><html><head><meta charset='utf-8'><title>API docs</title></head><body>"
-    "<p>The interactive docs need the <code>swagger-ui-bundle</code> package (part of "
+    "<p>The interactive docs need the <code>swagger-ui-bundle-v2</code> package (part of "
     "the server extra): <code>pip install 'simpleworkflow[server]'</code>. The OpenAPI "
     "document is at <a href='{openapi}'>{openapi}</a>.</p></body></html>"
 )
