@@ -70,6 +70,14 @@ class ClaimLoop:
                     pause, bell.woken = outage.next_pause(pause), True
                     await bell.rest(pause)
                     continue
+                except Exception:
+                    # The store refused the claim itself (a row that breaks the schema's
+                    # own checks, written with them off): the worker stays up and tries
+                    # again, less and less often, while its runs go on.
+                    _log.exception("claiming runs failed; trying again")
+                    pause, bell.woken = outage.next_pause(pause), True
+                    await bell.rest(max(pause, self._options.poll_interval))
+                    continue
                 self._outage.ended()
                 pause = 0.0
                 for lease in leases:
