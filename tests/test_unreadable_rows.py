@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from api_helpers import PREFIX, Api
 from cli_workers import CliWorkers
-from conftest import Store, poller_thread
+from conftest import Store, make_store, poller_thread
 from test_cli import run_cli
 from test_dashboard import Dash
 from test_schedules import one_pass
@@ -28,6 +28,12 @@ WAITER = "test.rows.waiter.v1"
 
 #: Per store: a lease end that cannot be read, which has passed by the store's order.
 EXPIRED = {"postgres": "0001-01-01 00:00+14", "sqlite": "0000-00-00 soon"}
+#: Per store: a due time that cannot be read and sorts after the current time.
+NEVER = {"postgres": "294000-01-01 00:00+00", "sqlite": "later, perhaps"}
+#: Per store: a time long past, a time that cannot be read, a retention that cannot be.
+OLD = {"postgres": "2020-01-01 00:00+00", "sqlite": "2020-01-01 00:00:00.000"}
+SPOILED_TIME = {"postgres": "0001-01-01 00:00+14", "sqlite": "garbage"}
+SPOILED_SPAN = {"postgres": "100000000 years", "sqlite": "forever"}
 #: Per store: a column of workflow_run, and a value for it that cannot be read.
 SPOILED = {
     "postgres": [
@@ -80,6 +86,10 @@ def test_a_worker_fails_each_run_it_cannot_read_and_runs_the_others(store: Store
         for run_id, (column, value) in spoiled.items():
             spoil(store, "workflow_run", column, value, "id = ?", run_id)
         healthy = [run_id for run_id in runs if run_id not in spoiled]
+        # Due at a time that sorts after every other: never due, so never claimed (the
+        # notification of its update carries that time, and wakes nobody early).
+        never = healthy.pop()
+        spoil(store, "workflow_run", "run_at", NEVER[store.kind], "id = ?", never)
         # Leased by a worker gone for good, its lease's end unreadable: the reaper
         # recovers it (it reads no time of it) and the claim writes a new one.
         orphan = runs[0]
@@ -91,13 +101,15 @@ def test_a_worker_fails_each_run_it_cannot_read_and_runs_the_others(store: Store
             orphan,
         )
         with poller_thread(app, type_prefixes=["test.rows.%"], poll_interval=0.2, concurrency=4):
-            done = lambda: all(client.get(r).is_terminal for r in runs)  # noqa: E731
+            done = lambda: all(client.get(r).is_terminal for r in runs if r != never)  # noqa: E731
             wait_until(done, 30, lambda: str([client.get(r).status for r in runs]))
             # The worker is still up and claiming: a run started now runs too.
             later = client.start(TYPE, {"n": "later"}).id
             wait_until(lambda: client.get(later).is_terminal, 15, "the later run never ran")
         for run_id in [*healthy, later]:
             assert client.get(run_id).status is RunStatus.SUCCEEDED
+        assert client.get(never).status is RunStatus.PENDING
+        assert "run_at" in client.get(never).unreadable
         assert set(ran) == {*healthy, later}  # no handler ran for a spoiled run
         for run_id, (column, _) in spoiled.items():
             run = client.get(run_id)
@@ -317,3 +329,53 @@ def test_a_signal_sent_at_a_time_it_cannot_read_is_consumed_all_the_same(store: 
         finally:
             api.close()
         assert response.status_code == 200 and "unreadable: " in response.text
+
+
+def test_the_sweep_deletes_what_is_due_around_rows_it_cannot_read(store: Store) -> None:
+    with store.client() as client:
+        runs = [client.start(TYPE, {"n": n}).id for n in range(4)]
+        store.sql("update workflow_run set status = 'succeeded', updated_at = ?", OLD[store.kind])
+        odd, far = runs[0], runs[1]
+        spoil(store, "workflow_run", "updated_at", SPOILED_TIME[store.kind], "id = ?", odd)
+        spoil(store, "workflow_run", "retention", SPOILED_SPAN[store.kind], "id = ?", far)
+        for dry_run in (True, False):
+            report = client.admin.sweep(default_retention=60, dry_run=dry_run)
+            assert report.total >= 2, report
+        left = {run.id for run in client.list(include_deleted=True).runs}
+        assert not left & set(runs[2:])  # the healthy ones are gone
+
+
+def test_sqlite_fails_runs_whose_json_breaks_its_checks_which_no_claim_can_lease(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """SQLite checks a whole row at every update: a run whose JSON was written with the
+    checks off fails every claim that meets it. The worker fails such runs after such a
+    claim, keeping each text as a JSON string, and the others run."""
+    store = make_store("sqlite", tmp_path, request).migrate()
+    app = App(store.url, schema=store.schema)
+
+    @app.workflow(TYPE)
+    def work(payload: Any, ctx: Context) -> str:
+        return "done"
+
+    with store.client() as client:
+        runs = [client.start(TYPE, {"n": n}).id for n in range(8)]
+        broken = {runs[2]: "payload", runs[5]: "waiting_for"}
+        for run_id, column in broken.items():
+            spoil_unchecked(
+                store, f"update workflow_run set {column} = '{{not json' where id = ?", run_id
+            )
+        with poller_thread(app, type_prefixes=["test.rows.%"], poll_interval=0.2):
+            done = lambda: all(client.get(r).is_terminal for r in runs)  # noqa: E731
+            wait_until(done, 30, lambda: str([client.get(r).status for r in runs]))
+        for run_id in runs:
+            run = client.get(run_id)
+            if run_id not in broken:
+                assert run.status is RunStatus.SUCCEEDED, run
+                continue
+            column = broken[run_id]
+            assert run.status is RunStatus.FAILED
+            assert getattr(run, column) == "{not json"  # kept, as a JSON string
+            [event] = failed_events(client, run_id)
+            assert event["error"]["type"] == "simpleworkflow.errors.UnreadableRow"
+            assert f"cannot be read: {column} not JSON" in event["error"]["message"]

@@ -97,6 +97,19 @@ class WorkerOps(StoreCore):
         ]
         return Claimed(leases, min(waits) if waits else None)
 
+    def fail_unparsable(self, types: list[str], worker_id: str) -> Op[list[str]]:
+        """Fail for good the pending runs of ``types`` that no claim can lease, because
+        their JSON breaks the schema's checks (see ``Dialect.checks_whole_rows``); return
+        their ids. Nothing on a store that does not check whole rows."""
+        if not self.dialect.checks_whole_rows:
+            return []
+        yield ATOMIC  # the runs and their events together
+        rows = yield self.stmt("fail_unparsable", types=types)
+        ids = [str(row["id"]) for row in rows]
+        if ids:
+            yield self.stmt("fail_unparsable_events", ids=ids, worker_id=worker_id)
+        return ids
+
     def unknown_versions(self, claim: Claim) -> Op[list[tuple[str, str, int]]]:
         """Due runs of ``claim.types`` stamped with a code version this worker lacks."""
         rows = yield self.stmt("unknown_versions", types=list(claim.types), known=list(claim.known))
