@@ -28,6 +28,8 @@ WAITER = "test.rows.waiter.v1"
 
 #: Per store: a lease end that cannot be read, which has passed by the store's order.
 EXPIRED = {"postgres": "0001-01-01 00:00+14", "sqlite": "0000-00-00 soon"}
+#: Per store: a due time that cannot be read and sorts before the current time.
+DUE_NOW = {"postgres": "0001-01-01 00:00+14", "sqlite": "0000-00-00 soon"}
 #: Per store: a due time that cannot be read and sorts after the current time.
 NEVER = {"postgres": "294000-01-01 00:00+00", "sqlite": "later, perhaps"}
 #: Per store: a time long past, a time that cannot be read, a retention that cannot be.
@@ -180,6 +182,7 @@ def spoil_a_run_its_step_and_event(store: Store, run_id: str) -> str:
     spoil(store, "workflow_event", "created_at", bad, "workflow_id = ?", run_id)
     spoil(store, "workflow_run", "created_at", bad, "id = ?", run_id)
     spoil(store, "workflow_run", "deadline", bad, "id = ?", run_id)
+    spoil(store, "workflow_run", "run_at", DUE_NOW[store.kind], "id = ?", run_id)
     return {"postgres": "0001-12-31 10:00:00+00 BC", "sqlite": "garbage"}[store.kind]
 
 
@@ -194,7 +197,7 @@ def test_the_api_cli_and_dashboard_show_a_run_they_cannot_fully_read(
         page = client.list()
         assert sorted(run.id for run in page.runs) == sorted(runs)
         [spoiled] = [run for run in page.runs if run.id == bad]
-        assert set(spoiled.unreadable) == {"created_at", "deadline"}
+        assert set(spoiled.unreadable) == {"created_at", "deadline", "run_at"}
         assert spoiled.unreadable["created_at"].raw == raw
         # Paged one at a time, the cursor passes the run it cannot read too.
         paged, cursor = [], None
@@ -214,6 +217,15 @@ def test_the_api_cli_and_dashboard_show_a_run_they_cannot_fully_read(
     listed = run_cli(store, capsys, "runs", "list", "--json")
     assert listed.code == 0, listed.err
     assert {run["id"] for run in json.loads(listed.out)["runs"]} == set(runs)
+    for command in (
+        ["stats"],
+        ["workers"],
+        ["runs", "steps", bad],
+        ["runs", "steps", bad, "--json"],
+        ["runs", "show", bad, "--json"],
+    ):
+        result = run_cli(store, capsys, *command)
+        assert result.code == 0, (command, result.err)
     table = run_cli(store, capsys, "runs", "list")
     assert table.code == 0 and all(run_id in table.out for run_id in runs), table.err
     shown = run_cli(store, capsys, "runs", "show", bad)
@@ -228,6 +240,8 @@ def test_the_api_cli_and_dashboard_show_a_run_they_cannot_fully_read(
         run_page = dash.get(f"/runs/{bad}")
         assert run_page.status_code == 200, run_page.text
         assert raw in run_page.text and "unreadable" in run_page.text
+        for page in ("/", "/types", "/workers"):
+            assert dash.get(page).status_code == 200, page
     finally:
         dash.close()
 
@@ -244,6 +258,9 @@ def check_the_api(api: Api, runs: list[str], bad: str, raw: str) -> None:
         response = api.get(f"{PREFIX}/runs/{bad}{path}")
         assert response.status_code == 200, (path, response.text)
         assert raw in response.text
+    for path in ("/types", "/workers", "/throughput"):
+        response = api.get(f"{PREFIX}{path}")
+        assert response.status_code == 200, (path, response.text)
 
 
 def test_the_scheduler_pauses_a_schedule_it_cannot_read_and_starts_the_others(
