@@ -183,6 +183,13 @@ def spoil_a_run_its_step_and_event(store: Store, run_id: str) -> str:
     spoil(store, "workflow_run", "created_at", bad, "id = ?", run_id)
     spoil(store, "workflow_run", "deadline", bad, "id = ?", run_id)
     spoil(store, "workflow_run", "run_at", DUE_NOW[store.kind], "id = ?", run_id)
+    # Another runtime's worker, its presence written with times out of range.
+    store.sql(
+        "insert into workflow_worker (worker_id, host, pid, started_at, seen_until) "
+        "values ('other-runtime', 'h', 1, ?, ?)",
+        bad,
+        NEVER[store.kind],
+    )
     return {"postgres": "0001-12-31 10:00:00+00 BC", "sqlite": "garbage"}[store.kind]
 
 
