@@ -58,7 +58,9 @@ class Unreadable:
 
 @dataclass(frozen=True, slots=True)
 class Run:
-    """One row of ``workflow_run``."""
+    """One row of ``workflow_run``. A column whose stored value cannot be read (written
+    by plain SQL or another runtime) holds an :class:`Unreadable` instead of its type;
+    :attr:`unreadable` lists them."""
 
     id: str
     type: str
