@@ -37,7 +37,7 @@ from simpleworkflow.backends.records import (
     Suspension,
 )
 from simpleworkflow.journal_writes import StepJournal
-from simpleworkflow.replay import Replay, answered
+from simpleworkflow.replay import Replay, answered, check_readable
 
 if TYPE_CHECKING:
     from simpleworkflow.backends import Backend
@@ -64,6 +64,8 @@ class Durable:
         self._steps = steps  # the worker's group commit of journal entries, if any
         self._stop = stop  # asks the attempt to stop, with a reason (AttemptState.request_stop)
         self.replay: Replay | None = None
+        #: The journal could not be read (see ``replay.check_readable``): the run fails.
+        self.unreadable: errors.UnreadableRow | None = None
         self._loading: asyncio.Future[Replay] | None = None
         self._started = time.monotonic()
         self._inflight = 0
@@ -136,6 +138,11 @@ class Durable:
             )
         except BaseException:
             self._loading = None  # the next call tries again
+            raise
+        try:
+            check_readable(run_id, entries)
+        except errors.UnreadableRow as exc:
+            self.unreadable = exc  # the run fails with it, whatever the body does
             raise
         self.replay = Replay(entries)
         return self.replay

@@ -23,7 +23,8 @@ and each message says what was wrong and what to do about it::
     │   ├── DeadlineExceeded        the run's deadline passed; no further step starts
     │   ├── ReplayDivergence        the code no longer matches the run's journal
     │   ├── StepFailed              a step used up its retries
-    │   └── ChildFailed             a child run failed or was cancelled
+    │   ├── ChildFailed             a child run failed or was cancelled
+    │   └── UnreadableRow           a stored row of the run this library cannot read
     ├── RetryAfter                  raised in a step: run it again later, no attempt counted
     ├── HandlerTimeout              a handler ran past its timeout (retried like any error)
     ├── OutcomeRefused              the store refused what an attempt produced; the run fails
@@ -194,6 +195,18 @@ class DeadlineExceeded(PermanentError):
 class ReplayDivergence(PermanentError):
     """Replaying the run met a step its journal does not have at that point (or the same
     name as a different kind of step): the code changed under a running workflow."""
+
+
+class UnreadableRow(PermanentError):
+    """A row of the run (the run itself, its journal, a signal it consumes) holds what
+    this library cannot read: a time outside Python's range, JSON text that does not
+    parse, a journal entry of an unknown kind or status, written by plain SQL or another
+    runtime. The worker fails the run with it, for good; the other runs go on."""
+
+    def __init__(self, message: str, columns: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        #: What could not be read, by column: ``{"raw": ..., "reason": ...}`` each.
+        self.columns = columns or {}
 
 
 class StepFailed(PermanentError):

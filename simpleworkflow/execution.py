@@ -30,6 +30,9 @@ async def attempt(
     stop, or lost its lease. An outcome that gives the run back carries the attempt's
     trace context, for the next attempt to link to."""
     outcome = await _outcome(definition, state, executor, max_result_bytes)
+    unreadable = state.durable.unreadable
+    if unreadable is not None and outcome is not None:  # whatever the body made of it
+        outcome = unreadable_failure(state.lease, unreadable, state.worker_id)
     if state.trace_context is not None and isinstance(outcome, Failure | Suspension):
         outcome = dataclasses.replace(outcome, trace=state.trace_context)
     return outcome
@@ -148,6 +151,30 @@ def failure(
         error=text[-MAX_ERROR_CHARS:],
         data=data,
     )
+
+
+def unreadable_run(lease: Lease, worker_id: str) -> Failure:
+    """The end of a run claimed with columns this worker cannot read (see
+    ``Run.unreadable``): failed for good, no handler called, naming each column and
+    its raw text, so that an operator can fix the row and retry the run."""
+    columns = {name: value.to_dict() for name, value in lease.run.unreadable.items()}
+    named = "; ".join(f"{name} holds {c['raw']!r} ({c['reason']})" for name, c in columns.items())
+    message = (
+        f"run {lease.run.id} cannot be read: {named}. It was written by plain SQL or "
+        "another runtime; correct the column, then retry the run"
+    )
+    exc = errors.UnreadableRow(message, columns)
+    return unreadable_failure(lease, exc, worker_id)
+
+
+def unreadable_failure(lease: Lease, exc: errors.UnreadableRow, worker_id: str) -> Failure:
+    """A final failure for ``exc``, whatever the run's retry policy says."""
+    error = {"type": _qualname(exc), "message": payloads.storable(str(exc))[:2000]}
+    data: dict[str, Any] = {"worker_id": worker_id, "error": error, "retryable": False}
+    data["unreadable"] = exc.columns
+    text = payloads.storable(f"{_qualname(exc)}: {exc}")[-MAX_ERROR_CHARS:]
+    run_id, token = lease.run.id, lease.token
+    return Failure(run_id=run_id, token=token, final=True, delay=0.0, error=text, data=data)
 
 
 def _qualname(exc: BaseException) -> str:

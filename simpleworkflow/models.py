@@ -41,8 +41,26 @@ _STATE_OF_WAIT = {kind: state for state, kind in WAITING_STATES.items()}
 
 
 @dataclass(frozen=True, slots=True)
+class Unreadable:
+    """A stored value this library cannot read (a time out of Python's range, JSON text
+    that does not parse), written by plain SQL or another runtime. Listings show it in
+    place of the value, with its raw text; a worker fails the run it belongs to."""
+
+    raw: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"unreadable: {self.raw}"
+
+    def to_dict(self) -> dict[str, str]:
+        return {"raw": self.raw, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
 class Run:
-    """One row of ``workflow_run``."""
+    """One row of ``workflow_run``. A column whose stored value cannot be read (written
+    by plain SQL or another runtime) holds an :class:`Unreadable` instead of its type;
+    :attr:`unreadable` lists them."""
 
     id: str
     type: str
@@ -86,11 +104,17 @@ class Run:
         return self.status.is_terminal
 
     @property
+    def unreadable(self) -> dict[str, Unreadable]:
+        """The columns whose stored value could not be read, by name (empty for a
+        healthy row): shown as such by listings, and the end of the run for a worker."""
+        return unreadable_fields(self)
+
+    @property
     def lease_expired(self) -> bool:
         """A leased run whose lease has run out, by this machine's clock: its worker died
         or stalled, and no worker has recovered the run yet (within about a second,
         while one runs for its type). Not held by anyone, whatever ``leased_by`` says."""
-        if self.status is not RunStatus.LEASED or self.lease_until is None:
+        if self.status is not RunStatus.LEASED or not isinstance(self.lease_until, datetime):
             return False
         return self.lease_until < datetime.now(UTC)
 
@@ -146,6 +170,9 @@ class Run:
             out[name] = _json_ready(getattr(self, name))
         if self.created is None:
             del out["created"]  # a run read back, not one a start returned
+        unreadable = self.unreadable
+        if unreadable:
+            out["unreadable"] = {name: value.to_dict() for name, value in unreadable.items()}
         out["status"] = self.status.value
         out["attempts_made"] = self.attempts_made
         return out
@@ -157,7 +184,27 @@ def _json_ready(value: Any) -> Any:
         return value.isoformat()
     if isinstance(value, timedelta):
         return value.total_seconds()
+    if isinstance(value, Unreadable):
+        return str(value)
     return value
+
+
+def iso(moment: datetime | Unreadable | None) -> str | None:
+    """A stored time as ISO 8601 text (``None`` as ``None``); one that cannot be read as
+    ``unreadable: <its raw text>``."""
+    if moment is None:
+        return None
+    return moment.isoformat() if isinstance(moment, datetime) else str(moment)
+
+
+def unreadable_fields(record: Any) -> dict[str, Unreadable]:
+    """The fields of a record (a run, an event, a journal entry) that hold an
+    :class:`Unreadable`, by name."""
+    return {
+        name: value
+        for name in record.__slots__
+        if isinstance(value := getattr(record, name), Unreadable)
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,8 +222,8 @@ class Event:
             "id": self.id,
             "workflow_id": self.workflow_id,
             "event_type": self.event_type,
-            "data": self.data,
-            "created_at": self.created_at.isoformat(),
+            "data": _json_ready(self.data),
+            "created_at": _json_ready(self.created_at),
         }
 
 
@@ -201,9 +248,9 @@ class Signal:
             "id": self.id,
             "run_id": self.run_id,
             "event": self.event,
-            "payload": self.payload,
-            "created_at": self.created_at.isoformat(),
-            "consumed_at": None if self.consumed_at is None else self.consumed_at.isoformat(),
+            "payload": _json_ready(self.payload),
+            "created_at": _json_ready(self.created_at),
+            "consumed_at": _json_ready(self.consumed_at),
             "step_name": self.step_name,
         }
 

@@ -10,6 +10,36 @@ from __future__ import annotations
 
 from simpleworkflow import errors
 from simpleworkflow.backends.records import JournalEntry
+from simpleworkflow.models import unreadable_fields
+
+#: The kinds of journal entry this version writes, and so can replay.
+KINDS = frozenset(
+    {"step", "sleep", "wait", "child", "child_result", "race", "now", "uuid", "random"}
+    | {"rate_limit"}
+)
+STATUSES = frozenset({"completed", "retrying"})
+
+
+def check_readable(run_id: str, entries: list[JournalEntry]) -> None:
+    """Raise :class:`~simpleworkflow.errors.UnreadableRow` for a journal this worker
+    cannot replay: a value it cannot read, or a kind or status it does not know (written
+    by plain SQL or another runtime). Replaying past it would guess."""
+    problems: dict[str, dict[str, str]] = {}
+    for entry in entries:
+        where = f"step {entry.step_name!r}"
+        for name, value in unreadable_fields(entry).items():
+            problems[f"{where} {name}"] = value.to_dict()
+        if entry.kind not in KINDS:
+            problems[f"{where} kind"] = {"raw": str(entry.kind), "reason": "unknown kind"}
+        if entry.status not in STATUSES:
+            problems[f"{where} status"] = {"raw": str(entry.status), "reason": "unknown status"}
+    if problems:
+        named = "; ".join(f"{k} holds {v['raw']!r} ({v['reason']})" for k, v in problems.items())
+        raise errors.UnreadableRow(
+            f"the journal of run {run_id} cannot be replayed: {named}. It was written by "
+            "plain SQL or another runtime; correct or delete the row, then retry the run",
+            problems,
+        )
 
 
 def gave_up(entry: JournalEntry) -> bool:

@@ -57,4 +57,5 @@ def test_declared_capabilities_match_the_sql() -> None:
     for dialect, statements in STORES.values():
         assert ("consume_signal_journaled" in statements) == dialect.chained_writes
         assert ("record_steps" in statements) == dialect.skip_locked
+        assert ("fail_unparsable" in statements) == dialect.checks_whole_rows
         assert ("skip locked" in statements["claim"].lower()) == dialect.skip_locked

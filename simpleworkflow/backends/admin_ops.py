@@ -54,7 +54,12 @@ class AdminOps(StoreCore):
         """Seconds since the oldest due pending run of each type became due, by the
         database's clock; types with no due run are left out."""
         rows = yield self.stmt("oldest_due")
-        return {row["type"]: max(0.0, float(row["seconds"])) for row in rows}
+        # No seconds: the oldest due time is text SQLite cannot read (written by hand).
+        return {
+            row["type"]: max(0.0, float(row["seconds"]))
+            for row in rows
+            if row["seconds"] is not None
+        }
 
     def live_runs(self) -> Op[LiveRuns]:
         """What is under way, read without touching a finished run: see :class:`LiveRuns`."""
@@ -67,7 +72,7 @@ class AdminOps(StoreCore):
                 live.due[type_name] = int(row["past"] or 0)
                 # The oldest pending run is due when it became due in the past: its age
                 # is how late the queue is. Pending runs all in the future: none is late.
-                if row["past"]:
+                if row["past"] and row["seconds"] is not None:  # as in oldest_due
                     live.oldest_due[type_name] = max(0.0, float(row["seconds"]))
             elif kind == "leased":
                 live.leased[type_name] += int(row["runs"])

@@ -11,7 +11,7 @@ from typing import Any
 
 from simpleworkflow.backends.dialect import Dialect, followups
 from simpleworkflow.backends.records import NewRun, Op, RateLimit, RegistryEntry, Statement
-from simpleworkflow.models import Event, Run, RunStatus
+from simpleworkflow.models import Event, Run, RunStatus, Unreadable
 
 #: What the schema gives a run started without ``max_attempts`` (``coalesce(..., 3)``).
 DEFAULT_MAX_ATTEMPTS = 3
@@ -54,31 +54,51 @@ class StoreCore(abc.ABC):
         """Worked out once rather than per call."""
         return followups(list(self.q))
 
+    def read_time(self, value: Any) -> Any:
+        """A stored time, or ``None``; an :class:`Unreadable` where it cannot be read
+        (see :func:`unreadable`)."""
+        if value is None:
+            return None
+        try:
+            return self.decode_time(value)
+        except (ValueError, TypeError, OverflowError) as exc:
+            return unreadable(value, exc)
+
+    def read_json(self, value: Any) -> Any:
+        """Stored JSON, parsed; an :class:`Unreadable` where it does not parse."""
+        try:
+            return self.decode_json(value)
+        except (ValueError, TypeError, RecursionError) as exc:
+            return unreadable(value, exc)
+
     def run_from_row(self, row: Mapping[str, Any]) -> Run:
-        opt_time = self.opt_time
+        """The run of a row, whatever it holds: a column that cannot be read is an
+        :class:`Unreadable` in it (``run.unreadable`` lists them), never an error, so
+        that one row written by hand fails neither a listing nor a claim of many."""
+        time, json_ = self.read_time, self.read_json
         return Run(
             id=str(row["id"]),
             type=row["type"],
-            payload=self.decode_json(row["payload"]),
+            payload=json_(row["payload"]),
             status=RunStatus(row["status"]),
             priority=row["priority"],
-            run_at=self.decode_time(row["run_at"]),
+            run_at=time(row["run_at"]),
             idempotency_key=row["idempotency_key"],
             attempt=row["attempt"],
             max_attempts=row["max_attempts"],
             leased_by=row["leased_by"],
-            lease_until=opt_time(row["lease_until"]),
+            lease_until=time(row["lease_until"]),
             last_error=row["last_error"],
-            result=self.decode_json(row["result"]),
-            created_at=self.decode_time(row["created_at"]),
-            updated_at=self.decode_time(row["updated_at"]),
-            deleted_at=opt_time(row["deleted_at"]),
-            waiting_for=self.decode_json(row.get("waiting_for")),
+            result=json_(row["result"]),
+            created_at=time(row["created_at"]),
+            updated_at=time(row["updated_at"]),
+            deleted_at=time(row["deleted_at"]),
+            waiting_for=json_(row.get("waiting_for")),
             parent_id=None if row.get("parent_id") is None else str(row["parent_id"]),
-            deadline=opt_time(row.get("deadline")),
+            deadline=time(row.get("deadline")),
             code_version=row.get("code_version"),
-            trace_context=self.decode_json(row.get("trace_context")),
-            retention=duration(row.get("retention")),
+            trace_context=json_(row.get("trace_context")),
+            retention=read_duration(row.get("retention")),
             concurrency_key=row.get("concurrency_key"),
         )
 
@@ -116,8 +136,8 @@ class StoreCore(abc.ABC):
             id=row["id"],
             workflow_id=str(row["workflow_id"]),
             event_type=row["event_type"],
-            data=self.decode_json(row["data"]),
-            created_at=self.decode_time(row["created_at"]),
+            data=self.read_json(row["data"]),
+            created_at=self.read_time(row["created_at"]),
         )
 
     def registry_from_row(self, row: Mapping[str, Any]) -> RegistryEntry:
@@ -147,6 +167,22 @@ class StoreCore(abc.ABC):
 
     def opt_time(self, value: Any) -> datetime | None:
         return None if value is None else self.decode_time(value)
+
+
+def unreadable(value: Any, exc: BaseException) -> Unreadable:
+    """The marker of a stored value that cannot be read, with its raw text and why."""
+    if isinstance(value, Unreadable):
+        return value
+    raw = value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+    return Unreadable(raw[:200], str(exc)[:200] or type(exc).__name__)
+
+
+def read_duration(value: Any) -> Any:
+    """A stored retention (see :func:`duration`), or an :class:`Unreadable`."""
+    try:
+        return duration(value)
+    except (ValueError, TypeError, OverflowError) as exc:
+        return unreadable(value, exc)
 
 
 def duration(value: Any) -> timedelta | None:

@@ -36,6 +36,10 @@ class Dialect:
     #: A new database gets its schema on first use (an embedded file nobody manages);
     #: otherwise schemas are created on purpose, with ``simpleworkflow migrate``.
     migrates_on_first_use: bool
+    #: An update checks the whole row against the schema's checks (SQLite), so a run whose
+    #: JSON was written with the checks off cannot be claimed by any statement; after a
+    #: claim fails, ``fail_unparsable`` fails such runs (docs/workers.md).
+    checks_whole_rows: bool = False
     #: Statements that only this store defines (follow-ups aside), each with its reason.
     own_statements: Mapping[str, str] = field(default_factory=dict)
 

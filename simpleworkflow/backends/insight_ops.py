@@ -55,17 +55,23 @@ class InsightOps(StoreCore):
     def lease_holders(self) -> Op[list[HolderRow]]:
         """Every worker holding a lease, by type, in worker order."""
         rows = yield self.stmt("lease_holders")
-        return [
-            HolderRow(
-                worker_id=row["leased_by"],
-                type=row["type"],
-                runs=int(row["runs"]),
-                next_expiry=self.decode_time(row["next_expiry"]),
-                last_renewed=self.decode_time(row["last_renewed"]),
-                expired=int(row["expired"] or 0),
+        found = []
+        for row in rows:
+            next_expiry = self.read_time(row["next_expiry"])
+            last_renewed = self.read_time(row["last_renewed"])
+            if not isinstance(next_expiry, datetime) or not isinstance(last_renewed, datetime):
+                continue  # a lease end or renewal written by hand that cannot be read
+            found.append(
+                HolderRow(
+                    worker_id=row["leased_by"],
+                    type=row["type"],
+                    runs=int(row["runs"]),
+                    next_expiry=next_expiry,
+                    last_renewed=last_renewed,
+                    expired=int(row["expired"] or 0),
+                )
             )
-            for row in rows
-        ]
+        return found
 
     def list_children(self, run_id: str, limit: int) -> Op[list[Run]]:
         """Up to ``limit`` runs started by ``run_id``, oldest first."""

@@ -21,10 +21,10 @@ class JournalOps(StoreCore):
                 kind=row["kind"],
                 position=row["position"],
                 status=row["status"],
-                output=self.decode_json(row["output"]),
+                output=self.read_json(row["output"]),
                 attempts=row["attempts"],
-                completed_at=self.opt_time(row["completed_at"]),
-                started_at=self.opt_time(row["started_at"]),
+                completed_at=self.read_time(row["completed_at"]),
+                started_at=self.read_time(row["started_at"]),
             )
             for row in rows
         ]
@@ -115,7 +115,7 @@ class JournalOps(StoreCore):
             if not rows:
                 return None
             payload = self.decode_json(rows[0]["payload"])
-            sent_at = self.decode_time(rows[0]["created_at"])
+            sent_at = self._sent_at(rows[0])
             return (True, payload, sent_at) if rows[0]["saved"] else (False, None, None)
         yield ATOMIC  # the signal is consumed only if its step is journaled
         rows = yield self.stmt(
@@ -131,8 +131,14 @@ class JournalOps(StoreCore):
         payload = self.decode_json(rows[0]["payload"])
         output = json.dumps({"signal": payload})
         saved = yield from self._record(dataclasses.replace(step, output=output))
-        sent_at = self.decode_time(rows[0]["created_at"])
+        sent_at = self._sent_at(rows[0])
         return (True, payload, sent_at) if saved else (False, None, None)
+
+    def _sent_at(self, row: dict[str, Any]) -> datetime | None:
+        """When a signal was sent; ``None`` for a time that cannot be read (written by
+        hand): the signal is consumed all the same, and only a race cannot order it."""
+        sent_at = self.read_time(row["created_at"])
+        return sent_at if isinstance(sent_at, datetime) else None
 
     def take_rate_token(self, step: StepRecord, limit: str, key: str | None) -> Op[RateToken]:
         """Take a token of rate limit ``limit`` (of ``key``'s window if the limit is per

@@ -69,13 +69,21 @@ class PresenceOps(StoreCore):
     def list_workers(self, window: float) -> Op[list[PresenceRow]]:
         """Workers live now or gone within ``window`` seconds, by id."""
         rows = yield self.stmt("list_workers", window=round(float(window), 3))
-        return [self._presence_row(row) for row in rows]
+        return [found for row in rows if (found := self._presence_row(row)) is not None]
 
     def forget_workers(self, older_than: float) -> Op[None]:
         """Delete the rows of workers gone longer than ``older_than`` seconds."""
         yield self.stmt("forget_workers", older_than=round(float(older_than), 3))
 
-    def _presence_row(self, row: Mapping[str, Any]) -> PresenceRow:
+    def _presence_row(self, row: Mapping[str, Any]) -> PresenceRow | None:
+        """The row's worker; ``None`` for a row another runtime wrote whose times or
+        prefixes cannot be read: its liveness cannot be judged, so it is left out."""
+        try:
+            return self._read_presence(row)
+        except (ValueError, TypeError, OverflowError):
+            return None
+
+    def _read_presence(self, row: Mapping[str, Any]) -> PresenceRow:
         prefixes: Sequence[str] = self.decode_json(row["type_prefixes"]) or []
         concurrency = row["concurrency"]
         return PresenceRow(

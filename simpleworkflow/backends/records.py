@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from simpleworkflow.models import Run
+from simpleworkflow.models import Run, Unreadable, iso
 
 T = TypeVar("T")
 Rows = list[dict[str, Any]]
@@ -389,7 +389,7 @@ class Schedule:
             "workflow_type": self.workflow_type,
             "cron": self.cron,
             "timezone": self.timezone,
-            "payload": self.payload,
+            "payload": str(self.payload) if isinstance(self.payload, Unreadable) else self.payload,
             "missed": self.missed,
             "priority": self.priority,
             "max_attempts": self.max_attempts,
@@ -398,13 +398,12 @@ class Schedule:
             "last_tick_at": _iso(self.last_tick_at),
             "in_code": self.in_code,
             "error": self.error,
-            "created_at": self.created_at.isoformat(),
-            "updated_at": self.updated_at.isoformat(),
+            "created_at": _iso(self.created_at),
+            "updated_at": _iso(self.updated_at),
         }
 
 
-def _iso(moment: datetime | None) -> str | None:
-    return None if moment is None else moment.isoformat()
+_iso = iso
 
 
 @dataclass(frozen=True, slots=True)
@@ -429,9 +428,10 @@ class JournalEntry:
         """Seconds from the call's start to its completion (a step's retries, a wait's
         waiting included); ``None`` until it completes. A sleep is journaled, with the
         time it ends (``output["until"]``), as it begins: its duration is about 0."""
-        if self.started_at is None or self.completed_at is None:
-            return None
-        return (self.completed_at - self.started_at).total_seconds()
+        started, completed = self.started_at, self.completed_at
+        if not isinstance(started, datetime) or not isinstance(completed, datetime):
+            return None  # not completed, or a time that cannot be read
+        return (completed - started).total_seconds()
 
 
 @dataclass(frozen=True, slots=True)

@@ -190,9 +190,9 @@ class RunOps(StoreCore):
                 id=int(row["id"]),
                 run_id=str(row["run_id"]),
                 event=row["event"],
-                payload=self.decode_json(row["payload"]),
-                created_at=self.decode_time(row["created_at"]),
-                consumed_at=self.opt_time(row["consumed_at"]),
+                payload=self.read_json(row["payload"]),
+                created_at=self.read_time(row["created_at"]),
+                consumed_at=self.read_time(row["consumed_at"]),
                 step_name=row["step_name"],
             )
             for row in rows

@@ -65,7 +65,7 @@ class ScheduleOps(StoreCore):
         return (
             [self.schedule_from_row(row) for row in rows],
             self.decode_time(clock["db_now"]),
-            self.opt_time(clock["next_due"]),
+            self.read_time(clock["next_due"]),
         )
 
     def advance_schedule(
@@ -93,15 +93,15 @@ class ScheduleOps(StoreCore):
             workflow_type=row["workflow_type"],
             cron=row["cron"],
             timezone=row["timezone"],
-            payload=self.decode_json(row["payload"]),
+            payload=self.read_json(row["payload"]),
             missed=row["missed"],
             priority=int(row["priority"]),
             max_attempts=None if row["max_attempts"] is None else int(row["max_attempts"]),
             paused=bool(row["paused"]),
-            next_tick_at=self.opt_time(row["next_tick_at"]),
-            last_tick_at=self.opt_time(row["last_tick_at"]),
+            next_tick_at=self.read_time(row["next_tick_at"]),
+            last_tick_at=self.read_time(row["last_tick_at"]),
             in_code=bool(row["in_code"]),
             error=row["error"],
-            created_at=self.decode_time(row["created_at"]),
-            updated_at=self.decode_time(row["updated_at"]),
+            created_at=self.read_time(row["created_at"]),
+            updated_at=self.read_time(row["updated_at"]),
         )

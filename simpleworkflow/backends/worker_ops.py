@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any
 
 from simpleworkflow.backends.core import StoreCore
@@ -78,23 +79,36 @@ class WorkerOps(StoreCore):
         if rows or throttled:
             ids = [str(row["id"]) for row in rows]
             yield from self.then("claim", ids=ids, throttled=[str(row["id"]) for row in throttled])
-        waits += [
-            (self.decode_time(row["run_at"]) - self.decode_time(row["db_now"])).total_seconds()
-            for row in throttled
-        ]
+        for row in throttled:
+            due = self.read_time(row["run_at"])
+            if isinstance(due, datetime):  # else the claim that finds it due fails it
+                waits.append((due - self.decode_time(row["db_now"])).total_seconds())
         leases = [
             Lease(
                 run=self.run_from_row(row),
                 token=str(row["lease_token"]),
                 claimed_at=self.decode_time(row["db_now"]),
                 was_waiting_for=resumes(
-                    self.decode_json(row.get("was_waiting_for", row["waiting_for"]))
+                    self.read_json(row.get("was_waiting_for", row["waiting_for"]))
                 ),
                 isolated=bool(row["isolate"]),
             )
             for row in rows
         ]
         return Claimed(leases, min(waits) if waits else None)
+
+    def fail_unparsable(self, types: list[str], worker_id: str) -> Op[list[str]]:
+        """Fail for good the pending runs of ``types`` that no claim can lease, because
+        their JSON breaks the schema's checks (see ``Dialect.checks_whole_rows``); return
+        their ids. Nothing on a store that does not check whole rows."""
+        if not self.dialect.checks_whole_rows:
+            return []
+        yield ATOMIC  # the runs and their events together
+        rows = yield self.stmt("fail_unparsable", types=types)
+        ids = [str(row["id"]) for row in rows]
+        if ids:
+            yield self.stmt("fail_unparsable_events", ids=ids, worker_id=worker_id)
+        return ids
 
     def unknown_versions(self, claim: Claim) -> Op[list[tuple[str, str, int]]]:
         """Due runs of ``claim.types`` stamped with a code version this worker lacks."""
@@ -195,7 +209,12 @@ class WorkerOps(StoreCore):
         """Seconds until the first lease of ``types`` runs out (negative: it has), by the
         database's clock; ``None`` when no run of them is leased."""
         rows = yield self.stmt("next_lease_expiry", types=types, runtime=runtime)
-        return float(rows[0]["seconds"]) if rows else None
+        if not rows:
+            return None
+        seconds = rows[0]["seconds"]
+        # No number: a lease end SQLite cannot read (written by hand); let the reaper
+        # look, since it sorts first.
+        return 0.0 if seconds is None else float(seconds)
 
     def reap_expired(
         self,

@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from simpleworkflow import replay, retention
 from simpleworkflow.admin import TypeStats
 from simpleworkflow.backends.records import JournalEntry
-from simpleworkflow.models import WAITING_STATES, Event, Run, RunStatus, Signal
+from simpleworkflow.models import WAITING_STATES, Event, Run, RunStatus, Signal, Unreadable, iso
 
 RUN_COLUMNS = ("ID", "TYPE", "STATUS", "ATTEMPT", "PRIORITY", "RUN_AT (UTC)", "CREATED (UTC)")
 EVENT_COLUMNS = ("EVENT", "TIME (UTC)", "TYPE", "DATA")
@@ -51,6 +51,8 @@ def when(value: datetime | None) -> str:
     """A time as ``2025-01-31 09:30:00`` in UTC; ``-`` when there is none."""
     if value is None:
         return "-"
+    if not isinstance(value, datetime):  # a stored time that cannot be read
+        return str(value)
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
@@ -70,6 +72,8 @@ def duration(seconds: float | None) -> str:
 
 
 def compact_json(value: Any) -> str:
+    if isinstance(value, Unreadable):
+        return str(value)
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -135,14 +139,17 @@ def run_fields(run: Run) -> str:
 def _durable_fields(run: Run) -> list[tuple[str, str]]:
     """The columns of durable execution, and a retention chosen at start, shown only
     when set (plain runs have none)."""
-    kept = None if run.retention is None else retention.describe(run.retention.total_seconds())
+    kept: Any = run.retention
+    if isinstance(kept, timedelta):
+        kept = retention.describe(kept.total_seconds())
     pairs = [
         ("waiting_for", None if run.waiting_for is None else compact_json(run.waiting_for)),
         ("parent_id", run.parent_id),
         ("deadline", None if run.deadline is None else when(run.deadline)),
         ("code_version", run.code_version),
         ("trace_context", None if run.trace_context is None else compact_json(run.trace_context)),
-        ("retention", kept),
+        ("retention", None if kept is None else str(kept)),
+        *((f"unreadable {name}", value.reason) for name, value in run.unreadable.items()),
     ]
     return [(key, value) for key, value in pairs if value is not None]
 
@@ -164,7 +171,7 @@ def step_dict(step: JournalEntry) -> dict[str, Any]:
         "kind": step.kind,
         "status": step_status(step),
         "attempts": step.attempts,
-        "output": step.output,
+        "output": str(step.output) if isinstance(step.output, Unreadable) else step.output,
     }
 
 
@@ -172,8 +179,8 @@ def timed_step_dict(step: JournalEntry) -> dict[str, Any]:
     """A step with its timings: when it started and completed, and the seconds between."""
     return {
         **step_dict(step),
-        "started_at": None if step.started_at is None else step.started_at.isoformat(),
-        "completed_at": None if step.completed_at is None else step.completed_at.isoformat(),
+        "started_at": iso(step.started_at),
+        "completed_at": iso(step.completed_at),
         "duration_seconds": step.duration,
     }
 

@@ -12,7 +12,7 @@ from typing import Any
 from simpleworkflow import errors, names, payloads
 from simpleworkflow.backends.records import RunQuery
 from simpleworkflow.client._options import check_time
-from simpleworkflow.models import WAITING_STATES, Run, RunPage, RunStatus
+from simpleworkflow.models import WAITING_STATES, Run, RunPage, RunStatus, Unreadable
 
 MAX_PAGE = 1000
 #: A cursor this code writes is about 120 characters; anything much longer is not one,
@@ -76,18 +76,27 @@ def _check_status(status: object) -> str:
 
 
 def _encode_cursor(run: Run) -> str:
-    raw = json.dumps([run.created_at.isoformat(), run.id]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    created_at: Any = run.created_at
+    if isinstance(created_at, Unreadable):
+        # Its raw text, which the store compares as it stores it (written by hand).
+        key: list[Any] = [created_at.raw, run.id, "raw"]
+    else:
+        key = [created_at.isoformat(), run.id]
+    return base64.urlsafe_b64encode(json.dumps(key).encode()).decode().rstrip("=")
 
 
-def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+def _decode_cursor(cursor: str) -> tuple[Any, str]:
+    """The cursor's ``created_at`` (a time, or the raw text of one that cannot be read)
+    and run id."""
     try:
         if not isinstance(cursor, str) or len(cursor) > MAX_CURSOR_CHARS:
             raise ValueError("not a cursor")
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        created_at, run_id = json.loads(raw)
-        if not isinstance(created_at, str):
+        created_at, run_id, *stored = json.loads(raw)
+        if not isinstance(created_at, str) or stored not in ([], ["raw"]):
             raise TypeError("not a cursor")
+        if stored == ["raw"]:
+            return created_at, names.normalize_run_id(run_id)
         return datetime.fromisoformat(created_at), names.normalize_run_id(run_id)
     except (ValueError, TypeError, RecursionError, binascii.Error, errors.RunNotFound):
         raise errors.InvalidArgument(

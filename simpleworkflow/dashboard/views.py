@@ -11,7 +11,7 @@ from typing import Any
 
 from simpleworkflow.admin import Minute
 from simpleworkflow.backends.records import JournalEntry
-from simpleworkflow.models import Event, Run
+from simpleworkflow.models import Event, Run, unreadable_fields
 
 #: Audit events that end an attempt: the run finished, failed and will be retried,
 #: suspended in a sleep or a wait, or was given back or cancelled.
@@ -63,8 +63,12 @@ def timeline(
 ) -> Timeline:
     """The timeline of ``run``, drawn from its journal's start and end times and the
     audit events that start and end its attempts."""
-    end = run.updated_at if run.is_terminal else max(now, run.updated_at)
-    moments = [run.created_at, end]
+    # What cannot be read (a time out of range, written by hand) is left out of it.
+    steps = [entry for entry in steps if not unreadable_fields(entry)]
+    events = [event for event in events if isinstance(event.created_at, datetime)]
+    updated = run.updated_at if isinstance(run.updated_at, datetime) else now
+    end = updated if run.is_terminal else max(now, updated)
+    moments = [end, *([run.created_at] if isinstance(run.created_at, datetime) else [])]
     moments += [entry.completed_at for entry in steps if entry.completed_at is not None]
     moments += [event.created_at for event in events]
     start, end = min(moments), max(moments)
@@ -192,4 +196,6 @@ def moment(value: datetime | None) -> str:
     """A time as people read it in a table: in UTC, to the second."""
     if value is None:
         return "—"
+    if not isinstance(value, datetime):  # a stored time that cannot be read
+        return str(value)
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

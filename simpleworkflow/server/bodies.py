@@ -15,7 +15,7 @@ from starlette.responses import Response
 
 from simpleworkflow.admin import TypeStats, registry_dict
 from simpleworkflow.backends.records import JournalEntry, RegistryEntry, SignalSent
-from simpleworkflow.models import Event, Run, Signal
+from simpleworkflow.models import Event, Run, Signal, Unreadable, iso
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
@@ -57,10 +57,10 @@ def step(entry: JournalEntry) -> dict[str, Any]:
         "kind": entry.kind,
         "position": entry.position,
         "status": entry.status,
-        "output": entry.output,
+        "output": str(entry.output) if isinstance(entry.output, Unreadable) else entry.output,
         "attempts": entry.attempts,
-        "started_at": None if entry.started_at is None else entry.started_at.isoformat(),
-        "completed_at": None if entry.completed_at is None else entry.completed_at.isoformat(),
+        "started_at": iso(entry.started_at),
+        "completed_at": iso(entry.completed_at),
         "duration_seconds": entry.duration,
     }
 

@@ -151,6 +151,11 @@ class SendSignal(_Request):
     payload: JSON = Field(default=None, description="any JSON (default {})")
 
 
+class UnreadableOut(BaseModel):
+    raw: str = Field(description="the stored value, as text")
+    reason: str = Field(description="why it cannot be read")
+
+
 class RunOut(BaseModel):
     """A run as stored, with what it waits for and who holds it."""
 
@@ -190,6 +195,11 @@ class RunOut(BaseModel):
     created_at: datetime
     updated_at: datetime
     deleted_at: datetime | None
+    unreadable: dict[str, UnreadableOut] | None = Field(
+        default=None,
+        description="only on a run holding values the server cannot read (written by plain "
+        "SQL or another runtime), by column; each such field holds 'unreadable: <raw text>'",
+    )
 
 
 class StartedRun(RunOut):

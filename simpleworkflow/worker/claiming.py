@@ -70,6 +70,15 @@ class ClaimLoop:
                     pause, bell.woken = outage.next_pause(pause), True
                     await bell.rest(pause)
                     continue
+                except Exception:
+                    # The store refused the claim itself (a row that breaks the schema's
+                    # own checks, written with them off): the worker stays up, fails
+                    # such runs where it can, and tries again, less and less often.
+                    _log.exception("claiming runs failed; trying again")
+                    pause, bell.woken = outage.next_pause(pause), True
+                    if not await self._fail_unparsable():
+                        await bell.rest(max(pause, self._options.poll_interval))
+                    continue
                 self._outage.ended()
                 pause = 0.0
                 for lease in leases:
@@ -93,6 +102,23 @@ class ClaimLoop:
             claim.cancel()
             return []
         return claim.result()
+
+    async def _fail_unparsable(self) -> bool:
+        """After a failed claim: fail the runs no claim can lease (see
+        ``Backend.fail_unparsable``); True if there were any."""
+        op = self._backend.fail_unparsable(self._types, self._options.worker_id)
+        try:
+            failed = await self._backend.execute_async(op)
+        except Exception:
+            _log.exception("failing the runs that break the schema's checks failed")
+            return False
+        for run_id in failed:
+            _log.error(
+                "run %s cannot be read: its JSON breaks the schema's checks (written "
+                "with them off); failed, each such text kept as a JSON string",
+                run_id,
+            )
+        return bool(failed)
 
     def request(self, limit: int) -> Claim:
         definitions = [self._definitions[t] for t in self._types]

@@ -15,7 +15,7 @@ from simpleworkflow import execution, logs, observe
 from simpleworkflow.attempt_state import AttemptState
 from simpleworkflow.attempts import Attempt, Threads, TrackedExecutor, charge_to
 from simpleworkflow.backends import Backend
-from simpleworkflow.backends.base import Lease
+from simpleworkflow.backends.base import Failure, Lease
 from simpleworkflow.handlers import Definition, Handlers
 from simpleworkflow.journal_writes import StepJournal
 from simpleworkflow.outbox import Outbox
@@ -53,6 +53,7 @@ class Runner:
         self._observers = observers
         self.active: dict[str, Attempt] = {}
         self.draining: list[Attempt] = []  # at shutdown: attempts that may still run
+        self._refusals: set[asyncio.Task[None]] = set()  # runs failed as unreadable
         self._executor = TrackedExecutor(concurrency, name="simpleworkflow-handler")
         self._step_executor = TrackedExecutor(name="simpleworkflow-step")  # sync steps
 
@@ -67,6 +68,9 @@ class Runner:
         return min(self.concurrency - running, 2 * self.concurrency - len(self.active))
 
     def start(self, lease: Lease) -> None:
+        if lease.run.unreadable:
+            self._refuse(lease)
+            return
         hooks.claimed(self._observers, lease, self.worker_id)
         definition = self.app.definitions[lease.run.type]
         state = AttemptState(
@@ -121,6 +125,23 @@ class Runner:
                 # Empty now: the moment to take a suspect, if one waits (see recovery).
                 self._bell.woken = self._bell.woken or not self.active
             self._bell.ring()
+
+    def _refuse(self, lease: Lease) -> None:
+        """Fail a run claimed with columns this worker cannot read, calling no handler:
+        the row cannot change by being retried, and the other runs go on."""
+        failure = execution.unreadable_run(lease, self.worker_id)
+        _log.error("%s", failure.data["error"]["message"])
+        task = asyncio.create_task(self._record_refusal(lease, failure))
+        self._refusals.add(task)
+        task.add_done_callback(self._refusals.discard)
+
+    async def _record_refusal(self, lease: Lease, failure: Failure) -> None:
+        try:
+            await self._outbox.deliver(failure)
+        except Exception:  # its lease expires, and the next claim tries again
+            _log.exception("run %s: could not record that it cannot be read", lease.run.id)
+        finally:
+            self._renewals.forget(lease.token)
 
     def own(self, lease: Lease) -> Attempt | None:
         """This attempt's entry. Once a suspension is recorded the run may be due at once

@@ -22,11 +22,12 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from simpleworkflow import errors, names, observe, outage, schedules
 from simpleworkflow.backends import Backend
 from simpleworkflow.backends.records import ATOMIC, NewRun, Op, Schedule
-from simpleworkflow.models import Run
+from simpleworkflow.models import Run, Unreadable, unreadable_fields
 from simpleworkflow.schedules import ScheduleSpec
 
 _log = logging.getLogger("simpleworkflow.worker")
@@ -134,11 +135,20 @@ class Scheduler:
             self._outage.ended()
         if due:  # their next ticks may come before next_due: read again
             return 0.0
-        if next_due is None:
+        if not isinstance(next_due, datetime):  # none, or one it cannot read
             return self.max_sleep
         return min(max((next_due - now).total_seconds(), 0.0), self.max_sleep)
 
     async def _start(self, schedule: Schedule, now: datetime) -> None:
+        unreadable = {
+            name: value
+            for name, value in unreadable_fields(schedule).items()
+            if name in ("payload", "next_tick_at", "last_tick_at")
+        }
+        if unreadable:
+            named = "; ".join(f"{k} holds {v.raw!r} ({v.reason})" for k, v in unreadable.items())
+            await self._break(schedule, f"cannot be read: {named}")
+            return
         try:
             if schedule.next_tick_at is None:  # written with plain SQL: plan its first tick
                 check_row(schedule)
@@ -190,7 +200,10 @@ class Scheduler:
 
     async def _break(self, schedule: Schedule, error: str) -> None:
         """Pause a schedule that cannot be read, once, and say so."""
-        op = self.backend.break_schedule(schedule.name, schedule.next_tick_at, error)
+        old: Any = schedule.next_tick_at
+        if isinstance(old, Unreadable):  # its raw text, as the store reads it back
+            old = old.raw
+        op = self.backend.break_schedule(schedule.name, old, error)
         if await self.backend.execute_async(op):
             _log.warning("schedule %s paused: %s", schedule.name, error)
 

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from simpleworkflow import config, errors
 from simpleworkflow.backends import base, queries
 from simpleworkflow.backends.dialect import Dialect
-from simpleworkflow.backends.postgres import driving, settings
+from simpleworkflow.backends.postgres import driving, loading, settings
 from simpleworkflow.backends.postgres.deadline import Deadline
 from simpleworkflow.backends.postgres.liveness import PROBE_AFTER, Liveness
 
@@ -101,6 +101,12 @@ class PostgresBackend(base.Backend):
             "name": name,
         }
 
+    def _sync_pool_options(self) -> dict[str, Any]:
+        return {**self._pool_options("simpleworkflow"), "configure": loading.guard}
+
+    def _async_pool_options(self) -> dict[str, Any]:
+        return {**self._pool_options("simpleworkflow-async"), "configure": _guard_async}
+
     # A pool that cannot connect logs each failure and retries until its timeout, then
     # says only that it timed out. So a pool opens after one plain connection succeeded:
     # a wrong URL, a missing database or role, a server that is down fail at once, with
@@ -116,7 +122,7 @@ class PostgresBackend(base.Backend):
             if self._pool is None:
                 with self._connecting():
                     psycopg.connect(self._conninfo()).close()
-                pool = psycopg_pool.ConnectionPool(**self._pool_options("simpleworkflow"))
+                pool = psycopg_pool.ConnectionPool(**self._sync_pool_options())
                 with _translated("connecting to Postgres"):
                     pool.open(wait=True, timeout=CONNECT_TIMEOUT)
                 self._pool = pool
@@ -130,9 +136,7 @@ class PostgresBackend(base.Backend):
                 with self._connecting():
                     conn = await psycopg.AsyncConnection.connect(self._conninfo())
                 await conn.close()
-                pool = psycopg_pool.AsyncConnectionPool(
-                    **self._pool_options("simpleworkflow-async")
-                )
+                pool = psycopg_pool.AsyncConnectionPool(**self._async_pool_options())
                 with _translated("connecting to Postgres"):
                     await pool.open(wait=True, timeout=CONNECT_TIMEOUT)
                 self._apool = pool
@@ -389,7 +393,8 @@ class PostgresBackend(base.Backend):
     # -- conversions -----------------------------------------------------------------
 
     def decode_time(self, value: Any) -> datetime:
-        assert isinstance(value, datetime)
+        if not isinstance(value, datetime):  # an Unreadable, from loading
+            raise ValueError(f"not a time Python can hold: {value}")
         return value
 
     def decode_json(self, value: Any) -> Any:
@@ -398,6 +403,10 @@ class PostgresBackend(base.Backend):
 
     def encode_params(self, params: dict[str, Any]) -> dict[str, Any]:
         return params
+
+
+async def _guard_async(conn: Any) -> None:
+    loading.guard(conn)
 
 
 @contextlib.contextmanager

@@ -28,6 +28,7 @@ from psycopg.types.json import JsonbLoader, JsonLoader
 
 from simpleworkflow import errors
 from simpleworkflow.backends import base
+from simpleworkflow.backends.postgres import loading
 
 T = TypeVar("T")
 
@@ -135,6 +136,7 @@ def _caller_cursor(conn: Any) -> Any:
     cursor = conn.cursor(row_factory=dict_row)
     cursor.adapters.register_loader("jsonb", JsonbLoader)  # the cursor's copy only
     cursor.adapters.register_loader("json", JsonLoader)
+    loading.guard(cursor)
     return cursor
 
 

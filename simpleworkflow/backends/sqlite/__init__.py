@@ -50,8 +50,11 @@ DIALECT = Dialect(
     skip_locked=False,
     chained_writes=False,
     migrates_on_first_use=True,
+    checks_whole_rows=True,
     own_statements={
         "consume_signal": "takes a signal; record_step journals it in the same transaction",
+        "fail_unparsable": "fails runs whose JSON breaks the checks, which no claim can lease",
+        "fail_unparsable_events": "the failed events of those runs",
     },
 )
 

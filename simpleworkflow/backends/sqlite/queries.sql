@@ -1289,3 +1289,47 @@ order by worker_id
 -- name: forget_workers
 delete from workflow_worker
 where seen_until < strftime('%Y-%m-%d %H:%M:%f', julianday('now') - :older_than / 86400.0)
+
+-- name: fail_unparsable
+-- Pending runs of these types whose JSON columns break the schema's own checks (written
+-- with them off: pragma ignore_check_constraints). SQLite checks every column of a row it
+-- updates, so no claim can lease such a run, and the claim that meets it fails whole.
+-- Failed for good here, after such a claim failed, each such text kept as a JSON string
+-- of itself (the only change the checks allow) and named in last_error.
+update workflow_run
+set status = 'failed',
+    payload = case when json_valid(payload) then payload else json_quote(payload) end,
+    result = case when result is null or json_valid(result) then result
+                  else json_quote(result) end,
+    waiting_for = case when waiting_for is null or json_valid(waiting_for) then waiting_for
+                       else json_quote(waiting_for) end,
+    trace_context = case when trace_context is null or json_valid(trace_context)
+                         then trace_context else json_quote(trace_context) end,
+    last_error = 'simpleworkflow.errors.UnreadableRow: run ' || id || ' cannot be read: '
+                 || trim(case when json_valid(payload) then '' else 'payload ' end
+                         || case when result is null or json_valid(result) then ''
+                                 else 'result ' end
+                         || case when waiting_for is null or json_valid(waiting_for) then ''
+                                 else 'waiting_for ' end
+                         || case when trace_context is null or json_valid(trace_context)
+                                 then '' else 'trace_context ' end)
+                 || ' not JSON (written with the schema''s checks off); each is kept as a '
+                 || 'JSON string of its text. Correct it, then retry the run',
+    updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+where status = 'pending'
+  and type in (select value from json_each(:types))
+  and (not json_valid(payload)
+       or (result is not null and not json_valid(result))
+       or (waiting_for is not null and not json_valid(waiting_for))
+       or (trace_context is not null and not json_valid(trace_context)))
+returning id
+
+-- name: fail_unparsable_events
+-- The failed event of each run fail_unparsable failed.
+insert into workflow_event (workflow_id, event_type, data)
+select r.id, 'failed',
+       json_object('worker_id', :worker_id, 'retryable', json('false'),
+                   'error', json_object('type', 'simpleworkflow.errors.UnreadableRow',
+                                        'message', substr(r.last_error, 38)))
+from workflow_run r
+where r.id in (select value from json_each(:ids))
