@@ -9,6 +9,7 @@ holds only steps whose completion was recorded before the cancel.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import random
 import signal
@@ -25,6 +26,7 @@ from worker_app import Ledger, wait_until
 from simpleworkflow import Client, RunStatus
 
 MANY = "durable.many.v1"
+MANY_SYNC = "durable.many.sync.v1"
 GATED = "durable.gated.v1"
 TERMINAL = {"succeeded", "failed", "cancelled"}
 
@@ -70,20 +72,47 @@ def assert_fenced(client: Client, run_id: str) -> None:
     assert journaled <= before_cancel, f"run {run_id}: journaled after the cancel"
 
 
+def cancel_all(client: Client, run_ids: list[str], seed: int) -> dict[str, float]:
+    """Cancel every run, four at a time from threads of this process, each after a pause
+    that lands it anywhere in a step's few milliseconds; the wall time each ``cancel()``
+    returned."""
+    rng = random.Random(seed)
+    pauses = {run_id: rng.uniform(0, 0.05) for run_id in run_ids}
+
+    def cancel(run_id: str) -> tuple[str, float]:
+        time.sleep(pauses[run_id])
+        assert client.cancel(run_id)
+        return run_id, time.time()
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        return dict(pool.map(cancel, rng.sample(run_ids, len(run_ids))))
+
+
 def test_cancels_racing_steps_leave_nothing_after_the_cancel(
     store: Store, client: Client, workers: Workers, ledger: Ledger
 ) -> None:
+    """No step begins once its run's ``cancel()`` has returned, whichever thread the step
+    runs on (the loop, the step pool, a ``def`` body's), and nothing is written after the
+    cancel. Each step notes in the ledger the wall time it began."""
     worker = workers.start("w-1")
-    run_ids = [client.start(MANY, {"steps": 2000}).id for _ in range(8)]
-    wait_begun(ledger, run_ids, 3, worker.log())
-    rng = random.Random(7)
-    for run_id in run_ids:
-        time.sleep(rng.uniform(0, 0.02))  # lands anywhere in a step's few milliseconds
-        assert client.cancel(run_id)
-    wait_finished(client, run_ids)
-    for run_id in run_ids:
+    payloads = [
+        (MANY, {"steps": 2000}),
+        (MANY, {"steps": 2000, "threads": True}),
+        (MANY_SYNC, {"steps": 2000}),
+    ]
+    returned: dict[str, float] = {}
+    for turn in range(2):
+        run_ids = [client.start(kind, payload).id for kind, payload in payloads * 8]
+        wait_begun(ledger, run_ids, 3, worker.log())
+        returned.update(cancel_all(client, run_ids, seed=turn))
+    wait_finished(client, list(returned))
+    late = []
+    for run_id, at in returned.items():
         assert client.get(run_id).status is RunStatus.CANCELLED
         assert_fenced(client, run_id)
+        begun = [e["at"] for e in ledger.entries("step", run=run_id)]
+        late += [round(b - at, 4) for b in begun if b >= at]
+    assert not late, f"steps began after their run's cancel returned, seconds after: {late}"
 
 
 @dataclass
@@ -157,14 +186,12 @@ def test_no_step_begins_once_cancel_has_returned(
     store: Store, client: Client, workers: Workers, ledger: Ledger, tmp_path: Path
 ) -> None:
     """Runs wait between two steps (outside any step) for a gate the test opens right
-    after ``cancel()`` returned; no second step may begin.
+    after ``cancel()`` returned; no second step may begin, and nothing is journaled after
+    the cancel.
 
-    On SQLite the worker learns of another process's cancel only at its next look at its
-    leases (every half second), so it now reads the run's status before each step. On
-    Postgres the cancel's notification reaches the worker a moment after the commit; the
-    gate opens a moment after that, so the second step is not expected to begin there
-    either, though Postgres promises only the notification. Either way nothing is
-    journaled after the cancel.
+    The worker last learned that it holds each run long before the gate opens (on SQLite
+    it hears of another process's cancel only by reading the run), so it must read the
+    run again before the second step, and finds it cancelled.
     """
     worker = workers.start("w-1")
     gate = tmp_path / "gate"

@@ -148,8 +148,11 @@ class Client(schema_check.Checked, Requests):
     def cancel(self, run_id: str, *, reason: str | None = None, connection: Any = None) -> bool:
         """Cancel a pending or leased run; ``False`` if it had already finished."""
         run_id = names.normalize_run_id(run_id)
-        cancelled = self._call(self._cancel_op(run_id, reason), connection)
-        return self._cancelled(run_id, cancelled, connection is None)
+        committed = connection is None
+        op = self._cancel_op(run_id, reason)
+        cancelled = self._cancelled(run_id, self._call(op, connection), committed)
+        time.sleep(self._settle_for(cancelled, committed))
+        return run_id in cancelled.ids
 
     def signal(
         self, run_id: str, event: str, payload: Any = None, *, connection: Any = None
@@ -297,8 +300,11 @@ class AsyncClient(schema_check.AsyncChecked, Requests):
     ) -> bool:
         """Cancel a pending or leased run; ``False`` if it had already finished."""
         run_id = names.normalize_run_id(run_id)
-        cancelled = await self._call(self._cancel_op(run_id, reason), connection)
-        return self._cancelled(run_id, cancelled, connection is None)
+        committed = connection is None
+        op = self._cancel_op(run_id, reason)
+        cancelled = self._cancelled(run_id, await self._call(op, connection), committed)
+        await asyncio.sleep(self._settle_for(cancelled, committed))
+        return run_id in cancelled.ids
 
     async def signal(
         self, run_id: str, event: str, payload: Any = None, *, connection: Any = None
