@@ -286,6 +286,7 @@ class Durable:
         Returns that output, or ``None`` when no such signal is stored."""
         replay = await self.load()
         record = self.entry(name, "wait", None, events=[])
+        began = time.monotonic()
         got = await self._once(
             name,
             lambda: self.backend.execute_async(self.backend.consume_signal(record, event, match)),
@@ -297,6 +298,7 @@ class Durable:
         held, payload, sent_at = got
         if not held:
             raise errors.LeaseLost(name)
+        self.holding.held_since(began)
         races.note(sent_at)  # a race is won by the signal sent first, not read first
         output = {"signal": payload}
         replay.remember(_entry(name, "wait", record.position, output))
@@ -307,6 +309,7 @@ class Durable:
         ``name`` in one fenced transaction; or learn when the next window opens."""
         text = self.encode(name, {"rate_limit": limit, "key": key})
         record = self.entry(name, "rate_limit", text, events=[])
+        began = time.monotonic()
         got = await self._once(
             name,
             lambda: self.backend.execute_async(self.backend.take_rate_token(record, limit, key)),
@@ -315,6 +318,7 @@ class Durable:
             return RateToken(True)
         if not got.held:
             raise errors.LeaseLost(name)
+        self.holding.held_since(began)
         if got.granted:
             self.remember(record)
         return got
