@@ -78,6 +78,7 @@ class Durable:
         self._lease_ended = lease_ended
         self._outage = steps.unavailable if steps is not None else None
         self.holding = Holding(lease, backend, steps, stop)
+        self._refused: list[errors.InvalidInput] = []
 
     @property
     def fenced(self) -> bool:
@@ -99,6 +100,16 @@ class Durable:
         unique = name if count == 1 else f"{name}#{count}"
         self._order[unique] = len(self._order)
         return unique
+
+    def refuse(self, exc: errors.InvalidInput) -> errors.InvalidInput:
+        """Note ``exc`` as a durable call's refusal of its arguments: the same code would
+        make the same call on every retry, so, uncaught, it fails the run at once."""
+        self._refused.append(exc)
+        return exc
+
+    def refused(self, exc: BaseException) -> bool:
+        """Whether ``exc`` (raised out of the body) is a refusal noted by :meth:`refuse`."""
+        return any(exc is refusal for refusal in self._refused)
 
     def record_names(self) -> set[str]:
         """Start collecting the names journaled from now on (for a race)."""

@@ -124,7 +124,10 @@ def _async_block(
     as a failure of the step, retried."""
     if not inspect.iscoroutinefunction(fn):
         return None
-    return state.durable.backend.transaction_async()
+    try:
+        return state.durable.backend.transaction_async()
+    except errors.InvalidInput as exc:  # the code's own shape: no retry can mend it
+        raise state.durable.refuse(exc) from None
 
 
 def _committed(
