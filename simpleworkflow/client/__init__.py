@@ -146,7 +146,10 @@ class Client(schema_check.Checked, Requests):
         return _listing.page(self._run(self.backend.list_runs(query), readonly=True), query)
 
     def cancel(self, run_id: str, *, reason: str | None = None, connection: Any = None) -> bool:
-        """Cancel a pending or leased run; ``False`` if it had already finished."""
+        """Cancel a pending or leased run; ``False`` if it had already finished.
+
+        No step of the run begins once this has returned: a leased run's cancel returns
+        0.2 s after its commit (see docs/durable.md#cancellation)."""
         run_id = names.normalize_run_id(run_id)
         committed = connection is None
         op = self._cancel_op(run_id, reason)
@@ -298,7 +301,10 @@ class AsyncClient(schema_check.AsyncChecked, Requests):
     async def cancel(
         self, run_id: str, *, reason: str | None = None, connection: Any = None
     ) -> bool:
-        """Cancel a pending or leased run; ``False`` if it had already finished."""
+        """Cancel a pending or leased run; ``False`` if it had already finished.
+
+        No step of the run begins once this has returned: a leased run's cancel returns
+        0.2 s after its commit (see docs/durable.md#cancellation)."""
         run_id = names.normalize_run_id(run_id)
         committed = connection is None
         op = self._cancel_op(run_id, reason)
