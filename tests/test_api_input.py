@@ -65,6 +65,12 @@ START_BODIES: list[tuple[str, bytes, int, str]] = [
         400,
         "nested too deeply",
     ),
+    (
+        "deeper than its readers",  # a run the listing could not answer for
+        start('"payload": ' + "[" * 600 + "]" * 600),
+        422,
+        "nested more than 512 levels deep",
+    ),
     ("not JSON", b'{"type": ', 400, "not JSON"),
     ("not UTF-8", b'{"type": "\xff\xfe"}', 400, "not JSON"),
     ("huge integer", start('"payload": ' + "9" * 5000), 400, "not JSON"),
@@ -179,6 +185,21 @@ def test_moderately_deep_payloads_go_through_and_read_back(store: Store, api: Ap
         deep = [deep]
     run = api.start(TYPE, deep)
     assert api.get(f"{RUNS}/{run['id']}").json()["payload"] == deep
+
+
+def test_the_deepest_payload_is_read_back_and_listed(store: Store, api: Api) -> None:
+    """512 levels, the most a payload may nest: the API answers for the run wherever it
+    shows it, the listing's two levels of wrapping included."""
+    deepest: Any = "leaf"
+    for _ in range(512):
+        deepest = [deepest]
+    run = api.start(TYPE, deepest)
+    assert api.get(f"{RUNS}/{run['id']}").json()["payload"] == deepest
+    listed = api.get(RUNS)
+    assert listed.status_code == 200, listed.text
+    assert [found["payload"] for found in listed.json()["runs"]] == [deepest]
+    body = raw(f'{{"runs": [{{"type": "{TYPE}", "payload": {json.dumps(deepest)}}}]}}')
+    assert api.post(f"{RUNS}/batch", content=body, headers=JSON).status_code == 201
 
 
 SIGNAL_BODIES: list[tuple[str, bytes, int, str]] = [

@@ -250,6 +250,26 @@ def test_text_that_only_looks_like_an_escape_is_fine() -> None:
     assert payloads.decode(payloads.encode(value)) == value
 
 
+def nested(levels: int, leaf: Any = None) -> Any:
+    """``levels`` arrays and objects, each within the one before."""
+    value = leaf
+    for level in range(levels):
+        value = [value] if level % 2 else {"k": value}
+    return value
+
+
+def test_payloads_nest_at_most_512_levels_deep() -> None:
+    """Deeper than every reader can parse again on its own call stack (the API's listing
+    wraps each payload in two more levels): refused, however it is written."""
+    assert payloads.decode(payloads.encode(nested(512))) == nested(512)
+    for deep in (nested(513), [nested(600)], {"a": 1, "b": nested(900)}):
+        with pytest.raises(errors.InvalidPayload, match="nested more than 512 levels deep"):
+            payloads.encode(deep, what="result")
+    # Brackets inside strings are text, and many shallow containers are no depth.
+    brackets = {"text": "[{" * 1000 + '\\"' + "[" * 600, "rows": [{"a": [1]}] * 2000}
+    assert payloads.decode(payloads.encode(brackets)) == brackets
+
+
 def test_size_limit_counts_bytes_of_json() -> None:
     assert payloads.encode("x" * 8, max_bytes=10) == '"xxxxxxxx"'
     with pytest.raises(errors.PayloadTooLarge, match="11 bytes"):
