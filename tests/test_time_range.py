@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from api_helpers import PREFIX, Api
+from api_helpers import PREFIX, Api, assert_problem
 from conftest import Store, poller_thread
 from worker_app import wait_until
 
@@ -109,6 +109,22 @@ def test_the_api_takes_the_ends_of_the_range_and_answers_for_them(store: Store) 
         listed = api.get(f"{PREFIX}/runs", params={"created_since": EARLIEST_EAST.isoformat()})
         assert listed.status_code == 200, listed.text
         assert {run["id"] for run in listed.json()["runs"]} == {started["id"], far.json()["id"]}
+    finally:
+        api.close()
+
+
+def test_the_api_refuses_durations_out_of_the_range_wherever_it_takes_them(
+    store: Store,
+) -> None:
+    """Start bodies and the runs listing are tested with the rest of their input in
+    test_api_input.py; these are the other endpoints that take a duration."""
+    api = Api(store)
+    try:
+        workers = api.get(f"{PREFIX}/workers", params={"gone_within": "999999999d"})
+        assert_problem(workers, 422, "gone_within must be at most 100 years")
+        limit = api.request("PUT", f"{PREFIX}/limits/partner-api", json={"rate": "1/999999999d"})
+        assert_problem(limit, 422, "the rate's period must be at most 100 years")
+        assert store.count("workflow_rate_limit") == 0
     finally:
         api.close()
 
