@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
@@ -13,7 +14,7 @@ from typing import Any
 import pydantic
 import pytest
 
-from simpleworkflow import durations, errors, names, payloads
+from simpleworkflow import RetryPolicy, durations, errors, names, payloads
 
 # -- type names -------------------------------------------------------------------------
 
@@ -423,3 +424,38 @@ def test_a_form_time_without_an_offset_is_utc() -> None:
     assert found == datetime(2030, 1, 31, 9, tzinfo=UTC)
     with pytest.raises(errors.InvalidArgument, match="created_since must be a time from"):
         durations.parse_time("0001-01-01T00:00", what="created_since", naive_utc=True)
+
+
+# -- retry policies: the durations they make ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("settings", "says"),
+    [
+        ({"base": "999999999d"}, "retry base must be at most 100 years"),
+        ({"cap": 1e300}, "retry cap must be at most 100 years"),
+        ({"factor": float("nan")}, "factor must be a finite number, at least 1, not nan"),
+        ({"factor": float("inf")}, "factor must be a finite number"),
+        ({"factor": "2"}, "factor must be a finite number"),
+        ({"factor": 0.5}, "factor must be a finite number, at least 1"),
+        ({"jitter": float("nan")}, "jitter must be within 0..1, not nan"),
+        ({"jitter": 2}, "jitter must be within 0..1"),
+    ],
+)
+def test_a_retry_policy_is_checked_when_it_is_made(settings: dict[str, Any], says: str) -> None:
+    with pytest.raises(errors.InvalidArgument, match=re.escape(says)):
+        RetryPolicy(**settings)
+
+
+def test_a_retry_delay_stays_within_its_cap_however_steep_the_backoff() -> None:
+    """base * factor ** (n - 1) overflows a float long before the attempts run out (a run may
+    have 10,000): the delay is the cap then, not an OverflowError in the worker."""
+    steep = RetryPolicy(backoff="exponential", base=1, factor=1e6, cap="1h", jitter=0.5)
+    assert [steep.delay(n, rand=lambda: 1.0) for n in (1, 2, 100, 10_000)] == [
+        1.5,
+        5400.0,
+        5400.0,
+        5400.0,
+    ]
+    longest = RetryPolicy(backoff="quadratic", base="36600d", cap="36600d", jitter=1)
+    assert longest.delay(10_000, rand=lambda: 1.0) == 2 * durations.MAX_SECONDS
