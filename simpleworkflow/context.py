@@ -166,8 +166,7 @@ class Context:
         """Sleep durably until ``when`` (a timezone-aware datetime)."""
         with self._checking():
             names.validate_step_name(name)
-            if not isinstance(when, datetime) or when.tzinfo is None:
-                raise errors.InvalidArgument("sleep_until needs a timezone-aware datetime")
+            when = durations.check_time(when, what="sleep_until's time")
         return self._durable_call(self._sleep(name, when, 0.0))
 
     async def _sleep(self, name: str, when: datetime | None, seconds: float) -> None:

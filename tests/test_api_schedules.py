@@ -10,7 +10,7 @@ from api_helpers import PREFIX, Api, assert_problem
 from conftest import Store
 from pydantic import TypeAdapter
 
-from simpleworkflow.server import schemas
+from simpleworkflow.server import schedule_schemas
 
 INVOICE = "billing.invoice.v1"
 SCHEDULES = f"{PREFIX}/schedules"
@@ -28,7 +28,7 @@ def test_create_read_pause_resume_delete(api: Api) -> None:
     body = {"type": INVOICE, "cron": "0 2 * * *", "tz": "Europe/Berlin", "payload": {"r": 1}}
     made = api.request("PUT", NIGHTLY, json=body)
     assert made.status_code == 200, made.text
-    out = TypeAdapter(schemas.ScheduleOut).validate_python(made.json())
+    out = TypeAdapter(schedule_schemas.ScheduleOut).validate_python(made.json())
     assert (out.name, out.workflow_type, out.timezone, out.payload) == (
         "billing.invoice.nightly",
         INVOICE,

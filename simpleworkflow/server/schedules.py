@@ -11,7 +11,7 @@ from starlette.responses import Response
 from simpleworkflow.server import bodies, routing
 from simpleworkflow.server.auth import Auth
 from simpleworkflow.server.problems import responses
-from simpleworkflow.server.schemas import CreateSchedule, ScheduleDeleted, ScheduleOut
+from simpleworkflow.server.schedule_schemas import CreateSchedule, ScheduleDeleted, ScheduleOut
 from simpleworkflow.server.source import ClientSource
 
 Name = Annotated[

@@ -56,7 +56,8 @@ class DebounceIn(_Request):
         examples=["user:42"],
     )
     window: Duration = Field(
-        description="the run is due this long after the last start (seconds, '30s')",
+        description="the run is due this long after the last start (seconds, '30s'); "
+        + durations.DURATION_RANGE,
         examples=["30s"],
     )
     max_wait: Duration | None = Field(
@@ -88,10 +89,13 @@ class StartRun(_Request):
         default=None, ge=-_INT4, le=_INT4, description="lower runs earlier (100)"
     )
     delay: Duration | None = Field(
-        default=None, description="not before this long from now: seconds, or '30s', '5m'"
+        default=None,
+        description="not before this long from now: seconds, or '30s', '5m'; "
+        + durations.DURATION_RANGE,
     )
     run_at: AwareDatetime | None = Field(
-        default=None, description="not before this time (ISO 8601 with an offset)"
+        default=None,
+        description=f"not before this time (ISO 8601 with an offset), {durations.TIME_RANGE}",
     )
     max_attempts: StrictInt | None = Field(
         default=None, ge=1, le=10_000, description="attempts before the run fails (3)"
@@ -99,7 +103,8 @@ class StartRun(_Request):
     deadline: Duration | None = Field(
         default=None,
         description="fail the run if it has not finished by then: a duration from now "
-        "(seconds, '1h', '3d') or an ISO 8601 time with its offset",
+        f"(seconds, '1h', '3d'; {durations.DURATION_RANGE}) or an ISO 8601 time with its offset, "
+        f"{durations.TIME_RANGE}",
         examples=["3d", "2030-01-31T09:00:00Z"],
     )
     retention: Duration | None = Field(
@@ -432,55 +437,6 @@ class RateLimitOut(BaseModel):
     updated_at: datetime
 
 
-class CreateSchedule(_Request):
-    """A cron schedule: ``client.schedules.create``'s arguments (see docs/schedules.md)."""
-
-    type: StrictStr | None = Field(
-        default=None,
-        description="the workflow type it starts (default: the schedule's name)",
-        examples=["billing.invoice.v1"],
-        json_schema_extra={"pattern": TYPE_PATTERN, "maxLength": 200},
-    )
-    cron: StrictStr = Field(
-        description="five fields (minute hour day-of-month month day-of-week), six with "
-        "seconds first, or @hourly, @daily, @weekly, @monthly, @yearly",
-        examples=["0 2 * * *"],
-        json_schema_extra={"maxLength": 200},
-    )
-    tz: StrictStr = Field(default="UTC", description="the IANA time zone of the cron fields")
-    payload: dict[str, JSON] | None = Field(
-        default=None,
-        description="a JSON object each run gets, with `schedule` and `scheduled_for` added",
-    )
-    missed: Literal["skip", "once", "each"] = Field(
-        default="skip", description="ticks no scheduler started within a minute"
-    )
-    priority: StrictInt = Field(default=100, description="the runs' priority (lower first)")
-    max_attempts: StrictInt | None = Field(
-        default=None, description="the runs' attempts (default 3)"
-    )
-
-
-class ScheduleOut(BaseModel):
-    """A cron schedule, and where its ticks stand."""
-
-    name: str
-    workflow_type: str
-    cron: str
-    timezone: str
-    payload: JSON
-    missed: str
-    priority: int
-    max_attempts: int | None
-    paused: bool
-    next_tick_at: datetime | None = Field(description="the next tick to start (UTC)")
-    last_tick_at: datetime | None = Field(description="the latest tick a run was started for")
-    in_code: bool = Field(description="declared with @app.schedule")
-    error: str | None = Field(description="why the scheduler paused it, if it did")
-    created_at: datetime
-    updated_at: datetime
-
-
 class LimitDeleted(BaseModel):
     deleted: bool = Field(description="false: there was no such limit")
 
@@ -491,7 +447,3 @@ class TypeRateLimitIn(_Request):
     rate_limit: StrictStr | None = Field(
         description="a rate limit's name; null: obey none", examples=["partner-api"]
     )
-
-
-class ScheduleDeleted(BaseModel):
-    deleted: bool = Field(description="false when there was no such schedule")
