@@ -166,12 +166,33 @@ json_leaves = st.one_of(
 )
 
 
+class _Deep(list[Any]):
+    """The outer list of a deep document, whose repr names it instead of printing every
+    level (Hypothesis's report of a failing example would recurse past the limit)."""
+
+    label = ""
+
+    def __repr__(self) -> str:
+        return self.label
+
+
+class _DeepDict(dict[str, Any]):
+    label = ""
+
+    def __repr__(self) -> str:
+        return self.label
+
+
 def nested(depth: int, kind: str) -> Any:
     """A document ``depth`` levels deep: lists in lists, or dicts in dicts."""
     value: Any = 1
-    for _ in range(depth):
+    for _ in range(depth - 1):
         value = [value] if kind == "list" else {"k": value}
-    return value
+    if depth == 0:
+        return value
+    outer: _Deep | _DeepDict = _Deep([value]) if kind == "list" else _DeepDict(k=value)
+    outer.label = f"nested({depth}, {kind!r})"
+    return outer
 
 
 deep_json = st.builds(
