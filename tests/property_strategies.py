@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
 from simpleworkflow import names
+from simpleworkflow import payloads as payload_json
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -228,6 +229,11 @@ def as_read_back(value: Any) -> Any:
 
 # -- times and durations ---------------------------------------------------------------
 
+#: The first moment of the calendar, at the farthest offset east: before year 1 in UTC.
+EARLIEST = datetime.min.replace(tzinfo=timezone(timedelta(hours=14)))
+#: The last moment of the calendar, at the farthest offset west: after year 9999 in UTC.
+LATEST = datetime.max.replace(tzinfo=timezone(timedelta(hours=-14)))
+
 #: The farthest offsets there are: ``datetime.min`` at +14:00 is before year 1 in UTC.
 zones = st.sampled_from(
     [
@@ -395,3 +401,8 @@ plausible_payloads = st.one_of(
     ),
     st.builds(nested, st.integers(0, 900), st.sampled_from(["list", "dict"])),
 )
+
+
+def encoded(value: Any) -> str:
+    """``value`` as the engine writes JSON (a match, a payload), or its typed error."""
+    return payload_json.encode(value, what="match")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 
 import property_strategies as gen
@@ -85,8 +85,8 @@ def start_or_refuse(client: Client, type_name: Any, payload: Any, options: dict[
         return exc
 
 
-EDGE = datetime.min.replace(tzinfo=timezone(timedelta(hours=14)))  # before year 1 in UTC
-LAST = datetime.max.replace(tzinfo=timezone(timedelta(hours=-14)))  # after year 9999 in UTC
+EDGE = gen.EARLIEST
+LAST = gen.LATEST
 
 
 #: Inputs at the edges the generated ones reach only by luck, each tried on every run.

@@ -1,0 +1,176 @@
+"""Properties of the ``simpleworkflow`` command, driven in-process on both stores over
+generated arguments (tests/property_strategies.py): every command either exits 0 having
+done what it says (a run started reads back with the payload given), or exits non-zero
+with a message and nothing stored; never a traceback, and never output a UTF-8 terminal
+could not print."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import property_strategies as gen
+import pytest
+from conftest import Store
+from hypothesis import event, given
+from hypothesis import strategies as st
+from test_properties_start import same_json
+
+from simpleworkflow import Client, cli
+
+TYPE = "prop.cli.v1"
+
+
+class Outcome:
+    """What one command returned and printed."""
+
+    def __init__(self, code: int, out: str, err: str) -> None:
+        self.code, self.out, self.err = code, out, err
+
+
+def run_cli(store: Store, capsys: pytest.CaptureFixture[str], argv: list[str]) -> Outcome:
+    """``simpleworkflow ARGV`` on the store; an exception that escapes ``main`` (a
+    traceback in a shell) fails the test, as does output that is not UTF-8."""
+    capsys.readouterr()
+    try:
+        code = cli.main(["-d", store.url, "--schema", store.schema, *argv])
+    except SystemExit as exc:  # argparse refused the arguments: usage and exit 2
+        code = exc.code if isinstance(exc.code, int) else 2
+    captured = capsys.readouterr()
+    for stream in (captured.out, captured.err):
+        stream.encode("utf-8")  # a terminal's stdout would raise UnicodeEncodeError
+    return Outcome(code, captured.out, captured.err)
+
+
+def refused(outcome: Outcome) -> bool:
+    """Whether the command failed as a command should: non-zero, one message, no traceback."""
+    if outcome.code == 0:
+        return False
+    assert outcome.code == 2, (outcome.code, outcome.err)
+    assert "Traceback" not in outcome.err
+    assert "error:" in outcome.err, outcome.err
+    return True
+
+
+@pytest.fixture
+def client(store: Store) -> Iterator[Client]:
+    with store.client() as client:
+        yield client
+
+
+def flag(name: str, values: st.SearchStrategy[str]) -> st.SearchStrategy[list[str]]:
+    """``[name, value]``, or nothing."""
+    return st.one_of(st.just([]), values.map(lambda value: [name, value]))
+
+
+def payload_texts() -> st.SearchStrategy[str]:
+    def written(value: Any) -> str:
+        try:
+            return json.dumps(value, allow_nan=True, ensure_ascii=False)
+        except (ValueError, RecursionError):
+            return "{}"
+
+    return st.one_of(gen.json_values.map(written), gen.odd_text)
+
+
+integer_texts = st.one_of(st.integers().map(str), gen.odd_text, st.sampled_from(["1e3", "0x10"]))
+
+start_arguments = st.tuples(
+    st.one_of(st.just(TYPE), gen.type_names),
+    flag("--payload", payload_texts()),
+    flag("--idempotency-key", gen.odd_text),
+    flag("--priority", integer_texts),
+    flag("--delay", st.one_of(gen.duration_texts, gen.odd_text)),
+    flag("--max-attempts", integer_texts),
+    flag("--deadline", st.one_of(gen.duration_texts, gen.time_texts)),
+    flag("--retention", gen.duration_texts),
+    flag("--concurrency-key", gen.odd_text),
+    st.one_of(
+        st.just([]), st.tuples(gen.odd_text, gen.duration_texts).map(lambda kw: ["--debounce", *kw])
+    ),
+    flag("--debounce-max-wait", gen.duration_texts),
+).map(lambda parts: ["start", parts[0], *(arg for part in parts[1:] for arg in part), "--json"])
+
+
+@gen.bounded(40)
+@given(argv=start_arguments)
+def test_start_exits_with_a_message_or_stores_the_payload_given(
+    store: Store, client: Client, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    before = store.count()
+    outcome = run_cli(store, capsys, argv)
+    if refused(outcome):
+        assert store.count() == before
+        event("refused")
+        return
+    event("started")
+    started = json.loads(outcome.out)
+    given_payload = argv[argv.index("--payload") + 1] if "--payload" in argv else "{}"
+    stored = client.get(started["id"])
+    assert same_json(stored.payload, started["payload"])
+    if started["created"] or "--debounce" in argv:
+        assert same_json(stored.payload, json.loads(given_payload))
+    shown = run_cli(store, capsys, ["runs", "show", started["id"], "--json"])
+    assert shown.code == 0
+    assert same_json(json.loads(shown.out)["run"]["payload"], stored.payload)
+
+
+list_arguments = st.tuples(
+    st.lists(
+        st.one_of(gen.odd_text, st.sampled_from(["pending", "sleeping"])).map(
+            lambda s: ["--status", s]
+        ),
+        max_size=2,
+    ).map(lambda flags: [arg for pair in flags for arg in pair]),
+    flag("--type", st.one_of(gen.odd_text, st.just("prop.%"))),
+    flag("--limit", integer_texts),
+    flag("--payload-contains", payload_texts()),
+    flag("--created-since", gen.time_texts),
+    flag("--created-until", gen.time_texts),
+    flag("--cursor", gen.odd_text),
+    st.sampled_from([[], ["--all"]]),
+).map(lambda parts: ["runs", "list", *(arg for part in parts for arg in part), "--json"])
+
+
+@gen.bounded(40)
+@given(argv=list_arguments)
+def test_runs_list_prints_a_page_or_a_message(
+    store: Store, client: Client, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    if store.count() == 0:
+        client.start(TYPE, {"n": 1})
+    outcome = run_cli(store, capsys, argv)
+    if refused(outcome):
+        event("refused")
+        return
+    event("page")
+    assert isinstance(json.loads(outcome.out)["runs"], list)
+
+
+@gen.bounded(30)
+@given(
+    run_id=st.one_of(st.none(), gen.odd_text),
+    event_name=st.one_of(gen.event_names, gen.odd_text),
+    payload=st.one_of(st.none(), payload_texts()),
+)
+def test_runs_signal_stores_the_signal_or_exits_with_a_message(
+    store: Store,
+    client: Client,
+    capsys: pytest.CaptureFixture[str],
+    run_id: str | None,
+    event_name: str,
+    payload: str | None,
+) -> None:
+    target = client.start(TYPE, {}).id if run_id is None else run_id
+    before = store.count("workflow_signal")
+    argv = ["runs", "signal", target, event_name, "--json"]
+    outcome = run_cli(store, capsys, argv if payload is None else [*argv, "--payload", payload])
+    if refused(outcome):
+        assert store.count("workflow_signal") == before
+        event("refused")
+        return
+    event("stored")
+    signals = client.signals(target)
+    assert [s.event for s in signals] == [event_name]
+    assert same_json(signals[0].payload, {} if payload is None else json.loads(payload))
