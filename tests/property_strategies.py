@@ -399,7 +399,7 @@ plausible_payloads = st.one_of(
         ),
         max_leaves=12,
     ),
-    st.builds(nested, st.integers(0, 900), st.sampled_from(["list", "dict"])),
+    st.builds(nested, st.integers(0, 500), st.sampled_from(["list", "dict"])),
 )
 
 

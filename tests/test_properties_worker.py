@@ -8,6 +8,7 @@ by its signal). A worker never crashes on any of them."""
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -183,11 +184,21 @@ def check_refusal(run: Run) -> str:
     return "refused"
 
 
+#: Step names, valid three times in four: a durable call with a bad one ends at once, and
+#: the calls that go on are the ones with more to check.
+names_of_calls = st.integers(0, 3).flatmap(lambda n: gen.plain_text if n else gen.step_names)
+
+quick_policies = st.fixed_dictionaries(
+    {"backoff": st.just("fixed"), "base": gen.small_durations, "jitter": st.just(0.0)},
+    optional={"max_attempts": st.integers(2, 3)},
+)
+
+
 @gen.bounded(20)
 @given(
-    name=gen.step_names,
+    name=names_of_calls,
     value=gen.plausible_payloads,
-    policy=gen.retry_policies,
+    policy=st.one_of(quick_policies, gen.retry_policies),
     fail=st.booleans(),
 )
 def test_a_step_is_journaled_under_its_name_or_fails_the_run_at_once(
@@ -216,7 +227,7 @@ def step_property(
     steps = client.steps(run.id)
     assert [step.step_name for step in steps] == [name], run.last_error
     if run.status is RunStatus.SUCCEEDED:
-        assert same_json(run.result, gen.as_read_back(value))
+        assert same_json(run.result, json.loads(json.dumps(value)))
         return "stepped"
     assert run.status is RunStatus.PENDING, (run.status, run.last_error)
     cap = durations.to_seconds(retry.cap)
@@ -226,7 +237,7 @@ def step_property(
 
 
 @gen.bounded(15)
-@given(name=gen.step_names, duration=st.one_of(gen.small_durations, gen.durations))
+@given(name=names_of_calls, duration=st.one_of(gen.small_durations, gen.durations))
 def test_a_sleep_is_journaled_until_the_time_asked_or_fails_the_run_at_once(
     client: Client, worker: IntentPoller, witness: Witness, name: Any, duration: Any
 ) -> None:
@@ -256,16 +267,19 @@ def sleep_property(client: Client, witness: Witness, name: Any, duration: Any) -
 matches = st.one_of(
     st.none(),
     st.dictionaries(gen.plain_text, gen.plausible_payloads, max_size=2),
+    st.dictionaries(gen.plain_text, gen.plain_text, max_size=2),
     gen.json_values,
 )
 
 
 @gen.bounded(15)
 @given(
-    name=gen.step_names,
-    event_name=gen.event_names,
+    name=names_of_calls,
+    event_name=st.integers(0, 3).flatmap(
+        lambda n: st.from_regex(r"\A[a-z][a-z.:_-]{0,20}\Z") if n else gen.event_names
+    ),
     match=matches,
-    timeout=st.one_of(st.none(), st.just("1h"), gen.durations),
+    timeout=st.one_of(st.none(), st.just("1h"), st.just(0.05), gen.durations),
 )
 def test_a_wait_for_an_event_is_woken_by_its_signal_or_fails_the_run_at_once(
     client: Client,
