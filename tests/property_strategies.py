@@ -406,3 +406,9 @@ plausible_payloads = st.one_of(
 def encoded(value: Any) -> str:
     """``value`` as the engine writes JSON (a match, a payload), or its typed error."""
     return payload_json.encode(value, what="match")
+
+
+def mostly(valid: st.SearchStrategy[Any], odd: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """``valid`` three times in four, else ``odd``: with several inputs each odd at random,
+    nearly every call would be refused, and what is stored would seldom be checked."""
+    return st.integers(0, 3).flatmap(lambda n: valid if n else odd)
