@@ -6,6 +6,7 @@ could not print."""
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -185,3 +186,43 @@ def test_runs_signal_stores_the_signal_or_exits_with_a_message(
     assert [s.event for s in signals] == [event_name]
     sent = {} if payload is None else gen.as_read_back(json.loads(payload))  # null: {}
     assert same_json(signals[0].payload, sent)
+
+
+def b64(text: str) -> str:
+    return base64.urlsafe_b64encode(text.encode()).decode()
+
+
+#: Arguments at the edges, each tried on every run.
+EDGE_ARGUMENTS: list[list[str]] = [
+    ["start", TYPE, "--run-at", "x"],
+    ["start", TYPE, "--deadline", "0001-01-01T00:00:00+14:00"],
+    ["start", TYPE, "--deadline", "999999999d"],
+    ["start", TYPE, "--delay", "99999999999999w"],
+    ["start", TYPE, "--payload", "[" * 100_000 + "]" * 100_000],
+    ["start", TYPE, "--payload", "9" * 5000],
+    ["start", TYPE, "--payload", '"\\ud800"'],
+    ["start", TYPE, "--idempotency-key", "\udcff"],
+    ["start", TYPE, "--debounce", "k", "999999999d"],
+    ["runs", "list", "--cursor", b64("[" * 5000)],
+    ["runs", "list", "--cursor", b64("[" * 20000 + "]" * 20000)],
+    ["runs", "list", "--cursor", b64('[["2030-01-01"], "x"]')],
+    ["runs", "list", "--created-since", "0001-01-01T00:00:00+14:00"],
+    ["runs", "list", "--payload-contains", json.dumps(list(range(3000)))],
+    ["runs", "list", "--type", "\udcff"],
+    ["runs", "show", "\udcff"],
+]
+
+
+def test_arguments_at_the_edges_exit_with_a_message_or_do_their_work(
+    store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = []
+    for argv in EDGE_ARGUMENTS:
+        before = store.count()
+        try:
+            outcome = run_cli(store, capsys, [*argv, "--json"])
+            if refused(outcome):
+                assert store.count() == before, "refused, but a run was stored"
+        except Exception as exc:  # a traceback in a shell
+            broken.append(f"{str(argv)[:80]}: {type(exc).__name__}: {str(exc)[:200]}")
+    assert not broken, "\n".join(broken)
