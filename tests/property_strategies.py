@@ -408,7 +408,9 @@ def encoded(value: Any) -> str:
     return payload_json.encode(value, what="match")
 
 
-def mostly(valid: st.SearchStrategy[Any], odd: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
-    """``valid`` three times in four, else ``odd``: with several inputs each odd at random,
-    nearly every call would be refused, and what is stored would seldom be checked."""
-    return st.integers(0, 3).flatmap(lambda n: valid if n else odd)
+def mostly(
+    valid: st.SearchStrategy[Any], odd: st.SearchStrategy[Any], *, one_in: int = 4
+) -> st.SearchStrategy[Any]:
+    """``odd`` once in ``one_in`` draws, else ``valid``: with several inputs each odd at
+    random, nearly every call would be refused, and what is stored seldom checked."""
+    return st.integers(1, one_in).flatmap(lambda n: odd if n == 1 else valid)
