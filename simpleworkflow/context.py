@@ -161,8 +161,7 @@ class Context:
     def sleep_until(self, name: str, when: datetime) -> Any:
         """Sleep durably until ``when`` (a timezone-aware datetime)."""
         names.validate_step_name(name)
-        if not isinstance(when, datetime) or when.tzinfo is None:
-            raise errors.InvalidArgument("sleep_until needs a timezone-aware datetime")
+        when = durations.check_time(when, what="sleep_until's time")
         return self._durable_call(self._sleep(name, when, 0.0))
 
     async def _sleep(self, name: str, when: datetime | None, seconds: float) -> None:

@@ -457,7 +457,9 @@ class Durable:
     def _wake_time(self, exc: errors.Suspend) -> datetime:
         if exc.run_at is not None:
             return exc.run_at
-        now = self.db_now()  # a delay past FOREVER (RetryAfter(1e300)) must not overflow
+        # Delays are bounded where they are given (durations.MAX_SECONDS); past FOREVER
+        # one would overflow the datetime, so clamp all the same.
+        now = self.db_now()
         return now + timedelta(seconds=min(exc.delay, (FOREVER - now).total_seconds()))
 
 

@@ -19,6 +19,13 @@ from typing import Any
 from simpleworkflow import errors
 
 DEFAULT_MAX_BYTES = 1024 * 1024
+#: Arrays and objects within each other, at most. Every reader of a stored payload
+#: (a worker's claim, the API's listing, which wraps each run in two more levels, the
+#: dashboard) parses and writes it again on a call stack of its own; Python's JSON
+#: modules recurse once per level, within the interpreter's limit of 1,000 frames. A
+#: payload the client could just write was past that limit for some of them: stored, and
+#: then the listing answered 500 while it existed. Half the limit leaves them all room.
+MAX_DEPTH = 512
 
 
 class _NotJSON(Exception):
@@ -96,6 +103,7 @@ def encode(value: Any, *, what: str = "payload", max_bytes: int = DEFAULT_MAX_BY
     except RecursionError:
         raise errors.InvalidPayload(f"{what} is nested too deeply (or contains a cycle)") from None
     _check_text(value, text, what)
+    _check_depth(text, what)
     if "e+" in text:
         text = _FLOAT_WITH_EXPONENT.sub(_positional, text)
     size = len(text.encode())
@@ -123,6 +131,23 @@ def _positional(match: re.Match[str]) -> str:
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def _check_depth(text: str, what: str) -> None:
+    """Refuse JSON nested deeper than :data:`MAX_DEPTH`. Counting brackets costs two
+    scans in C; only text with that many arrays and objects is walked (strings left out)."""
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return
+    depth = 0
+    for bracket in _BRACKET.findall(_STRING.sub("", text)):
+        depth += 1 if bracket in "[{" else -1
+        if depth > MAX_DEPTH:
+            raise errors.InvalidPayload(
+                f"{what} is nested more than {MAX_DEPTH} levels deep (arrays and objects "
+                "within each other), more than every reader of it can parse; flatten it"
+            )
 
 
 def _check_text(value: Any, text: str, what: str) -> None:

@@ -32,8 +32,8 @@ DEFAULT_DAYS = 30
 MAX_DAYS = 365
 DEFAULT_ENV = "SIMPLEWORKFLOW_RETENTION_DAYS"
 MAX_ENV = "SIMPLEWORKFLOW_MAX_RETENTION_DAYS"
-#: No ceiling may be set beyond this: every store can subtract it from now.
-LIMIT_DAYS = 100 * 366
+#: No ceiling may be set beyond the longest duration: every store can subtract it from now.
+LIMIT_DAYS = durations.MAX_SECONDS // 86400
 #: Runs deleted per transaction: at most this many, so that a transaction holds its row
 #: locks for milliseconds (about 10 ms per 1,000 runs on Postgres, see docs/retention.md).
 MAX_BATCH = 1000

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,8 +42,12 @@ class RetryPolicy:
             )
         durations.to_seconds(self.base, what="retry base")
         durations.to_seconds(self.cap, what="retry cap")
-        if not 0 <= self.jitter <= 1 or self.factor < 1:
-            raise errors.InvalidArgument("jitter must be within 0..1 and factor at least 1")
+        if not _number(self.jitter) or not 0 <= self.jitter <= 1:
+            raise errors.InvalidArgument(f"jitter must be within 0..1, not {self.jitter!r:.40}")
+        if not _number(self.factor) or not 1 <= self.factor < math.inf:
+            raise errors.InvalidArgument(
+                f"factor must be a finite number, at least 1, not {self.factor!r:.40}"
+            )
         if self.max_attempts is not None and self.max_attempts < 1:
             raise errors.InvalidArgument("max_attempts must be at least 1")
 
@@ -55,7 +60,10 @@ class RetryPolicy:
         elif self.backoff == "linear":
             delay = base * n
         elif self.backoff == "exponential":
-            delay = base * self.factor ** min(n - 1, 64)
+            try:
+                delay = base * self.factor ** min(n - 1, 64)
+            except OverflowError:  # a large factor: the cap is reached long before
+                delay = math.inf
         else:
             delay = base * n * n
         delay = min(delay, durations.to_seconds(self.cap))
@@ -64,6 +72,10 @@ class RetryPolicy:
     def retries(self, exc: BaseException) -> bool:
         """False for errors that no retry can fix."""
         return not isinstance(exc, (errors.PermanentError, *self.non_retryable))
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 DEFAULT_RUN_POLICY = RetryPolicy()

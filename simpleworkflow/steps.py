@@ -130,7 +130,8 @@ async def failed(
         "message": payloads.storable(str(exc))[:2000],
     }
     if isinstance(exc, errors.RetryAfter):
-        delay = durations.to_seconds(exc.delay, what="retry delay")  # type: ignore[arg-type]
+        # Refused past 100 years, as every duration is: raised in the body, named.
+        delay = durations.to_seconds(exc.delay, what="RetryAfter's delay")  # type: ignore[arg-type]
         return await _retry_later(durable, name, done, "step_deferred", delay, {"error": error})
     attempt = done + 1
     limit = policy.max_attempts or DEFAULT_STEP_POLICY.max_attempts or 1

@@ -6,6 +6,8 @@ surrogates written as escapes, invalid UTF-8, a document nested 100,000 deep).""
 
 from __future__ import annotations
 
+import base64
+import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -15,6 +17,8 @@ from conftest import Store
 
 RUNS = f"{PREFIX}/runs"
 TYPE = "content.thumbnail.v1"
+YEAR_0 = "0001-01-01T00:00:00+14:00"
+YEAR_10000 = "9999-12-31T23:59:59-14:00"
 TABLES = ("workflow_run", "workflow_event", "workflow_signal", "workflow_registry")
 JSON = {"content-type": "application/json"}
 
@@ -61,6 +65,12 @@ START_BODIES: list[tuple[str, bytes, int, str]] = [
         400,
         "nested too deeply",
     ),
+    (
+        "deeper than its readers",  # a run the listing could not answer for
+        start('"payload": ' + "[" * 600 + "]" * 600),
+        422,
+        "nested more than 512 levels deep",
+    ),
     ("not JSON", b'{"type": ', 400, "not JSON"),
     ("not UTF-8", b'{"type": "\xff\xfe"}', 400, "not JSON"),
     ("huge integer", start('"payload": ' + "9" * 5000), 400, "not JSON"),
@@ -83,6 +93,22 @@ START_BODIES: list[tuple[str, bytes, int, str]] = [
         422,
         "deadline",
     ),
+    # Year 0 and year 10000 in UTC (issue 24): Postgres stored them, and every worker
+    # that read such a run back died.
+    ("run_at year 0", start(f'"run_at": "{YEAR_0}"'), 422, "run_at must be a time from 0002"),
+    ("run_at year 10000", start(f'"run_at": "{YEAR_10000}"'), 422, "9998-12-31T23:59:59Z"),
+    ("deadline year 0", start(f'"deadline": "{YEAR_0}"'), 422, "deadline must be a time"),
+    ("deadline year 10000", start(f'"deadline": "{YEAR_10000}"'), 422, "deadline"),
+    ("deadline 999999999d", start('"deadline": "999999999d"'), 422, "deadline must be at most"),
+    ("deadline 1e300", start('"deadline": 1e300'), 422, "100 years"),
+    ("delay 999999999d", start('"delay": "999999999d"'), 422, "delay must be at most 100 years"),
+    (
+        "debounce 999999999d",
+        start('"debounce": {"key": "k", "window": "999999999d"}'),
+        422,
+        "debounce window must be at most 100 years",
+    ),
+    ("retention 999999999d", start('"retention": "999999999d"'), 422, "retention"),
     (
         "key too long",
         start(f'"idempotency_key": "{"k" * 600}"'),
@@ -110,6 +136,18 @@ def test_a_bad_run_in_a_batch_refuses_the_batch(api: Api, unchanged: str) -> Non
     assert_problem(api.post(f"{RUNS}/batch", content=body, headers=JSON), 422, "NUL")
     body = raw(f'{{"runs": [{{"type": "{TYPE}"}}, {{"type": "{TYPE}", "extra": 1}}]}}')
     assert_problem(api.post(f"{RUNS}/batch", content=body, headers=JSON), 422, "extra")
+
+
+@pytest.mark.parametrize(
+    "option",
+    [{"run_at": YEAR_0}, {"deadline": YEAR_10000}, {"deadline": "999999999d"}],
+    ids=["run_at", "deadline", "deadline in"],
+)
+def test_a_run_out_of_range_in_a_batch_refuses_the_batch(
+    api: Api, unchanged: str, option: dict[str, str]
+) -> None:
+    body = {"runs": [{"type": TYPE}, {"type": TYPE, **option}]}
+    assert_problem(api.post(f"{RUNS}/batch", json=body), 422, next(iter(option)))
 
 
 def test_bodies_over_the_limit_are_413(store: Store) -> None:
@@ -149,6 +187,21 @@ def test_moderately_deep_payloads_go_through_and_read_back(store: Store, api: Ap
     assert api.get(f"{RUNS}/{run['id']}").json()["payload"] == deep
 
 
+def test_the_deepest_payload_is_read_back_and_listed(store: Store, api: Api) -> None:
+    """512 levels, the most a payload may nest: the API answers for the run wherever it
+    shows it, the listing's two levels of wrapping included."""
+    deepest: Any = "leaf"
+    for _ in range(512):
+        deepest = [deepest]
+    run = api.start(TYPE, deepest)
+    assert api.get(f"{RUNS}/{run['id']}").json()["payload"] == deepest
+    listed = api.get(RUNS)
+    assert listed.status_code == 200, listed.text
+    assert [found["payload"] for found in listed.json()["runs"]] == [deepest]
+    body = raw(f'{{"runs": [{{"type": "{TYPE}", "payload": {json.dumps(deepest)}}}]}}')
+    assert api.post(f"{RUNS}/batch", content=body, headers=JSON).status_code == 201
+
+
 SIGNAL_BODIES: list[tuple[str, bytes, int, str]] = [
     ("NUL in event", raw('{"event": "go\\u0000"}'), 422, "invalid event name"),
     ("bad event", raw('{"event": "not ok!"}'), 422, "invalid event name"),
@@ -184,6 +237,12 @@ def test_a_bad_cancel_reason_changes_nothing(
     assert api.get(f"{RUNS}/{unchanged}").json()["status"] == "pending"
 
 
+# A cursor as the API writes them, but for a time no store can compare with.
+CURSOR_YEAR_0 = (
+    base64.urlsafe_b64encode(json.dumps([YEAR_0, "01a21e01-7a54-7641-803e-0341340ee384"]).encode())
+    .decode()
+    .rstrip("=")
+)
 QUERIES: list[tuple[str, dict[str, Any], int, str]] = [
     ("payload not JSON", {"payload_contains": "{customer"}, 400, "payload_contains"),
     ("payload NaN", {"payload_contains": '{"x": NaN}'}, 400, "NaN"),
@@ -195,6 +254,9 @@ QUERIES: list[tuple[str, dict[str, Any], int, str]] = [
     ("since text", {"created_since": "yesterday"}, 422, "created_since"),
     ("since naive", {"created_since": "2030-01-01T00:00:00"}, 422, "created_since"),
     ("until naive", {"created_until": "2030-01-01"}, 422, "created_until"),
+    ("since year 0", {"created_since": YEAR_0}, 422, "created_since must be a time from 0002"),
+    ("until year 10000", {"created_until": YEAR_10000}, 422, "created_until must be a time"),
+    ("cursor year 0", {"cursor": CURSOR_YEAR_0}, 422, "invalid cursor"),
     ("cursor", {"cursor": "garbage"}, 422, "invalid cursor"),
     ("type NUL", {"type": "billing\x00"}, 422, "invalid type prefix"),
     ("type upper", {"type": "Billing.%"}, 422, "invalid type prefix"),

@@ -21,9 +21,11 @@ import pydantic
 import pytest
 from conftest import Store
 
-from simpleworkflow import AsyncClient, Client, RunStatus, errors
+from simpleworkflow import AsyncClient, Client, RunStatus, durations, errors
 
 TYPE = "content.thumbnail.v1"
+PLUS_14 = timezone(timedelta(hours=14))
+MINUS_14 = timezone(timedelta(hours=-14))
 
 
 class AsyncFace:
@@ -246,10 +248,12 @@ def test_delay_sets_run_at_from_the_database_clock(
         datetime(2031, 6, 7, 8, 9, 10, tzinfo=UTC),
         datetime(2031, 6, 7, 10, 9, 10, tzinfo=timezone(timedelta(hours=2))),
         datetime(2001, 1, 1, tzinfo=UTC),  # in the past: due now
-        datetime(1, 1, 1, tzinfo=UTC),
-        datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC),
+        durations.EARLIEST,
+        durations.EARLIEST.astimezone(PLUS_14),
+        durations.LATEST,
+        durations.LATEST.astimezone(MINUS_14),
     ],
-    ids=["utc", "offset", "past", "year-1", "year-9999"],
+    ids=["utc", "offset", "past", "earliest", "earliest+14", "latest", "latest-14"],
 )
 def test_run_at_is_stored_as_the_same_instant(producer: Producer, run_at: datetime) -> None:
     run = producer.start(TYPE, run_at=run_at)
@@ -591,6 +595,11 @@ class Opaque:
     pass
 
 
+YEAR_0 = datetime(1, 1, 1, tzinfo=PLUS_14)  # 0000-12-31T10:00:00Z
+YEAR_10000 = datetime(9999, 12, 31, 23, 59, 59, tzinfo=MINUS_14)  # 10000-01-01T13:59:59Z
+JUST_LATE = durations.LATEST + timedelta(seconds=1)
+
+
 BAD_STARTS: list[tuple[str, dict[str, Any], type[errors.InvalidInput], str | None]] = [
     ("uppercase", {"type": "Content.Thumbnail.v1"}, errors.InvalidTypeName, "lowercase"),
     ("no-version", {"type": "content.thumbnail"}, errors.InvalidTypeName, "version"),
@@ -637,6 +646,30 @@ BAD_STARTS: list[tuple[str, dict[str, Any], type[errors.InvalidInput], str | Non
     ("nan-delay", {"delay": float("nan")}, errors.InvalidArgument, "delay"),
     ("bad-delay", {"delay": "5 parsecs"}, errors.InvalidArgument, "delay"),
     ("endless-delay", {"delay": 1e12}, errors.InvalidArgument, "delay"),
+    ("delay-999999999d", {"delay": "999999999d"}, errors.InvalidArgument, "delay.*100 years"),
+    # Year 0 and year 10000 in UTC: no store could give them back (issue 24).
+    ("run-at-year-0", {"run_at": YEAR_0}, errors.InvalidArgument, "run_at.*0002-01-01"),
+    ("run-at-year-10000", {"run_at": YEAR_10000}, errors.InvalidArgument, "run_at.*9998-12-31"),
+    ("run-at-year-1", {"run_at": datetime(1, 6, 1, tzinfo=UTC)}, errors.InvalidArgument, "run_at"),
+    ("run-at-just-late", {"run_at": JUST_LATE}, errors.InvalidArgument, "run_at"),
+    ("deadline-year-0", {"deadline": YEAR_0}, errors.InvalidArgument, "deadline.*0002-01-01"),
+    ("deadline-year-10000", {"deadline": YEAR_10000}, errors.InvalidArgument, "deadline"),
+    ("deadline-999999999d", {"deadline": "999999999d"}, errors.InvalidArgument, "deadline"),
+    ("deadline-1e300", {"deadline": 1e300}, errors.InvalidArgument, "deadline.*100 years"),
+    ("deadline-huge-int", {"deadline": 10**400}, errors.InvalidArgument, "deadline"),
+    (
+        "debounce-999999999d",
+        {"debounce": ("k", "999999999d")},
+        errors.InvalidArgument,
+        "debounce window.*100 years",
+    ),
+    (
+        "max-wait-999999999d",
+        {"debounce": {"key": "k", "window": "1s", "max_wait": "999999999d"}},
+        errors.InvalidArgument,
+        "debounce max_wait",
+    ),
+    ("retention-999999999d", {"retention": "999999999d"}, errors.InvalidArgument, "retention"),
 ]
 
 
@@ -737,6 +770,9 @@ def test_start_many_refuses_a_bad_request_and_stores_nothing(
     batch[900] = (TYPE, {"bad": float("nan")})
     with pytest.raises(errors.InvalidPayload, match=r'payload\["bad"\] is NaN'):
         producer.start_many(batch)
+    for bad in ({"run_at": YEAR_0}, {"deadline": YEAR_10000}, {"deadline": "999999999d"}):
+        with pytest.raises(errors.InvalidArgument, match=r"run_at|deadline"):
+            producer.start_many([(TYPE, {}), {"type": TYPE, **bad}])
     assert store.count() == 0
     assert store.count("workflow_event") == 0
     assert len(producer.start_many(batch[:300])) == 300  # the connection is fine after it

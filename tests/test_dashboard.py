@@ -199,6 +199,8 @@ def test_runs_filter_by_type_status_time_and_payload_and_page_by_cursor(
     assert bad.status_code == 422 and "not JSON" in texts(bad.text, "error")[0]
     bad = dash.get("/runs", params={"since": "yesterday"})
     assert bad.status_code == 422 and "since" in texts(bad.text, "error")[0]
+    bad = dash.get("/runs", params={"until": "0001-01-01T00:00"})  # year 0 west of UTC
+    assert bad.status_code == 422 and "until must be a time from" in texts(bad.text, "error")[0]
     bad = dash.get("/runs", params={"status": "sideways"})
     assert bad.status_code == 422 and "unknown status" in texts(bad.text, "error")[0]
 

@@ -11,6 +11,7 @@ import asyncio
 import sqlite3
 import threading
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,11 @@ def test_a_failed_call_leaves_the_callers_transaction_usable(
         client.start(TYPE, idempotency_key="taken", connection=conn)  # inserts, then refuses
     with pytest.raises(errors.IdempotencyConflict):
         client.start_many([(TYPE, {}), {"type": TYPE, "idempotency_key": "taken"}], connection=conn)
+    year_0 = datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=14)))  # issue 24
+    with pytest.raises(errors.InvalidArgument, match="run_at must be a time from 0002"):
+        client.start(TYPE, run_at=year_0, connection=conn)
+    with pytest.raises(errors.InvalidArgument, match="deadline must be at most 100 years"):
+        client.start_many([(TYPE, {}), {"type": TYPE, "deadline": "999999999d"}], connection=conn)
     conn.execute("insert into orders (id, item) values (4, 'nib')")
     conn.commit()
     assert runs_and_orders(shop) == (1, 2)  # the two orders; no run of ours

@@ -1,18 +1,20 @@
-"""The pure checks behind the API: type names, prefixes, run ids, payloads, durations."""
+"""The pure checks behind the API: type names, prefixes, run ids, payloads, durations and
+times."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 
 import pydantic
 import pytest
 
-from simpleworkflow import durations, errors, names, payloads
+from simpleworkflow import RetryPolicy, durations, errors, names, payloads
 
 # -- type names -------------------------------------------------------------------------
 
@@ -249,6 +251,26 @@ def test_text_that_only_looks_like_an_escape_is_fine() -> None:
     assert payloads.decode(payloads.encode(value)) == value
 
 
+def nested(levels: int, leaf: Any = None) -> Any:
+    """``levels`` arrays and objects, each within the one before."""
+    value = leaf
+    for level in range(levels):
+        value = [value] if level % 2 else {"k": value}
+    return value
+
+
+def test_payloads_nest_at_most_512_levels_deep() -> None:
+    """Deeper than every reader can parse again on its own call stack (the API's listing
+    wraps each payload in two more levels): refused, however it is written."""
+    assert payloads.decode(payloads.encode(nested(512))) == nested(512)
+    for deep in (nested(513), [nested(600)], {"a": 1, "b": nested(900)}):
+        with pytest.raises(errors.InvalidPayload, match="nested more than 512 levels deep"):
+            payloads.encode(deep, what="result")
+    # Brackets inside strings are text, and many shallow containers are no depth.
+    brackets = {"text": "[{" * 1000 + '\\"' + "[" * 600, "rows": [{"a": [1]}] * 2000}
+    assert payloads.decode(payloads.encode(brackets)) == brackets
+
+
 def test_size_limit_counts_bytes_of_json() -> None:
     assert payloads.encode("x" * 8, max_bytes=10) == '"xxxxxxxx"'
     with pytest.raises(errors.PayloadTooLarge, match="11 bytes"):
@@ -295,3 +317,145 @@ def test_durations(value: Any, seconds: float) -> None:
 def test_bad_durations(value: Any) -> None:
     with pytest.raises(errors.InvalidArgument, match="timeout"):
         durations.to_seconds(value, what="timeout")
+
+
+# -- the range of durations and times ---------------------------------------------------
+
+PLUS_14 = timezone(timedelta(hours=14))
+MINUS_14 = timezone(timedelta(hours=-14))
+
+
+@pytest.mark.parametrize(
+    "value",
+    [durations.MAX_SECONDS, float(durations.MAX_SECONDS), timedelta(days=100 * 366), "36600d"],
+)
+def test_a_duration_of_100_years_is_the_longest(value: Any) -> None:
+    assert durations.to_seconds(value) == durations.MAX_SECONDS
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (durations.MAX_SECONDS + 1, str(durations.MAX_SECONDS + 1)),
+        ("999999999d", "'999999999d'"),
+        (1e300, "1e+300"),
+        (10**400, "1000000"),  # an int no float holds, shortened
+        (timedelta(days=36601), "timedelta(days=36601)"),
+        ("5300w", "'5300w'"),
+    ],
+)
+def test_a_longer_duration_is_refused_naming_the_value_and_the_range(
+    value: Any, shown: str
+) -> None:
+    with pytest.raises(errors.InvalidArgument) as caught:
+        durations.to_seconds(value, what="deadline")
+    message = str(caught.value)
+    assert message.startswith("deadline must be at most 100 years (3162240000 seconds)")
+    assert shown in message and len(message) < 160
+
+
+@pytest.mark.parametrize(
+    "moment",
+    [
+        durations.EARLIEST,
+        durations.EARLIEST.astimezone(PLUS_14),
+        durations.EARLIEST.astimezone(MINUS_14),
+        durations.LATEST,
+        durations.LATEST.astimezone(PLUS_14),  # 9999-01-01T13:59:59+14:00
+        durations.LATEST.astimezone(MINUS_14),
+        datetime(2030, 1, 31, 9, tzinfo=UTC),
+    ],
+)
+def test_times_in_the_range_pass_as_given(moment: datetime) -> None:
+    assert durations.check_time(moment, what="run_at") is moment
+    assert durations.parse_time(moment.isoformat(), what="run_at") == moment
+    assert durations.duration_or_time(moment.isoformat(), what="deadline") == moment
+
+
+@pytest.mark.parametrize(
+    "moment",
+    [
+        datetime(1, 1, 1, tzinfo=PLUS_14),  # year 0 in UTC: Python cannot even convert it
+        datetime(9999, 12, 31, 23, 59, 59, tzinfo=MINUS_14),  # year 10000 in UTC
+        datetime(1, 1, 1, tzinfo=UTC),  # year 0 in any zone west of UTC
+        datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC),  # year 10000 east of it
+        durations.EARLIEST - timedelta(microseconds=1),
+        durations.LATEST + timedelta(microseconds=1),
+    ],
+)
+def test_times_out_of_the_range_are_refused_naming_the_value_and_the_range(
+    moment: datetime,
+) -> None:
+    for check in (
+        lambda: durations.check_time(moment, what="run_at"),
+        lambda: durations.parse_time(moment.isoformat(), what="run_at"),
+        lambda: durations.duration_or_time(moment.isoformat(), what="run_at"),
+    ):
+        with pytest.raises(errors.InvalidArgument) as caught:
+            check()
+        message = str(caught.value)
+        assert message.startswith("run_at must be a time from 0002-01-01T00:00:00Z to ")
+        assert "9998-12-31T23:59:59Z" in message and moment.isoformat()[:19] in message
+
+
+@pytest.mark.parametrize("value", [datetime(2030, 1, 1), "2030-01-01T00:00:00Z", 5, None])
+def test_a_time_must_be_an_aware_datetime(value: Any) -> None:
+    with pytest.raises(errors.InvalidArgument, match="sleep_until's time must be a timezone"):
+        durations.check_time(value, what="sleep_until's time")
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("999999999d", "at most 100 years"),
+        ("1e400", "finite"),
+        ("tomorrow", "a duration like 1h or 3d, or a time"),
+        ("2030-01-31T09:00:00", "a duration like 1h or 3d, or a time"),  # no offset
+        ("0001-01-01T00:00:00+14:00", "from 0002-01-01T00:00:00Z"),
+    ],
+)
+def test_a_deadline_in_text_is_refused_for_what_it_is(text: str, says: str) -> None:
+    with pytest.raises(errors.InvalidArgument, match=f"^--deadline .*{says}"):
+        durations.duration_or_time(text, what="--deadline")
+
+
+def test_a_form_time_without_an_offset_is_utc() -> None:
+    found = durations.parse_time("2030-01-31T09:00", what="created_since", naive_utc=True)
+    assert found == datetime(2030, 1, 31, 9, tzinfo=UTC)
+    with pytest.raises(errors.InvalidArgument, match="created_since must be a time from"):
+        durations.parse_time("0001-01-01T00:00", what="created_since", naive_utc=True)
+
+
+# -- retry policies: the durations they make ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("settings", "says"),
+    [
+        ({"base": "999999999d"}, "retry base must be at most 100 years"),
+        ({"cap": 1e300}, "retry cap must be at most 100 years"),
+        ({"factor": float("nan")}, "factor must be a finite number, at least 1, not nan"),
+        ({"factor": float("inf")}, "factor must be a finite number"),
+        ({"factor": "2"}, "factor must be a finite number"),
+        ({"factor": 0.5}, "factor must be a finite number, at least 1"),
+        ({"jitter": float("nan")}, "jitter must be within 0..1, not nan"),
+        ({"jitter": 2}, "jitter must be within 0..1"),
+    ],
+)
+def test_a_retry_policy_is_checked_when_it_is_made(settings: dict[str, Any], says: str) -> None:
+    with pytest.raises(errors.InvalidArgument, match=re.escape(says)):
+        RetryPolicy(**settings)
+
+
+def test_a_retry_delay_stays_within_its_cap_however_steep_the_backoff() -> None:
+    """base * factor ** (n - 1) overflows a float long before the attempts run out (a run may
+    have 10,000): the delay is the cap then, not an OverflowError in the worker."""
+    steep = RetryPolicy(backoff="exponential", base=1, factor=1e6, cap="1h", jitter=0.5)
+    assert [steep.delay(n, rand=lambda: 1.0) for n in (1, 2, 100, 10_000)] == [
+        1.5,
+        5400.0,
+        5400.0,
+        5400.0,
+    ]
+    longest = RetryPolicy(backoff="quadratic", base="36600d", cap="36600d", jitter=1)
+    assert longest.delay(10_000, rand=lambda: 1.0) == 2 * durations.MAX_SECONDS

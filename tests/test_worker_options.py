@@ -47,6 +47,8 @@ def test_options_given_whole_and_keywords_over_them() -> None:
         ({"concurrency": 0}, "concurrency must be a positive integer"),
         ({"concurrency": True}, "concurrency must be a positive integer"),
         ({"poll_interval": "soon"}, "cannot read poll_interval 'soon'"),
+        ({"lease_duration": "999999999d"}, "lease_duration must be at most 100 years"),
+        ({"shutdown_grace": 1e300}, "shutdown_grace must be at most 100 years"),
         ({"type_prefixes": ["Billing"]}, "invalid type prefix 'Billing'"),
         ({"services": [object()]}, "a service needs a name and an async run"),
     ],

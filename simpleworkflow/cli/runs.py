@@ -7,7 +7,7 @@ import argparse
 from datetime import datetime
 from typing import Any
 
-from simpleworkflow import errors, models, names
+from simpleworkflow import durations, models, names
 from simpleworkflow.cli import _common, _output, start
 
 
@@ -199,17 +199,7 @@ def _run_id(args: argparse.Namespace) -> str:
 
 
 def _moment(flag: str, text: str | None) -> datetime | None:
-    if text is None:
-        return None
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        moment = None
-    if moment is None or moment.tzinfo is None:
-        raise errors.InvalidArgument(
-            f"{flag} must be a time with its offset, like 2030-01-31T09:00:00Z, not {text!r}"
-        )
-    return moment
+    return None if text is None else durations.parse_time(text, what=flag)
 
 
 def list_runs(args: argparse.Namespace) -> int:

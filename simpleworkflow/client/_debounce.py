@@ -45,11 +45,10 @@ class Checked(NamedTuple):
         }
 
 
-def check(
-    value: object, options: Mapping[str, Any], *, max_key: int, max_seconds: float
-) -> Checked | None:
+def check(value: object, options: Mapping[str, Any], *, max_key: int) -> Checked | None:
     """The ``debounce`` option in seconds, or ``None`` when it is not given; refuses the
-    options that cannot go with it. The bounds are an idempotency key's and a delay's."""
+    options that cannot go with it. The key's bound is an idempotency key's; the
+    durations', every duration's (``durations.MAX_SECONDS``)."""
     if value is None:
         return None
     key, window, max_wait = _parts(value)
@@ -61,10 +60,10 @@ def check(
             f"a debounce key must be a non-empty string of at most {max_key} "
             f"characters without NUL characters or lone surrogates, not {key!r:.80}"
         )
-    seconds = _positive(window, "debounce window", max_seconds)
+    seconds = _positive(window, "debounce window")
     if max_wait is None:
         return Checked(key, seconds, None)
-    cap = _positive(max_wait, "debounce max_wait", max_seconds)
+    cap = _positive(max_wait, "debounce max_wait")
     if cap < seconds:
         raise errors.InvalidArgument(
             f"debounce max_wait ({cap:g}s) must be at least the window ({seconds:g}s)"
@@ -96,10 +95,10 @@ def _parts(value: object) -> tuple[object, object, object]:
     )
 
 
-def _positive(value: object, what: str, max_seconds: float) -> float:
+def _positive(value: object, what: str) -> float:
     seconds = durations.to_seconds(value, what=what)  # type: ignore[arg-type]
-    if seconds <= 0 or seconds > max_seconds:
+    if seconds <= 0:
         raise errors.InvalidArgument(
-            f"{what} must be more than 0 and at most 100 years, not {seconds:g} seconds"
+            f"{what} must be more than 0 and {durations.DURATION_RANGE}, not {value!r:.60}"
         )
     return seconds

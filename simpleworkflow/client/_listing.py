@@ -9,9 +9,8 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from simpleworkflow import errors, names, payloads
+from simpleworkflow import durations, errors, names, payloads
 from simpleworkflow.backends.records import RunQuery
-from simpleworkflow.client._options import check_time
 from simpleworkflow.models import WAITING_STATES, Run, RunPage, RunStatus
 
 MAX_PAGE = 1000
@@ -36,8 +35,8 @@ def list_query(
         statuses=tuple(s for s in states if s not in WAITING_STATES),
         waits=waits,
         retrying="retry" in waits,
-        created_after=check_time("created_after", created_after),
-        created_before=check_time("created_before", created_before),
+        created_after=_time("created_after", created_after),
+        created_before=_time("created_before", created_before),
         payload_contains=(
             None
             if payload_contains is None
@@ -55,6 +54,10 @@ def page(runs: list[Run], query: RunQuery) -> RunPage:
         return RunPage(runs=runs, next_cursor=None)
     runs = runs[: query.limit - 1]
     return RunPage(runs=runs, next_cursor=_encode_cursor(runs[-1]))
+
+
+def _time(what: str, value: datetime | None) -> datetime | None:
+    return None if value is None else durations.check_time(value, what=what)
 
 
 def _check_status(status: object) -> str:
@@ -77,7 +80,8 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         created_at, run_id = json.loads(raw)
-        return datetime.fromisoformat(created_at), names.normalize_run_id(run_id)
+        moment = durations.parse_time(created_at, what="the cursor's time")
+        return moment, names.normalize_run_id(run_id)
     except (ValueError, TypeError, binascii.Error, errors.RunNotFound):
         raise errors.InvalidArgument(
             f"invalid cursor {cursor!r:.60}: pass the next_cursor of a previous page unchanged"

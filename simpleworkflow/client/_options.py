@@ -19,9 +19,8 @@ from simpleworkflow.backends.records import NewRun
 from simpleworkflow.client import _debounce
 
 MAX_KEY_LENGTH = names.MAX_KEY_LENGTH
-# Far enough for any schedule, near enough that now + delay stays a valid timestamp in
-# every store (SQLite's date functions stop at year 9999).
-MAX_DELAY_SECONDS = 100 * 366 * 86400
+#: The longest delay (and deadline, debounce window...): see ``durations.MAX_SECONDS``.
+MAX_DELAY_SECONDS = durations.MAX_SECONDS
 
 
 class StartOptions(TypedDict, total=False):
@@ -78,23 +77,21 @@ def new_run(
     max_attempts = options.get("max_attempts")
     if run_at is not None and delay is not None:
         raise errors.InvalidArgument("give either run_at or delay, not both")
-    if run_at is not None and (not isinstance(run_at, datetime) or run_at.tzinfo is None):
-        raise errors.InvalidArgument(
-            "run_at must be a timezone-aware datetime, e.g. datetime.now(timezone.utc)"
-        )
-    debounce = _debounce.check(
-        options.get("debounce"), options, max_key=MAX_KEY_LENGTH, max_seconds=MAX_DELAY_SECONDS
-    )
+    debounce = _debounce.check(options.get("debounce"), options, max_key=MAX_KEY_LENGTH)
     return NewRun(
         type=names.validate_type(type),
         payload=payloads.encode({} if payload is None else payload, max_bytes=max_payload_bytes),
         idempotency_key=_check_key(options.get("idempotency_key")),
         priority=names.check_priority(options.get("priority", 100)),
-        run_at=run_at,
-        delay=_check_delay(delay),
+        run_at=None if run_at is None else durations.check_time(run_at, what="run_at"),
+        delay=0.0 if delay is None else durations.to_seconds(delay, what="delay"),
         max_attempts=names.check_max_attempts(max_attempts),
         parent_id=parent_id,
-        deadline=check_time("deadline", deadline) if isinstance(deadline, datetime) else None,
+        deadline=(
+            durations.check_time(deadline, what="deadline")
+            if isinstance(deadline, datetime)
+            else None
+        ),
         deadline_in=(
             None
             if deadline is None or isinstance(deadline, datetime)
@@ -145,21 +142,6 @@ def new_runs(
                 trace_context=trace_context,
             ),
         )
-
-
-def check_time(what: str, value: datetime | None) -> datetime | None:
-    if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
-        raise errors.InvalidArgument(f"{what} must be a timezone-aware datetime")
-    return value
-
-
-def _check_delay(delay: durations.Duration | None) -> float:
-    seconds = 0.0 if delay is None else durations.to_seconds(delay, what="delay")
-    if seconds > MAX_DELAY_SECONDS:
-        raise errors.InvalidArgument(
-            f"delay must be at most 100 years ({MAX_DELAY_SECONDS} seconds), not {seconds}"
-        )
-    return seconds
 
 
 def _check_key(key: object, what: str = "idempotency_key") -> str | None:

@@ -11,7 +11,7 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from simpleworkflow import errors
+from simpleworkflow import durations, errors
 from simpleworkflow.admin import STATES
 from simpleworkflow.dashboard import views
 from simpleworkflow.dashboard.site import Site
@@ -174,15 +174,7 @@ async def run_context(site: Site, request: Request, run_id: str, **extra: Any) -
 def _moment(what: str, text: str) -> datetime | None:
     """A time from the filter form: ISO 8601, UTC when it names no offset (the form's
     ``datetime-local`` input gives none)."""
-    if not text:
-        return None
-    try:
-        found = datetime.fromisoformat(text)
-    except ValueError:
-        raise errors.InvalidArgument(
-            f"{what} must be a time like 2030-01-31T09:00 (UTC) or with an offset, not {text!r:.80}"
-        ) from None
-    return found if found.tzinfo is not None else found.replace(tzinfo=UTC)
+    return durations.parse_time(text, what=what, naive_utc=True) if text else None
 
 
 def _payload(text: str) -> Any:

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Body, Path, Query
 from starlette.responses import Response
 
-from simpleworkflow import errors
+from simpleworkflow import durations
 from simpleworkflow.server import bodies, routing
 from simpleworkflow.server.auth import Auth
 from simpleworkflow.server.problems import responses
@@ -262,19 +262,8 @@ def _add_actions(api: APIRouter, source: ClientSource, writer: list[Any]) -> Non
 
 
 def _moment(what: str, text: str | None) -> datetime | None:
-    """A query's time: ISO 8601 with its offset, as ``Client.list`` needs it."""
-    if text is None:
-        return None
-    try:
-        moment: datetime | None = datetime.fromisoformat(text)
-    except ValueError:
-        moment = None
-    if moment is None or moment.tzinfo is None:
-        raise errors.InvalidArgument(
-            f"{what} must be an ISO 8601 time with its offset, like 2030-01-31T09:00:00Z, "
-            f"not {text!r:.80}"
-        )
-    return moment
+    """A query's time: ISO 8601 with its offset, in the range ``Client.list`` takes."""
+    return None if text is None else durations.parse_time(text, what=what)
 
 
 def _pattern(text: str | None) -> Any:

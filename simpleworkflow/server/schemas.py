@@ -56,7 +56,8 @@ class DebounceIn(_Request):
         examples=["user:42"],
     )
     window: Duration = Field(
-        description="the run is due this long after the last start (seconds, '30s')",
+        description="the run is due this long after the last start (seconds, '30s'); "
+        + durations.DURATION_RANGE,
         examples=["30s"],
     )
     max_wait: Duration | None = Field(
@@ -88,10 +89,13 @@ class StartRun(_Request):
         default=None, ge=-_INT4, le=_INT4, description="lower runs earlier (100)"
     )
     delay: Duration | None = Field(
-        default=None, description="not before this long from now: seconds, or '30s', '5m'"
+        default=None,
+        description="not before this long from now: seconds, or '30s', '5m'; "
+        + durations.DURATION_RANGE,
     )
     run_at: AwareDatetime | None = Field(
-        default=None, description="not before this time (ISO 8601 with an offset)"
+        default=None,
+        description=f"not before this time (ISO 8601 with an offset), {durations.TIME_RANGE}",
     )
     max_attempts: StrictInt | None = Field(
         default=None, ge=1, le=10_000, description="attempts before the run fails (3)"
@@ -99,7 +103,8 @@ class StartRun(_Request):
     deadline: Duration | None = Field(
         default=None,
         description="fail the run if it has not finished by then: a duration from now "
-        "(seconds, '1h', '3d') or an ISO 8601 time with its offset",
+        f"(seconds, '1h', '3d'; {durations.DURATION_RANGE}) or an ISO 8601 time with its offset, "
+        f"{durations.TIME_RANGE}",
         examples=["3d", "2030-01-31T09:00:00Z"],
     )
     retention: Duration | None = Field(
