@@ -6,10 +6,11 @@ In an ``async def`` body every durable call is awaited (``await ctx.step(...)``)
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import random as _random
 import uuid as _uuid
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -119,7 +120,8 @@ class Context:
         raised in the body, and fails the run unless the body handles it.
         """
         state = self._state
-        unique = state.durable.name(name)
+        with self._checking():
+            unique = state.durable.name(name)
         if state.async_body:
             return steps.run_async(state, unique, fn, args, kwargs, retry)
         return steps.run_sync(state, unique, fn, args, kwargs, retry)
@@ -145,7 +147,8 @@ class Context:
         back; a replay returns the journaled result without calling ``fn``.
         """
         state = self._state
-        unique = state.durable.name(name)
+        with self._checking():
+            unique = state.durable.name(name)
         if state.async_body:
             return transactional.run_async(state, unique, fn, args, kwargs, retry)
         return transactional.run_sync(state, unique, fn, args, kwargs, retry)
@@ -154,14 +157,16 @@ class Context:
         """Sleep durably: the run gives its slot back and resumes on any worker afterwards.
 
         The wake-up time is journaled, so a replay waits for the same moment."""
-        names.validate_step_name(name)
-        seconds = durations.to_seconds(duration, what="sleep duration")
+        with self._checking():
+            names.validate_step_name(name)
+            seconds = durations.to_seconds(duration, what="sleep duration")
         return self._durable_call(self._sleep(name, None, seconds))
 
     def sleep_until(self, name: str, when: datetime) -> Any:
         """Sleep durably until ``when`` (a timezone-aware datetime)."""
-        names.validate_step_name(name)
-        when = durations.check_time(when, what="sleep_until's time")
+        with self._checking():
+            names.validate_step_name(name)
+            when = durations.check_time(when, what="sleep_until's time")
         return self._durable_call(self._sleep(name, when, 0.0))
 
     async def _sleep(self, name: str, when: datetime | None, seconds: float) -> None:
@@ -197,8 +202,9 @@ class Context:
         key); other limits ignore it. A limit that does not exist raises
         :class:`~simpleworkflow.errors.InvalidArgument` in the body. See
         docs/flow-control.md."""
-        limit, key, step = throttle.check(limit, key, name)
-        unique = self._state.durable.name(step)
+        with self._checking():
+            limit, key, step = throttle.check(limit, key, name)
+            unique = self._state.durable.name(step)
         return self._durable_call(throttle.take(self._state, unique, limit, key))
 
     def wait_for_event(
@@ -214,10 +220,11 @@ class Context:
 
         Signals are stored, so one sent before the wait began is consumed too (the
         oldest matching one first)."""
-        names.validate_step_name(name)
-        names.validate_event(event)
-        match_text = None if match is None else payloads.encode(match, what="match")
-        seconds = None if timeout is None else durations.to_seconds(timeout, what="timeout")
+        with self._checking():
+            names.validate_step_name(name)
+            names.validate_event(event)
+            match_text = None if match is None else payloads.encode(match, what="match")
+            seconds = None if timeout is None else durations.to_seconds(timeout, what="timeout")
         return self._durable_call(self._wait(name, event, match, match_text, seconds))
 
     async def _wait(
@@ -264,11 +271,12 @@ class Context:
         max_attempts: int | None = None,
     ) -> Any:
         """Start a child run once (journaled), and return its id."""
-        names.validate_type(type)
-        step = names.validate_step_name(name or f"child:{type}")
-        text = payloads.encode({} if payload is None else payload)
-        priority = names.check_priority(priority)
-        max_attempts = names.check_max_attempts(max_attempts)
+        with self._checking():
+            names.validate_type(type)
+            step = names.validate_step_name(name or f"child:{type}")
+            text = payloads.encode({} if payload is None else payload)
+            priority = names.check_priority(priority)
+            max_attempts = names.check_max_attempts(max_attempts)
         return self._durable_call(self._start_child(step, type, text, priority, max_attempts))
 
     async def _start_child(
@@ -298,7 +306,8 @@ class Context:
         """Wait durably for a child run; return its result, or raise
         :class:`~simpleworkflow.errors.ChildFailed` if it failed or was cancelled."""
         child_id = names.normalize_run_id(child_id)
-        step = names.validate_step_name(name or f"child-result:{child_id}")
+        with self._checking():
+            step = names.validate_step_name(name or f"child-result:{child_id}")
         return self._durable_call(self._wait_child(step, child_id))
 
     async def _wait_child(self, name: str, child_id: str) -> Any:
@@ -312,9 +321,11 @@ class Context:
             if child.parent_id != self.run.id:
                 # Only a run's own children wake it when they finish: waiting for any
                 # other run would never end.
-                raise errors.InvalidArgument(
-                    f"run {child_id} is not a child of this run; wait_child waits only for "
-                    "runs started with ctx.start_child in this workflow"
+                raise durable.refuse(
+                    errors.InvalidArgument(
+                        f"run {child_id} is not a child of this run; wait_child waits only "
+                        "for runs started with ctx.start_child in this workflow"
+                    )
                 )
             if not child.is_terminal:
                 raise durable.suspend(
@@ -341,7 +352,8 @@ class Context:
 
     def now(self, name: str = "@now") -> Any:
         """The database's current time, recorded on first execution and replayed after."""
-        names.validate_step_name(name)
+        with self._checking():
+            names.validate_step_name(name)
         return self._durable_call(
             self._recorded(name, "now", lambda d: d.db_now().isoformat()),
             convert=datetime.fromisoformat,
@@ -349,12 +361,14 @@ class Context:
 
     def uuid(self, name: str = "@uuid") -> Any:
         """A random UUID (string), recorded on first execution and replayed after."""
-        names.validate_step_name(name)
+        with self._checking():
+            names.validate_step_name(name)
         return self._durable_call(self._recorded(name, "uuid", lambda d: str(_uuid.uuid4())))
 
     def random(self, name: str = "@random") -> Any:
         """A random float in [0, 1), recorded on first execution and replayed after."""
-        names.validate_step_name(name)
+        with self._checking():
+            names.validate_step_name(name)
         return self._durable_call(self._recorded(name, "random", lambda d: _random.random()))
 
     async def _recorded(self, name: str, kind: str, make: Callable[[Durable], Any]) -> Any:
@@ -377,10 +391,11 @@ class Context:
         came, and a timer ran out since): the winner is the one whose signal, timer, child
         or step came first by the database's clock. The winner is journaled, so a replay
         returns it again without running any branch. Async bodies only."""
-        if not branches:
-            raise errors.InvalidArgument("race needs at least one branch")
         durable = self._state.durable
-        unique = durable.name(name)
+        with self._checking():
+            if not branches:
+                raise errors.InvalidArgument("race needs at least one branch")
+            unique = durable.name(name)
         with durable.calling():
             entry = await durable.begin(unique, "race", self.is_cancelled())
             if entry is not None:
@@ -407,6 +422,16 @@ class Context:
             return index, value
 
     # -- plumbing --------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _checking(self) -> Iterator[None]:
+        """Around a durable call's checks of its arguments: a refusal is the code's own
+        mistake, which no retry can mend (see :meth:`Durable.refuse`)."""
+        try:
+            yield
+        except errors.InvalidInput as exc:
+            self._state.durable.refuse(exc)
+            raise
 
     def _durable_call(
         self, coro: Coroutine[Any, Any, T], convert: Callable[[Any], Any] | None = None

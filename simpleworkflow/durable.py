@@ -26,8 +26,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from simpleworkflow import errors, names, outage, payloads, races
 from simpleworkflow.backends.records import (
-    CANCELLED,
-    HELD,
     JournalEntry,
     Lease,
     NewRun,
@@ -36,6 +34,7 @@ from simpleworkflow.backends.records import (
     StepRecord,
     Suspension,
 )
+from simpleworkflow.holding import Holding
 from simpleworkflow.journal_writes import StepJournal
 from simpleworkflow.replay import Replay, answered
 
@@ -62,7 +61,6 @@ class Durable:
         self.lease = lease
         self.backend = backend
         self._steps = steps  # the worker's group commit of journal entries, if any
-        self._stop = stop  # asks the attempt to stop, with a reason (AttemptState.request_stop)
         self.replay: Replay | None = None
         self._loading: asyncio.Future[Replay] | None = None
         self._started = time.monotonic()
@@ -79,6 +77,8 @@ class Durable:
         self._fenced = False
         self._lease_ended = lease_ended
         self._outage = steps.unavailable if steps is not None else None
+        self.holding = Holding(lease, backend, steps, stop)
+        self._refused: list[errors.InvalidInput] = []
 
     @property
     def fenced(self) -> bool:
@@ -100,6 +100,16 @@ class Durable:
         unique = name if count == 1 else f"{name}#{count}"
         self._order[unique] = len(self._order)
         return unique
+
+    def refuse(self, exc: errors.InvalidInput) -> errors.InvalidInput:
+        """Note ``exc`` as a durable call's refusal of its arguments: the same code would
+        make the same call on every retry, so, uncaught, it fails the run at once."""
+        self._refused.append(exc)
+        return exc
+
+    def refused(self, exc: BaseException) -> bool:
+        """Whether ``exc`` (raised out of the body) is a refusal noted by :meth:`refuse`."""
+        return any(exc is refusal for refusal in self._refused)
 
     def record_names(self) -> set[str]:
         """Start collecting the names journaled from now on (for a race)."""
@@ -167,33 +177,10 @@ class Durable:
             raise errors.DeadlineExceeded(
                 f"the run's deadline ({deadline.isoformat()}) passed before step {name!r}"
             )
-        if not self.backend.has_notifications:
-            await self._check_held()
+        # A cancel committed since the worker last learned it holds the run stops the
+        # call here (see ``holding``).
+        await self.holding.confirm()
         return entry
-
-    async def _check_held(self) -> None:
-        """Stop here if the run was cancelled (or its lease lost) while the worker had not
-        heard of it yet.
-
-        Without notifications between processes (SQLite) a worker learns of a cancel from
-        another process only at its next look at its leases; reading the run's status
-        before each new step (a local read) means no step begins once ``cancel()`` has
-        returned. Postgres workers hear of a cancel by notification instead.
-        """
-        run_id = self.lease.run.id
-        lease = (run_id, self.lease.token)
-        if self._steps is not None and await self._steps.checks.record(lease):
-            return
-        states = await outage.until_available(  # alone, or to learn why it is not held
-            lambda: self.backend.execute_async(self.backend.lease_states([lease]), readonly=True)
-        )
-        state = states.get(run_id)
-        if state == HELD:
-            return
-        reason = "cancelled" if state == CANCELLED else "lease lost"
-        if self._stop is not None:
-            self._stop(reason)  # as the worker would at its next look
-        raise errors.Cancelled(reason)
 
     def calling(self) -> contextlib.AbstractContextManager[None]:
         """Around every durable call of an async body: the attempt settles only once none
@@ -236,6 +223,7 @@ class Durable:
         if text is None:
             text = self.encode(name, output)
         record = self.entry(name, kind, text, attempts, started_at, status, events)
+        began = time.monotonic()  # a fenced write that counts finds the lease held
         if self._steps is not None:
             recorded = await self._steps.record(record)
         else:
@@ -244,6 +232,7 @@ class Durable:
             )
         if not recorded:
             raise errors.LeaseLost(name)
+        self.holding.held_since(began)
         self.remember(record)
 
     def entry(
@@ -308,6 +297,7 @@ class Durable:
         Returns that output, or ``None`` when no such signal is stored."""
         replay = await self.load()
         record = self.entry(name, "wait", None, events=[])
+        began = time.monotonic()
         got = await self._once(
             name,
             lambda: self.backend.execute_async(self.backend.consume_signal(record, event, match)),
@@ -319,6 +309,7 @@ class Durable:
         held, payload, sent_at = got
         if not held:
             raise errors.LeaseLost(name)
+        self.holding.held_since(began)
         races.note(sent_at)  # a race is won by the signal sent first, not read first
         output = {"signal": payload}
         replay.remember(_entry(name, "wait", record.position, output))
@@ -329,6 +320,7 @@ class Durable:
         ``name`` in one fenced transaction; or learn when the next window opens."""
         text = self.encode(name, {"rate_limit": limit, "key": key})
         record = self.entry(name, "rate_limit", text, events=[])
+        began = time.monotonic()
         got = await self._once(
             name,
             lambda: self.backend.execute_async(self.backend.take_rate_token(record, limit, key)),
@@ -337,6 +329,7 @@ class Durable:
             return RateToken(True)
         if not got.held:
             raise errors.LeaseLost(name)
+        self.holding.held_since(began)
         if got.granted:
             self.remember(record)
         return got

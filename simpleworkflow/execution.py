@@ -60,7 +60,9 @@ async def _outcome(
     except Exception as exc:
         if durable.suspended:
             return await _suspended(state)  # a parallel branch suspended first
-        return failure(definition, lease, exc, state.worker_id)
+        # A durable call that refused its arguments would refuse them on every retry.
+        retryable = not durable.refused(exc)
+        return failure(definition, lease, exc, state.worker_id, retryable=retryable)
     if durable.suspended:
         # The body swallowed a suspension (gather(return_exceptions=True) ...): it has
         # not really finished, so it waits and replays like any other.

@@ -291,12 +291,28 @@ def unstorable(text: str) -> bool:
     return _UNSTORABLE.search(text) is not None
 
 
+def unstorable_part(text: str) -> str | None:
+    """What ``text`` holds that no store can hold, and where (the first such character),
+    e.g. ``"a lone surrogate (U+DC80) at position 3"``; ``None`` if nothing."""
+    found = _UNSTORABLE.search(text)
+    if found is None:
+        return None
+    char = found.group()
+    what = "a NUL character" if char == "\x00" else f"a lone surrogate (U+{ord(char):04X})"
+    return f"{what} at position {found.start()}"
+
+
 def validate_step_name(name: object) -> str:
     """Return ``name`` if it can name a durable call (a step, sleep, wait, child ...)."""
-    if not isinstance(name, str) or not name or len(name) > MAX_STEP_NAME or unstorable(name):
+    if not isinstance(name, str) or not name or len(name) > MAX_STEP_NAME:
+        size = f" ({len(name)} characters)" if isinstance(name, str) else ""
         raise errors.InvalidArgument(
-            f"step name must be 1 to {MAX_STEP_NAME} characters, without NUL characters or "
-            f"lone surrogates (which no store can hold), not {name!r:.80}"
+            f"step name must be text of 1 to {MAX_STEP_NAME} characters, not {name!r:.80}{size}"
+        )
+    if (part := unstorable_part(name)) is not None:
+        raise errors.InvalidArgument(
+            f"step name {name!r:.80} has {part}, which no store can hold; name steps "
+            "with plain text"
         )
     return name
 

@@ -20,6 +20,7 @@ from simpleworkflow import errors, execution
 from simpleworkflow.attempt_state import AttemptState
 from simpleworkflow.backends.records import JournalEntry, Lease, RunQuery
 from simpleworkflow.durable import Durable
+from simpleworkflow.holding import Holding
 from simpleworkflow.replay import answered
 
 if TYPE_CHECKING:
@@ -60,8 +61,16 @@ class _CheckingDurable(Durable):
     async def journal(self, name: str, kind: str, output: Any, **_: Any) -> None:
         raise _Frontier(name)
 
-    async def _check_held(self) -> None:
-        """A replay holds no lease and writes nothing: there is no lease to check."""
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.holding = _NoLease(self.lease, self.backend, None, None)
+
+
+class _NoLease(Holding):
+    """A replay holds no lease and writes nothing: there is no lease to check."""
+
+    def fresh(self) -> bool:
+        return True
 
 
 async def check_runs(

@@ -40,6 +40,9 @@ async def run_async(
         if entry is not None and answered(entry):
             return journaled(entry)
         attempt = attempt_of(entry)
+        if inspect.iscoroutinefunction(fn):  # else it begins on a thread: see beginning()
+            while not may_begin(state):  # no await from here to the function's call
+                await durable.holding.confirm()
         started_at = durable.db_now()
         began = notify_started(state, name, attempt)
         try:
@@ -49,7 +52,7 @@ async def run_async(
                         value = await fn(*args, **kwargs)
                 else:
                     value = await state.in_thread(
-                        enclosed(state, name, attempt, fn), *args, **kwargs
+                        beginning(state, enclosed(state, name, attempt, fn)), *args, **kwargs
                     )
             took = time.monotonic() - began
             races.note_now(durable.db_now)
@@ -83,6 +86,7 @@ def run_sync(
         if entry is not None and answered(entry):
             return journaled(entry)
         attempt = attempt_of(entry)
+        begin_on_thread(state)
         started_at = durable.db_now()
         began = notify_started(state, name, attempt)
         try:
@@ -179,6 +183,32 @@ def attempt_of(entry: JournalEntry | None) -> int:
     """The step's attempt about to run, from 1, counted across the run's attempts as the
     journal counts them (a ``RetryAfter`` does not use one up)."""
     return (entry.attempts if entry is not None else 0) + 1
+
+
+def may_begin(state: AttemptState) -> bool:
+    """Whether a step's function may be called now, right after this returns: the attempt
+    was not asked to stop, and knows recently enough that it holds the run (see
+    ``holding``). Raises :class:`~simpleworkflow.errors.Cancelled` when asked to stop."""
+    if state.is_cancelled():
+        raise errors.Cancelled(state.stop_reason or "stop requested")
+    return state.durable.holding.fresh()
+
+
+def begin_on_thread(state: AttemptState) -> None:
+    """Return when a step's function may be called on this thread (not the loop's)."""
+    while not may_begin(state):
+        state.bridge(state.durable.holding.confirm())
+
+
+def beginning(state: AttemptState, fn: Callable[..., T]) -> Callable[..., T]:
+    """``fn``, called on a thread of the step pool once it may begin there: the pool may
+    start it long after the loop checked."""
+
+    def call(*args: Any, **kwargs: Any) -> T:
+        begin_on_thread(state)
+        return fn(*args, **kwargs)
+
+    return call
 
 
 def enclosed(

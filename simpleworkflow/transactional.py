@@ -124,7 +124,10 @@ def _async_block(
     as a failure of the step, retried."""
     if not inspect.iscoroutinefunction(fn):
         return None
-    return state.durable.backend.transaction_async()
+    try:
+        return state.durable.backend.transaction_async()
+    except errors.InvalidInput as exc:  # the code's own shape: no retry can mend it
+        raise state.durable.refuse(exc) from None
 
 
 def _committed(
@@ -137,6 +140,10 @@ def _committed(
     """Call ``fn`` on a connection in a transaction, journal its output there, commit."""
     durable, backend = state.durable, state.durable.backend
     with backend.transaction() as conn:
+        while not steps.may_begin(state):
+            # Read in this transaction (a read of the store's own would wait for it).
+            began = time.monotonic()
+            durable.holding.judge(backend.execute_on(conn, durable.holding.read_op()), began, None)
         with state.observers.around_step(state.run, record.name, record.attempts):
             value = fn(conn, *args, **kwargs)
         record = dataclasses.replace(record, output=durable.encode(record.name, value))
@@ -156,6 +163,8 @@ async def _committed_async(
     """:func:`_committed` for an ``async def`` function, on the worker's loop."""
     durable, backend = state.durable, state.durable.backend
     async with block as conn:
+        while not steps.may_begin(state):
+            await durable.holding.confirm()
         with state.observers.around_step(state.run, record.name, record.attempts):
             value = await fn(conn, *args, **kwargs)
         record = dataclasses.replace(record, output=durable.encode(record.name, value))

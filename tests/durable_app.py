@@ -118,12 +118,29 @@ async def _begun(ctx: Context, k: int, pause: float) -> int:
     return k
 
 
+def _begun_in_thread(ctx: Context, k: int, pause: float) -> int:
+    LEDGER.write("step", ctx, step=f"m{k}", at=time.time())
+    if pause:
+        time.sleep(pause)
+    return k
+
+
 @app.workflow("durable.many.v1")
 async def many_steps(payload: dict[str, Any], ctx: Context) -> int:
     """``payload["steps"]`` short steps in a row, each noting in the ledger, with the time,
-    that it began; ``payload["pause"]`` seconds inside each (none by default)."""
+    that it began; ``payload["pause"]`` seconds inside each (none by default). With
+    ``payload["threads"]`` the steps are plain ``def`` functions, run in the step pool."""
+    step = _begun_in_thread if payload.get("threads") else _begun
     for k in range(payload["steps"]):
-        await ctx.step(f"m{k}", _begun, ctx, k, payload.get("pause", 0.0))
+        await ctx.step(f"m{k}", step, ctx, k, payload.get("pause", 0.0))
+    return int(payload["steps"])
+
+
+@app.workflow("durable.many.sync.v1")
+def many_steps_sync(payload: dict[str, Any], ctx: Context) -> int:
+    """:func:`many_steps` as a ``def`` body: its steps run on the handler's thread."""
+    for k in range(payload["steps"]):
+        ctx.step(f"m{k}", _begun_in_thread, ctx, k, payload.get("pause", 0.0))
     return int(payload["steps"])
 
 

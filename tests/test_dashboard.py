@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
@@ -315,6 +317,27 @@ def test_bulk_actions_say_how_many_runs_they_touch_and_touch_that_many(
     assert 'data-done="2" data-asked="3"' in done.text and "1 had changed" in done.text
     assert {client.get(i).status.value for i in failed} == {"pending"}
     assert "No run matching" in dash.get("/bulk/retry", params={"type": "mail."}).text
+
+
+def test_a_bulk_cancel_of_leased_runs_cancels_them_together(
+    store: Store, dash: Dash, client: Client
+) -> None:
+    """Each cancel of a leased run returns 0.2 s after its commit (no step begins after
+    it); one after the other, 32 would take 6.4 s."""
+    leased = [client.start(TYPE, {"n": n}).id for n in range(32)]
+    for run_id in leased:
+        store.sql(
+            "update workflow_run set status = 'leased', leased_by = 'w', lease_token = ?, "
+            "lease_until = '2999-01-01 00:00:00' where id = ?",
+            str(uuid.uuid4()),
+            run_id,
+        )
+    began = time.monotonic()
+    done = dash.post("/bulk/cancel", data={"csrf_token": dash.csrf(), "run_id": leased})
+    took = time.monotonic() - began
+    assert 'data-done="32" data-asked="32"' in done.text
+    assert {client.get(i).status.value for i in leased} == {"cancelled"}
+    assert took < 3.2, f"the bulk cancel took {took:.1f} s"
 
 
 # -- auth ---------------------------------------------------------------------------

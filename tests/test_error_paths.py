@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -278,3 +278,63 @@ def test_a_child_started_with_an_option_no_start_takes_is_refused_at_the_call(
     assert named in run.result
     assert store.count() == 1
     assert store.count("workflow_step") == 0
+
+
+# -- a durable call's refusal fails the run in one attempt ------------------------------
+
+#: Each durable call made with arguments it refuses (``other``: a run that is not a child
+#: of the caller), and what its message says.
+REFUSALS: dict[str, tuple[Callable[[Context, str], Any], str]] = {
+    "step-nul": (
+        lambda ctx, other: ctx.step("pay\x00ment", lambda: None),
+        "step name 'pay\\x00ment' has a NUL character at position 3",
+    ),
+    "step-surrogate": (
+        lambda ctx, other: ctx.step("pay\udc80ment", lambda: None),
+        "step name 'pay\\udc80ment' has a lone surrogate (U+DC80) at position 3",
+    ),
+    "sleep-duration": (lambda ctx, other: ctx.sleep("nap", "soon"), "sleep duration"),
+    "wait_for_event-match": (
+        lambda ctx, other: ctx.wait_for_event("reply", event="reply", match={"n": float("nan")}),
+        'match["n"] is NaN',
+    ),
+    "wait_child-not-a-child": (
+        lambda ctx, other: ctx.wait_child(other),
+        "is not a child of this run",
+    ),
+}
+
+
+@pytest.mark.parametrize("body_kind", ["async", "def"])
+@pytest.mark.parametrize("refusal", sorted(REFUSALS))
+def test_a_durable_call_that_refuses_its_arguments_fails_the_run_in_one_attempt(
+    app: App, client: Client, refusal: str, body_kind: str
+) -> None:
+    """A programming error: every retry would make the same call. The run fails after its
+    one attempt (of 3), not retried, with the refusal's message."""
+    call, message = REFUSALS[refusal]
+    if body_kind == "async":
+
+        @app.workflow("test.errors.refused.v1")
+        async def body(payload: Any, ctx: Context) -> None:
+            await call(ctx, payload["other"])
+
+    else:
+
+        @app.workflow("test.errors.refused.v1")
+        def sync_body(payload: Any, ctx: Context) -> None:
+            call(ctx, payload["other"])
+
+    other = client.start("idle.other.v1").id  # no worker here takes this type
+    run_id = client.start("test.errors.refused.v1", {"other": other}).id
+    with working(app):
+        run = finished(client, run_id)
+    assert (run.status, run.attempt, run.max_attempts) == (RunStatus.FAILED, 1, 3)
+    assert message in (run.last_error or ""), run.last_error
+    trail = kinds(client.events(run_id))
+    assert "retried" not in trail, trail
+    [failed] = [e for e in client.events(run_id) if e.event_type == "failed"]
+    assert failed.data["retryable"] is False
+    assert failed.data["error"]["type"].rsplit(".", 1)[-1] in ("InvalidArgument", "InvalidPayload")
+    assert message in failed.data["error"]["message"]
+    assert_never_left_to_its_lease(client, run_id)

@@ -9,6 +9,8 @@ holds only steps whose completion was recorded before the cancel.
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import contextlib
 import random
 import signal
@@ -16,6 +18,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import Store, every_store
@@ -25,6 +28,7 @@ from worker_app import Ledger, wait_until
 from simpleworkflow import Client, RunStatus
 
 MANY = "durable.many.v1"
+MANY_SYNC = "durable.many.sync.v1"
 GATED = "durable.gated.v1"
 TERMINAL = {"succeeded", "failed", "cancelled"}
 
@@ -35,16 +39,20 @@ def workers(store: Store, ledger: Ledger, tmp_path: Path) -> Iterator[Workers]:
         yield started
 
 
-def steps_begun(ledger: Ledger, run_id: str) -> int:
-    return len(ledger.entries("step", run=run_id))
+def begun_by_run(ledger: Ledger) -> dict[str, list[dict[str, Any]]]:
+    """The ledger's step lines by run, read once (it grows long)."""
+    lines: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+    for line in ledger.entries("step"):
+        lines[line["run"]].append(line)
+    return lines
 
 
 def wait_begun(ledger: Ledger, run_ids: list[str], count: int, log: str = "") -> None:
-    wait_until(
-        lambda: all(steps_begun(ledger, run_id) >= count for run_id in run_ids),
-        30,
-        lambda: f"steps begun: {[steps_begun(ledger, r) for r in run_ids]}\n{log}",
-    )
+    def counts() -> list[int]:
+        begun = begun_by_run(ledger)
+        return [len(begun[run_id]) for run_id in run_ids]
+
+    wait_until(lambda: min(counts()) >= count, 30, lambda: f"steps begun: {counts()}\n{log}")
 
 
 def wait_finished(client: Client, run_ids: list[str], timeout: float = 60) -> None:
@@ -70,20 +78,47 @@ def assert_fenced(client: Client, run_id: str) -> None:
     assert journaled <= before_cancel, f"run {run_id}: journaled after the cancel"
 
 
+def cancel_all(client: Client, run_ids: list[str], seed: int) -> dict[str, float]:
+    """Cancel every run, four at a time from threads of this process, each after a pause
+    that lands it anywhere in a step's few milliseconds; the wall time each ``cancel()``
+    returned."""
+    rng = random.Random(seed)
+    pauses = {run_id: rng.uniform(0, 0.05) for run_id in run_ids}
+
+    def cancel(run_id: str) -> tuple[str, float]:
+        time.sleep(pauses[run_id])
+        assert client.cancel(run_id)
+        return run_id, time.time()
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        return dict(pool.map(cancel, rng.sample(run_ids, len(run_ids))))
+
+
 def test_cancels_racing_steps_leave_nothing_after_the_cancel(
     store: Store, client: Client, workers: Workers, ledger: Ledger
 ) -> None:
+    """No step begins once its run's ``cancel()`` has returned, whichever thread the step
+    runs on (the loop, the step pool, a ``def`` body's), and nothing is written after the
+    cancel. Each step notes in the ledger the wall time it began."""
     worker = workers.start("w-1")
-    run_ids = [client.start(MANY, {"steps": 2000}).id for _ in range(8)]
-    wait_begun(ledger, run_ids, 3, worker.log())
-    rng = random.Random(7)
-    for run_id in run_ids:
-        time.sleep(rng.uniform(0, 0.02))  # lands anywhere in a step's few milliseconds
-        assert client.cancel(run_id)
-    wait_finished(client, run_ids)
-    for run_id in run_ids:
+    payloads = [
+        (MANY, {"steps": 2000}),
+        (MANY, {"steps": 2000, "threads": True}),
+        (MANY_SYNC, {"steps": 2000}),
+    ]
+    returned: dict[str, float] = {}
+    for turn in range(2):
+        run_ids = [client.start(kind, payload).id for kind, payload in payloads * 8]
+        wait_begun(ledger, run_ids, 3, worker.log())
+        returned.update(cancel_all(client, run_ids, seed=turn))
+    wait_finished(client, list(returned))
+    late = []
+    begun = begun_by_run(ledger)
+    for run_id, at in returned.items():
         assert client.get(run_id).status is RunStatus.CANCELLED
         assert_fenced(client, run_id)
+        late += [round(e["at"] - at, 4) for e in begun[run_id] if e["at"] >= at]
+    assert not late, f"steps began after their run's cancel returned, seconds after: {late}"
 
 
 @dataclass
@@ -157,14 +192,12 @@ def test_no_step_begins_once_cancel_has_returned(
     store: Store, client: Client, workers: Workers, ledger: Ledger, tmp_path: Path
 ) -> None:
     """Runs wait between two steps (outside any step) for a gate the test opens right
-    after ``cancel()`` returned; no second step may begin.
+    after ``cancel()`` returned; no second step may begin, and nothing is journaled after
+    the cancel.
 
-    On SQLite the worker learns of another process's cancel only at its next look at its
-    leases (every half second), so it now reads the run's status before each step. On
-    Postgres the cancel's notification reaches the worker a moment after the commit; the
-    gate opens a moment after that, so the second step is not expected to begin there
-    either, though Postgres promises only the notification. Either way nothing is
-    journaled after the cancel.
+    The worker last learned that it holds each run long before the gate opens (on SQLite
+    it hears of another process's cancel only by reading the run), so it must read the
+    run again before the second step, and finds it cancelled.
     """
     worker = workers.start("w-1")
     gate = tmp_path / "gate"

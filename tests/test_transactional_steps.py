@@ -209,11 +209,12 @@ def test_an_async_function_on_sqlite_is_refused_clearly(
     async def body(payload: Any, ctx: Context) -> Any:
         await ctx.transaction("awaited", awaited)
 
-    run_id = client.start("test.tx.sqlite.async.v1", max_attempts=1).id
+    run_id = client.start("test.tx.sqlite.async.v1").id
     with working(app):
         run = wait_terminal(client, run_id)
 
-    assert run.status is RunStatus.FAILED
+    # The code's shape, which no retry can mend: one attempt of 3.
+    assert (run.status, run.attempt, run.max_attempts) == (RunStatus.FAILED, 1, 3)
     assert "SQLite has no asynchronous connection" in (run.last_error or "")
     assert journal(store, run_id) == []
 

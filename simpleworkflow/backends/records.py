@@ -19,6 +19,23 @@ Rows = list[dict[str, Any]]
 #: What a worker learns about a lease it holds.
 HELD, CANCELLED, LOST = "held", "cancelled", "lost"
 
+#: How long a worker's knowledge that it holds a run stays good enough to begin a step
+#: on, and how long a cancel of a leased run waits after its commit before it returns.
+#: The worker notes the time before each read or fenced write that found the run held; a
+#: cancel that it missed committed after that time, so it returns at least this long
+#: after it, and a step begins only within this long of it: no step begins once
+#: ``cancel()`` has returned (see ``holding``).
+HOLD_FRESH_FOR = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class CancelledRuns:
+    """What a cancel did: the ids it cancelled (the run's own first when it was), and
+    whether one of them was leased, so that a worker may be about to begin a step."""
+
+    ids: list[str]
+    leased: bool
+
 
 @dataclass(frozen=True, slots=True)
 class Statement:

@@ -13,6 +13,7 @@ from simpleworkflow import errors, names
 from simpleworkflow.backends.core import StoreCore
 from simpleworkflow.backends.records import (
     ATOMIC,
+    CancelledRuns,
     NewRun,
     Op,
     Rows,
@@ -143,11 +144,11 @@ class RunOps(StoreCore):
         )
         return [self.run_from_row(row) for row in rows]
 
-    def cancel_run(self, run_id: str, reason: str | None) -> Op[list[str] | None]:
+    def cancel_run(self, run_id: str, reason: str | None) -> Op[CancelledRuns | None]:
         """Cancel a pending or leased run and its unfinished descendants.
 
-        Returns the ids cancelled (empty: the run had already finished), or ``None`` when
-        there is no such run.
+        Returns the ids cancelled (none: the run had already finished) and whether one
+        was leased, or ``None`` when there is no such run.
         """
         data = json.dumps({"reason": reason} if reason else {})
         rows = yield self.stmt("cancel_run", id=run_id, data=data)
@@ -156,7 +157,7 @@ class RunOps(StoreCore):
             yield from self.then("cancel_run", id=run_id, ids=cancelled, data=data)
         if run_id not in cancelled and not (yield from self._exists(run_id)):
             return None
-        return cancelled
+        return CancelledRuns(cancelled, any(row["leased"] for row in rows))
 
     def delete_run(self, run_id: str) -> Op[bool | None]:
         """Soft-delete a run, with its ``deleted`` event. ``None``: no such run;

@@ -146,10 +146,16 @@ class Client(schema_check.Checked, Requests):
         return _listing.page(self._run(self.backend.list_runs(query), readonly=True), query)
 
     def cancel(self, run_id: str, *, reason: str | None = None, connection: Any = None) -> bool:
-        """Cancel a pending or leased run; ``False`` if it had already finished."""
+        """Cancel a pending or leased run; ``False`` if it had already finished.
+
+        No step of the run begins once this has returned: a leased run's cancel returns
+        0.2 s after its commit (see docs/durable.md#cancellation)."""
         run_id = names.normalize_run_id(run_id)
-        cancelled = self._call(self._cancel_op(run_id, reason), connection)
-        return self._cancelled(run_id, cancelled, connection is None)
+        committed = connection is None
+        op = self._cancel_op(run_id, reason)
+        cancelled = self._cancelled(run_id, self._call(op, connection), committed)
+        time.sleep(self._settle_for(cancelled, committed))
+        return run_id in cancelled.ids
 
     def signal(
         self, run_id: str, event: str, payload: Any = None, *, connection: Any = None
@@ -295,10 +301,16 @@ class AsyncClient(schema_check.AsyncChecked, Requests):
     async def cancel(
         self, run_id: str, *, reason: str | None = None, connection: Any = None
     ) -> bool:
-        """Cancel a pending or leased run; ``False`` if it had already finished."""
+        """Cancel a pending or leased run; ``False`` if it had already finished.
+
+        No step of the run begins once this has returned: a leased run's cancel returns
+        0.2 s after its commit (see docs/durable.md#cancellation)."""
         run_id = names.normalize_run_id(run_id)
-        cancelled = await self._call(self._cancel_op(run_id, reason), connection)
-        return self._cancelled(run_id, cancelled, connection is None)
+        committed = connection is None
+        op = self._cancel_op(run_id, reason)
+        cancelled = self._cancelled(run_id, await self._call(op, connection), committed)
+        await asyncio.sleep(self._settle_for(cancelled, committed))
+        return run_id in cancelled.ids
 
     async def signal(
         self, run_id: str, event: str, payload: Any = None, *, connection: Any = None

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from simpleworkflow import errors, names, observe, payloads, schema_check
 from simpleworkflow.backends import Backend, open_backend
-from simpleworkflow.backends.records import Op, SignalSent
+from simpleworkflow.backends.records import HOLD_FRESH_FOR, CancelledRuns, Op, SignalSent
 from simpleworkflow.client import _options, _topics
 from simpleworkflow.models import Published, Run
 
@@ -119,7 +119,7 @@ class Requests:
         self._started_many(published.runs, committed)
         return published
 
-    def _cancel_op(self, run_id: str, reason: str | None) -> Op[builtins.list[str] | None]:
+    def _cancel_op(self, run_id: str, reason: str | None) -> Op[CancelledRuns | None]:
         if reason is not None and (not isinstance(reason, str) or names.unstorable(reason)):
             raise errors.InvalidArgument(
                 "a cancel's reason must be text without NUL characters or lone surrogates, "
@@ -128,12 +128,20 @@ class Requests:
         return self.backend.cancel_run(names.normalize_run_id(run_id), reason)
 
     def _cancelled(
-        self, run_id: str, cancelled: builtins.list[str] | None, committed: bool = True
-    ) -> bool:
-        ids = self._found(run_id, cancelled)
-        for cancelled_id in ids if committed else ():
+        self, run_id: str, cancelled: CancelledRuns | None, committed: bool = True
+    ) -> CancelledRuns:
+        found = self._found(run_id, cancelled)
+        for cancelled_id in found.ids if committed else ():
             self.backend.notify_local("cancel", cancelled_id)
-        return run_id in ids
+        return found
+
+    def _settle_for(self, cancelled: CancelledRuns, committed: bool) -> float:
+        """How long a committed cancel waits before it returns: while a worker may still
+        begin a step of a leased run it cancelled on what it knew from before the commit
+        (see ``HOLD_FRESH_FOR``)."""
+        if not committed or not cancelled.leased:
+            return 0.0
+        return HOLD_FRESH_FOR
 
     def _signal_op(self, run_id: str, event: str, payload: Any) -> Op[SignalSent | str | None]:
         run_id = names.normalize_run_id(run_id)

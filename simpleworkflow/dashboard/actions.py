@@ -5,6 +5,7 @@ of the client or its ``admin`` facade per run."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -13,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from simpleworkflow import errors
+from simpleworkflow.client import AsyncClient
 from simpleworkflow.dashboard import sessions
 from simpleworkflow.dashboard.pages import RunFilter, run_context
 from simpleworkflow.dashboard.site import Site
@@ -22,6 +24,8 @@ from simpleworkflow.server.routing import parse_json
 
 #: The most runs one bulk action touches; the confirmation says when more match.
 BULK_LIMIT = 500
+#: How many cancels of a bulk action are under way at once.
+BULK_CANCELS_AT_ONCE = 16
 #: The most runs a confirmation reads to find those (it pages through the filter).
 BULK_SCAN = 10_000
 REASON = "cancelled from the dashboard"
@@ -100,17 +104,32 @@ def _add_bulk(acts: APIRouter, site: Site) -> None:
         ids = [str(one) for one in form.getlist("run_id")][:BULK_LIMIT]
         client = site.source.client
         done = 0
-        for run_id in ids:
+        if action == "cancel":
+            done = await _cancel_all(client, ids)
+        for run_id in ids if action == "retry" else ():
             try:
-                if action == "cancel":
-                    done += await client.cancel(run_id, reason=REASON)
-                else:
-                    await client.admin.retry(run_id)
-                    done += 1
+                await client.admin.retry(run_id)
+                done += 1
             except (errors.RunNotRetryable, errors.RunNotFound):
                 continue  # it changed since the confirmation: counted as skipped
         context = {"action": action, "asked": len(ids), "done": done}
         return site.render(request, session, "bulk_done.html", context)
+
+
+async def _cancel_all(client: AsyncClient, ids: list[str]) -> int:
+    """Cancel ``ids``, a few at a time; how many took effect. A cancel of a leased run
+    returns 0.2 s after its commit (no step begins after it): one after the other, 500
+    would take 100 s."""
+    gate = asyncio.Semaphore(BULK_CANCELS_AT_ONCE)
+
+    async def cancel(run_id: str) -> bool:
+        async with gate:
+            try:
+                return await client.cancel(run_id, reason=REASON)
+            except errors.RunNotFound:
+                return False  # it changed since the confirmation: counted as skipped
+
+    return sum(await asyncio.gather(*(cancel(run_id) for run_id in ids)))
 
 
 async def _eligible(site: Site, filters: RunFilter, action: str) -> tuple[list[Run], bool]:

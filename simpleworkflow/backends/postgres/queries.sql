@@ -151,7 +151,7 @@ with recursive tree (id) as (
     update {schema}workflow_run
     set status = 'cancelled', waiting_for = null, updated_at = now()
     where id in (select id from tree) and status in ('pending', 'leased')
-    returning id, parent_id
+    returning id, parent_id, lease_token is not null as leased
 ), cancelled_events as (
     insert into {schema}workflow_event (workflow_id, event_type, data)
     select id, 'cancelled',
@@ -171,7 +171,8 @@ with recursive tree (id) as (
       )
       and not exists (select 1 from cancelled x where x.id = p.id)
 )
-select id from cancelled order by id = %(id)s::uuid desc
+-- A run released by its worker has no lease token: one that has was leased.
+select id, leased from cancelled order by id = %(id)s::uuid desc
 
 -- name: delete_run
 with deleted as (

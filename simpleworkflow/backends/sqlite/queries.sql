@@ -158,7 +158,8 @@ where status in ('pending', 'leased')
       )
       select id from tree
   )
-returning id
+-- A run released by its worker has no lease token: one that has was leased.
+returning id, lease_token is not null as leased
 
 -- name: cancel_run_then_1_events
 -- A descendant's event names the parent it was cancelled through, as on Postgres.
