@@ -104,6 +104,8 @@ def encode(value: Any, *, what: str = "payload", max_bytes: int = DEFAULT_MAX_BY
         raise errors.InvalidPayload(f"{what} is nested too deeply (or contains a cycle)") from None
     _check_text(value, text, what)
     _check_depth(text, what)
+    if "e+" in text:
+        text = _FLOAT_WITH_EXPONENT.sub(_positional, text)
     size = len(text.encode())
     if size > max_bytes:
         raise errors.PayloadTooLarge(
@@ -111,6 +113,21 @@ def encode(value: Any, *, what: str = "payload", max_bytes: int = DEFAULT_MAX_BY
             "data elsewhere and pass a reference, or raise max_payload_bytes"
         )
     return text
+
+
+# Postgres jsonb keeps a number as a numeric, which forgets how it was written: the float
+# 1e+16 comes back as the int 10000000000000000 and 1e+300 as the int 10**300, another
+# value. Written out with its digits and a ".0", a float keeps its type and value in both
+# stores. Python writes a float with a positive exponent only from 1e16 up; strings are
+# matched whole so that their text is left alone.
+_FLOAT_WITH_EXPONENT = re.compile(r'"(?:[^"\\]|\\.)*"|(-?[0-9]+(?:\.[0-9]+)?e\+[0-9]+)')
+
+
+def _positional(match: re.Match[str]) -> str:
+    if match.group(1) is None:
+        return match.group(0)
+    digits = format(decimal.Decimal(match.group(1)), "f")
+    return digits if "." in digits else f"{digits}.0"
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")

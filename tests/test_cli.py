@@ -300,6 +300,9 @@ BAD_INPUT = {
     "payload not JSON": (["start", THUMBNAIL, "-p", "{oops"], "payload is not JSON"),
     "NUL in payload": (["start", THUMBNAIL, "-p", '{"a": "x\\u0000"}'], "NUL character"),
     "NaN payload": (["start", THUMBNAIL, "-p", '{"a": NaN}'], "NaN"),
+    # found by tests/test_properties_cli.py: a ValueError and its traceback
+    "5000-digit payload": (["start", THUMBNAIL, "-p", "9" * 5000], "4300 digits"),
+    "5000-digit filter": (["runs", "list", "--payload-contains", "9" * 5000], "4300 digits"),
     "missing payload file": (["start", THUMBNAIL, "-p", "@/nonexistent.json"], "cannot read"),
     "bad delay": (["start", THUMBNAIL, "--delay", "5 parsecs"], "cannot read delay"),
     "negative priority too big": (["start", THUMBNAIL, "--priority", "-9999999999"], "priority"),

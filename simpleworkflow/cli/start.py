@@ -162,6 +162,8 @@ def parse_payload(text: str) -> Any:
         ) from None
     except RecursionError:
         raise errors.InvalidPayload("payload is nested too deeply") from None
+    except ValueError as exc:  # an integer of more digits than Python reads (4300)
+        raise errors.InvalidPayload(f"payload is not JSON: {exc}") from None
 
 
 def _refuse_constant(name: str) -> Any:
