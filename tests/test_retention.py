@@ -623,20 +623,59 @@ def test_worker_processes_with_sweep_take_turns_through_the_lease(
 
 
 def test_worker_options_for_the_sweeper(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(retention.SWEEP_ENV)  # the suite turns the default off
+    assert WorkerOptions().sweep_every == retention.SWEEP_EVERY == 300.0  # on by default
     options = WorkerOptions(sweep_every="5m", default_retention="7d")
     assert (options.sweep_every, options.default_retention) == (300.0, 7 * DAY)
     assert options.policy() == retention.Policy(default=7 * DAY, ceiling=365 * DAY)
-    assert WorkerOptions().sweep_every is None
+    assert WorkerOptions(sweep=False).sweep_every is None
+    assert WorkerOptions(sweep=False, sweep_every="1m").sweep_every is None  # off wins
     with pytest.raises(errors.InvalidArgument, match="sweep_every must be at least one second"):
         WorkerOptions(sweep_every=0.5)
-    with pytest.raises(errors.InvalidArgument, match=r"give sweep_every .* too"):
-        WorkerOptions(default_retention="7d")
+    with pytest.raises(errors.InvalidArgument, match="sweep must be True or False"):
+        WorkerOptions(sweep="no")  # type: ignore[arg-type]
+    with pytest.raises(errors.InvalidArgument, match=r"default_retention .* runs none"):
+        WorkerOptions(sweep=False, default_retention="7d")
     with pytest.raises(errors.InvalidArgument, match="default_retention must be at most"):
         WorkerOptions(sweep_every=60, default_retention="400d")
+    # The interval from the environment, read when the options are made.
+    for text, every in (("10m", 600.0), ("90", 90.0), (" 1h ", 3600.0), ("off", None), ("0", None)):
+        monkeypatch.setenv(retention.SWEEP_ENV, text)
+        assert WorkerOptions().sweep_every == every, text
+    assert WorkerOptions(sweep_every="1m").sweep_every == 60.0  # given beats the environment
+    for bad in ("soon", "0.5", "-5m"):
+        monkeypatch.setenv(retention.SWEEP_ENV, bad)
+        with pytest.raises(errors.ConfigurationError, match=retention.SWEEP_ENV):
+            WorkerOptions()
+    assert WorkerOptions(sweep=False).sweep_every is None  # no sweeper, no reading of it
+    monkeypatch.delenv(retention.SWEEP_ENV)
     monkeypatch.setenv(retention.DEFAULT_ENV, "many")
     with pytest.raises(errors.ConfigurationError, match=retention.DEFAULT_ENV):
-        WorkerOptions(sweep_every=60)  # when the worker is made, not when it first sweeps
-    assert WorkerOptions().sweep_every is None  # no sweeper, no reading of its settings
+        WorkerOptions()  # when the worker is made, not when it first sweeps
+    assert WorkerOptions(sweep=False).sweep_every is None  # no sweeper, no reading of its settings
+
+
+def test_a_worker_sweeps_by_default_and_not_when_told_not_to(
+    store: Store, client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(retention.SWEEP_ENV)  # the suite turns the default off
+    app = App(store.url, schema=store.schema)
+    app.register(ORDER, lambda payload: "done")
+    expired_runs(store, client, 3, type_name=AUDIT)
+    kept = client.start(AUDIT)
+    finish(store, kept.id, ago=29 * DAY)
+    with poller_thread(app, sweep=False, poll_interval=0.1) as poller:
+        assert poller.options.sweep_every is None
+        ran = client.start(ORDER)
+        assert client.wait(ran.id, timeout=20).status is RunStatus.SUCCEEDED
+        time.sleep(0.5)
+    assert store.count() == 5 and lease_holder(store) is None  # nothing swept
+    with poller_thread(app, poll_interval=0.1) as poller:
+        assert poller.options.sweep_every == retention.SWEEP_EVERY
+        wait_until(lambda: store.count() == 2, 20, "the default sweeper never swept")
+        assert lease_holder(store) == poller.worker_id
+    assert left(store) == {kept.id, ran.id}
+    assert lease_holder(store) is None  # given back when the worker stopped
 
 
 # -- the command line ------------------------------------------------------------------------
@@ -730,14 +769,28 @@ def test_worker_command_line_options_for_the_sweeper(
         args = cli.build_parser().parse_args(["worker", "shop_cli:app", *argv])
         return worker_command.build_poller(worker_command.load_target(args.target), args).options
 
-    assert options().sweep_every is None
-    assert options("--sweep").sweep_every == worker_command.SWEEP_EVERY
+    monkeypatch.delenv(retention.SWEEP_ENV)  # the suite turns the default off
+    assert options().sweep_every == retention.SWEEP_EVERY  # on by default
+    assert options("--sweep").sweep_every == retention.SWEEP_EVERY  # the same, still accepted
+    assert options("--no-sweep").sweep_every is None
     assert options("--sweep-every", "5m").sweep_every == 300.0
     swept = options("--sweep", "--default-retention", "7d")
-    assert (swept.sweep_every, swept.default_retention) == (600.0, 7 * DAY)
+    assert (swept.sweep_every, swept.default_retention) == (300.0, 7 * DAY)
+    monkeypatch.setenv(retention.SWEEP_ENV, "1h")
+    assert options().sweep_every == 3600.0
+    for argv in (
+        ["--no-sweep", "--sweep-every", "5m"],
+        ["--no-sweep", "--default-retention", "7d"],
+    ):
+        code = cli.main(["worker", "shop_cli:app", *argv])
+        err = capsys.readouterr().err
+        assert code == 2 and "and --no-sweep runs none: give one or the other" in err, err
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["worker", "shop_cli:app", "--sweep", "--no-sweep"])
+    monkeypatch.setenv(retention.SWEEP_ENV, "off")
     code = cli.main(["worker", "shop_cli:app", "--default-retention", "7d"])
     err = capsys.readouterr().err
-    assert code == 2 and "is the sweeper's: give sweep_every (--sweep) too" in err
+    assert code == 2 and "is the sweeper's, and this worker runs none" in err, err
 
 
 # -- plans ------------------------------------------------------------------------------------
