@@ -21,6 +21,7 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 import psycopg
 import pytest
@@ -128,11 +129,73 @@ def test_the_runs_own_retention_beats_its_types_which_beats_the_default(
     report = admin.sweep()
     assert report.runs == {AUDIT: 2, ORDER: 1}
     assert left(store) == {ids[key] for key, goes in runs.items() if not goes}
-    # Back to the default: the audit run kept for its type's 10 days now goes.
+    # The type back to the default: its runs keep the 10 days they started with.
     admin.set_retention(AUDIT, None)
     assert [e.retention for e in admin.registry()] == [None]
-    assert admin.sweep(default_retention="5d").runs == {AUDIT: 1, ORDER: 1}
-    assert left(store) == {ids[(AUDIT, "20d", 11)], ids[(ORDER, "40d", 31)]}
+    assert admin.sweep(default_retention="5d").runs == {ORDER: 1}
+    assert left(store) == {ids[(AUDIT, "20d", 11)], ids[(AUDIT, None, 9)], ids[(ORDER, "40d", 31)]}
+
+
+def start_by(path: str, store: Store, client: Client) -> str:
+    """A run of AUDIT started without a retention of its own, by ``path``."""
+    if path == "start":
+        return client.start(AUDIT).id
+    if path == "start_many":
+        return client.start_many([(AUDIT, {})])[0].id
+    if path == "debounce":
+        return client.start(AUDIT, debounce={"key": str(uuid4()), "window": "1h"}).id
+    if path == "publish":
+        return client.publish("audits.made").runs[0].id
+    # another runtime's producer, in plain SQL
+    return str(store.sql("insert into workflow_run (type) values (?) returning id", AUDIT)[0][0])
+
+
+@pytest.mark.parametrize("path", ["start", "start_many", "debounce", "publish", "sql"])
+def test_a_run_keeps_the_retention_its_type_had_when_it_started(
+    store: Store, client: Client, admin: Admin, path: str
+) -> None:
+    admin.set_runtime(AUDIT, "python")
+    admin.subscribe("audits.*", AUDIT)
+    unset = start_by(path, store, client)  # the type has none: the default
+    admin.set_retention(AUDIT, "10d")
+    ten = start_by(path, store, client)
+    admin.set_retention(AUDIT, "2d")
+    two = start_by(path, store, client)
+    admin.set_retention(AUDIT, "30d")  # the type's retention now
+    assert [client.get(i).retention for i in (unset, ten, two)] == [
+        None,
+        timedelta(days=10),
+        timedelta(days=2),
+    ]
+    for run_id in (unset, ten, two):
+        finish(store, run_id, ago=5 * DAY)
+    # Each run by the retention it started with: neither sooner (unset and ten: 5 days
+    # are more than the type's 1 now) nor later (two: 5 days are less than the 30 the
+    # type had until now).
+    admin.set_retention(AUDIT, "1d")
+    assert admin.sweep(default_retention="7d").runs == {AUDIT: 1}
+    assert left(store) == {unset, ten}
+    finish(store, unset, ago=8 * DAY)  # past the default, whatever its type says
+    finish(store, ten, ago=11 * DAY)
+    assert admin.sweep(default_retention="7d").runs == {AUDIT: 2}
+    assert left(store) == set()
+
+
+def test_runs_from_before_the_retention_was_fixed_follow_their_type_as_before(
+    store: Store, client: Client, admin: Admin
+) -> None:
+    admin.set_runtime(AUDIT, "python")
+    old, new = client.start(AUDIT), client.start(AUDIT)
+    store.sql(  # as a run created before the migration is
+        "update workflow_run set retention_fixed = ? where id = ?",
+        False,
+        old.id,
+    )
+    for run in (old, new):
+        finish(store, run.id, ago=5 * DAY)
+    admin.set_retention(AUDIT, "2d")  # after both started
+    assert admin.sweep().runs == {AUDIT: 1}  # the old run follows its type, the new not
+    assert left(store) == {new.id}
 
 
 def test_the_retention_asked_at_start_is_stored_and_read_back(client: Client) -> None:
@@ -804,16 +867,19 @@ def test_the_postgres_sweep_reads_its_indexes_at_scale(store: Store, client: Cli
     client.admin.set_runtime(AUDIT, "python")
     client.admin.set_retention(AUDIT, "365d")
     old = "now() - interval '100 days'"
-    for type_name, status, own, count in (
-        (AUDIT, "succeeded", "null", 40_000),
-        (ORDER, "succeeded", "interval '300 days'", 20_000),
-        (ORDER, "failed", "null", 2_000),
-        (ORDER, "succeeded", "interval '7 days'", 1_000),
-        (ORDER, "pending", "null", 20_000),
+    for type_name, status, own, fixed, count in (
+        (AUDIT, "succeeded", "null", "true", 40_000),  # its type's 365 days, fixed
+        (AUDIT, "succeeded", "null", "false", 20_000),  # from before 0022: its type's now
+        (ORDER, "succeeded", "interval '300 days'", "true", 20_000),
+        (ORDER, "failed", "null", "true", 2_000),  # the default
+        (ORDER, "failed", "null", "false", 500),  # from before 0022: the default
+        (ORDER, "succeeded", "interval '7 days'", "true", 1_000),
+        (ORDER, "pending", "null", "true", 20_000),
     ):
         store.sql(
-            "insert into workflow_run (type, status, updated_at, created_at, retention) "
-            f"select '{type_name}', '{status}', {old}, {old}, {own} "
+            "insert into workflow_run "
+            "(type, status, updated_at, created_at, retention, retention_fixed) "
+            f"select '{type_name}', '{status}', {old}, {old}, {own}, {fixed} "
             f"from generate_series(1, {count})"
         )
     backend = store.backend()
@@ -829,6 +895,7 @@ def test_the_postgres_sweep_reads_its_indexes_at_scale(store: Store, client: Cli
     ranges = {  # each index read as a range of expired runs, one type (or retention) at a time
         "idx_workflow_run_expiry_by_type": "(type = k",
         "idx_workflow_run_expiry_own": "(retention = s",
+        "idx_workflow_run_expiry_default": "",
     }
     for name, plan in plans.items():
         for index, condition in ranges.items():
@@ -842,8 +909,8 @@ def test_the_postgres_sweep_reads_its_indexes_at_scale(store: Store, client: Cli
                 f"{name}:\n{plan}"
             )
         assert "Seq Scan on workflow_run" not in plan, f"{name}:\n{plan}"
-    assert client.admin.sweep(dry_run=True).runs == {ORDER: 3000}
-    assert client.admin.sweep().runs == {ORDER: 3000}
+    assert client.admin.sweep(dry_run=True).runs == {ORDER: 3500}
+    assert client.admin.sweep().runs == {ORDER: 3500}
 
 
 def test_the_sqlite_sweep_reads_no_run_outside_its_index_ranges(
@@ -852,6 +919,8 @@ def test_the_sqlite_sweep_reads_no_run_outside_its_index_ranges(
     if store.kind != "sqlite":
         pytest.skip("a SQLite plan")
     expired_runs(store, client, 2000)
+    # half of them as created before 0017 (they follow their type's retention as it is)
+    store.sql("update workflow_run set retention_fixed = 0 where rowid % 2 = 0")
     client.start_many([{"type": AUDIT, "retention": "1d"}] * 100)
     backend = store.backend()
     lite = sqlite3.connect(config.sqlite_path(store.url))
@@ -866,6 +935,7 @@ def test_the_sqlite_sweep_reads_no_run_outside_its_index_ranges(
                 assert not [s for s in plan if re.match(r"SCAN (workflow_run|r)\b", s)], plan
                 assert any("idx_workflow_run_expiry_by_type (type=?" in s for s in plan), plan
                 assert any("idx_workflow_run_expiry_own (retention=?" in s for s in plan), plan
+                assert any("idx_workflow_run_expiry_default (updated_at<?" in s for s in plan), plan
     finally:
         lite.close()
         backend.close()
