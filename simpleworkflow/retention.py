@@ -1,8 +1,9 @@
 """How long finished runs are kept, and the sweep that deletes them afterwards.
 
 A run's retention is counted from when it finished (``updated_at`` of its terminal row).
-It is the run's own, chosen at start (``retention="90d"``), else its type's, set in the
-registry (``admin.set_retention``), else the sweeper's default: 30 days, or
+It is fixed when the run is created (the store writes it, for plain SQL inserts too): the
+run's own, chosen at start (``retention="90d"``), else its type's of that moment, set in
+the registry (``admin.set_retention``); without either, the sweeper's default: 30 days, or
 ``SIMPLEWORKFLOW_RETENTION_DAYS``. The operator's ceiling,
 ``SIMPLEWORKFLOW_MAX_RETENTION_DAYS`` (365 days unless set), bounds all three: a longer
 retention is refused where it is asked for (at start, in the registry, as a default), and

@@ -140,13 +140,15 @@ create function {schema}workflow_run_notify_insert() returns trigger
 language plpgsql as $$
 begin
     -- the type's retention, fixed on runs written without one (0022); the library's own
-    -- inserts looked it up already, so for them this finds nothing to change
+    -- inserts looked it up already, so for them this finds nothing to change. The ids as
+    -- an array: the runs found by primary key, never by a join with the whole table.
     update {schema_name}.workflow_run r
-    set retention = g.retention
-    from inserted_runs i
-    join {schema_name}.workflow_registry g on g.workflow_name = i.type
-    where r.id = i.id and i.retention is null and i.retention_fixed
-      and g.retention is not null;
+    set retention = (select g.retention from {schema_name}.workflow_registry g
+                     where g.workflow_name = r.type)
+    where r.id = any(array(
+        select i.id from inserted_runs i
+        join {schema_name}.workflow_registry g on g.workflow_name = i.type
+        where i.retention is null and i.retention_fixed and g.retention is not null));
     insert into {schema_name}.workflow_event (workflow_id, event_type, data)
     select id, 'created', jsonb_build_object('type', type, 'priority', priority, 'run_at', run_at)
     from inserted_runs
