@@ -9,6 +9,7 @@ the admin facade, in processes of their own where the claim is about several at 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import signal
@@ -146,11 +147,21 @@ def start_by(path: str, store: Store, client: Client) -> str:
         return client.start(AUDIT, debounce={"key": str(uuid4()), "window": "1h"}).id
     if path == "publish":
         return client.publish("audits.made").runs[0].id
+    if path == "transaction":  # in the application's own transaction
+        if store.kind == "sqlite":
+            lite = sqlite3.connect(config.sqlite_path(store.url))
+            with contextlib.closing(lite), lite:
+                return client.start(AUDIT, connection=lite).id
+        options = f"-c search_path={store.schema}"
+        with psycopg.connect(store.url, options=options) as conn:
+            return client.start(AUDIT, connection=conn).id
     # another runtime's producer, in plain SQL
     return str(store.sql("insert into workflow_run (type) values (?) returning id", AUDIT)[0][0])
 
 
-@pytest.mark.parametrize("path", ["start", "start_many", "debounce", "publish", "sql"])
+@pytest.mark.parametrize(
+    "path", ["start", "start_many", "debounce", "publish", "transaction", "sql"]
+)
 def test_a_run_keeps_the_retention_its_type_had_when_it_started(
     store: Store, client: Client, admin: Admin, path: str
 ) -> None:
