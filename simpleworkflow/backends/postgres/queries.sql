@@ -23,11 +23,11 @@ select pg_advisory_xact_lock(hashtext(%(key)s))
 -- The created event is written by the insert trigger (migration 0003). Only what the
 -- store decides is sent back; the client knows the rest of the row. The client picks
 -- the id (time-ordered, see names.new_run_id); plain SQL inserts get the column default.
--- A run without a retention of its own takes its type's of now (0022; the insert
--- trigger does it for plain SQL inserts), and is sent back with it.
+-- A run without a retention of its own takes its type's of now, and is sent back with
+-- it; retention_fixed says so (0022: a plain SQL insert gets both from a trigger).
 insert into {schema}workflow_run
     (id, type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline,
-     trace_context, retention, concurrency_key)
+     trace_context, retention, concurrency_key, retention_fixed)
 values (
     %(id)s::uuid, %(type)s, %(payload)s::jsonb, %(idempotency_key)s, %(priority)s,
     coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s)),
@@ -38,7 +38,8 @@ values (
     coalesce(%(retention)s::float8 * interval '1 second',
              (select g.retention from {schema}workflow_registry g
               where g.workflow_name = %(type)s)),
-    %(concurrency_key)s
+    %(concurrency_key)s,
+    true
 )
 on conflict (idempotency_key) do nothing
 returning id::text as id, run_at, deadline, created_at, updated_at,
@@ -48,7 +49,7 @@ returning id::text as id, run_at, deadline, created_at, updated_at,
 -- Many runs in one statement; ids come from the client so rows can be matched to items.
 insert into {schema}workflow_run
     (id, type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline,
-     trace_context, retention, concurrency_key)
+     trace_context, retention, concurrency_key, retention_fixed)
 select i.id, i.type, i.payload::jsonb, i.idempotency_key, i.priority,
        coalesce(i.run_at, now() + make_interval(secs => i.delay)),
        coalesce(i.max_attempts, 3), i.parent_id,
@@ -57,7 +58,8 @@ select i.id, i.type, i.payload::jsonb, i.idempotency_key, i.priority,
        coalesce(i.retention * interval '1 second',
                 (select g.retention from {schema}workflow_registry g
                  where g.workflow_name = i.type)),
-       i.concurrency_key
+       i.concurrency_key,
+       true
 from jsonb_to_recordset(%(items)s::jsonb)
     as i(id uuid, type text, payload text, idempotency_key text, priority integer,
          run_at timestamptz, delay float8, max_attempts integer, parent_id uuid,
@@ -79,7 +81,7 @@ returning id::text as id, run_at, deadline, created_at, updated_at,
 with upserted as (
     insert into {schema}workflow_run as r
         (id, type, payload, priority, run_at, max_attempts, deadline, trace_context,
-         retention, debounce_key, concurrency_key)
+         retention, debounce_key, concurrency_key, retention_fixed)
     values (
         %(id)s::uuid, %(type)s, %(payload)s::jsonb, %(priority)s,
         now() + make_interval(secs => %(debounce_window)s),
@@ -90,7 +92,8 @@ with upserted as (
                  (select g.retention from {schema}workflow_registry g
                   where g.workflow_name = %(type)s)),
         %(debounce_key)s,
-        %(concurrency_key)s
+        %(concurrency_key)s,
+        true
     )
     -- the concurrency key stays the first call's: the run's counters were made for it
     on conflict (type, debounce_key)

@@ -59,8 +59,9 @@ create table {schema}workflow_run (
     crashes         integer not null default 0,
     -- retention was fixed when the run was created (0022): its own, else its type's of
     -- that moment, else (null) the sweeper's default; false on runs created before 0022,
-    -- which follow their type's retention as it is when swept
-    retention_fixed boolean not null default true,
+    -- which follow their type's retention as it is when swept. No default: a row
+    -- inserted without it gets it from workflow_run_fix_retention
+    retention_fixed boolean not null,
     -- status changes whose event their writer logged itself; the trigger logs the rest
     -- (0023)
     logged_changes  integer not null default 0
@@ -139,16 +140,6 @@ create index idx_workflow_run_lease_expiry
 create function {schema}workflow_run_notify_insert() returns trigger
 language plpgsql as $$
 begin
-    -- the type's retention, fixed on runs written without one (0022); the library's own
-    -- inserts looked it up already, so for them this finds nothing to change. The ids as
-    -- an array: the runs found by primary key, never by a join with the whole table.
-    update {schema_name}.workflow_run r
-    set retention = (select g.retention from {schema_name}.workflow_registry g
-                     where g.workflow_name = r.type)
-    where r.id = any(array(
-        select i.id from inserted_runs i
-        join {schema_name}.workflow_registry g on g.workflow_name = i.type
-        where i.retention is null and i.retention_fixed and g.retention is not null));
     insert into {schema_name}.workflow_event (workflow_id, event_type, data)
     select id, 'created', jsonb_build_object('type', type, 'priority', priority, 'run_at', run_at)
     from inserted_runs
@@ -518,6 +509,27 @@ create table {schema}workflow_worker (
     stopped_at    timestamptz
 );
 create index idx_workflow_worker_seen_until on {schema}workflow_worker (seen_until);
+
+-- A run's retention is fixed when it is created (migration 0022): the library's inserts
+-- write it (the type's of now when none was asked for) and retention_fixed; a row
+-- inserted without retention_fixed (plain SQL) gets both here.
+create function {schema}workflow_run_fix_retention() returns trigger
+language plpgsql as $$
+begin
+    if new.retention is null then
+        new.retention := (select g.retention from {schema_name}.workflow_registry g
+                          where g.workflow_name = new.type);
+    end if;
+    new.retention_fixed := true;
+    return new;
+end
+$$;
+
+create trigger workflow_run_fix_retention
+    before insert on {schema}workflow_run
+    for each row
+    when (new.retention_fixed is null)
+    execute function {schema}workflow_run_fix_retention();
 
 -- Every change of a run's status leaves its event (migration 0023): the library's
 -- statements write their own and add one to logged_changes; any other (plain SQL from
