@@ -192,6 +192,32 @@ def test_a_run_keeps_the_retention_its_type_had_when_it_started(
     assert left(store) == set()
 
 
+def test_a_child_run_keeps_the_retention_its_type_had_when_its_parent_started_it(
+    store: Store, client: Client, admin: Admin
+) -> None:
+    app = App(store.url, schema=store.schema)
+
+    @app.workflow(AUDIT)
+    def child(payload: Any) -> str:
+        return "audited"
+
+    @app.workflow(ORDER)
+    async def parent(payload: Any, ctx: Any) -> str:
+        return str(await ctx.wait_child(await ctx.start_child(AUDIT, {})))
+
+    admin.set_runtime(AUDIT, "python")
+    admin.set_retention(AUDIT, "10d")
+    run = client.start(ORDER)
+    with poller_thread(app, poll_interval=0.1):
+        assert client.wait(run.id, timeout=30).status is RunStatus.SUCCEEDED
+    admin.set_retention(AUDIT, "1d")
+    (child_id,) = [
+        str(row[0]) for row in store.sql("select id from workflow_run where type = ?", AUDIT)
+    ]
+    assert client.get(child_id).retention == timedelta(days=10)
+    assert client.get(run.id).retention is None  # its type has none: the default
+
+
 def test_runs_from_before_the_retention_was_fixed_follow_their_type_as_before(
     store: Store, client: Client, admin: Admin
 ) -> None:
