@@ -88,8 +88,8 @@ class Run:
     #: by a tracing producer; under ``attempt``, that of the attempt that last gave the
     #: run back. ``None`` when nobody traced it (see docs/tracing.md).
     trace_context: dict[str, Any] | None = None
-    #: How long the run is kept after it finishes, as chosen at start; ``None``: its
-    #: type's retention, else the sweeper's default (see docs/retention.md).
+    #: How long the run is kept after it finishes, fixed when it was created: its own,
+    #: else its type's of then; ``None``: the sweeper's default (see docs/retention.md).
     retention: timedelta | None = None
     #: The key whose per-key concurrency limit the run counts against (a customer id,
     #: say; see docs/flow-control.md); ``None``: only its type's limit.

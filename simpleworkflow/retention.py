@@ -1,8 +1,9 @@
 """How long finished runs are kept, and the sweep that deletes them afterwards.
 
 A run's retention is counted from when it finished (``updated_at`` of its terminal row).
-It is the run's own, chosen at start (``retention="90d"``), else its type's, set in the
-registry (``admin.set_retention``), else the sweeper's default: 30 days, or
+It is fixed when the run is created (the store writes it, for plain SQL inserts too): the
+run's own, chosen at start (``retention="90d"``), else its type's of that moment, set in
+the registry (``admin.set_retention``); without either, the sweeper's default: 30 days, or
 ``SIMPLEWORKFLOW_RETENTION_DAYS``. The operator's ceiling,
 ``SIMPLEWORKFLOW_MAX_RETENTION_DAYS`` (365 days unless set), bounds all three: a longer
 retention is refused where it is asked for (at start, in the registry, as a default), and
@@ -40,6 +41,12 @@ MAX_BATCH = 1000
 DEFAULT_BATCH = MAX_BATCH
 #: The name of the sweeper's row in ``workflow_service_lease``.
 SWEEPER = "sweeper"
+#: How often a worker's sweeper runs unless told: every worker runs one (one of a fleet
+#: sweeps at a time), so that the tables stop growing without anyone asking.
+SWEEP_EVERY = 300.0
+SWEEP_ENV = "SIMPLEWORKFLOW_SWEEP_EVERY"
+#: What ``$SIMPLEWORKFLOW_SWEEP_EVERY`` may say to start no sweeper in workers.
+SWEEP_OFF = ("0", "off")
 
 
 def _days_from_env(name: str, default: float) -> float:
@@ -55,6 +62,27 @@ def _days_from_env(name: str, default: float) -> float:
             f"${name} must be a number of days from 0 to {LIMIT_DAYS}, not {text!r}"
         )
     return days
+
+
+def sweep_every_from_env() -> float | None:
+    """How often a worker sweeps when its options do not say: ``$SIMPLEWORKFLOW_SWEEP_EVERY``
+    (a duration such as ``"5m"`` or seconds; ``0`` or ``off``: no sweeper, ``None``), else
+    every 5 minutes. Read when a worker is made."""
+    text = os.environ.get(SWEEP_ENV, "").strip()
+    if not text:
+        return SWEEP_EVERY
+    if text.lower() in SWEEP_OFF:
+        return None
+    try:
+        seconds = durations.to_seconds(text, what=f"${SWEEP_ENV}")
+    except errors.InvalidArgument:
+        seconds = math.nan
+    if not seconds >= 1:  # NaN fails this too
+        raise errors.ConfigurationError(
+            f"${SWEEP_ENV} must be a duration of at least one second (5m, 1h, 300) or "
+            f"off, not {text!r:.40}"
+        )
+    return seconds
 
 
 def ceiling() -> float:

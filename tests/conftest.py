@@ -30,6 +30,13 @@ from worker_app import Ledger
 from simpleworkflow import App, AsyncClient, Client, IntentPoller, config
 from simpleworkflow.backends import Backend, open_backend
 
+# Workers run the retention sweeper by default. The suite's workers do not (nor the
+# worker processes its tests start, which inherit this): a sweep at each worker's start
+# would delete runs that tests make look old, and take SQLite's write lock beside the
+# work a test times. The tests of the sweeper turn it on (tests/test_retention.py); set
+# the variable (SIMPLEWORKFLOW_SWEEP_EVERY=5m) to run the whole suite with it on.
+os.environ.setdefault("SIMPLEWORKFLOW_SWEEP_EVERY", "off")
+
 _schema_numbers = itertools.count()
 _database_numbers = itertools.count()
 

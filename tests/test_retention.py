@@ -9,6 +9,7 @@ the admin facade, in processes of their own where the claim is about several at 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import signal
@@ -21,6 +22,7 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 import psycopg
 import pytest
@@ -128,11 +130,109 @@ def test_the_runs_own_retention_beats_its_types_which_beats_the_default(
     report = admin.sweep()
     assert report.runs == {AUDIT: 2, ORDER: 1}
     assert left(store) == {ids[key] for key, goes in runs.items() if not goes}
-    # Back to the default: the audit run kept for its type's 10 days now goes.
+    # The type back to the default: its runs keep the 10 days they started with.
     admin.set_retention(AUDIT, None)
     assert [e.retention for e in admin.registry()] == [None]
-    assert admin.sweep(default_retention="5d").runs == {AUDIT: 1, ORDER: 1}
-    assert left(store) == {ids[(AUDIT, "20d", 11)], ids[(ORDER, "40d", 31)]}
+    assert admin.sweep(default_retention="5d").runs == {ORDER: 1}
+    assert left(store) == {ids[(AUDIT, "20d", 11)], ids[(AUDIT, None, 9)], ids[(ORDER, "40d", 31)]}
+
+
+def start_by(path: str, store: Store, client: Client) -> str:
+    """A run of AUDIT started without a retention of its own, by ``path``."""
+    if path == "start":
+        return client.start(AUDIT).id
+    if path == "start_many":
+        return client.start_many([(AUDIT, {})])[0].id
+    if path == "debounce":
+        return client.start(AUDIT, debounce={"key": str(uuid4()), "window": "1h"}).id
+    if path == "publish":
+        return client.publish("audits.made").runs[0].id
+    if path == "transaction":  # in the application's own transaction
+        if store.kind == "sqlite":
+            lite = sqlite3.connect(config.sqlite_path(store.url))
+            with contextlib.closing(lite), lite:
+                return client.start(AUDIT, connection=lite).id
+        options = f"-c search_path={store.schema}"
+        with psycopg.connect(store.url, options=options) as conn:
+            return client.start(AUDIT, connection=conn).id
+    # another runtime's producer, in plain SQL
+    return str(store.sql("insert into workflow_run (type) values (?) returning id", AUDIT)[0][0])
+
+
+@pytest.mark.parametrize(
+    "path", ["start", "start_many", "debounce", "publish", "transaction", "sql"]
+)
+def test_a_run_keeps_the_retention_its_type_had_when_it_started(
+    store: Store, client: Client, admin: Admin, path: str
+) -> None:
+    admin.set_runtime(AUDIT, "python")
+    admin.subscribe("audits.*", AUDIT)
+    unset = start_by(path, store, client)  # the type has none: the default
+    admin.set_retention(AUDIT, "10d")
+    ten = start_by(path, store, client)
+    admin.set_retention(AUDIT, "2d")
+    two = start_by(path, store, client)
+    admin.set_retention(AUDIT, "30d")  # the type's retention now
+    assert [client.get(i).retention for i in (unset, ten, two)] == [
+        None,
+        timedelta(days=10),
+        timedelta(days=2),
+    ]
+    for run_id in (unset, ten, two):
+        finish(store, run_id, ago=5 * DAY)
+    # Each run by the retention it started with: neither sooner (unset and ten: 5 days
+    # are more than the type's 1 now) nor later (two: 5 days are less than the 30 the
+    # type had until now).
+    admin.set_retention(AUDIT, "1d")
+    assert admin.sweep(default_retention="7d").runs == {AUDIT: 1}
+    assert left(store) == {unset, ten}
+    finish(store, unset, ago=8 * DAY)  # past the default, whatever its type says
+    finish(store, ten, ago=11 * DAY)
+    assert admin.sweep(default_retention="7d").runs == {AUDIT: 2}
+    assert left(store) == set()
+
+
+def test_a_child_run_keeps_the_retention_its_type_had_when_its_parent_started_it(
+    store: Store, client: Client, admin: Admin
+) -> None:
+    app = App(store.url, schema=store.schema)
+
+    @app.workflow(AUDIT)
+    def child(payload: Any) -> str:
+        return "audited"
+
+    @app.workflow(ORDER)
+    async def parent(payload: Any, ctx: Any) -> str:
+        return str(await ctx.wait_child(await ctx.start_child(AUDIT, {})))
+
+    admin.set_runtime(AUDIT, "python")
+    admin.set_retention(AUDIT, "10d")
+    run = client.start(ORDER)
+    with poller_thread(app, poll_interval=0.1):
+        assert client.wait(run.id, timeout=30).status is RunStatus.SUCCEEDED
+    admin.set_retention(AUDIT, "1d")
+    (child_id,) = [
+        str(row[0]) for row in store.sql("select id from workflow_run where type = ?", AUDIT)
+    ]
+    assert client.get(child_id).retention == timedelta(days=10)
+    assert client.get(run.id).retention is None  # its type has none: the default
+
+
+def test_runs_from_before_the_retention_was_fixed_follow_their_type_as_before(
+    store: Store, client: Client, admin: Admin
+) -> None:
+    admin.set_runtime(AUDIT, "python")
+    old, new = client.start(AUDIT), client.start(AUDIT)
+    store.sql(  # as a run created before the migration is
+        "update workflow_run set retention_fixed = ? where id = ?",
+        False,
+        old.id,
+    )
+    for run in (old, new):
+        finish(store, run.id, ago=5 * DAY)
+    admin.set_retention(AUDIT, "2d")  # after both started
+    assert admin.sweep().runs == {AUDIT: 1}  # the old run follows its type, the new not
+    assert left(store) == {new.id}
 
 
 def test_the_retention_asked_at_start_is_stored_and_read_back(client: Client) -> None:
@@ -623,20 +723,59 @@ def test_worker_processes_with_sweep_take_turns_through_the_lease(
 
 
 def test_worker_options_for_the_sweeper(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(retention.SWEEP_ENV)  # the suite turns the default off
+    assert WorkerOptions().sweep_every == retention.SWEEP_EVERY == 300.0  # on by default
     options = WorkerOptions(sweep_every="5m", default_retention="7d")
     assert (options.sweep_every, options.default_retention) == (300.0, 7 * DAY)
     assert options.policy() == retention.Policy(default=7 * DAY, ceiling=365 * DAY)
-    assert WorkerOptions().sweep_every is None
+    assert WorkerOptions(sweep=False).sweep_every is None
+    assert WorkerOptions(sweep=False, sweep_every="1m").sweep_every is None  # off wins
     with pytest.raises(errors.InvalidArgument, match="sweep_every must be at least one second"):
         WorkerOptions(sweep_every=0.5)
-    with pytest.raises(errors.InvalidArgument, match=r"give sweep_every .* too"):
-        WorkerOptions(default_retention="7d")
+    with pytest.raises(errors.InvalidArgument, match="sweep must be True or False"):
+        WorkerOptions(sweep="no")  # type: ignore[arg-type]
+    with pytest.raises(errors.InvalidArgument, match=r"default_retention .* runs none"):
+        WorkerOptions(sweep=False, default_retention="7d")
     with pytest.raises(errors.InvalidArgument, match="default_retention must be at most"):
         WorkerOptions(sweep_every=60, default_retention="400d")
+    # The interval from the environment, read when the options are made.
+    for text, every in (("10m", 600.0), ("90", 90.0), (" 1h ", 3600.0), ("off", None), ("0", None)):
+        monkeypatch.setenv(retention.SWEEP_ENV, text)
+        assert WorkerOptions().sweep_every == every, text
+    assert WorkerOptions(sweep_every="1m").sweep_every == 60.0  # given beats the environment
+    for bad in ("soon", "0.5", "-5m"):
+        monkeypatch.setenv(retention.SWEEP_ENV, bad)
+        with pytest.raises(errors.ConfigurationError, match=retention.SWEEP_ENV):
+            WorkerOptions()
+    assert WorkerOptions(sweep=False).sweep_every is None  # no sweeper, no reading of it
+    monkeypatch.delenv(retention.SWEEP_ENV)
     monkeypatch.setenv(retention.DEFAULT_ENV, "many")
     with pytest.raises(errors.ConfigurationError, match=retention.DEFAULT_ENV):
-        WorkerOptions(sweep_every=60)  # when the worker is made, not when it first sweeps
-    assert WorkerOptions().sweep_every is None  # no sweeper, no reading of its settings
+        WorkerOptions()  # when the worker is made, not when it first sweeps
+    assert WorkerOptions(sweep=False).sweep_every is None  # no sweeper, no reading of its settings
+
+
+def test_a_worker_sweeps_by_default_and_not_when_told_not_to(
+    store: Store, client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(retention.SWEEP_ENV)  # the suite turns the default off
+    app = App(store.url, schema=store.schema)
+    app.register(ORDER, lambda payload: "done")
+    expired_runs(store, client, 3, type_name=AUDIT)
+    kept = client.start(AUDIT)
+    finish(store, kept.id, ago=29 * DAY)
+    with poller_thread(app, sweep=False, poll_interval=0.1) as poller:
+        assert poller.options.sweep_every is None
+        ran = client.start(ORDER)
+        assert client.wait(ran.id, timeout=20).status is RunStatus.SUCCEEDED
+        time.sleep(0.5)
+    assert store.count() == 5 and lease_holder(store) is None  # nothing swept
+    with poller_thread(app, poll_interval=0.1) as poller:
+        assert poller.options.sweep_every == retention.SWEEP_EVERY
+        wait_until(lambda: store.count() == 2, 20, "the default sweeper never swept")
+        assert lease_holder(store) == poller.worker_id
+    assert left(store) == {kept.id, ran.id}
+    assert lease_holder(store) is None  # given back when the worker stopped
 
 
 # -- the command line ------------------------------------------------------------------------
@@ -730,14 +869,28 @@ def test_worker_command_line_options_for_the_sweeper(
         args = cli.build_parser().parse_args(["worker", "shop_cli:app", *argv])
         return worker_command.build_poller(worker_command.load_target(args.target), args).options
 
-    assert options().sweep_every is None
-    assert options("--sweep").sweep_every == worker_command.SWEEP_EVERY
+    monkeypatch.delenv(retention.SWEEP_ENV)  # the suite turns the default off
+    assert options().sweep_every == retention.SWEEP_EVERY  # on by default
+    assert options("--sweep").sweep_every == retention.SWEEP_EVERY  # the same, still accepted
+    assert options("--no-sweep").sweep_every is None
     assert options("--sweep-every", "5m").sweep_every == 300.0
     swept = options("--sweep", "--default-retention", "7d")
-    assert (swept.sweep_every, swept.default_retention) == (600.0, 7 * DAY)
+    assert (swept.sweep_every, swept.default_retention) == (300.0, 7 * DAY)
+    monkeypatch.setenv(retention.SWEEP_ENV, "1h")
+    assert options().sweep_every == 3600.0
+    for argv in (
+        ["--no-sweep", "--sweep-every", "5m"],
+        ["--no-sweep", "--default-retention", "7d"],
+    ):
+        code = cli.main(["worker", "shop_cli:app", *argv])
+        err = capsys.readouterr().err
+        assert code == 2 and "and --no-sweep runs none: give one or the other" in err, err
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["worker", "shop_cli:app", "--sweep", "--no-sweep"])
+    monkeypatch.setenv(retention.SWEEP_ENV, "off")
     code = cli.main(["worker", "shop_cli:app", "--default-retention", "7d"])
     err = capsys.readouterr().err
-    assert code == 2 and "is the sweeper's: give sweep_every (--sweep) too" in err
+    assert code == 2 and "is the sweeper's, and this worker runs none" in err, err
 
 
 # -- plans ------------------------------------------------------------------------------------
@@ -751,16 +904,19 @@ def test_the_postgres_sweep_reads_its_indexes_at_scale(store: Store, client: Cli
     client.admin.set_runtime(AUDIT, "python")
     client.admin.set_retention(AUDIT, "365d")
     old = "now() - interval '100 days'"
-    for type_name, status, own, count in (
-        (AUDIT, "succeeded", "null", 40_000),
-        (ORDER, "succeeded", "interval '300 days'", 20_000),
-        (ORDER, "failed", "null", 2_000),
-        (ORDER, "succeeded", "interval '7 days'", 1_000),
-        (ORDER, "pending", "null", 20_000),
+    for type_name, status, own, fixed, count in (
+        (AUDIT, "succeeded", "null", "null", 40_000),  # as plain SQL: its type's 365 days
+        (AUDIT, "succeeded", "null", "false", 20_000),  # from before 0022: its type's now
+        (ORDER, "succeeded", "interval '300 days'", "true", 20_000),
+        (ORDER, "failed", "null", "true", 2_000),  # the default
+        (ORDER, "failed", "null", "false", 500),  # from before 0022: the default
+        (ORDER, "succeeded", "interval '7 days'", "true", 1_000),
+        (ORDER, "pending", "null", "true", 20_000),
     ):
         store.sql(
-            "insert into workflow_run (type, status, updated_at, created_at, retention) "
-            f"select '{type_name}', '{status}', {old}, {old}, {own} "
+            "insert into workflow_run "
+            "(type, status, updated_at, created_at, retention, retention_fixed) "
+            f"select '{type_name}', '{status}', {old}, {old}, {own}, {fixed} "
             f"from generate_series(1, {count})"
         )
     backend = store.backend()
@@ -776,6 +932,7 @@ def test_the_postgres_sweep_reads_its_indexes_at_scale(store: Store, client: Cli
     ranges = {  # each index read as a range of expired runs, one type (or retention) at a time
         "idx_workflow_run_expiry_by_type": "(type = k",
         "idx_workflow_run_expiry_own": "(retention = s",
+        "idx_workflow_run_expiry_default": "",
     }
     for name, plan in plans.items():
         for index, condition in ranges.items():
@@ -789,8 +946,8 @@ def test_the_postgres_sweep_reads_its_indexes_at_scale(store: Store, client: Cli
                 f"{name}:\n{plan}"
             )
         assert "Seq Scan on workflow_run" not in plan, f"{name}:\n{plan}"
-    assert client.admin.sweep(dry_run=True).runs == {ORDER: 3000}
-    assert client.admin.sweep().runs == {ORDER: 3000}
+    assert client.admin.sweep(dry_run=True).runs == {ORDER: 3500}
+    assert client.admin.sweep().runs == {ORDER: 3500}
 
 
 def test_the_sqlite_sweep_reads_no_run_outside_its_index_ranges(
@@ -799,6 +956,8 @@ def test_the_sqlite_sweep_reads_no_run_outside_its_index_ranges(
     if store.kind != "sqlite":
         pytest.skip("a SQLite plan")
     expired_runs(store, client, 2000)
+    # half of them as created before 0017 (they follow their type's retention as it is)
+    store.sql("update workflow_run set retention_fixed = 0 where rowid % 2 = 0")
     client.start_many([{"type": AUDIT, "retention": "1d"}] * 100)
     backend = store.backend()
     lite = sqlite3.connect(config.sqlite_path(store.url))
@@ -813,6 +972,7 @@ def test_the_sqlite_sweep_reads_no_run_outside_its_index_ranges(
                 assert not [s for s in plan if re.match(r"SCAN (workflow_run|r)\b", s)], plan
                 assert any("idx_workflow_run_expiry_by_type (type=?" in s for s in plan), plan
                 assert any("idx_workflow_run_expiry_own (retention=?" in s for s in plan), plan
+                assert any("idx_workflow_run_expiry_default (updated_at<?" in s for s in plan), plan
     finally:
         lite.close()
         backend.close()

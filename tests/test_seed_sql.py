@@ -1,4 +1,5 @@
-"""The SQL contract: the statements of seed 000 (sections 6 and 7) run as written.
+"""The SQL contract: the statements of seed 000 (sections 6 and 7) run as written, and
+every status they (or any plain SQL) change leaves its one event, on both stores.
 
 A producer or worker in another language needs nothing but these statements, so they run
 here verbatim, against a schema literally named ``workflow``, with only ``:run_id`` and
@@ -15,10 +16,13 @@ from typing import Any
 
 import psycopg
 import pytest
+from conftest import Store, poller_thread
 from psycopg.rows import dict_row
+from worker_app import wait_until
 
-from simpleworkflow import Client, RunStatus
+from simpleworkflow import App, Client, RunStatus
 from simpleworkflow.backends import open_backend
+from simpleworkflow.retry import RetryPolicy
 
 # -- the statements, exactly as seed 000 writes them ------------------------------------
 
@@ -350,3 +354,122 @@ def test_cancel_through_sql_is_seen_by_the_client(connect: Connect, client: Clie
     assert connect().execute(bind(CANCEL), {"run_id": run.id}).rowcount == 1
     assert client.get(run.id).status is RunStatus.CANCELLED
     assert client.wait(run.id, timeout=1).status is RunStatus.CANCELLED
+
+
+# -- the audit trail of plain SQL (migrations: Postgres 0023, SQLite 0018) ---------------
+
+
+def sql_events(client: Client, run_id: str) -> list[tuple[str, dict[str, Any]]]:
+    return [(e.event_type, e.data) for e in client.events(run_id)]
+
+
+def test_each_transition_of_the_seed_sql_leaves_one_event(connect: Connect, client: Client) -> None:
+    conn = connect()
+    run = client.start("billing.invoice.v1")
+    claimed = claim_and_lease(conn)
+    assert claimed is not None and str(claimed["id"]) == run.id
+    assert conn.execute(bind(HEARTBEAT), {"run_id": run.id}).rowcount == 1  # no transition
+    assert conn.execute(bind(CANCEL), {"run_id": run.id}).rowcount == 1
+    assert conn.execute(bind(CANCEL), {"run_id": run.id}).rowcount == 0  # nothing changed
+    assert sql_events(client, run.id) == [
+        ("created", {"type": "billing.invoice.v1", "priority": 100, "run_at": ANY_TIME}),
+        (
+            "leased",
+            {
+                "source": "sql",
+                "from": "pending",
+                "worker_id": WORKER,
+                "attempt": 1,
+                "lease_until": ANY_TIME,
+            },
+        ),
+        ("cancelled", {"source": "sql", "from": "leased", "worker_id": WORKER}),
+    ]
+
+
+class _AnyTime:
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and "T" in other
+
+
+ANY_TIME: Any = _AnyTime()
+
+
+TYPE = "billing.invoice.v1"
+
+
+@pytest.fixture
+def store_client(store: Store) -> Iterator[Client]:
+    """A client of the ``store`` fixture's store (``client`` here is the seed schema's)."""
+    with Client(store.url, schema=store.schema) as client:
+        yield client
+
+
+@pytest.mark.parametrize(
+    ("sets", "event", "extra"),
+    [
+        ("status = 'succeeded'", "succeeded", {"attempt": 1}),
+        (
+            "status = 'failed', last_error = 'boom'",
+            "failed",
+            {"attempt": 0, "error": {"message": "boom"}},
+        ),
+        (
+            "status = 'pending', attempt = attempt + 1, last_error = 'boom'",
+            "retried",
+            {"attempt": 1, "error": {"message": "boom"}, "retry_at": ANY_TIME},
+        ),
+        ("status = 'pending'", "released", {}),
+        ("status = 'cancelled'", "cancelled", {}),
+    ],
+)
+def test_another_runtimes_status_change_leaves_one_event(
+    store: Store, store_client: Client, sets: str, event: str, extra: dict[str, Any]
+) -> None:
+    client = store_client
+    run = client.start(TYPE)
+    store.sql("update workflow_run set status = 'leased', leased_by = 'go-1' where id = ?", run.id)
+    store.sql(f"update workflow_run set {sets} where id = ?", run.id)
+    store.sql(f"update workflow_run set {sets} where id = ?", run.id)  # no change: no event
+    events = client.events(run.id)
+    assert [e.event_type for e in events] == ["created", "leased", event]
+    assert events[-1].data == {"source": "sql", "from": "leased", "worker_id": "go-1", **extra}
+    if event in ("failed", "cancelled", "succeeded"):  # an operator sets it going again
+        store.sql("update workflow_run set status = 'pending' where id = ?", run.id)
+        last = client.events(run.id)[-1]
+        assert (last.event_type, last.data["from"]) == ("retried_by_operator", event)
+
+
+def test_the_python_runtime_logs_each_of_its_transitions_once(
+    store: Store, store_client: Client
+) -> None:
+    app = App(store.url, schema=store.schema, retry=RetryPolicy(base=0.01))
+    calls: list[int] = []
+
+    @app.workflow(TYPE)
+    def flaky(payload: dict[str, Any]) -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("once")
+        return "done"
+
+    client = store_client
+    run = client.start(TYPE)
+    cancelled = client.start(TYPE, delay="1h")
+    with poller_thread(app, poll_interval=0.05):
+        assert client.wait(run.id, timeout=20).status is RunStatus.SUCCEEDED
+        assert client.cancel(cancelled.id) is True
+        client.admin.retry(cancelled.id)
+        wait_until(lambda: client.get(cancelled.id).status is RunStatus.SUCCEEDED, 20, "not run")
+    kinds = ["created", "leased", "started", "retried", "leased", "started", "succeeded"]
+    assert [e.event_type for e in client.events(run.id)] == kinds
+    assert [e.event_type for e in client.events(cancelled.id)] == [
+        "created",
+        "cancelled",
+        "retried_by_operator",
+        "leased",
+        "started",
+        "succeeded",
+    ]
+    for run_id in (run.id, cancelled.id):
+        assert not [e for e in client.events(run_id) if "source" in e.data]

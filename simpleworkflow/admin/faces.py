@@ -55,8 +55,9 @@ class Admin(schema_check.Checked, Verbs):
         return self._run(self._switch_op(type, True))
 
     def set_retention(self, type: str, retention: durations.Duration | None) -> RegistryEntry:
-        """Keep finished runs of ``type`` that chose no retention at start this long
-        (``"90d"``); ``None`` gives them the sweeper's default again. At most the ceiling
+        """Keep the runs of ``type`` started from now on without a retention of their own
+        this long after they finish (``"90d"``); ``None`` gives them the sweeper's default
+        again. Runs started before keep the retention they started with. At most the ceiling
         (``$SIMPLEWORKFLOW_MAX_RETENTION_DAYS``); :class:`~simpleworkflow.errors.
         TypeNotRegistered` if the registry does not hold ``type``."""
         return self._run(self._set_retention_op(type, retention))

@@ -129,8 +129,9 @@ class AdminOps(StoreCore):
     def set_registry_retention(
         self, name: str, retention: float | None
     ) -> Op[RegistryEntry | None]:
-        """Keep runs of type ``name`` that chose no retention this many seconds after they
-        finish (``None``: the default); ``None`` back when the type is not registered."""
+        """Keep runs of type ``name`` started from now on without a retention of their own
+        this many seconds after they finish (``None``: the default; runs fix it when they
+        are created); ``None`` back when the type is not registered."""
         rows = yield self.stmt("set_registry_retention", name=name, retention=retention)
         return self.registry_from_row(rows[0]) if rows else None
 

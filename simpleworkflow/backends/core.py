@@ -126,7 +126,8 @@ class StoreCore(abc.ABC):
             parent_id=new.parent_id,
             deadline=self.opt_time(row["deadline"]),
             trace_context=None if new.trace_context is None else json.loads(new.trace_context),
-            retention=None if new.retention is None else timedelta(seconds=new.retention),
+            # the store fixes it: the one asked for, else the type's of now (0022)
+            retention=duration(row.get("retention")),
             concurrency_key=new.concurrency_key,
             created=True,
         )

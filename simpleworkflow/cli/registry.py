@@ -112,9 +112,10 @@ def _add_set_retention(commands: Any) -> None:
     parser = commands.add_parser(
         "set-retention",
         help="how long a type's finished runs are kept",
-        description="Keep finished runs of TYPE that chose no retention at start for "
-        f"DURATION after they finish (30d, 12h), or '{DEFAULT}' for the sweeper's default "
-        f"again. At most ${retention.MAX_ENV} days (365 unless set). The type must be in "
+        description="Keep the runs of TYPE started from now on without a retention of "
+        f"their own for DURATION after they finish (30d, 12h), or '{DEFAULT}' for the "
+        "sweeper's default again; runs started before keep the retention they started "
+        f"with. At most ${retention.MAX_ENV} days (365 unless set). The type must be in "
         "the registry (a worker adds it; `registry set` does too).",
     )
     parser.add_argument("type", metavar="TYPE")

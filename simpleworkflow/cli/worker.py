@@ -14,13 +14,10 @@ import dataclasses
 import logging
 from typing import Any
 
-from simpleworkflow import config, durations, errors, logs
+from simpleworkflow import config, durations, errors, logs, retention
 from simpleworkflow.app import App
 from simpleworkflow.cli import _common, _imports, sweep
 from simpleworkflow.worker import IntentPoller, WorkerOptions
-
-#: How often ``--sweep`` runs the retention sweeper unless ``--sweep-every`` says.
-SWEEP_EVERY = 600.0
 
 DEFAULT_ATTRIBUTE = "app"
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -118,16 +115,27 @@ def _add_poller_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="extend leases without writing a heartbeat event each time",
     )
-    parser.add_argument(
+    sweeping = parser.add_mutually_exclusive_group()
+    sweeping.add_argument(
         "--sweep",
-        action="store_true",
-        help="also delete finished runs past their retention, one worker of the fleet at "
-        f"a time (every {SWEEP_EVERY / 60:g} minutes unless --sweep-every says)",
+        dest="sweep",
+        action="store_const",
+        const=True,
+        help="run the retention sweeper (the default; kept for older command lines)",
+    )
+    sweeping.add_argument(
+        "--no-sweep",
+        dest="sweep",
+        action="store_const",
+        const=False,
+        help="run no retention sweeper in this worker (by default every worker runs one, "
+        "and one worker of the fleet sweeps at a time)",
     )
     parser.add_argument(
         "--sweep-every",
         metavar="DURATION",
-        help="run the retention sweeper this often: 10m, 1h (implies --sweep)",
+        help="run the retention sweeper this often: 10m, 1h (default: "
+        f"${retention.SWEEP_ENV}, else {retention.SWEEP_EVERY / 60:g}m)",
     )
     sweep.add_default_retention(parser)
     parser.add_argument(
@@ -148,6 +156,7 @@ POLLER_OPTIONS = (
     "watch_interval",
     "shutdown_grace",
     "heartbeat_events",
+    "sweep",
     "sweep_every",
     "default_retention",
     "scheduler",
@@ -252,6 +261,11 @@ def _given_options(args: argparse.Namespace) -> dict[str, Any]:
     for name, flag in DURATION_FLAGS.items():
         if name in given:
             given[name] = durations.to_seconds(given[name], what=flag)
-    if args.sweep and "sweep_every" not in given:
-        given["sweep_every"] = SWEEP_EVERY
+    if given.get("sweep") is False:
+        for name in ("sweep_every", "default_retention"):
+            if name in given:
+                raise errors.InvalidArgument(
+                    f"{DURATION_FLAGS[name]} is the sweeper's, and --no-sweep runs none: "
+                    "give one or the other"
+                )
     return given

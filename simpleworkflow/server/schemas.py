@@ -191,8 +191,8 @@ class RunOut(BaseModel):
     deadline: datetime | None
     code_version: str | None
     retention: float | None = Field(
-        description="seconds kept after it finishes, as chosen at start; null: its type's "
-        "retention, else the default"
+        description="seconds kept after it finishes, fixed when it was created: its own, "
+        "else its type's of then; null: the default"
     )
     concurrency_key: str | None = Field(
         default=None, description="the key of its type's per-key concurrency limit"

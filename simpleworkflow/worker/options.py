@@ -31,10 +31,14 @@ class WorkerOptions:
     Durations may also be given as strings (``"30s"``, ``"5ms"``) or timedeltas, and
     ``type_prefixes`` as any iterable: both are normalised here. ``worker_id`` defaults
     to ``host-pid``; ``database_url`` and ``schema`` to the app's. ``services`` run beside
-    the worker's own, under its supervisor (see ``supervisor``). ``sweep_every`` runs the
-    retention sweeper (see ``sweeper``) that often, with ``default_retention`` for runs
-    whose start and type chose none. ``scheduler`` runs the cron scheduler (see
-    ``scheduler``): any number of workers may, each tick still starts one run.
+    the worker's own, under its supervisor (see ``supervisor``). ``sweep`` runs the
+    retention sweeper (see ``sweeper``; one worker of a fleet sweeps at a time) every
+    ``sweep_every``: when not given, ``$SIMPLEWORKFLOW_SWEEP_EVERY``, else 5 minutes
+    (``sweep=False`` starts none, whatever else is given); once made, ``sweep_every`` is
+    ``None`` exactly when no sweeper runs. ``default_retention`` is
+    the sweeper's retention for runs whose start and type chose none. ``scheduler`` runs
+    the cron scheduler (see ``scheduler``): any number of workers may, each tick still
+    starts one run.
     """
 
     type_prefixes: tuple[str, ...] = ("%",)
@@ -48,6 +52,7 @@ class WorkerOptions:
     database_url: str | None = None
     schema: str | None = None
     services: tuple[Service, ...] = ()
+    sweep: bool = True
     sweep_every: float | None = None
     default_retention: float | None = None
     scheduler: bool = True
@@ -73,15 +78,22 @@ class WorkerOptions:
                 )
 
     def _check_sweep(self) -> None:
-        if self.sweep_every is not None:
+        if not isinstance(self.sweep, bool):
+            raise errors.InvalidArgument(f"sweep must be True or False, not {self.sweep!r:.40}")
+        if not self.sweep:
+            self._set("sweep_every", None)  # no sweeper, whatever else was given
+        elif self.sweep_every is not None:
             self._set("sweep_every", durations.to_seconds(self.sweep_every, what="sweep_every"))
             if self.sweep_every < 1:
                 raise errors.InvalidArgument("sweep_every must be at least one second")
+        else:
+            self._set("sweep_every", retention.sweep_every_from_env())
         if self.default_retention is not None:
             if self.sweep_every is None:
                 raise errors.InvalidArgument(
-                    "default_retention (--default-retention) is the sweeper's: give "
-                    "sweep_every (--sweep) too"
+                    "default_retention (--default-retention) is the sweeper's, and this "
+                    "worker runs none (sweep=False, --no-sweep, or "
+                    f"${retention.SWEEP_ENV}=off)"
                 )
             keep = retention.check(self.default_retention, what="default_retention")
             self._set("default_retention", keep)
@@ -111,6 +123,7 @@ class WorkerSettings(TypedDict, total=False):
     database_url: str | None
     schema: str | None
     services: Iterable[Service]
+    sweep: bool
     sweep_every: durations.Duration | None
     default_retention: durations.Duration | None
     scheduler: bool

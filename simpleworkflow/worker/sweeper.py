@@ -1,12 +1,15 @@
 """The retention sweeper as a worker service: one worker of a fleet deletes the runs past
 their retention, in bounded batches, every ``sweep_every``.
 
-Every worker started with ``WorkerOptions(sweep_every=...)`` (``simpleworkflow worker
---sweep``) runs one, and they take turns through a lease row (``workflow_service_lease``,
-named ``sweeper``): each batch takes or renews the lease in its own transaction, so only
-the holder deletes, and a holder that stalled past its lease stops at its next batch. The
+Every worker runs one unless told not to (``WorkerOptions(sweep=False)``, ``simpleworkflow
+worker --no-sweep``), every 5 minutes unless ``sweep_every`` or
+``$SIMPLEWORKFLOW_SWEEP_EVERY`` says, so that finished runs do not pile up forever by
+default. The workers take turns through a lease row (``workflow_service_lease``, named
+``sweeper``): each batch takes or renews the lease in its own transaction, so only the
+holder deletes, and a holder that stalled past its lease stops at its next batch. The
 lease lasts :data:`LEASE_ROUNDS` rounds (at least :data:`MIN_LEASE` seconds): a holder
-that dies hands the sweep on within that, and one that stops gives the lease back at once.
+that dies hands the sweep on within that, and one that stops gives the lease back at once
+(the others have nothing to give back, and stop without a statement).
 
 What a round deletes and why (retention per run, per type, default, ceiling) is the
 admin's ``sweep``; see :mod:`simpleworkflow.retention` and docs/retention.md.
@@ -55,6 +58,8 @@ class Sweeper:
             name=retention.SWEEPER, holder=holder, seconds=max(LEASE_ROUNDS * every, MIN_LEASE)
         )
         self._outage = unavailable
+        # whether the last batch held the lease: only a holder has one to give back
+        self._holding = False
 
     async def run(self) -> None:
         try:
@@ -88,6 +93,7 @@ class Sweeper:
                     break
                 if self._outage is not None:
                     self._outage.ended()
+                self._holding = gone is not None
                 batches.took(gone)
                 await asyncio.sleep(batches.rest)
         finally:  # what went is told even when the worker stops mid-round
@@ -101,6 +107,8 @@ class Sweeper:
 
     async def _release(self) -> None:
         """Give the lease back, so that another worker sweeps without waiting for it."""
+        if not self._holding:
+            return
         op = self.backend.release_service_lease(self.lease)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.backend.execute_async(op), RELEASE_TIMEOUT)

@@ -23,9 +23,11 @@ select pg_advisory_xact_lock(hashtext(%(key)s))
 -- The created event is written by the insert trigger (migration 0003). Only what the
 -- store decides is sent back; the client knows the rest of the row. The client picks
 -- the id (time-ordered, see names.new_run_id); plain SQL inserts get the column default.
+-- A run without a retention of its own takes its type's of now, and is sent back with
+-- it; retention_fixed says so (0022: a plain SQL insert gets both from a trigger).
 insert into {schema}workflow_run
     (id, type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline,
-     trace_context, retention, concurrency_key)
+     trace_context, retention, concurrency_key, retention_fixed)
 values (
     %(id)s::uuid, %(type)s, %(payload)s::jsonb, %(idempotency_key)s, %(priority)s,
     coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s)),
@@ -33,31 +35,39 @@ values (
     %(parent_id)s::uuid,
     coalesce(%(deadline)s::timestamptz, now() + make_interval(secs => %(deadline_in)s)),
     %(trace_context)s::jsonb,
-    %(retention)s::float8 * interval '1 second',
-    %(concurrency_key)s
+    coalesce(%(retention)s::float8 * interval '1 second',
+             (select g.retention from {schema}workflow_registry g
+              where g.workflow_name = %(type)s)),
+    %(concurrency_key)s,
+    true
 )
 on conflict (idempotency_key) do nothing
-returning id::text as id, run_at, deadline, created_at, updated_at
+returning id::text as id, run_at, deadline, created_at, updated_at,
+          extract(epoch from retention)::float8 as retention
 
 -- name: create_runs
 -- Many runs in one statement; ids come from the client so rows can be matched to items.
 insert into {schema}workflow_run
     (id, type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline,
-     trace_context, retention, concurrency_key)
+     trace_context, retention, concurrency_key, retention_fixed)
 select i.id, i.type, i.payload::jsonb, i.idempotency_key, i.priority,
        coalesce(i.run_at, now() + make_interval(secs => i.delay)),
        coalesce(i.max_attempts, 3), i.parent_id,
        coalesce(i.deadline, now() + make_interval(secs => i.deadline_in)),
        i.trace_context::jsonb,
-       i.retention * interval '1 second',
-       i.concurrency_key
+       coalesce(i.retention * interval '1 second',
+                (select g.retention from {schema}workflow_registry g
+                 where g.workflow_name = i.type)),
+       i.concurrency_key,
+       true
 from jsonb_to_recordset(%(items)s::jsonb)
     as i(id uuid, type text, payload text, idempotency_key text, priority integer,
          run_at timestamptz, delay float8, max_attempts integer, parent_id uuid,
          deadline timestamptz, deadline_in float8, trace_context text, retention float8,
          concurrency_key text)
 on conflict (idempotency_key) do nothing
-returning id::text as id, run_at, deadline, created_at, updated_at
+returning id::text as id, run_at, deadline, created_at, updated_at,
+          extract(epoch from retention)::float8 as retention
 
 -- name: debounce_run
 -- A debounced start (docs/flow-control.md): the first call of a key inserts the run, due
@@ -71,16 +81,19 @@ returning id::text as id, run_at, deadline, created_at, updated_at
 with upserted as (
     insert into {schema}workflow_run as r
         (id, type, payload, priority, run_at, max_attempts, deadline, trace_context,
-         retention, debounce_key, concurrency_key)
+         retention, debounce_key, concurrency_key, retention_fixed)
     values (
         %(id)s::uuid, %(type)s, %(payload)s::jsonb, %(priority)s,
         now() + make_interval(secs => %(debounce_window)s),
         coalesce(%(max_attempts)s, 3),
         coalesce(%(deadline)s::timestamptz, now() + make_interval(secs => %(deadline_in)s)),
         %(trace_context)s::jsonb,
-        %(retention)s::float8 * interval '1 second',
+        coalesce(%(retention)s::float8 * interval '1 second',
+                 (select g.retention from {schema}workflow_registry g
+                  where g.workflow_name = %(type)s)),
         %(debounce_key)s,
-        %(concurrency_key)s
+        %(concurrency_key)s,
+        true
     )
     -- the concurrency key stays the first call's: the run's counters were made for it
     on conflict (type, debounce_key)
@@ -96,7 +109,7 @@ with upserted as (
         trace_context = excluded.trace_context,
         retention = excluded.retention,
         updated_at = now()
-    returning r.id, r.run_at, r.deadline, r.created_at, r.updated_at
+    returning r.id, r.run_at, r.deadline, r.created_at, r.updated_at, r.retention
 ), debounced_events as (
     insert into {schema}workflow_event (workflow_id, event_type, data)
     select id, 'debounced',
@@ -105,7 +118,9 @@ with upserted as (
     from upserted
     where id <> %(id)s::uuid
 )
-select id::text as id, run_at, deadline, created_at, updated_at from upserted
+select id::text as id, run_at, deadline, created_at, updated_at,
+       extract(epoch from retention)::float8 as retention
+from upserted
 
 -- name: get_runs_by_keys
 select * from {schema}workflow_run where idempotency_key = any(%(keys)s::text[])
@@ -149,7 +164,8 @@ with recursive tree (id) as (
     select r.id from {schema}workflow_run r join tree t on r.parent_id = t.id
 ), cancelled as (
     update {schema}workflow_run
-    set status = 'cancelled', waiting_for = null, updated_at = now()
+    set status = 'cancelled', waiting_for = null, updated_at = now(),
+        logged_changes = logged_changes + 1
     where id in (select id from tree) and status in ('pending', 'leased')
     returning id, parent_id, lease_token is not null as leased
 ), cancelled_events as (
@@ -510,6 +526,7 @@ with full_slots as materialized (
 ), claimed as (
     update {schema}workflow_run r
     set status = 'leased',
+        logged_changes = logged_changes + 1,
         leased_by = %(worker_id)s,
         lease_until = now() + make_interval(secs => %(lease)s),
         lease_token = gen_random_uuid(),
@@ -627,6 +644,7 @@ with outcomes as (
 ), done as (
     update {schema}workflow_run r
     set status = 'succeeded', result = o.result::jsonb, lease_until = null,
+        logged_changes = logged_changes + 1,
         lease_token = null, lease_returned = true, updated_at = now()
     from outcomes o
     where r.id = o.id and r.lease_token = o.token and r.status = 'leased'
@@ -692,6 +710,7 @@ with outcomes as (
 ), done as (
     update {schema}workflow_run r
     set status = case when o.final then 'failed' else 'pending' end,
+        logged_changes = logged_changes + 1,
         attempt = r.attempt + case when o.charged then 1 else 0 end,
         isolate = o.suspect,
         crashes = coalesce(o.crashes, 0),
@@ -775,6 +794,7 @@ with outcomes as (
 ), done as (
     update {schema}workflow_run r
     set status = 'pending', leased_by = null, lease_until = null, lease_token = null,
+        logged_changes = logged_changes + 1,
         lease_returned = true,
         -- given back now, a run keeps its place in the queue; later, it waits its turn
         run_at = case when o.delay > 0 then now() + make_interval(secs => o.delay)
@@ -952,6 +972,7 @@ with outcomes as (
 ), done as (
     update {schema}workflow_run r
     set status = 'pending',
+        logged_changes = logged_changes + 1,
         run_at = least(coalesce(o.run_at, now() + make_interval(secs => o.delay)),
                        coalesce(r.deadline, 'infinity')),
         waiting_for = o.waiting_for,
@@ -1213,6 +1234,7 @@ select * from {schema}workflow_run where id = %(id)s for update
 with retried as (
     update {schema}workflow_run
     set status = 'pending', run_at = now(), max_attempts = %(max_attempts)s,
+        logged_changes = logged_changes + 1,
         leased_by = null, lease_until = null, lease_token = null, waiting_for = null,
         isolate = false, crashes = 0, updated_at = now()
     where id = %(id)s and status = %(status)s
@@ -1250,20 +1272,22 @@ using doomed d
 where r.id = d.id
 returning r.type
 
--- Retention (migration 0012). A run is past its retention when it finished (succeeded,
--- failed or cancelled) at least its retention ago: its own, else its type's in the
--- registry, else the default; never longer than the ceiling. Pending and leased
+-- Retention (migrations 0012, 0022). A run is past its retention when it finished
+-- (succeeded, failed or cancelled) at least its retention ago: the one fixed when it was
+-- created (its own, else its type's of then), else the default; never longer than the
+-- ceiling. Runs created before 0022 (not retention_fixed) without one of their own
+-- follow their type's retention as it is now. Pending and leased
 -- runs (sleeping and waiting ones are pending) are never candidates, however old. Nor is
 -- a run whose parent row still exists: deleting the parent sets parent_id to null, and
 -- the child is a candidate from then on. So an unfinished parent never loses a child,
 -- and two sweepers never wait for rows the other holds (a parent's delete touches only
 -- its children, which no sweep has taken).
 --
--- Candidates are read by index at any size: the types of finished runs without a
--- retention of their own are walked one index probe each (idx_workflow_run_expiry_by_type),
--- then each type's expired range, oldest first; runs with a retention of their own the
--- same way, by that retention (idx_workflow_run_expiry_own). Every range read holds
--- only expired runs.
+-- Candidates are read by index at any size: runs with a retention are walked one index
+-- probe per distinct retention (idx_workflow_run_expiry_own), then each one's expired
+-- range, oldest first; runs without, by finishing time (idx_workflow_run_expiry_default);
+-- runs created before 0022 without one, by type the same way
+-- (idx_workflow_run_expiry_by_type). Every range read holds only expired runs.
 
 -- name: sweep_runs
 -- Up to :limit runs past their retention, rows other transactions hold skipped; their
@@ -1271,12 +1295,13 @@ returning r.type
 with recursive kinds (type) as (
     (select type from {schema}workflow_run
      where status in ('succeeded', 'failed', 'cancelled')
-       and retention is null and parent_id is null
+       and retention is null and parent_id is null and not retention_fixed
      order by type limit 1)
     union all
     select (select r.type from {schema}workflow_run r
             where r.status in ('succeeded', 'failed', 'cancelled')
-              and r.retention is null and r.parent_id is null and r.type > k.type
+              and r.retention is null and r.parent_id is null and not r.retention_fixed
+              and r.type > k.type
             order by r.type limit 1)
     from kinds k
     where k.type is not null
@@ -1300,7 +1325,7 @@ with recursive kinds (type) as (
         select r.id from {schema}workflow_run r
         where r.type = k.type
           and r.status in ('succeeded', 'failed', 'cancelled')
-          and r.retention is null and r.parent_id is null
+          and r.retention is null and r.parent_id is null and not r.retention_fixed
           and r.updated_at <= now() - least(coalesce(g.retention,
                                                      make_interval(secs => %(default)s)),
                                             make_interval(secs => %(ceiling)s))
@@ -1320,6 +1345,16 @@ with recursive kinds (type) as (
         limit %(limit)s
         for update of r skip locked
     ) as d
+    union all
+    select d.id from (
+        select r.id from {schema}workflow_run r
+        where r.status in ('succeeded', 'failed', 'cancelled')
+          and r.retention is null and r.parent_id is null and r.retention_fixed
+          and r.updated_at <= now() - make_interval(secs => least(%(default)s, %(ceiling)s))
+        order by r.updated_at
+        limit %(limit)s
+        for update of r skip locked
+    ) as d
 )
 -- The ids as an array: each found by primary key, never by a hash of the whole table.
 delete from {schema}workflow_run r
@@ -1332,12 +1367,13 @@ returning r.type
 with recursive kinds (type) as (
     (select type from {schema}workflow_run
      where status in ('succeeded', 'failed', 'cancelled')
-       and retention is null and parent_id is null
+       and retention is null and parent_id is null and not retention_fixed
      order by type limit 1)
     union all
     select (select r.type from {schema}workflow_run r
             where r.status in ('succeeded', 'failed', 'cancelled')
-              and r.retention is null and r.parent_id is null and r.type > k.type
+              and r.retention is null and r.parent_id is null and not r.retention_fixed
+              and r.type > k.type
             order by r.type limit 1)
     from kinds k
     where k.type is not null
@@ -1361,7 +1397,7 @@ with recursive kinds (type) as (
         select count(*) as runs from {schema}workflow_run r
         where r.type = k.type
           and r.status in ('succeeded', 'failed', 'cancelled')
-          and r.retention is null and r.parent_id is null
+          and r.retention is null and r.parent_id is null and not r.retention_fixed
           and r.updated_at <= now() - least(coalesce(g.retention,
                                                      make_interval(secs => %(default)s)),
                                             make_interval(secs => %(ceiling)s))
@@ -1376,6 +1412,12 @@ with recursive kinds (type) as (
           and r.updated_at <= now() - least(s.retention, make_interval(secs => %(ceiling)s))
         group by r.type
     ) as d
+    union all
+    select r.type, count(*) as runs from {schema}workflow_run r
+    where r.status in ('succeeded', 'failed', 'cancelled')
+      and r.retention is null and r.parent_id is null and r.retention_fixed
+      and r.updated_at <= now() - make_interval(secs => least(%(default)s, %(ceiling)s))
+    group by r.type
 )
 select type, sum(runs)::bigint as runs from expired
 where runs > 0

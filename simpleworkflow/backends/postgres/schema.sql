@@ -56,7 +56,15 @@ create table {schema}workflow_run (
     lease_returned  boolean not null default false,
     -- uncharged crashes beside other runs since an attempt last ended otherwise; the
     -- second makes the run a suspect (0021)
-    crashes         integer not null default 0
+    crashes         integer not null default 0,
+    -- retention was fixed when the run was created (0022): its own, else its type's of
+    -- that moment, else (null) the sweeper's default; false on runs created before 0022,
+    -- which follow their type's retention as it is when swept. No default: a row
+    -- inserted without it gets it from workflow_run_fix_retention
+    retention_fixed boolean not null,
+    -- status changes whose event their writer logged itself; the trigger logs the rest
+    -- (0023)
+    logged_changes  integer not null default 0
 );
 
 -- Claims read only claimable rows, ordered by priority then by when they became due:
@@ -267,13 +275,20 @@ create trigger workflow_run_delete_children
     referencing old table as deleted_runs
     for each statement execute function {schema}workflow_run_delete_children();
 
--- The retention sweeper's candidates (migration 0012): finished runs with no parent row,
--- by type and finishing time, or by a retention of their own. Every range a sweep reads
--- holds only expired runs, however many are kept (see docs/retention.md).
+-- The retention sweeper's candidates (migrations 0012, 0022): finished runs with no
+-- parent row, by the retention fixed at their start; without one, by finishing time (the
+-- default), or, created before 0022, by type and finishing time (their type's retention
+-- as it is now). Every range a sweep reads holds only expired runs, however many are
+-- kept (see docs/retention.md).
 create index idx_workflow_run_expiry_by_type
     on {schema}workflow_run (type, updated_at)
     where status in ('succeeded', 'failed', 'cancelled')
-      and retention is null and parent_id is null;
+      and retention is null and parent_id is null and not retention_fixed;
+
+create index idx_workflow_run_expiry_default
+    on {schema}workflow_run (updated_at)
+    where status in ('succeeded', 'failed', 'cancelled')
+      and retention is null and parent_id is null and retention_fixed;
 
 create index idx_workflow_run_expiry_own
     on {schema}workflow_run (retention, updated_at)
@@ -494,3 +509,61 @@ create table {schema}workflow_worker (
     stopped_at    timestamptz
 );
 create index idx_workflow_worker_seen_until on {schema}workflow_worker (seen_until);
+
+-- A run's retention is fixed when it is created (migration 0022): the library's inserts
+-- write it (the type's of now when none was asked for) and retention_fixed; a row
+-- inserted without retention_fixed (plain SQL) gets both here.
+create function {schema}workflow_run_fix_retention() returns trigger
+language plpgsql as $$
+begin
+    if new.retention is null then
+        new.retention := (select g.retention from {schema_name}.workflow_registry g
+                          where g.workflow_name = new.type);
+    end if;
+    new.retention_fixed := true;
+    return new;
+end
+$$;
+
+create trigger workflow_run_fix_retention
+    before insert on {schema}workflow_run
+    for each row
+    when (new.retention_fixed is null)
+    execute function {schema}workflow_run_fix_retention();
+
+-- Every change of a run's status leaves its event (migration 0023): the library's
+-- statements write their own and add one to logged_changes; any other (plain SQL from
+-- another runtime) gets one here. The WHEN clause costs the library's statements two
+-- comparisons and no call.
+create function {schema}workflow_run_log_change() returns trigger
+language plpgsql as $$
+begin
+    insert into {schema_name}.workflow_event (workflow_id, event_type, data)
+    values (
+        new.id,
+        case when new.status <> 'pending' then new.status
+             when old.status <> 'leased' then 'retried_by_operator'
+             when new.attempt > old.attempt then 'retried'
+             else 'released' end,
+        jsonb_strip_nulls(jsonb_build_object(
+            'source', 'sql',
+            'from', old.status,
+            'worker_id', coalesce(new.leased_by, old.leased_by),
+            'attempt', case when new.status in ('leased', 'succeeded') then new.attempt + 1
+                            when new.status = 'failed' or new.attempt > old.attempt
+                            then new.attempt end,
+            'lease_until', case when new.status = 'leased' then new.lease_until end,
+            'retry_at', case when new.status = 'pending' and old.status = 'leased'
+                                  and new.attempt > old.attempt then new.run_at end,
+            'error', case when new.status in ('failed', 'pending')
+                               and new.last_error is distinct from old.last_error
+                          then jsonb_build_object('message', new.last_error) end)));
+    return null;
+end
+$$;
+
+create trigger workflow_run_log_change
+    after update of status on {schema}workflow_run
+    for each row
+    when (new.status is distinct from old.status and new.logged_changes = old.logged_changes)
+    execute function {schema}workflow_run_log_change();

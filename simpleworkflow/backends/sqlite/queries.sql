@@ -30,11 +30,12 @@ values (
     :parent_id,
     coalesce(:deadline, strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :deadline_in || ' seconds')),
     :trace_context,
-    :retention,
+    coalesce(:retention,
+             (select g.retention from workflow_registry g where g.workflow_name = :type)),
     :concurrency_key
 )
 on conflict (idempotency_key) do nothing
-returning id, run_at, deadline, created_at, updated_at
+returning id, run_at, deadline, created_at, updated_at, retention
 
 -- name: create_runs
 -- Many runs in one statement; ids come from the client so rows can be matched to items.
@@ -53,13 +54,15 @@ select json_extract(i.value, '$.id'), json_extract(i.value, '$.type'),
                 strftime('%Y-%m-%d %H:%M:%f', 'now',
                          '+' || json_extract(i.value, '$.deadline_in') || ' seconds')),
        json_extract(i.value, '$.trace_context'),
-       json_extract(i.value, '$.retention'),
+       coalesce(json_extract(i.value, '$.retention'),
+                (select g.retention from workflow_registry g
+                 where g.workflow_name = json_extract(i.value, '$.type'))),
        json_extract(i.value, '$.concurrency_key')
 from json_each(:items) as i
 where true
 order by i.key
 on conflict (idempotency_key) do nothing
-returning id, run_at, deadline, created_at, updated_at
+returning id, run_at, deadline, created_at, updated_at, retention
 
 -- name: debounce_run
 -- A debounced start, as on Postgres (see there): insert the run, or update the pending,
@@ -73,7 +76,8 @@ values (
     coalesce(:max_attempts, 3),
     coalesce(:deadline, strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :deadline_in || ' seconds')),
     :trace_context,
-    :retention,
+    coalesce(:retention,
+             (select g.retention from workflow_registry g where g.workflow_name = :type)),
     :debounce_key,
     :concurrency_key
 )
@@ -93,7 +97,7 @@ do update set
     trace_context = excluded.trace_context,
     retention = excluded.retention,
     updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
-returning id, run_at, deadline, created_at, updated_at
+returning id, run_at, deadline, created_at, updated_at, retention
 
 -- name: debounce_run_then_events
 -- A call absorbed into the pending run (:id is that run's).
@@ -148,7 +152,8 @@ limit :limit
 -- name: cancel_run
 -- Cancels the run and every unfinished descendant.
 update workflow_run
-set status = 'cancelled', waiting_for = null, updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+set status = 'cancelled', waiting_for = null, updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
+    logged_changes = logged_changes + 1
 where status in ('pending', 'leased')
   and id in (
       with recursive tree (id) as (
@@ -426,6 +431,7 @@ with suspect as (
 )
 update workflow_run
 set status = case when o.next_window is null then 'leased' else status end,
+    logged_changes = logged_changes + 1,
     leased_by = case when o.next_window is null then :worker_id else leased_by end,
     lease_until = case when o.next_window is null
                        then strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :lease || ' seconds')
@@ -561,6 +567,7 @@ left join workflow_run r on r.id = json_extract(l.value, '$.id')
 -- batch cost leased runs x outcomes JSON lookups: ~7 ms for 100 of 100.)
 update workflow_run
 set status = 'succeeded',
+    logged_changes = logged_changes + 1,
     result = o.result,
     lease_until = null,
     lease_token = null,
@@ -600,6 +607,7 @@ where workflow_run.id = d.parent_id
 -- name: fail_runs
 update workflow_run
 set status = case when o.final then 'failed' else 'pending' end,
+    logged_changes = logged_changes + 1,
     attempt = workflow_run.attempt + o.charged,
     isolate = o.suspect,
     crashes = coalesce(o.crashes, 0),
@@ -663,6 +671,7 @@ where workflow_run.id = d.parent_id
 -- A release keeps the run's suspect mark: giving a run back says nothing about it.
 update workflow_run
 set status = 'pending', leased_by = null, lease_until = null, lease_token = null,
+    logged_changes = logged_changes + 1,
     -- given back now, a run keeps its place in the queue; later, it waits its turn
     run_at = case when o.delay > 0
                   then strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || o.delay || ' seconds')
@@ -757,6 +766,7 @@ order by e.key
 -- name: suspend_runs
 update workflow_run
 set status = 'pending',
+    logged_changes = logged_changes + 1,
     run_at = min(coalesce(strftime('%Y-%m-%d %H:%M:%f', o.run_at),
                           strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || o.delay || ' seconds')),
                  coalesce(workflow_run.deadline, '9999-12-31')),
@@ -955,6 +965,7 @@ select * from workflow_run where id = :id
 -- attempts it was given.
 update workflow_run
 set status = 'pending', run_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
+    logged_changes = logged_changes + 1,
     max_attempts = :max_attempts,
     leased_by = null, lease_until = null, lease_token = null, waiting_for = null,
     isolate = 0, crashes = 0, updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
@@ -1004,11 +1015,12 @@ where id in (
     with recursive kinds (type) as (
         select min(type) from workflow_run
         where status in ('succeeded', 'failed', 'cancelled')
-          and retention is null and parent_id is null
+          and retention is null and parent_id is null and not retention_fixed
         union all
         select (select min(r.type) from workflow_run r
                 where r.status in ('succeeded', 'failed', 'cancelled')
-                  and r.retention is null and r.parent_id is null and r.type > k.type)
+                  and r.retention is null and r.parent_id is null and not r.retention_fixed
+                  and r.type > k.type)
         from kinds k
         where k.type is not null
     ), spans (retention) as (
@@ -1039,13 +1051,19 @@ where id in (
     join workflow_run r indexed by idx_workflow_run_expiry_by_type
         on r.type = c.type and r.updated_at <= c.before
     where r.status in ('succeeded', 'failed', 'cancelled')
-      and r.retention is null and r.parent_id is null
+      and r.retention is null and r.parent_id is null and not r.retention_fixed
     union all
     select r.id from cutoffs c
     join workflow_run r indexed by idx_workflow_run_expiry_own
         on r.retention = c.retention and r.updated_at <= c.before
     where r.status in ('succeeded', 'failed', 'cancelled')
       and r.retention is not null and r.parent_id is null
+    union all
+    select r.id from workflow_run r indexed by idx_workflow_run_expiry_default
+    where r.status in ('succeeded', 'failed', 'cancelled')
+      and r.retention is null and r.parent_id is null and r.retention_fixed
+      and r.updated_at <= strftime('%Y-%m-%d %H:%M:%f',
+                                   julianday('now') - min(:default, :ceiling) / 86400.0)
     limit :limit
 )
 returning type
@@ -1055,11 +1073,12 @@ returning type
 with recursive kinds (type) as (
     select min(type) from workflow_run
     where status in ('succeeded', 'failed', 'cancelled')
-      and retention is null and parent_id is null
+      and retention is null and parent_id is null and not retention_fixed
     union all
     select (select min(r.type) from workflow_run r
             where r.status in ('succeeded', 'failed', 'cancelled')
-              and r.retention is null and r.parent_id is null and r.type > k.type)
+              and r.retention is null and r.parent_id is null and not r.retention_fixed
+                  and r.type > k.type)
     from kinds k
     where k.type is not null
 ), spans (retention) as (
@@ -1090,13 +1109,19 @@ with recursive kinds (type) as (
     join workflow_run r indexed by idx_workflow_run_expiry_by_type
         on r.type = c.type and r.updated_at <= c.before
     where r.status in ('succeeded', 'failed', 'cancelled')
-      and r.retention is null and r.parent_id is null
+      and r.retention is null and r.parent_id is null and not r.retention_fixed
     union all
     select r.type from cutoffs c
     join workflow_run r indexed by idx_workflow_run_expiry_own
         on r.retention = c.retention and r.updated_at <= c.before
     where r.status in ('succeeded', 'failed', 'cancelled')
       and r.retention is not null and r.parent_id is null
+    union all
+    select r.type from workflow_run r indexed by idx_workflow_run_expiry_default
+    where r.status in ('succeeded', 'failed', 'cancelled')
+      and r.retention is null and r.parent_id is null and r.retention_fixed
+      and r.updated_at <= strftime('%Y-%m-%d %H:%M:%f',
+                                   julianday('now') - min(:default, :ceiling) / 86400.0)
 )
 select type, count(*) as runs from expired group by type order by type
 

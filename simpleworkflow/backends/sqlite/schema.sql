@@ -40,7 +40,14 @@ create table workflow_run (
     concurrency_key text,
     -- uncharged crashes beside other runs since an attempt last ended otherwise; the
     -- second makes the run a suspect (0016)
-    crashes         integer not null default 0
+    crashes         integer not null default 0,
+    -- retention was fixed when the run was created (0017): its own, else its type's of
+    -- that moment, else (null) the sweeper's default; 0 on runs created before 0017
+    -- without one, which follow their type's retention as it is when swept
+    retention_fixed integer not null default 1,
+    -- status changes whose event their writer logged itself; the trigger logs the rest
+    -- (0018)
+    logged_changes  integer not null default 0
 );
 
 create index idx_workflow_run_claim
@@ -157,12 +164,8 @@ create table workflow_subscription (
     primary key (pattern, workflow_type)
 );
 
--- The retention sweeper's candidates and its lease (migration 0009).
-create index idx_workflow_run_expiry_by_type
-    on workflow_run (type, updated_at)
-    where status in ('succeeded', 'failed', 'cancelled')
-      and retention is null and parent_id is null;
-
+-- The retention sweeper's candidates and its lease (migration 0009; the indexes of runs
+-- without a retention are at the end, 0017).
 create index idx_workflow_run_expiry_own
     on workflow_run (retention, updated_at)
     where status in ('succeeded', 'failed', 'cancelled')
@@ -213,6 +216,19 @@ begin
     values (new.id, 'created',
             json_object('type', new.type, 'priority', new.priority,
                         'run_at', replace(new.run_at, ' ', 'T') || '+00:00'));
+end;
+
+-- A run written without a retention takes its type's of that moment (migration 0017).
+create trigger workflow_run_retention_fixed
+after insert on workflow_run
+when new.retention is null and new.retention_fixed
+     and (select g.retention from workflow_registry g where g.workflow_name = new.type)
+         is not null
+begin
+    update workflow_run
+    set retention = (select g.retention from workflow_registry g
+                     where g.workflow_name = new.type)
+    where id = new.id;
 end;
 
 -- Debounce (migration 0010): one pending, unclaimed run per type and key; the key is
@@ -320,3 +336,47 @@ create table workflow_worker (
     stopped_at    text
 );
 create index idx_workflow_worker_seen_until on workflow_worker (seen_until);
+
+-- The retention sweeper's candidates without a retention (migration 0017): runs created
+-- before 0017 by type (their type's retention as it is now), the others by finishing
+-- time alone (the default).
+create index idx_workflow_run_expiry_by_type
+    on workflow_run (type, updated_at)
+    where status in ('succeeded', 'failed', 'cancelled')
+      and retention is null and parent_id is null and not retention_fixed;
+
+create index idx_workflow_run_expiry_default
+    on workflow_run (updated_at)
+    where status in ('succeeded', 'failed', 'cancelled')
+      and retention is null and parent_id is null and retention_fixed;
+
+-- Every change of a run's status leaves its event (migration 0018): the library's
+-- statements write their own and add one to logged_changes; any other gets one here.
+create trigger workflow_run_log_change
+after update of status on workflow_run
+when new.status is not old.status and new.logged_changes = old.logged_changes
+begin
+    insert into workflow_event (workflow_id, event_type, data)
+    values (
+        new.id,
+        case when new.status <> 'pending' then new.status
+             when old.status <> 'leased' then 'retried_by_operator'
+             when new.attempt > old.attempt then 'retried'
+             else 'released' end,
+        -- a patch onto {} drops the members that are null
+        json_patch('{}', json_object(
+            'source', 'sql',
+            'from', old.status,
+            'worker_id', coalesce(new.leased_by, old.leased_by),
+            'attempt', case when new.status in ('leased', 'succeeded') then new.attempt + 1
+                            when new.status = 'failed' or new.attempt > old.attempt
+                            then new.attempt end,
+            'lease_until', case when new.status = 'leased' and new.lease_until is not null
+                                then replace(new.lease_until, ' ', 'T') || '+00:00' end,
+            'retry_at', case when new.status = 'pending' and old.status = 'leased'
+                                  and new.attempt > old.attempt
+                             then replace(new.run_at, ' ', 'T') || '+00:00' end,
+            'error', json(case when new.status in ('failed', 'pending')
+                                    and new.last_error is not old.last_error
+                               then json_object('message', new.last_error) end))));
+end;
