@@ -205,10 +205,11 @@ def test_a_claim_under_concurrency_limits_walks_the_claim_index_at_a_million_run
         conn.execute(  # no created events: the insert trigger is not what this measures
             b"set local session_replication_role = replica"
         )
-        conn.execute(
+        conn.execute(  # so retention_fixed is written here, as the library's inserts do
             (
-                f"insert into {schema}workflow_run (type, concurrency_key, priority) "
-                f"select '{TYPE}', 'customer-' || (i % 1000), i % 3 "
+                f"insert into {schema}workflow_run "
+                "(type, concurrency_key, priority, retention_fixed) "
+                f"select '{TYPE}', 'customer-' || (i % 1000), i % 3, true "
                 "from generate_series(1, 1000000) as i"
             ).encode()
         )

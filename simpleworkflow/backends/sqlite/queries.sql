@@ -1341,6 +1341,7 @@ set status = 'failed',
                                  then '' else 'trace_context ' end)
                  || ' not JSON (written with the schema''s checks off); each is kept as a '
                  || 'JSON string of its text. Correct it, then retry the run',
+    logged_changes = logged_changes + 1,
     updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
 where status = 'pending'
   and type in (select value from json_each(:types))
