@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from simpleworkflow.admin import Minute
+from simpleworkflow.admin import Minute, step_states
 from simpleworkflow.backends.records import JournalEntry
 from simpleworkflow.models import Event, Run
 
@@ -85,7 +85,7 @@ def timeline(
         )
 
     attempts = [bar(*found) for found in _attempts(events, run)]
-    lanes = [bar(*found) for found in _calls(steps)]
+    lanes = [bar(*found) for found in _calls(steps, run, events, now)]
     return Timeline(start=start, end=end, attempts=attempts, steps=lanes)
 
 
@@ -110,18 +110,37 @@ def _attempts(
     return found
 
 
-def _calls(steps: Iterable[JournalEntry]) -> list[tuple[str, str, datetime, datetime | None, str]]:
+def _calls(
+    steps: Iterable[JournalEntry], run: Run, events: Sequence[Event], now: datetime
+) -> list[tuple[str, str, datetime, datetime | None, str]]:
+    """One bar per journaled call: a step that gave up ends (red) when it gave up, and
+    a call its finished run left unanswered ends with the run; neither is drawn as
+    still going on."""
     found: list[tuple[str, str, datetime, datetime | None, str]] = []
     for entry in sorted(steps, key=lambda one: one.position):
         if entry.started_at is None:
             continue
-        until = entry.completed_at
+        state = step_states.step_state(entry, run, now)
+        kind, until = entry.kind, entry.completed_at
         if entry.kind == "sleep" and isinstance(entry.output, dict):
             until = _parse_time(entry.output.get("until")) or until
+        if state.status is step_states.StepStatus.FAILED:
+            kind, until = "failed", _gave_up_at(events, entry.step_name) or run.updated_at
+        elif until is None and run.is_terminal:
+            until = run.updated_at
         tries = f", {entry.attempts} attempts" if entry.attempts > 1 else ""
-        detail = f"{entry.kind}, {entry.status}{tries}"
-        found.append((entry.step_name, entry.kind, entry.started_at, until, detail))
+        detail = f"{entry.kind}, {state.describe()}{tries}"
+        found.append((entry.step_name, kind, entry.started_at, until, detail))
     return found
+
+
+def _gave_up_at(events: Sequence[Event], name: str) -> datetime | None:
+    """When step ``name`` gave up: its final ``step_failed`` event."""
+    for event in reversed(events):
+        data = event.data if isinstance(event.data, dict) else {}
+        if event.event_type == "step_failed" and data.get("step") == name and data.get("final"):
+            return event.created_at
+    return None
 
 
 def _error_of(event: Event) -> str:
@@ -193,3 +212,8 @@ def moment(value: datetime | None) -> str:
     if value is None:
         return "—"
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def step_state(entry: JournalEntry, run: Run) -> step_states.StepState:
+    """A journaled call's state, as the API and the CLI show it."""
+    return step_states.step_state(entry, run, datetime.now(UTC))
