@@ -48,6 +48,7 @@ class AttemptState:
         executor: concurrent.futures.Executor | None = None,
         lease_ended: Callable[[], bool] | None = None,
         observers: observe.Observers | None = None,
+        step_log: observe.Observer | None = None,
         durable_class: type[Durable] = Durable,
     ) -> None:
         self.lease = lease
@@ -55,6 +56,9 @@ class AttemptState:
         self.async_body = async_body
         self.executor = executor  # for plain def steps of an async body (None: the loop's)
         self.observers = observe.Observers() if observers is None else observers
+        #: Told of each failed step try besides ``observers`` (the worker's outcome log):
+        #: only failures, so a step that succeeds makes no event for it.
+        self.step_log = step_log
         #: What the observers inject inside ``around_attempt`` (see ``execution.call``).
         self.trace_context: dict[str, str] | None = None
         self.loop = asyncio.get_running_loop()

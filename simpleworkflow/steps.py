@@ -218,11 +218,17 @@ def notify_failed(
     exc: Exception,
     outcome: BaseException,
 ) -> None:
-    """Fire ``step_failed``, then ``step_retried`` when ``outcome`` is a retry's wait."""
+    """Fire ``step_failed`` (the step log's too), then ``step_retried`` when ``outcome``
+    is a retry's wait."""
     observers = state.observers
-    if not observers:
+    if not observers and state.step_log is None:
         return
     retrying = isinstance(outcome, errors.Suspend)
-    observers.step_failed(observe.StepFailed(state.run, name, attempt, took, exc, retrying))
+    event = observe.StepFailed(state.run, name, attempt, took, exc, retrying)
+    if state.step_log is not None:
+        state.step_log.step_failed(event)
+    if not observers:
+        return
+    observers.step_failed(event)
     if isinstance(outcome, errors.Suspend):
         observers.step_retried(observe.StepRetried(state.run, name, attempt, outcome.delay))

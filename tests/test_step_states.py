@@ -5,6 +5,7 @@ the stored ``retrying``), a step between tries ``retrying`` with its next try, a
 
 from __future__ import annotations
 
+import logging
 import re
 from datetime import datetime
 from typing import Any
@@ -141,3 +142,23 @@ def test_the_run_page_and_its_timeline_show_a_failed_step_as_failed(
     assert "step, failed" in bar.group(2) and "→ —" not in bar.group(2)
     assert '<td class="step-retrying">retrying at ' in pages["flaky"]
     assert "waiting for signal &#39;approved&#39; until" in pages["patient"]
+
+
+def test_a_step_failure_is_logged_when_retried_and_with_its_traceback_when_it_gives_up(
+    store: Store, client: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="simpleworkflow")
+    doomed = client.start(DOOMED, max_attempts=1).id
+    flaky = client.start(FLAKY).id
+    with poller_thread(_app(store), poll_interval=0.05):
+        _until(client, doomed, lambda r: r.is_terminal)
+        _until(client, flaky, lambda r: r.waiting_states == ["retrying"])
+    retried = [r for r in caplog.records if flaky in r.getMessage() and "'fetch'" in r.getMessage()]
+    assert [r.levelno for r in retried] == [logging.WARNING]
+    line = retried[0].getMessage()
+    assert all(part in line for part in (FLAKY, "attempt 1", "ValueError: card declined")), line
+    assert "retried" in line
+    gave_up = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(gave_up) == 1 and doomed in gave_up[0].getMessage()
+    assert "gave up on attempt 1: ValueError: card declined" in gave_up[0].getMessage()
+    assert gave_up[0].exc_text and "_refuse" in gave_up[0].exc_text  # the user's frame
