@@ -22,6 +22,7 @@ and each message says what was wrong and what to do about it::
     ├── PermanentError              raised by a handler: fail the run now, never retry
     │   ├── DeadlineExceeded        the run's deadline passed; no further step starts
     │   ├── ReplayDivergence        the code no longer matches the run's journal
+    │   ├── NotAwaited              an async body returned with a durable call not awaited
     │   ├── StepFailed              a step used up its retries
     │   └── ChildFailed             a child run failed or was cancelled
     ├── RetryAfter                  raised in a step: run it again later, no attempt counted
@@ -194,6 +195,11 @@ class DeadlineExceeded(PermanentError):
 class ReplayDivergence(PermanentError):
     """Replaying the run met a step its journal does not have at that point (or the same
     name as a different kind of step): the code changed under a running workflow."""
+
+
+class NotAwaited(PermanentError):
+    """An async body returned while a durable call it made (``ctx.sleep(...)`` without
+    ``await``) had never run: the message names each such call and its line."""
 
 
 class StepFailed(PermanentError):

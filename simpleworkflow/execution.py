@@ -65,8 +65,20 @@ async def _outcome(
         # The body swallowed a suspension (gather(return_exceptions=True) ...): it has
         # not really finished, so it waits and replays like any other.
         return await _suspended(state)
+    return _returned(definition, state, value, max_result_bytes)
+
+
+def _returned(
+    definition: Definition, state: AttemptState, value: Any, max_result_bytes: int
+) -> Success | Failure:
+    """The outcome of a body that returned ``value``: its success, unless it left a
+    durable call unawaited or returned what cannot be stored."""
+    lease = state.lease
     try:
+        state.calls.check()
         result = payloads.encode(value, what="result", max_bytes=max_result_bytes)
+    except errors.NotAwaited as exc:
+        return failure(definition, lease, exc, state.worker_id)
     except errors.InvalidPayload as exc:
         # Retrying would produce the same value: fail now, with the reason.
         return failure(definition, lease, exc, state.worker_id, retryable=False)
