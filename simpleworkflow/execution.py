@@ -7,10 +7,9 @@ import concurrent.futures
 import contextvars
 import dataclasses
 import functools
-import traceback
 from typing import Any
 
-from simpleworkflow import errors, payloads
+from simpleworkflow import errors, payloads, tracebacks
 from simpleworkflow.attempt_state import AttemptState
 from simpleworkflow.backends.base import Failure, Lease, Success, Suspension
 from simpleworkflow.context import Context
@@ -142,13 +141,13 @@ def failure(
     failures = run.attempt + 1
     retryable = retryable and definition.retry.retries(exc)
     final = not retryable or failures >= run.max_attempts
-    text = payloads.storable("".join(traceback.format_exception(exc)))
+    text = payloads.storable(tracebacks.describe(exc, limit=MAX_ERROR_CHARS))
     error: dict[str, Any] = {
         "type": payloads.storable(_qualname(exc)),
         "message": payloads.storable(str(exc))[:2000],
     }
     if final:
-        error["traceback"] = text[-MAX_ERROR_CHARS:]
+        error["traceback"] = text
     data: dict[str, Any] = {"worker_id": worker_id, "error": error}
     if not retryable:
         data["retryable"] = False
@@ -157,7 +156,7 @@ def failure(
         token=lease.token,
         final=final,
         delay=0.0 if final else definition.retry.delay(failures),
-        error=text[-MAX_ERROR_CHARS:],
+        error=text,
         data=data,
     )
 

@@ -162,3 +162,38 @@ def test_a_step_failure_is_logged_when_retried_and_with_its_traceback_when_it_gi
     assert len(gave_up) == 1 and doomed in gave_up[0].getMessage()
     assert "gave up on attempt 1: ValueError: card declined" in gave_up[0].getMessage()
     assert gave_up[0].exc_text and "_refuse" in gave_up[0].exc_text  # the user's frame
+
+
+def test_a_failed_runs_error_starts_with_the_users_exception_and_folds_library_frames(
+    store: Store, runs: dict[str, Run], client: Client, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = runs["doomed"]
+    error = run.last_error or ""
+    lines = error.splitlines()
+    assert lines[0] == "ValueError: card declined", error
+    frames = [line for line in lines if line.startswith("  File ")]
+    assert frames[0].startswith('  File "') and "test_step_states.py" in frames[0]
+    assert "in _refuse" in frames[0], error  # the user's frame that raised, first
+    assert "simpleworkflow/" not in error and "raise outcome" not in error, error
+    assert re.search(r"\[\d+ library frames? left out\]", error), error
+    assert lines[-1].endswith("step 'charge' failed after 1 attempt: ValueError: card declined")
+
+    [failed] = [e for e in client.events(run.id) if e.event_type == "failed"]
+    assert failed.data["error"]["traceback"] == error
+    [gave_up] = [e for e in client.events(run.id) if e.event_type == "step_failed"]
+    assert gave_up.data["error"]["traceback"].startswith("ValueError: card declined\n")
+
+    api = Api(store)
+    try:
+        assert api.get(f"{PREFIX}/runs/{run.id}").json()["last_error"] == error
+    finally:
+        api.close()
+    shown = run_cli(store, capsys, "runs", "show", run.id).out
+    assert "last_error       ValueError: card declined" in shown, shown
+    dash = Dash(store)
+    try:
+        page = dash.get(f"/runs/{run.id}").text
+    finally:
+        dash.close()
+    pre = re.search(r'<pre class="error" id="error">(.*?)</pre>', page, re.S)
+    assert pre and pre.group(1).startswith("ValueError: card declined\n"), page
