@@ -917,7 +917,9 @@ def test_cancelling_a_parent_cancels_its_pending_and_sleeping_children(
     for child_id in (sleeping, idle):
         child_run = client.get(child_id)
         assert child_run.status is RunStatus.CANCELLED
-        assert child_run.waiting_for is None
+        assert child_run.waiting_states == []  # it waits for nothing now
+        # What it was waiting for is kept: the sleeping one was cut short in its attempt.
+        assert child_run.attempts_made == (1 if child_id == sleeping else 0)
         cancelled = [e for e in client.events(child_id) if e.event_type == "cancelled"]
         assert [e.data for e in cancelled] == [{"reason": "parent cancelled", "parent_id": run_id}]
     assert (

@@ -197,3 +197,46 @@ def test_a_failed_runs_error_starts_with_the_users_exception_and_folds_library_f
         dash.close()
     pre = re.search(r'<pre class="error" id="error">(.*?)</pre>', page, re.S)
     assert pre and pre.group(1).startswith("ValueError: card declined\n"), page
+
+
+def test_a_waiting_run_and_the_same_run_cancelled_show_the_same_attempts_everywhere(
+    store: Store, runs: dict[str, Run], client: Client, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Attempts made, on every surface: the CLI's list and show, the API, the dashboard's
+    list and run page; suspended, then cancelled while suspended (not 0 of 3)."""
+    run_id = runs["patient"].id
+
+    def shown() -> list[str]:
+        listing = run_cli(store, capsys, "runs", "list", "--type", PATIENT).out
+        row = next(line for line in listing.splitlines() if line.startswith(run_id))
+        header = listing.splitlines()[0]
+        as_json = run_cli(store, capsys, "runs", "show", run_id, "--json").json()["run"]
+        assert "attempt" not in as_json
+        api = Api(store)
+        try:
+            body = api.get(f"{PREFIX}/runs/{run_id}").json()
+        finally:
+            api.close()
+        assert "attempt" not in body
+        dash = Dash(store)
+        try:
+            page = dash.get(f"/runs/{run_id}").text
+            listed = dash.get(f"/runs?type={PATIENT}").text
+        finally:
+            dash.close()
+        return [
+            row[header.index("ATTEMPT") :].split()[0],
+            re.findall(
+                r"attempts +(\d+ of \d+)", run_cli(store, capsys, "runs", "show", run_id).out
+            )[0],
+            f"{as_json['attempts_made']} of {as_json['max_attempts']}",
+            f"{body['attempts_made']} of {body['max_attempts']}",
+            re.findall(r"<dt>attempts</dt><dd>([^<]+)</dd>", page)[0],
+            re.findall(r'<td class="num">(\d+/\d+)</td>', listed)[0],
+        ]
+
+    waiting = shown()
+    assert waiting == ["1/3", "1 of 3", "1 of 3", "1 of 3", "1 of 3", "1/3"]
+    client.cancel(run_id)
+    assert client.get(run_id).status.value == "cancelled"
+    assert shown() == waiting

@@ -92,22 +92,32 @@ def timeline(
 def _attempts(
     events: Iterable[Event], run: Run
 ) -> list[tuple[str, str, datetime, datetime | None, str]]:
-    """``(label, kind, start, end, detail)`` of each attempt: from a ``started`` event to
-    the event that ended it (``None``: under way)."""
+    """``(label, kind, start, end, detail)`` of each claim: from a ``started`` event to
+    the event that ended it (``None``: under way). Numbered as ``attempts_made`` counts:
+    a claim that resumes a suspended run goes on with the same attempt, and only a
+    failure (not a crash the run was not charged for) begins the next."""
     found: list[tuple[str, str, datetime, datetime | None, str]] = []
     began: Event | None = None
+    failures = 0
     for event in events:
         if event.event_type == "started":
             began = event
         elif began is not None and event.event_type in _ATTEMPT_ENDS:
             kind = _ATTEMPT_ENDS[event.event_type]
-            label = f"attempt {len(found) + 1}: {event.event_type}"
+            label = f"attempt {failures + 1}: {event.event_type}"
             found.append((label, kind, began.created_at, event.created_at, _error_of(event)))
             began = None
+            if kind == "failed" and _charged(event):
+                failures += 1
     if began is not None:
         state = "under way" if run.status.value == "leased" else run.status.value
-        found.append((f"attempt {len(found) + 1}: {state}", "running", began.created_at, None, ""))
+        found.append((f"attempt {failures + 1}: {state}", "running", began.created_at, None, ""))
     return found
+
+
+def _charged(event: Event) -> bool:
+    """False for a crash the run was not charged for (it ran beside others)."""
+    return not (isinstance(event.data, dict) and event.data.get("charged") is False)
 
 
 def _calls(

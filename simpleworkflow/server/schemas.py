@@ -171,8 +171,12 @@ class RunOut(BaseModel):
     priority: int
     run_at: datetime = Field(description="when the run is (or was) due")
     idempotency_key: str | None
-    attempt: int = Field(description="failed attempts so far (the stored count)")
-    attempts_made: int = Field(description="attempts made, the one under way included")
+    failed_attempts: int = Field(
+        description="attempts that failed so far (the stored column `attempt`)"
+    )
+    attempts_made: int = Field(
+        description="attempts made: the one under way (or cut short by a cancel) included"
+    )
     max_attempts: int
     leased_by: str | None = Field(description="the worker holding the run's lease")
     lease_until: datetime | None = Field(description="when that lease expires")
