@@ -18,7 +18,7 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from simpleworkflow import observe
+from simpleworkflow import observe, unawaited
 from simpleworkflow.durable import Durable
 from simpleworkflow.journal_writes import StepJournal
 
@@ -48,6 +48,7 @@ class AttemptState:
         executor: concurrent.futures.Executor | None = None,
         lease_ended: Callable[[], bool] | None = None,
         observers: observe.Observers | None = None,
+        step_log: observe.Observer | None = None,
         durable_class: type[Durable] = Durable,
     ) -> None:
         self.lease = lease
@@ -55,6 +56,11 @@ class AttemptState:
         self.async_body = async_body
         self.executor = executor  # for plain def steps of an async body (None: the loop's)
         self.observers = observe.Observers() if observers is None else observers
+        #: Told of each failed step try besides ``observers`` (the worker's outcome log):
+        #: only failures, so a step that succeeds makes no event for it.
+        self.step_log = step_log
+        #: The durable calls an async body made, checked when it returns.
+        self.calls = unawaited.Calls()
         #: What the observers inject inside ``around_attempt`` (see ``execution.call``).
         self.trace_context: dict[str, str] | None = None
         self.loop = asyncio.get_running_loop()

@@ -123,7 +123,8 @@ class Context:
         with self._checking():
             unique = state.durable.name(name)
         if state.async_body:
-            return steps.run_async(state, unique, fn, args, kwargs, retry)
+            coro = steps.run_async(state, unique, fn, args, kwargs, retry)
+            return state.calls.note(coro, f"ctx.step({name!r})")
         return steps.run_sync(state, unique, fn, args, kwargs, retry)
 
     def transaction(
@@ -150,7 +151,8 @@ class Context:
         with self._checking():
             unique = state.durable.name(name)
         if state.async_body:
-            return transactional.run_async(state, unique, fn, args, kwargs, retry)
+            coro = transactional.run_async(state, unique, fn, args, kwargs, retry)
+            return state.calls.note(coro, f"ctx.transaction({name!r})")
         return transactional.run_sync(state, unique, fn, args, kwargs, retry)
 
     def sleep(self, name: str, duration: durations.Duration) -> Any:
@@ -160,14 +162,14 @@ class Context:
         with self._checking():
             names.validate_step_name(name)
             seconds = durations.to_seconds(duration, what="sleep duration")
-        return self._durable_call(self._sleep(name, None, seconds))
+        return self._durable_call(self._sleep(name, None, seconds), f"ctx.sleep({name!r})")
 
     def sleep_until(self, name: str, when: datetime) -> Any:
         """Sleep durably until ``when`` (a timezone-aware datetime)."""
         with self._checking():
             names.validate_step_name(name)
             when = durations.check_time(when, what="sleep_until's time")
-        return self._durable_call(self._sleep(name, when, 0.0))
+        return self._durable_call(self._sleep(name, when, 0.0), f"ctx.sleep_until({name!r})")
 
     async def _sleep(self, name: str, when: datetime | None, seconds: float) -> None:
         durable = self._state.durable
@@ -205,7 +207,9 @@ class Context:
         with self._checking():
             limit, key, step = throttle.check(limit, key, name)
             unique = self._state.durable.name(step)
-        return self._durable_call(throttle.take(self._state, unique, limit, key))
+        return self._durable_call(
+            throttle.take(self._state, unique, limit, key), f"ctx.rate_limit({limit!r})"
+        )
 
     def wait_for_event(
         self,
@@ -225,7 +229,9 @@ class Context:
             names.validate_event(event)
             match_text = None if match is None else payloads.encode(match, what="match")
             seconds = None if timeout is None else durations.to_seconds(timeout, what="timeout")
-        return self._durable_call(self._wait(name, event, match, match_text, seconds))
+        return self._durable_call(
+            self._wait(name, event, match, match_text, seconds), f"ctx.wait_for_event({name!r})"
+        )
 
     async def _wait(
         self, name: str, event: str, match: Any, match_text: str | None, timeout: float | None
@@ -277,7 +283,10 @@ class Context:
             text = payloads.encode({} if payload is None else payload)
             priority = names.check_priority(priority)
             max_attempts = names.check_max_attempts(max_attempts)
-        return self._durable_call(self._start_child(step, type, text, priority, max_attempts))
+        return self._durable_call(
+            self._start_child(step, type, text, priority, max_attempts),
+            f"ctx.start_child({type!r})",
+        )
 
     async def _start_child(
         self, name: str, type: str, payload: str, priority: int, max_attempts: int | None
@@ -308,7 +317,7 @@ class Context:
         child_id = names.normalize_run_id(child_id)
         with self._checking():
             step = names.validate_step_name(name or f"child-result:{child_id}")
-        return self._durable_call(self._wait_child(step, child_id))
+        return self._durable_call(self._wait_child(step, child_id), f"ctx.wait_child({child_id!r})")
 
     async def _wait_child(self, name: str, child_id: str) -> Any:
         durable = self._state.durable
@@ -356,6 +365,7 @@ class Context:
             names.validate_step_name(name)
         return self._durable_call(
             self._recorded(name, "now", lambda d: d.db_now().isoformat()),
+            "ctx.now()",
             convert=datetime.fromisoformat,
         )
 
@@ -363,13 +373,17 @@ class Context:
         """A random UUID (string), recorded on first execution and replayed after."""
         with self._checking():
             names.validate_step_name(name)
-        return self._durable_call(self._recorded(name, "uuid", lambda d: str(_uuid.uuid4())))
+        return self._durable_call(
+            self._recorded(name, "uuid", lambda d: str(_uuid.uuid4())), "ctx.uuid()"
+        )
 
     def random(self, name: str = "@random") -> Any:
         """A random float in [0, 1), recorded on first execution and replayed after."""
         with self._checking():
             names.validate_step_name(name)
-        return self._durable_call(self._recorded(name, "random", lambda d: _random.random()))
+        return self._durable_call(
+            self._recorded(name, "random", lambda d: _random.random()), "ctx.random()"
+        )
 
     async def _recorded(self, name: str, kind: str, make: Callable[[Durable], Any]) -> Any:
         durable = self._state.durable
@@ -434,11 +448,15 @@ class Context:
             raise
 
     def _durable_call(
-        self, coro: Coroutine[Any, Any, T], convert: Callable[[Any], Any] | None = None
+        self,
+        coro: Coroutine[Any, Any, T],
+        what: str,
+        convert: Callable[[Any], Any] | None = None,
     ) -> Any:
-        """Await ``coro`` in an async body; run it on the worker's loop from a sync one."""
+        """Await ``coro`` in an async body (the durable call ``what``, noted until it is
+        awaited); run it on the worker's loop from a sync one."""
         if self._state.async_body:
-            return _counted(self._state.durable, coro, convert)
+            return self._state.calls.note(_counted(self._state.durable, coro, convert), what, coro)
         value = self._state.bridge(coro)
         return convert(value) if convert else value
 

@@ -22,6 +22,7 @@ and each message says what was wrong and what to do about it::
     ├── PermanentError              raised by a handler: fail the run now, never retry
     │   ├── DeadlineExceeded        the run's deadline passed; no further step starts
     │   ├── ReplayDivergence        the code no longer matches the run's journal
+    │   ├── NotAwaited              an async body returned with a durable call not awaited
     │   ├── StepFailed              a step used up its retries
     │   ├── ChildFailed             a child run failed or was cancelled
     │   └── UnreadableRow           a stored row of the run this library cannot read
@@ -207,6 +208,11 @@ class UnreadableRow(PermanentError):
         super().__init__(message)
         #: What could not be read, by column: ``{"raw": ..., "reason": ...}`` each.
         self.columns = columns or {}
+
+
+class NotAwaited(PermanentError):
+    """An async body returned while a durable call it made (``ctx.sleep(...)`` without
+    ``await``) had never run: the message names each such call and its line."""
 
 
 class StepFailed(PermanentError):

@@ -7,10 +7,9 @@ import concurrent.futures
 import contextvars
 import dataclasses
 import functools
-import traceback
 from typing import Any
 
-from simpleworkflow import errors, payloads
+from simpleworkflow import errors, payloads, tracebacks
 from simpleworkflow.attempt_state import AttemptState
 from simpleworkflow.backends.base import Failure, Lease, Success, Suspension
 from simpleworkflow.context import Context
@@ -70,8 +69,20 @@ async def _outcome(
         # The body swallowed a suspension (gather(return_exceptions=True) ...): it has
         # not really finished, so it waits and replays like any other.
         return await _suspended(state)
+    return _returned(definition, state, value, max_result_bytes)
+
+
+def _returned(
+    definition: Definition, state: AttemptState, value: Any, max_result_bytes: int
+) -> Success | Failure:
+    """The outcome of a body that returned ``value``: its success, unless it left a
+    durable call unawaited or returned what cannot be stored."""
+    lease = state.lease
     try:
+        state.calls.check()
         result = payloads.encode(value, what="result", max_bytes=max_result_bytes)
+    except errors.NotAwaited as exc:
+        return failure(definition, lease, exc, state.worker_id)
     except errors.InvalidPayload as exc:
         # Retrying would produce the same value: fail now, with the reason.
         return failure(definition, lease, exc, state.worker_id, retryable=False)
@@ -135,13 +146,13 @@ def failure(
     failures = run.attempt + 1
     retryable = retryable and definition.retry.retries(exc)
     final = not retryable or failures >= run.max_attempts
-    text = payloads.storable("".join(traceback.format_exception(exc)))
+    text = payloads.storable(tracebacks.describe(exc, limit=MAX_ERROR_CHARS))
     error: dict[str, Any] = {
         "type": payloads.storable(_qualname(exc)),
         "message": payloads.storable(str(exc))[:2000],
     }
     if final:
-        error["traceback"] = text[-MAX_ERROR_CHARS:]
+        error["traceback"] = text
     data: dict[str, Any] = {"worker_id": worker_id, "error": error}
     if not retryable:
         data["retryable"] = False
@@ -150,7 +161,7 @@ def failure(
         token=lease.token,
         final=final,
         delay=0.0 if final else definition.retry.delay(failures),
-        error=text[-MAX_ERROR_CHARS:],
+        error=text,
         data=data,
     )
 

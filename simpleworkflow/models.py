@@ -78,7 +78,8 @@ class Run:
     created_at: datetime
     updated_at: datetime
     deleted_at: datetime | None
-    #: What a suspended run waits for: a signal, a child run, or the time in ``run_at``.
+    #: What a suspended run waits for: a signal, a child run, or the time in ``run_at``;
+    #: on a run cancelled while suspended, what it was waiting for.
     waiting_for: Any = None
     parent_id: str | None = None
     deadline: datetime | None = None
@@ -120,20 +121,27 @@ class Run:
 
     @property
     def attempts_made(self) -> int:
-        """Attempts made so far, the one under way included: what people mean by "attempt".
+        """Attempts made so far, the one under way included: what people mean by "attempt",
+        and what every surface shows (the CLI, the API, the dashboard).
 
         The stored ``attempt`` counts *failed* attempts (the seed's contract, which other
         runtimes write). An attempt under way (leased, or suspended in a durable sleep or
         wait, which goes on in the next claim) counts, as does the one that succeeded or
-        was cut short by a cancellation; a run never started has made none.
+        was cut short by a cancellation (the run was leased, or suspended: a cancel keeps
+        ``waiting_for``); a run never started has made none.
         """
         if self.status in (RunStatus.SUCCEEDED, RunStatus.LEASED):
             return self.attempt + 1
         if self.status is RunStatus.PENDING:
-            return self.attempt + (self.waiting_for is not None and not self._throttled_unstarted)
+            return self.attempt + self._suspended_in_attempt
         if self.status is RunStatus.CANCELLED:
-            return self.attempt + (self.leased_by is not None)
+            return self.attempt + (self.leased_by is not None or self._suspended_in_attempt)
         return self.attempt  # failed: the last failure is counted
+
+    @property
+    def _suspended_in_attempt(self) -> bool:
+        """Suspended (or cancelled while suspended) in an attempt that goes on later."""
+        return self.waiting_for is not None and not self._throttled_unstarted
 
     @property
     def _throttled_unstarted(self) -> bool:
@@ -164,10 +172,13 @@ class Run:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (times as ISO 8601 strings, the retention in seconds), as
-        the CLI and API print it: every column, and ``attempts_made``."""
+        the CLI and API print it: every column, and ``attempts_made``. The stored
+        ``attempt`` is named ``failed_attempts`` there, for what it counts: an ``attempt``
+        of 0 beside ``attempts_made`` of 1 read as two answers to one question."""
         out: dict[str, Any] = {}
         for name in self.__slots__:
-            out[name] = _json_ready(getattr(self, name))
+            key = "failed_attempts" if name == "attempt" else name
+            out[key] = _json_ready(getattr(self, name))
         if self.created is None:
             del out["created"]  # a run read back, not one a start returned
         unreadable = self.unreadable

@@ -1,13 +1,19 @@
 """What a worker says about the attempts it finished: the first observer of every worker.
 
 A failure is one line each (INFO when the run will be retried, WARNING when it failed for
-good): each is worth reading. Successes are most of what a busy worker does, so they are
-summed up: a success after a quiet spell is logged at once, with its run id; the ones that
-follow within ``interval`` seconds wait for one line that counts them by type. The log
-says that work gets done without a line per run.
+good): each is worth reading. So is a step's failed try, which the run's outcome may never
+show (the step is retried inside the run, or the workflow catches its failure): WARNING
+when the step will be retried, ERROR with the traceback when it gives up.
+
+Successes are most of what a busy worker does, so they are summed up: a success after a
+quiet spell is logged at once, with its run id; the ones that follow within ``interval``
+seconds wait for one line that counts them by type. The log says that work gets done
+without a line per run.
 
 It hears of attempts through ``attempt_finished`` like any observer (see ``observe``); the
-worker registers it ahead of the app's observers and flushes it when it stops.
+worker registers it ahead of the app's observers and flushes it when it stops. Of steps
+it hears only their failures (``AttemptState.step_log``), so a step that succeeds costs
+nothing more.
 """
 
 from __future__ import annotations
@@ -67,6 +73,29 @@ class OutcomeLog(observe.Observer):
             )
         elif event.outcome == observe.SUSPENDED:
             self._log.debug("run %s (%s) suspended: %s", run.id, run.type, event.waits)
+
+    def step_failed(self, event: observe.StepFailed) -> None:
+        run, error = event.run, event.error
+        summary = f"{type(error).__name__}: {error}"
+        if event.retrying:
+            self._log.warning(
+                "run %s (%s) step %r attempt %d failed: %s; the step will be retried",
+                run.id,
+                run.type,
+                event.step,
+                event.attempt,
+                summary,
+            )
+        else:
+            self._log.error(
+                "run %s (%s) step %r gave up on attempt %d: %s",
+                run.id,
+                run.type,
+                event.step,
+                event.attempt,
+                summary,
+                exc_info=(type(error), error, error.__traceback__),
+            )
 
     def _succeeded(self, run: Run) -> None:
         self._counts[run.type] += 1

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import inspect
 import time
-import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from simpleworkflow import durations, errors, logs, observe, payloads, races
+from simpleworkflow import durations, errors, logs, observe, payloads, races, tracebacks
 from simpleworkflow.attempt_state import AttemptState
 from simpleworkflow.backends.records import JournalEntry
 from simpleworkflow.durable import Durable
@@ -62,7 +61,7 @@ async def run_async(
             races.note_now(durable.db_now)
             outcome = await failed(durable, name, entry, retry, exc)
             notify_failed(state, name, attempt, took, exc, outcome)
-            raise outcome from None
+            raise outcome from outcome.__cause__  # a StepFailed's: the user's error
         await durable.journal(
             name, "step", value, attempts=attempt, started_at=started_at, text=text
         )
@@ -100,7 +99,7 @@ def run_sync(
             took = time.monotonic() - began
             outcome = state.bridge(failed(durable, name, entry, retry, exc))
             notify_failed(state, name, attempt, took, exc, outcome)
-            raise outcome from None
+            raise outcome from outcome.__cause__  # a StepFailed's: the user's error
         state.bridge(
             durable.journal(name, "step", value, attempts=attempt, started_at=started_at, text=text)
         )
@@ -147,7 +146,7 @@ async def failed(
             durable, name, attempt, "step_failed", policy.delay(attempt), data
         )
     message = payloads.storable(f"{type(exc).__name__}: {exc}")[:2000]
-    error["traceback"] = payloads.storable("".join(traceback.format_exception(exc)))[-8000:]
+    error["traceback"] = payloads.storable(tracebacks.describe(exc, limit=8000))
     data = {"step": name, "attempt": attempt, "final": True, "error": error}
     # Journaled as given up, so that every later replay (after a compensation's
     # sleep or retry, say) raises the same StepFailed instead of running it again.
@@ -249,11 +248,17 @@ def notify_failed(
     exc: Exception,
     outcome: BaseException,
 ) -> None:
-    """Fire ``step_failed``, then ``step_retried`` when ``outcome`` is a retry's wait."""
+    """Fire ``step_failed`` (the step log's too), then ``step_retried`` when ``outcome``
+    is a retry's wait."""
     observers = state.observers
-    if not observers:
+    if not observers and state.step_log is None:
         return
     retrying = isinstance(outcome, errors.Suspend)
-    observers.step_failed(observe.StepFailed(state.run, name, attempt, took, exc, retrying))
+    event = observe.StepFailed(state.run, name, attempt, took, exc, retrying)
+    if state.step_log is not None:
+        state.step_log.step_failed(event)
+    if not observers:
+        return
+    observers.step_failed(event)
     if isinstance(outcome, errors.Suspend):
         observers.step_retried(observe.StepRetried(state.run, name, attempt, outcome.delay))

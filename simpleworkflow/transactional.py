@@ -73,7 +73,7 @@ async def run_async(
             races.note_now(durable.db_now)
             outcome = await steps.failed(durable, name, entry, retry, exc)
             steps.notify_failed(state, name, attempt, took, exc, outcome)
-            raise outcome from None
+            raise outcome from outcome.__cause__  # a StepFailed's: the user's error
         durable.remember(record)
         steps.notify_completed(state, name, attempt, took)
         return value
@@ -110,7 +110,7 @@ def run_sync(
             took = time.monotonic() - began
             outcome = state.bridge(steps.failed(durable, name, entry, retry, exc))
             steps.notify_failed(state, name, attempt, took, exc, outcome)
-            raise outcome from None
+            raise outcome from outcome.__cause__  # a StepFailed's: the user's error
         durable.remember(record)
         steps.notify_completed(state, name, attempt, took)
         return value

@@ -3,6 +3,7 @@ on every store, in-process as tests/test_cli.py runs the others."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 import cli_durable_app
@@ -41,8 +42,9 @@ def test_steps_shows_when_each_call_started_and_what_it_took(
         assert column in header
     today = datetime.now(UTC).strftime("%Y-%m-%d")
     assert step.split()[:6] == ["0", "create-account", "step", "completed", "1", today]
-    assert wait.split()[:6] == ["1", "confirmed", "wait", "waiting", "1", today]
-    assert wait.split()[7:9] == ["-", "-"]  # not completed: no end, no time taken
+    # Waiting for what (and until when, with a timeout); not completed: no end, no time taken.
+    waiting = r"waiting for signal 'confirm'(?: until [\d-]+ [\d:]+ UTC)?"
+    assert re.match(rf"1\s+confirmed\s+wait\s+{waiting}\s+1\s+{today} [\d:]+\s+-\s+-", wait), wait
 
     steps = run_cli(store, capsys, "runs", "steps", waiting_run, "--json").json()
     assert steps["run_id"] == waiting_run

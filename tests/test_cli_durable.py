@@ -89,7 +89,15 @@ def test_show_has_the_wait_the_code_version_and_the_journal(
     lines = text.splitlines()
     header = lines.index(next(line for line in lines if line.startswith("#  STEP")))
     assert lines[header + 1].split()[:5] == ["0", "create-account", "step", "completed", "1"]
-    assert lines[header + 2].split()[:5] == ["1", "confirmed", "wait", "waiting", "1"]
+    assert lines[header + 2].split()[:7] == [
+        "1",
+        "confirmed",
+        "wait",
+        "waiting",
+        "for",
+        "signal",
+        "'confirm'",
+    ]
 
     shown = run_cli(store, capsys, "runs", "show", waiting_run, "--json").json()
     assert shown["run"]["waiting_for"]["event"] == "confirm"

@@ -476,6 +476,15 @@ def test_a_run_page_shows_its_step_timeline_signals_and_children(
     assert lanes == ["price", "cool-off", "approval"]
     assert re.search(r'class="bar kind-sleep" style="left: [\d.]+%; width: [\d.]+%"', html)
     assert "kind-succeeded" in html and "kind-suspended" in html  # attempts, with gaps
+    # Each claim on the attempts lane, numbered as attempts made: it slept and waited
+    # within its first attempt, which succeeded ("1 of 3" above).
+    claims = re.findall(r'title="(attempt \d+): (\w+):', html)
+    assert claims == [
+        ("attempt 1", "sleeping"),
+        ("attempt 1", "waiting"),
+        ("attempt 1", "succeeded"),
+    ], claims
+    assert "<dt>attempts</dt><dd>1 of 3</dd>" in html
     assert "&#34;price&#34;: 42" in html and "&#34;answer&#34;: &#34;yes&#34;" in html
     assert f'/runs/{child}"' in html  # the child, linked
     child_page = Dash(store)

@@ -571,6 +571,46 @@ def test_a_permanent_error_in_a_step_fails_the_run_without_retrying(
     assert "resumed" not in lifecycle(client, run_id)
 
 
+def test_a_durable_call_never_awaited_fails_the_run_naming_the_call_and_its_line(
+    app: App, client: Client, ledger: Ledger
+) -> None:
+    """Without ``await`` the sleep would be skipped and the run succeed; it fails instead."""
+
+    @app.workflow("test.durable.forgot.v1")
+    async def forgot(payload: Any, ctx: Context) -> Any:
+        await ctx.step("before", ledger.note, "before")
+        ctx.sleep("cool-off", 3600)  # the mistake
+        ledger.note("after")
+        return "done"
+
+    line = forgot.__code__.co_firstlineno + 3
+
+    @app.workflow("test.durable.awaited.v1")
+    async def awaited(payload: Any, ctx: Context) -> Any:
+        # Made first and awaited later, or handed to gather: each is awaited.
+        later = ctx.step("later", ledger.note, "later", "later")
+        both = await asyncio.gather(ctx.now(), ctx.uuid())
+        return [await later, len(both)]
+
+    forgotten = client.start("test.durable.forgot.v1").id
+    fine = client.start("test.durable.awaited.v1").id
+    with working(app):
+        run = wait_terminal(client, forgotten)
+        done = wait_terminal(client, fine)
+
+    assert run.status is RunStatus.FAILED and run.attempt == 1  # at once: no retry cures it
+    error = run.last_error or ""
+    assert "NotAwaited" in error and "ctx.sleep('cool-off')" in error, error
+    assert f"test_durable.py:{line}" in error, error
+    assert ledger.count("after") == 1  # the body did return: that is what is refused
+    assert [e["step_name"] for e in journal_of(client, forgotten)] == ["before"]
+    assert (done.status, done.result) == (RunStatus.SUCCEEDED, ["later", 2])
+
+
+def journal_of(client: Client, run_id: str) -> list[dict[str, Any]]:
+    return [{"step_name": s.step_name, "kind": s.kind} for s in client.steps(run_id)]
+
+
 def test_now_uuid_and_random_are_recorded_and_replayed(
     store: Store, app: App, client: Client, ledger: Ledger
 ) -> None:
@@ -877,7 +917,9 @@ def test_cancelling_a_parent_cancels_its_pending_and_sleeping_children(
     for child_id in (sleeping, idle):
         child_run = client.get(child_id)
         assert child_run.status is RunStatus.CANCELLED
-        assert child_run.waiting_for is None
+        assert child_run.waiting_states == []  # it waits for nothing now
+        # What it was waiting for is kept: the sleeping one was cut short in its attempt.
+        assert child_run.attempts_made == (1 if child_id == sleeping else 0)
         cancelled = [e for e in client.events(child_id) if e.event_type == "cancelled"]
         assert [e.data for e in cancelled] == [{"reason": "parent cancelled", "parent_id": run_id}]
     assert (

@@ -114,6 +114,32 @@ def test_each_failure_is_a_line_of_its_own(lines: Lines) -> None:
     ]
 
 
+def test_a_step_try_that_failed_is_a_warning_and_one_that_gave_up_an_error_with_its_trace(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="test.outcomes")
+    log = OutcomeLog(logging.getLogger("test.outcomes"))
+    try:
+        raise TimeoutError("card network")
+    except TimeoutError as exc:
+        error = exc
+    log.step_failed(observe.StepFailed(run(1), "charge", 1, 0.2, error, retrying=True))
+    log.step_failed(observe.StepFailed(run(1), "charge", 3, 0.2, error, retrying=False))
+    retried, gave_up = caplog.records
+    assert (retried.levelno, retried.getMessage(), retried.exc_info) == (
+        logging.WARNING,
+        f"run {run(1).id} (billing.invoice.v1) step 'charge' attempt 1 failed: "
+        "TimeoutError: card network; the step will be retried",
+        None,
+    )
+    assert (gave_up.levelno, gave_up.getMessage()) == (
+        logging.ERROR,
+        f"run {run(1).id} (billing.invoice.v1) step 'charge' gave up on attempt 3: "
+        "TimeoutError: card network",
+    )
+    assert gave_up.exc_text and 'raise TimeoutError("card network")' in gave_up.exc_text
+
+
 def test_plural() -> None:
     assert [plural(n, "run") for n in (0, 1, 2)] == ["0 runs", "1 run", "2 runs"]
     assert plural(2, "entry", "entries") == "2 entries"

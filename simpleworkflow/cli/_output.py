@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from simpleworkflow import replay, retention
-from simpleworkflow.admin import TypeStats
+from simpleworkflow import retention
+from simpleworkflow.admin import TypeStats, step_states
 from simpleworkflow.backends.records import JournalEntry
 from simpleworkflow.models import WAITING_STATES, Event, Run, RunStatus, Signal, Unreadable, iso
 
@@ -154,45 +154,40 @@ def _durable_fields(run: Run) -> list[tuple[str, str]]:
     return [(key, value) for key, value in pairs if value is not None]
 
 
-def step_status(step: JournalEntry) -> str:
-    """As stored (``completed``, ``retrying``), except where that would mislead: a step
-    that used up its attempts is ``failed``, and a wait not yet answered is ``waiting``."""
-    if replay.gave_up(step):
-        return "failed"
-    if step.status == "retrying" and step.kind != "step":
-        return "waiting"
-    return step.status
-
-
-def step_dict(step: JournalEntry) -> dict[str, Any]:
+def step_dict(step: JournalEntry, run: Run, now: datetime) -> dict[str, Any]:
+    """A journaled call with its state (``admin.step_states``: the API's and the
+    dashboard's too)."""
+    state = step_states.step_state(step, run, now)
     return {
         "position": step.position,
         "step_name": step.step_name,
         "kind": step.kind,
-        "status": step_status(step),
+        "status": state.status.value,
+        "at": None if state.at is None else state.at.isoformat(),
+        "waiting_for": state.waiting_for,
         "attempts": step.attempts,
         "output": str(step.output) if isinstance(step.output, Unreadable) else step.output,
     }
 
 
-def timed_step_dict(step: JournalEntry) -> dict[str, Any]:
+def timed_step_dict(step: JournalEntry, run: Run, now: datetime) -> dict[str, Any]:
     """A step with its timings: when it started and completed, and the seconds between."""
     return {
-        **step_dict(step),
+        **step_dict(step, run, now),
         "started_at": iso(step.started_at),
         "completed_at": iso(step.completed_at),
         "duration_seconds": step.duration,
     }
 
 
-def steps_table(steps: Sequence[JournalEntry]) -> str:
+def steps_table(steps: Sequence[JournalEntry], run: Run, now: datetime) -> str:
     """The journal: one durable call a line, in the order they first ran."""
     rows = [
         [
             str(s.position),
             s.step_name,
             s.kind,
-            step_status(s),
+            step_states.step_state(s, run, now).describe(),
             str(s.attempts),
             _cut(compact_json(s.output)),
         ]
@@ -201,7 +196,7 @@ def steps_table(steps: Sequence[JournalEntry]) -> str:
     return table(STEP_COLUMNS, rows)
 
 
-def timed_steps_table(steps: Sequence[JournalEntry]) -> str:
+def timed_steps_table(steps: Sequence[JournalEntry], run: Run, now: datetime) -> str:
     """The journal with each call's start, completion and time taken (retries and waits
     included): where a workflow spent its time."""
     rows = [
@@ -209,7 +204,7 @@ def timed_steps_table(steps: Sequence[JournalEntry]) -> str:
             str(s.position),
             s.step_name,
             s.kind,
-            step_status(s),
+            step_states.step_state(s, run, now).describe(),
             str(s.attempts),
             when(s.started_at),
             when(s.completed_at),

@@ -4,7 +4,7 @@ and a run's timed steps and children."""
 from __future__ import annotations
 
 import argparse
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from simpleworkflow import durations, models, names
@@ -235,11 +235,12 @@ def show(args: argparse.Namespace) -> int:
         steps = client.steps(run.id)
         signals = client.signals(run.id)
         events = client.events(run.id)
+    now = datetime.now(UTC)
     if args.json:
         _output.emit_json(
             {
                 "run": run.to_dict(),
-                "steps": [_output.step_dict(step) for step in steps],
+                "steps": [_output.step_dict(step, run, now) for step in steps],
                 "signals": [s.to_dict() for s in signals],
                 "events": [e.to_dict() for e in events],
             }
@@ -247,7 +248,7 @@ def show(args: argparse.Namespace) -> int:
         return 0
     print(_output.run_fields(run))
     if steps:
-        print(f"\n{_output.steps_table(steps)}")
+        print(f"\n{_output.steps_table(steps, run, now)}")
     if signals:
         print(f"\n{_output.signals_table(signals)}")
     print()
@@ -322,14 +323,15 @@ def signal(args: argparse.Namespace) -> int:
 
 def steps(args: argparse.Namespace) -> int:
     run_id = _run_id(args)
-    with _common.admin_for(args) as admin:
-        journal = admin.steps(run_id)
+    with _common.client_for(args) as client:
+        run = client.get(run_id)
+        journal = client.admin.steps(run.id)
+    now = datetime.now(UTC)
     if args.json:
-        _output.emit_json(
-            {"run_id": run_id, "steps": [_output.timed_step_dict(step) for step in journal]}
-        )
+        steps = [_output.timed_step_dict(step, run, now) for step in journal]
+        _output.emit_json({"run_id": run.id, "steps": steps})
     elif journal:
-        print(_output.timed_steps_table(journal))
+        print(_output.timed_steps_table(journal, run, now))
     else:
         print(f"run {run_id} has no journal: it is not a workflow, or has made no durable call")
     return 0

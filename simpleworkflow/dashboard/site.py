@@ -119,7 +119,11 @@ class Site:
             undefined=jinja2.StrictUndefined,
         )
         env.filters.update(
-            age=views.age, moment=views.moment, pretty=views.pretty_json, compact=views.compact
+            age=views.age,
+            moment=views.moment,
+            pretty=views.pretty_json,
+            compact=views.compact,
+            step_state=views.step_state,
         )
         self.templates = Jinja2Templates(env=env)
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from simpleworkflow.admin import Minute
+from simpleworkflow.admin import Minute, step_states
 from simpleworkflow.backends.records import JournalEntry
 from simpleworkflow.models import Event, Run, unreadable_fields
 
@@ -89,43 +89,72 @@ def timeline(
         )
 
     attempts = [bar(*found) for found in _attempts(events, run)]
-    lanes = [bar(*found) for found in _calls(steps)]
+    lanes = [bar(*found) for found in _calls(steps, run, events, now)]
     return Timeline(start=start, end=end, attempts=attempts, steps=lanes)
 
 
 def _attempts(
     events: Iterable[Event], run: Run
 ) -> list[tuple[str, str, datetime, datetime | None, str]]:
-    """``(label, kind, start, end, detail)`` of each attempt: from a ``started`` event to
-    the event that ended it (``None``: under way)."""
+    """``(label, kind, start, end, detail)`` of each claim: from a ``started`` event to
+    the event that ended it (``None``: under way). Numbered as ``attempts_made`` counts:
+    a claim that resumes a suspended run goes on with the same attempt, and only a
+    failure (not a crash the run was not charged for) begins the next."""
     found: list[tuple[str, str, datetime, datetime | None, str]] = []
     began: Event | None = None
+    failures = 0
     for event in events:
         if event.event_type == "started":
             began = event
         elif began is not None and event.event_type in _ATTEMPT_ENDS:
             kind = _ATTEMPT_ENDS[event.event_type]
-            label = f"attempt {len(found) + 1}: {event.event_type}"
+            label = f"attempt {failures + 1}: {event.event_type}"
             found.append((label, kind, began.created_at, event.created_at, _error_of(event)))
             began = None
+            if kind == "failed" and _charged(event):
+                failures += 1
     if began is not None:
         state = "under way" if run.status.value == "leased" else run.status.value
-        found.append((f"attempt {len(found) + 1}: {state}", "running", began.created_at, None, ""))
+        found.append((f"attempt {failures + 1}: {state}", "running", began.created_at, None, ""))
     return found
 
 
-def _calls(steps: Iterable[JournalEntry]) -> list[tuple[str, str, datetime, datetime | None, str]]:
+def _charged(event: Event) -> bool:
+    """False for a crash the run was not charged for (it ran beside others)."""
+    return not (isinstance(event.data, dict) and event.data.get("charged") is False)
+
+
+def _calls(
+    steps: Iterable[JournalEntry], run: Run, events: Sequence[Event], now: datetime
+) -> list[tuple[str, str, datetime, datetime | None, str]]:
+    """One bar per journaled call: a step that gave up ends (red) when it gave up, and
+    a call its finished run left unanswered ends with the run; neither is drawn as
+    still going on."""
     found: list[tuple[str, str, datetime, datetime | None, str]] = []
     for entry in sorted(steps, key=lambda one: one.position):
         if entry.started_at is None:
             continue
-        until = entry.completed_at
+        state = step_states.step_state(entry, run, now)
+        kind, until = entry.kind, entry.completed_at
         if entry.kind == "sleep" and isinstance(entry.output, dict):
             until = _parse_time(entry.output.get("until")) or until
+        if state.status is step_states.StepStatus.FAILED:
+            kind, until = "failed", _gave_up_at(events, entry.step_name) or run.updated_at
+        elif until is None and run.is_terminal:
+            until = run.updated_at
         tries = f", {entry.attempts} attempts" if entry.attempts > 1 else ""
-        detail = f"{entry.kind}, {entry.status}{tries}"
-        found.append((entry.step_name, entry.kind, entry.started_at, until, detail))
+        detail = f"{entry.kind}, {state.describe()}{tries}"
+        found.append((entry.step_name, kind, entry.started_at, until, detail))
     return found
+
+
+def _gave_up_at(events: Sequence[Event], name: str) -> datetime | None:
+    """When step ``name`` gave up: its final ``step_failed`` event."""
+    for event in reversed(events):
+        data = event.data if isinstance(event.data, dict) else {}
+        if event.event_type == "step_failed" and data.get("step") == name and data.get("final"):
+            return event.created_at
+    return None
 
 
 def _error_of(event: Event) -> str:
@@ -199,3 +228,8 @@ def moment(value: datetime | None) -> str:
     if not isinstance(value, datetime):  # a stored time that cannot be read
         return str(value)
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def step_state(entry: JournalEntry, run: Run) -> step_states.StepState:
+    """A journaled call's state, as the API and the CLI show it."""
+    return step_states.step_state(entry, run, datetime.now(UTC))

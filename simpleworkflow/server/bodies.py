@@ -9,11 +9,12 @@ schemas still say what each body holds; the tests check the bodies against them.
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 from starlette.responses import Response
 
-from simpleworkflow.admin import TypeStats, registry_dict
+from simpleworkflow.admin import TypeStats, registry_dict, step_states
 from simpleworkflow.backends.records import JournalEntry, RegistryEntry, SignalSent
 from simpleworkflow.models import Event, Run, Signal, Unreadable, iso
 
@@ -51,12 +52,16 @@ def signal_sent(sent: SignalSent) -> dict[str, Any]:
     return {"signal_id": sent.signal_id, "woke": sent.woke}
 
 
-def step(entry: JournalEntry) -> dict[str, Any]:
+def step(entry: JournalEntry, run: Run, now: datetime) -> dict[str, Any]:
+    """A journaled call of ``run`` with its state as of ``now`` (``admin.step_states``)."""
+    state = step_states.step_state(entry, run, now)
     return {
         "step_name": entry.step_name,
         "kind": entry.kind,
         "position": entry.position,
-        "status": entry.status,
+        "status": state.status.value,
+        "at": None if state.at is None else state.at.isoformat(),
+        "waiting_for": state.waiting_for,
         "output": str(entry.output) if isinstance(entry.output, Unreadable) else entry.output,
         "attempts": entry.attempts,
         "started_at": iso(entry.started_at),

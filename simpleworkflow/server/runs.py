@@ -7,7 +7,7 @@ out.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Path, Query
@@ -193,9 +193,13 @@ def _add_reads(api: APIRouter, source: ClientSource, reader: list[Any]) -> None:
         responses=READ_ERRORS,
     )
     async def run_steps(run_id: RunId) -> Response:
-        """A workflow run's journal, with when each call started and completed."""
-        steps = await source.client.admin.steps(run_id)
-        return bodies.respond([bodies.step(entry) for entry in steps])
+        """A workflow run's journal, with when each call started and completed, and what
+        each is doing (a step that gave up is ``failed``; one between tries
+        ``retrying``, with ``at``, its next try; a wait ``waiting``, with what for)."""
+        run = await source.client.get(run_id)
+        steps = await source.client.admin.steps(run.id)
+        now = datetime.now(UTC)
+        return bodies.respond([bodies.step(entry, run, now) for entry in steps])
 
     @api.get(
         "/{run_id}/children",

@@ -181,8 +181,12 @@ class RunOut(BaseModel):
     priority: int
     run_at: datetime = Field(description="when the run is (or was) due")
     idempotency_key: str | None
-    attempt: int = Field(description="failed attempts so far (the stored count)")
-    attempts_made: int = Field(description="attempts made, the one under way included")
+    failed_attempts: int = Field(
+        description="attempts that failed so far (the stored column `attempt`)"
+    )
+    attempts_made: int = Field(
+        description="attempts made: the one under way (or cut short by a cancel) included"
+    )
     max_attempts: int
     leased_by: str | None = Field(description="the worker holding the run's lease")
     lease_until: datetime | None = Field(description="when that lease expires")
@@ -255,7 +259,16 @@ class StepOut(BaseModel):
     step_name: str
     kind: str = Field(description="step, sleep, wait, child ...")
     position: int
-    status: Literal["completed", "retrying"]
+    status: Literal["completed", "failed", "retrying", "waiting", "running", "stopped"] = Field(
+        description="completed; failed (it gave up: no attempt left, or an error no retry "
+        "cures); retrying (between tries, the next at `at`); waiting (for `waiting_for`, "
+        "until `at` if it times out); running (its next try is due and the run is held); "
+        "stopped (its run ended before it finished)"
+    )
+    at: datetime | None = Field(
+        description="when a retrying step tries next, or a waiting call's wait ends"
+    )
+    waiting_for: str | None = Field(description="what a waiting call waits for, in words")
     output: JSON
     attempts: int
     started_at: datetime | None

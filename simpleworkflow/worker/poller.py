@@ -223,6 +223,7 @@ class IntentPoller:
             renewals=self._renewals,
             bell=self._bell,
             observers=observers,
+            step_log=self._outcomes,
         )
         claims = ClaimLoop(
             backend,

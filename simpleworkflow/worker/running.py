@@ -41,6 +41,7 @@ class Runner:
         renewals: Renewals,
         bell: Bell,
         observers: observe.Observer,
+        step_log: observe.Observer | None = None,
     ) -> None:
         self.app = app
         self.worker_id = worker_id
@@ -51,6 +52,7 @@ class Runner:
         self._renewals = renewals
         self._bell = bell
         self._observers = observers
+        self._step_log = step_log
         self.active: dict[str, Attempt] = {}
         self.draining: list[Attempt] = []  # at shutdown: attempts that may still run
         self._refusals: set[asyncio.Task[None]] = set()  # runs failed as unreadable
@@ -82,6 +84,7 @@ class Runner:
             executor=self._step_executor,
             lease_ended=functools.partial(self._renewals.ended, lease.token),
             observers=self.app.observers,  # the step hooks: the outcome log needs none
+            step_log=self._step_log,  # but for the steps that fail
         )
         threads = Threads()
         task = asyncio.create_task(self._execute(lease, state, threads), name=f"run-{lease.run.id}")

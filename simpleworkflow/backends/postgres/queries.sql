@@ -164,7 +164,9 @@ with recursive tree (id) as (
     select r.id from {schema}workflow_run r join tree t on r.parent_id = t.id
 ), cancelled as (
     update {schema}workflow_run
-    set status = 'cancelled', waiting_for = null, updated_at = now(),
+    -- waiting_for is kept: what a suspended run was waiting for, and the sign that an
+    -- attempt was under way (Run.attempts_made counts it)
+    set status = 'cancelled', updated_at = now(),
         logged_changes = logged_changes + 1
     where id in (select id from tree) and status in ('pending', 'leased')
     returning id, parent_id, lease_token is not null as leased

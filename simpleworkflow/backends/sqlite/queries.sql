@@ -152,7 +152,9 @@ limit :limit
 -- name: cancel_run
 -- Cancels the run and every unfinished descendant.
 update workflow_run
-set status = 'cancelled', waiting_for = null, updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
+-- waiting_for is kept: what a suspended run was waiting for, and the sign that an
+-- attempt was under way (Run.attempts_made counts it)
+set status = 'cancelled', updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
     logged_changes = logged_changes + 1
 where status in ('pending', 'leased')
   and id in (
