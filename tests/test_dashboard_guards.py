@@ -196,3 +196,27 @@ def test_a_failed_database_is_a_503_page_that_does_not_say_where_it_is(tmp_path:
         dash.close()
     assert page.status_code == 503 and "retry shortly" in page.text
     assert "secret-name" not in page.text and str(tmp_path) not in page.text
+
+
+def test_an_unexpected_engine_error_is_a_page_with_an_id_the_log_holds(
+    store: Store, client: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An engine error no request should cause is not shown as it is (it may hold
+    internals): the page says an id, and the server's log holds it with the traceback."""
+    run = client.start(TYPE)
+    dash = Dash(store)
+    try:
+
+        async def broken(*args: Any, **kwargs: Any) -> Any:
+            raise errors.SimpleWorkflowError("internal detail: secret-table-name")
+
+        dash.client.get = broken  # type: ignore[method-assign]
+        caplog.set_level("ERROR", "simpleworkflow.server")
+        page = dash.get(f"/runs/{run.id}")
+        assert page.status_code == 500
+        assert "secret-table-name" not in page.text
+        found = re.search(r"under the id ([0-9a-f]{16})", page.text)
+        assert found, page.text
+        assert found.group(1) in caplog.text and "secret-table-name" in caplog.text
+    finally:
+        dash.close()

@@ -23,6 +23,7 @@ from simpleworkflow.dashboard import sessions, views
 from simpleworkflow.dashboard.sessions import Refused, Session, Sessions
 from simpleworkflow.server.auth import Auth
 from simpleworkflow.server.problems import detail as public_detail
+from simpleworkflow.server.problems import log_unexpected
 from simpleworkflow.server.source import ClientSource
 
 #: What a page may load and run: its own files only. Every script is a static file, so
@@ -199,7 +200,13 @@ class Site:
             session = self.sessions.of(request)
         except Refused:
             session = Session(level=None, nonce="", csrf="")
-        message = public_detail(exc)
+        if status == 500:  # no request should cause it: logged with its traceback, by id
+            error_id = log_unexpected(exc, f"{request.method} {request.url.path}")
+            message = (
+                f"An unexpected error; the server's log holds its details under the id {error_id}."
+            )
+        else:
+            message = public_detail(exc)
         return self.render(request, session, "error.html", {"message": message}, status=status)
 
 
