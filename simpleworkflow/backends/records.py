@@ -312,11 +312,11 @@ class RateLimit:
         """A JSON-ready dict, times as ISO 8601, as the CLI and API print it."""
         return {
             "name": self.name,
-            "max_runs": self.max_runs,
-            "period": self.period,
+            "max_runs": _plain(self.max_runs),
+            "period": _plain(self.period),
             "per_key": self.per_key,
-            "created_at": self.created_at.isoformat(),
-            "updated_at": self.updated_at.isoformat(),
+            "created_at": _iso(self.created_at),
+            "updated_at": _iso(self.updated_at),
         }
 
 
@@ -348,10 +348,10 @@ class Subscription:
         return {
             "pattern": self.pattern,
             "workflow_type": self.workflow_type,
-            "priority": self.priority,
-            "max_attempts": self.max_attempts,
-            "created_at": self.created_at.isoformat(),
-            "updated_at": self.updated_at.isoformat(),
+            "priority": _plain(self.priority),
+            "max_attempts": _plain(self.max_attempts),
+            "created_at": _iso(self.created_at),
+            "updated_at": _iso(self.updated_at),
         }
 
 
@@ -391,8 +391,8 @@ class Schedule:
             "timezone": self.timezone,
             "payload": str(self.payload) if isinstance(self.payload, Unreadable) else self.payload,
             "missed": self.missed,
-            "priority": self.priority,
-            "max_attempts": self.max_attempts,
+            "priority": _plain(self.priority),
+            "max_attempts": _plain(self.max_attempts),
             "paused": self.paused,
             "next_tick_at": _iso(self.next_tick_at),
             "last_tick_at": _iso(self.last_tick_at),
@@ -404,6 +404,11 @@ class Schedule:
 
 
 _iso = iso
+
+
+def _plain(value: Any) -> Any:
+    """A stored value as JSON shows it: one that cannot be read as ``unreadable: <raw>``."""
+    return str(value) if isinstance(value, Unreadable) else value
 
 
 @dataclass(frozen=True, slots=True)

@@ -92,7 +92,7 @@ def status_text(run: Run) -> str:
     status and what qualifies it."""
     expired = ["lease expired"] if run.lease_expired else []
     notes = [*run.waiting_states, *expired, *(["deleted"] if run.deleted_at else [])]
-    return run.status.value + (f" ({', '.join(notes)})" if notes else "")
+    return run.status_text + (f" ({', '.join(notes)})" if notes else "")
 
 
 def run_row(run: Run) -> list[str]:
