@@ -200,6 +200,12 @@ def _json_ready(value: Any) -> Any:
     return value
 
 
+def shown(value: Any) -> Any:
+    """A stored value as JSON output shows it: one that cannot be read as
+    ``unreadable: <its raw text>``, any other as it is."""
+    return str(value) if isinstance(value, Unreadable) else value
+
+
 def iso(moment: datetime | Unreadable | None) -> str | None:
     """A stored time as ISO 8601 text (``None`` as ``None``); one that cannot be read as
     ``unreadable: <its raw text>``."""

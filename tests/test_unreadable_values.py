@@ -309,3 +309,85 @@ def test_a_schedule_whose_runs_the_store_refuses_is_paused(
         assert not listed["healthy.one"].paused
     started = store.sql("select idempotency_key from workflow_run")
     assert started and all(key.startswith("schedule:healthy.one:") for (key,) in started)
+
+
+def test_a_trace_context_that_is_no_object_neither_fails_its_run_nor_others(
+    store: Store,
+) -> None:
+    """``trace_context`` is JSON any runtime may write; a scalar or a list there made
+    Postgres refuse every outcome of the run (``jsonb - text`` on a scalar), and with it
+    the other outcomes written in the same transaction."""
+    app = App(store.url, schema=store.schema)
+
+    @app.workflow(TYPE)
+    def work(payload: Any, ctx: Context) -> str:
+        if payload["n"] % 2:
+            raise ValueError("once")  # a failure writes the trace context too
+        return "done"
+
+    with store.client() as client:
+        runs = [client.start(TYPE, {"n": n}, max_attempts=1).id for n in range(8)]
+        for run_id, odd in zip(runs, ["5", '"text"', "[1, 2]", "null"], strict=False):
+            spoil(store, "workflow_run", "trace_context", odd, "id = ?", run_id)
+        with poller_thread(app, type_prefixes=["test.values.%"], poll_interval=0.2):
+            done = lambda: all(client.get(r).is_terminal for r in runs)  # noqa: E731
+            wait_until(done, 30, lambda: str([client.get(r).status for r in runs]))
+        for n, run_id in enumerate(runs):
+            run = client.get(run_id)
+            assert run.status is (RunStatus.FAILED if n % 2 else RunStatus.SUCCEEDED), run
+            assert run.attempts_made == 1
+
+
+def test_a_journal_written_by_hand_is_listed_and_fails_only_its_run(
+    tmp_path: Path, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """SQLite: a journal row whose position or attempts is text, or whose output is not
+    JSON (its checks off). The steps listings show it marked; the worker fails the run."""
+    store = sqlite_store(tmp_path, request)
+    app = App(store.url, schema=store.schema)
+
+    @app.workflow(TYPE)
+    def journaled(payload: Any, ctx: Context) -> str:
+        return str(ctx.step("a", lambda: "fresh"))
+
+    insert = (
+        "insert into workflow_step (run_id, step_name, kind, position, status, output, "
+        "attempts) values (?, 'a', 'step', ?, 'completed', ?, ?)"
+    )
+    spoiled = {"position": ("first", '"x"', 1), "attempts": (0, '"x"', "one")}
+    spoiled["output"] = (0, "{not json", 1)
+    with store.client() as client:
+        runs = [client.start(TYPE, {"n": n}).id for n in range(5)]
+        by_run = dict(zip(runs, spoiled, strict=False))
+        for run_id, column in by_run.items():
+            spoil_unchecked(store, insert, run_id, *spoiled[column])
+        for run_id in runs[3:]:
+            store.sql(insert, run_id, 0, '"replayed"', 1)
+        for run_id, column in by_run.items():
+            result = run_cli(store, capsys, "runs", "steps", run_id, "--json")
+            assert result.code == 0, result.err
+            [step] = json.loads(result.out)["steps"]
+            assert str(step[column]).startswith("unreadable: "), step
+        api = Api(store)
+        try:
+            for run_id in by_run:
+                response = api.get(f"{PREFIX}/runs/{run_id}/steps")
+                assert response.status_code == 200, response.text
+                assert "unreadable: " in response.text
+        finally:
+            api.close()
+        with poller_thread(app, type_prefixes=["test.values.%"], poll_interval=0.2):
+            done = lambda: all(client.get(r).is_terminal for r in runs)  # noqa: E731
+            wait_until(done, 30, lambda: str([client.get(r).status for r in runs]))
+        for run_id in runs[3:]:
+            assert client.get(run_id).result == "replayed"
+        for run_id, column in by_run.items():
+            assert client.get(run_id).status is RunStatus.FAILED
+            [event] = failed_events(client, run_id)
+            assert set(event["unreadable"]) == {f"step 'a' {column}"}
+    dash = Dash(store)
+    try:
+        for run_id in runs:
+            assert dash.get(f"/runs/{run_id}").status_code == 200
+    finally:
+        dash.close()

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from simpleworkflow.models import Run, Unreadable, iso
+from simpleworkflow.models import Run, Unreadable, iso, shown
 
 T = TypeVar("T")
 Rows = list[dict[str, Any]]
@@ -406,9 +406,7 @@ class Schedule:
 _iso = iso
 
 
-def _plain(value: Any) -> Any:
-    """A stored value as JSON shows it: one that cannot be read as ``unreadable: <raw>``."""
-    return str(value) if isinstance(value, Unreadable) else value
+_plain = shown
 
 
 @dataclass(frozen=True, slots=True)

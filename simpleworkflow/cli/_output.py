@@ -15,7 +15,16 @@ from typing import Any
 from simpleworkflow import replay, retention
 from simpleworkflow.admin import TypeStats
 from simpleworkflow.backends.records import JournalEntry
-from simpleworkflow.models import WAITING_STATES, Event, Run, RunStatus, Signal, Unreadable, iso
+from simpleworkflow.models import (
+    WAITING_STATES,
+    Event,
+    Run,
+    RunStatus,
+    Signal,
+    Unreadable,
+    iso,
+    shown,
+)
 
 RUN_COLUMNS = ("ID", "TYPE", "STATUS", "ATTEMPT", "PRIORITY", "RUN_AT (UTC)", "CREATED (UTC)")
 EVENT_COLUMNS = ("EVENT", "TIME (UTC)", "TYPE", "DATA")
@@ -166,12 +175,12 @@ def step_status(step: JournalEntry) -> str:
 
 def step_dict(step: JournalEntry) -> dict[str, Any]:
     return {
-        "position": step.position,
+        "position": shown(step.position),
         "step_name": step.step_name,
         "kind": step.kind,
         "status": step_status(step),
-        "attempts": step.attempts,
-        "output": str(step.output) if isinstance(step.output, Unreadable) else step.output,
+        "attempts": shown(step.attempts),
+        "output": shown(step.output),
     }
 
 

@@ -15,7 +15,7 @@ from starlette.responses import Response
 
 from simpleworkflow.admin import TypeStats, registry_dict
 from simpleworkflow.backends.records import JournalEntry, RegistryEntry, SignalSent
-from simpleworkflow.models import Event, Run, Signal, Unreadable, iso
+from simpleworkflow.models import Event, Run, Signal, iso, shown
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
@@ -55,10 +55,10 @@ def step(entry: JournalEntry) -> dict[str, Any]:
     return {
         "step_name": entry.step_name,
         "kind": entry.kind,
-        "position": entry.position,
+        "position": shown(entry.position),
         "status": entry.status,
-        "output": str(entry.output) if isinstance(entry.output, Unreadable) else entry.output,
-        "attempts": entry.attempts,
+        "output": shown(entry.output),
+        "attempts": shown(entry.attempts),
         "started_at": iso(entry.started_at),
         "completed_at": iso(entry.completed_at),
         "duration_seconds": entry.duration,
