@@ -211,11 +211,15 @@ def test_registry_rate_limits_and_subscriptions_written_by_hand_are_listed(
     answer, and a worker for those types starts and runs."""
     store = sqlite_store(tmp_path, request)
     app = App(store.url, schema=store.schema)
+    app.rate_limit("declared", "100/s")
 
-    @app.workflow(TYPE)
+    @app.workflow(TYPE, rate_limit="declared")
     def work(payload: Any, ctx: Context) -> str:
         return "done"
 
+    store.sql(
+        "insert into workflow_rate_limit (name, max_runs, period) values ('declared', 5, 'y')"
+    )
     store.sql(
         "insert into workflow_registry (workflow_name, runtime, retention, created_at) "
         "values (?, 'python', 'forever', 'long ago')",
@@ -230,13 +234,16 @@ def test_registry_rate_limits_and_subscriptions_written_by_hand_are_listed(
     with store.client() as client:
         [entry] = client.admin.registry()
         assert str(entry.retention) == "unreadable: forever"
-        assert {limit.name for limit in client.admin.rate_limits()} == {"odd"}
+        limits = {limit.name: limit for limit in client.admin.rate_limits()}
+        assert str(limits["odd"].period) == "unreadable: x"
         [subscription] = client.admin.subscriptions()
         assert subscription.to_dict()["created_at"] == "unreadable: yesterday"
         run_id = client.start(TYPE).id
         with poller_thread(app, type_prefixes=["test.values.%"], poll_interval=0.2):
             wait_until(lambda: client.get(run_id).is_terminal, 15, "the run never ran")
         assert client.get(run_id).status is RunStatus.SUCCEEDED
+        declared = {limit.name: limit for limit in client.admin.rate_limits()}["declared"]
+        assert (declared.max_runs, declared.period) == (100, 1.0)  # the code's, written
     for command in (["registry", "list"], ["registry", "list", "--json"]):
         result = run_cli(store, capsys, *command)
         assert result.code == 0, (command, result.err)
