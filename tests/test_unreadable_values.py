@@ -318,7 +318,7 @@ def test_a_schedule_whose_runs_the_store_refuses_is_paused(
     assert started and all(key.startswith("schedule:healthy.one:") for (key,) in started)
 
 
-def test_a_trace_context_that_is_no_object_neither_fails_its_run_nor_others(
+def test_a_trace_context_or_wait_that_is_no_object_neither_fails_its_run_nor_others(
     store: Store,
 ) -> None:
     """``trace_context`` is JSON any runtime may write; a scalar or a list there made
@@ -336,6 +336,9 @@ def test_a_trace_context_that_is_no_object_neither_fails_its_run_nor_others(
         runs = [client.start(TYPE, {"n": n}, max_attempts=1).id for n in range(8)]
         for run_id, odd in zip(runs, ["5", '"text"', "[1, 2]", "null"], strict=False):
             spoil(store, "workflow_run", "trace_context", odd, "id = ?", run_id)
+        # And a wait that is no object, which the claim resumes from.
+        for run_id, odd in zip(runs[4:], ["7", '"sleep"', "[]"], strict=False):
+            spoil(store, "workflow_run", "waiting_for", odd, "id = ?", run_id)
         with poller_thread(app, type_prefixes=["test.values.%"], poll_interval=0.2):
             done = lambda: all(client.get(r).is_terminal for r in runs)  # noqa: E731
             wait_until(done, 30, lambda: str([client.get(r).status for r in runs]))
