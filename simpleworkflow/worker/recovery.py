@@ -31,7 +31,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from simpleworkflow import errors, execution
+from simpleworkflow import errors, execution, observe
 from simpleworkflow.backends import Backend
 from simpleworkflow.backends.base import Failure
 from simpleworkflow.backends.core import read_flag, read_int
@@ -130,6 +130,24 @@ async def look(
     decide = functools.partial(crashed, recovered_by=worker_id)
     op_reap = backend.reap_expired(types, BATCH, decide, runtime)
     return due_in, await backend.execute_async(op_reap)
+
+
+async def report_unreadable(
+    backend: Backend, observers: observe.Observer, worker_id: str, failures: list[Failure]
+) -> None:
+    """Tell ``observers`` of the runs a look failed for good as unreadable (see
+    :func:`crashed`) as of any attempt that failed for good, as the claim does, so that
+    metrics count them. Each run is read back: one statement for each such run, rare."""
+    for failure in failures:
+        try:
+            run = await backend.execute_async(backend.get_run(failure.run_id), readonly=True)
+        except Exception:
+            _log.exception("run %s: could not read it back for the observers", failure.run_id)
+            continue
+        if run is not None:
+            error = failure.data["error"]["message"]
+            finished = observe.AttemptFinished(run, worker_id, observe.FAILED, 0.0, error=error)
+            observers.attempt_finished(finished)
 
 
 def pause(next_expiry: float | None, misses: int = 0) -> float:
