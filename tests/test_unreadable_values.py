@@ -402,3 +402,24 @@ def test_a_journal_written_by_hand_is_listed_and_fails_only_its_run(
             assert dash.get(f"/runs/{run_id}").status_code == 200
     finally:
         dash.close()
+
+
+def test_a_registry_retention_out_of_range_is_listed(store: Store) -> None:
+    """Postgres: an interval past timedelta's range; SQLite: text. The registry, the
+    types page and the sweep answer."""
+    spoiled = {"postgres": "100000000 years", "sqlite": "forever"}[store.kind]
+    store.sql(
+        "insert into workflow_registry (workflow_name, runtime, retention) values (?, 'python', ?)",
+        TYPE,
+        spoiled,
+    )
+    with store.client() as client:
+        [entry] = client.admin.registry()
+        assert str(entry.retention).startswith("unreadable: ")
+        assert client.admin.sweep(default_retention=60, dry_run=True).total == 0
+    api = Api(store)
+    try:
+        response = api.get(f"{PREFIX}/types")
+        assert response.status_code == 200 and "unreadable: " in response.text, response.text
+    finally:
+        api.close()
