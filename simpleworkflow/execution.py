@@ -166,7 +166,7 @@ def unreadable_row(
     run_id: str, token: str | None, columns: Mapping[str, Unreadable], worker_id: str | None
 ) -> Failure:
     """The final failure of run ``run_id`` (leased with ``token``), whose ``columns``
-    cannot be read; charged to nobody, since no attempt ran."""
+    cannot be read, whatever its retry policy says: no handler ran, and none can."""
     found = {name: value.to_dict() for name, value in columns.items()}
     named = "; ".join(f"{name} holds {c['raw']!r} ({c['reason']})" for name, c in found.items())
     message = (
