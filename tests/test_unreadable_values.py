@@ -423,3 +423,36 @@ def test_a_registry_retention_out_of_range_is_listed(store: Store) -> None:
         assert response.status_code == 200 and "unreadable: " in response.text, response.text
     finally:
         api.close()
+
+
+def test_a_rate_limit_whose_period_is_no_number_holds_up_no_claim(
+    tmp_path: Path, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """SQLite: a rate limit written by hand with a period that is text, named by a type
+    the worker claims (in the registry, not in code). Its runs and the others run."""
+    store = sqlite_store(tmp_path, request)
+    app = App(store.url, schema=store.schema)
+    other = "test.values.other.v1"
+
+    @app.workflow(TYPE)
+    def work(payload: Any, ctx: Context) -> str:
+        return "done"
+
+    @app.workflow(other)
+    def more(payload: Any, ctx: Context) -> str:
+        return "done"
+
+    store.sql("insert into workflow_rate_limit (name, max_runs, period) values ('odd', 5, 'x')")
+    store.sql(
+        "insert into workflow_registry (workflow_name, runtime, rate_limit) "
+        "values (?, 'python', 'odd')",
+        TYPE,
+    )
+    with store.client() as client:
+        runs = [client.start(t, {"n": n}).id for n in range(3) for t in (TYPE, other)]
+        with poller_thread(app, type_prefixes=["test.values.%"], poll_interval=0.2):
+            done = lambda: all(client.get(r).is_terminal for r in runs)  # noqa: E731
+            wait_until(done, 20, lambda: str([client.get(r).status for r in runs]))
+        assert all(client.get(r).status is RunStatus.SUCCEEDED for r in runs)
+    listed = run_cli(store, capsys, "limits", "list")
+    assert listed.code == 0 and "unreadable: x" in listed.out, listed.err
