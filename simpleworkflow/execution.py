@@ -7,6 +7,7 @@ import concurrent.futures
 import contextvars
 import dataclasses
 import functools
+from collections.abc import Mapping
 from typing import Any
 
 from simpleworkflow import errors, payloads, tracebacks
@@ -14,6 +15,7 @@ from simpleworkflow.attempt_state import AttemptState
 from simpleworkflow.backends.base import Failure, Lease, Success, Suspension
 from simpleworkflow.context import Context
 from simpleworkflow.handlers import Definition
+from simpleworkflow.models import Unreadable
 
 MAX_ERROR_CHARS = 16_000
 TIMED_OUT = "timeout"  # the stop reason of an attempt that ran past its timeout
@@ -170,23 +172,35 @@ def unreadable_run(lease: Lease, worker_id: str) -> Failure:
     """The end of a run claimed with columns this worker cannot read (see
     ``Run.unreadable``): failed for good, no handler called, naming each column and
     its raw text, so that an operator can fix the row and retry the run."""
-    columns = {name: value.to_dict() for name, value in lease.run.unreadable.items()}
-    named = "; ".join(f"{name} holds {c['raw']!r} ({c['reason']})" for name, c in columns.items())
+    return unreadable_row(lease.run.id, lease.token, lease.run.unreadable, worker_id)
+
+
+def unreadable_row(
+    run_id: str, token: str | None, columns: Mapping[str, Unreadable], worker_id: str | None
+) -> Failure:
+    """The final failure of run ``run_id`` (leased with ``token``), whose ``columns``
+    cannot be read, whatever its retry policy says: no handler ran, and none can."""
+    found = {name: value.to_dict() for name, value in columns.items()}
+    named = "; ".join(f"{name} holds {c['raw']!r} ({c['reason']})" for name, c in found.items())
     message = (
-        f"run {lease.run.id} cannot be read: {named}. It was written by plain SQL or "
+        f"run {run_id} cannot be read: {named}. It was written by plain SQL or "
         "another runtime; correct the column, then retry the run"
     )
-    exc = errors.UnreadableRow(message, columns)
-    return unreadable_failure(lease, exc, worker_id)
+    return _final(run_id, token, errors.UnreadableRow(message, found), worker_id)
 
 
 def unreadable_failure(lease: Lease, exc: errors.UnreadableRow, worker_id: str) -> Failure:
     """A final failure for ``exc``, whatever the run's retry policy says."""
+    return _final(lease.run.id, lease.token, exc, worker_id)
+
+
+def _final(
+    run_id: str, token: str | None, exc: errors.UnreadableRow, worker_id: str | None
+) -> Failure:
     error = {"type": _qualname(exc), "message": payloads.storable(str(exc))[:2000]}
     data: dict[str, Any] = {"worker_id": worker_id, "error": error, "retryable": False}
     data["unreadable"] = exc.columns
     text = payloads.storable(f"{_qualname(exc)}: {exc}")[-MAX_ERROR_CHARS:]
-    run_id, token = lease.run.id, lease.token
     return Failure(run_id=run_id, token=token, final=True, delay=0.0, error=text, data=data)
 
 

@@ -102,7 +102,16 @@ class Run:
 
     @property
     def is_terminal(self) -> bool:
-        return self.status.is_terminal
+        """Finished; never for a status this version does not know (see
+        :attr:`status_text`)."""
+        return isinstance(self.status, RunStatus) and self.status.is_terminal
+
+    @property
+    def status_text(self) -> str:
+        """The status as listings show it: its value, or ``unreadable: <raw>`` for a
+        status this version does not know (written with SQLite's checks off, or by a
+        newer runtime), which no worker claims or recovers."""
+        return self.status.value if isinstance(self.status, RunStatus) else str(self.status)
 
     @property
     def unreadable(self) -> dict[str, Unreadable]:
@@ -130,6 +139,8 @@ class Run:
         was cut short by a cancellation (the run was leased, or suspended: a cancel keeps
         ``waiting_for``); a run never started has made none.
         """
+        if not isinstance(self.attempt, int):  # a count that cannot be read
+            return 0
         if self.status in (RunStatus.SUCCEEDED, RunStatus.LEASED):
             return self.attempt + 1
         if self.status is RunStatus.PENDING:
@@ -162,7 +173,7 @@ class Run:
         if self.status is not RunStatus.PENDING:
             return []
         if not isinstance(self.waiting_for, dict):
-            return ["retrying"] if self.attempt > 0 else []
+            return ["retrying"] if isinstance(self.attempt, int) and self.attempt > 0 else []
         waits = self.waiting_for.get("waits")
         kinds = (
             [w.get("kind") for w in waits if isinstance(w, dict)] if isinstance(waits, list) else []
@@ -184,7 +195,7 @@ class Run:
         unreadable = self.unreadable
         if unreadable:
             out["unreadable"] = {name: value.to_dict() for name, value in unreadable.items()}
-        out["status"] = self.status.value
+        out["status"] = self.status_text
         out["attempts_made"] = self.attempts_made
         return out
 
@@ -198,6 +209,12 @@ def _json_ready(value: Any) -> Any:
     if isinstance(value, Unreadable):
         return str(value)
     return value
+
+
+def shown(value: Any) -> Any:
+    """A stored value as JSON output shows it: one that cannot be read as
+    ``unreadable: <its raw text>``, any other as it is."""
+    return str(value) if isinstance(value, Unreadable) else value
 
 
 def iso(moment: datetime | Unreadable | None) -> str | None:

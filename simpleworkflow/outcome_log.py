@@ -56,18 +56,18 @@ class OutcomeLog(observe.Observer):
             self._succeeded(run)
         elif event.outcome == observe.FAILED:
             self._log.warning(
-                "run %s (%s) failed for good on attempt %d: %s",
+                "run %s (%s) failed for good on attempt %s: %s",
                 run.id,
                 run.type,
-                run.attempt + 1,
+                _number(run),
                 event.error,
             )
         elif event.outcome == observe.RETRIED:
             self._log.info(
-                "run %s (%s) attempt %d failed: %s; retrying in %.1fs",
+                "run %s (%s) attempt %s failed: %s; retrying in %.1fs",
                 run.id,
                 run.type,
-                run.attempt + 1,
+                _number(run),
                 event.error,
                 event.retry_in,
             )
@@ -127,3 +127,8 @@ class OutcomeLog(observe.Observer):
             self._last = self._clock()
         self._counts.clear()
         self._first = None
+
+
+def _number(run: Run) -> str:
+    """The attempt's number, or ``?`` when the stored count cannot be read."""
+    return str(run.attempt + 1) if isinstance(run.attempt, int) else "?"

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from simpleworkflow.backends.records import RegistryEntry
-from simpleworkflow.models import WAITING_STATES, RunStatus
+from simpleworkflow.models import WAITING_STATES, RunStatus, Unreadable
 
 #: The states counted for every type, in this order: the statuses, then the waiting
 #: states of pending runs (a refinement of ``pending``; a run may be in several).
@@ -158,6 +158,8 @@ def _json_ready(value: Any) -> Any:
         return value.isoformat()
     if isinstance(value, timedelta):
         return value.total_seconds()
+    if isinstance(value, Unreadable):  # written by hand, shown as such
+        return str(value)
     return value
 
 

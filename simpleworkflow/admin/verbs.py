@@ -192,7 +192,7 @@ class Verbs:
         run, retried = outcome
         if not retried:
             raise errors.RunNotRetryable(
-                run.id, run.status.value, deleted=run.deleted_at is not None
+                run.id, run.status_text, deleted=run.deleted_at is not None
             )
         return run
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simpleworkflow import errors
-from simpleworkflow.backends.core import StoreCore
+from simpleworkflow.backends.core import DEFAULT_MAX_ATTEMPTS, StoreCore
 from simpleworkflow.backends.presence_ops import FORGET_AFTER
 from simpleworkflow.backends.records import ATOMIC, Op, RateLimit, RegistryEntry, ServiceLease
 from simpleworkflow.models import WAITING_STATES, Run, RunStatus
@@ -97,16 +97,19 @@ class AdminOps(StoreCore):
         run = self.run_from_row(rows[0])
         if run.status not in RETRYABLE or run.deleted_at is not None:
             return run, False
+        # A count that cannot be read (written by hand) is written again by the retry.
+        attempt = run.attempt if isinstance(run.attempt, int) else 0
+        allowed = run.max_attempts if isinstance(run.max_attempts, int) else DEFAULT_MAX_ATTEMPTS
         params: dict[str, Any] = {
             "id": run_id,
             "status": run.status.value,
-            "max_attempts": max(run.max_attempts, run.attempt + 1),
+            "max_attempts": max(allowed, attempt + 1),
         }
         params["data"] = json.dumps(
             {
                 "previous_status": run.status.value,
                 "last_error": run.last_error,
-                "attempt": run.attempt,
+                "attempt": attempt,
                 "max_attempts": params["max_attempts"],
             }
         )

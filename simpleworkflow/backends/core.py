@@ -80,12 +80,12 @@ class StoreCore(abc.ABC):
             id=str(row["id"]),
             type=row["type"],
             payload=json_(row["payload"]),
-            status=RunStatus(row["status"]),
-            priority=row["priority"],
+            status=read_status(row["status"]),
+            priority=read_int(row["priority"]),
             run_at=time(row["run_at"]),
             idempotency_key=row["idempotency_key"],
-            attempt=row["attempt"],
-            max_attempts=row["max_attempts"],
+            attempt=read_int(row["attempt"]),
+            max_attempts=read_int(row["max_attempts"]),
             leased_by=row["leased_by"],
             lease_until=time(row["lease_until"]),
             last_error=row["last_error"],
@@ -142,28 +142,32 @@ class StoreCore(abc.ABC):
         )
 
     def registry_from_row(self, row: Mapping[str, Any]) -> RegistryEntry:
+        """A registry row; what cannot be read (written by hand) is an
+        :class:`Unreadable`, shown as such, as in a run."""
         return RegistryEntry(
             workflow_name=row["workflow_name"],
             intent_type=row["intent_type"],
             runtime=row["runtime"],
             is_enabled=bool(row["is_enabled"]),
             description=row["description"],
-            created_at=self.decode_time(row["created_at"]),
-            updated_at=self.decode_time(row["updated_at"]),
-            retention=duration(row.get("retention")),
-            concurrency=row.get("concurrency"),
-            key_concurrency=row.get("key_concurrency"),
+            created_at=self.read_time(row["created_at"]),
+            updated_at=self.read_time(row["updated_at"]),
+            retention=read_duration(row.get("retention")),
+            concurrency=read_int(row.get("concurrency")),
+            key_concurrency=read_int(row.get("key_concurrency")),
             rate_limit=row.get("rate_limit"),
         )
 
     def rate_limit_from_row(self, row: Mapping[str, Any]) -> RateLimit:
+        """A rate limit's row; as :meth:`registry_from_row`, what cannot be read is an
+        :class:`Unreadable`."""
         return RateLimit(
             name=row["name"],
-            max_runs=row["max_runs"],
-            period=float(row["period"]),
+            max_runs=read_int(row["max_runs"]),
+            period=read_number(row["period"]),
             per_key=bool(row["per_key"]),
-            created_at=self.decode_time(row["created_at"]),
-            updated_at=self.decode_time(row["updated_at"]),
+            created_at=self.read_time(row["created_at"]),
+            updated_at=self.read_time(row["updated_at"]),
         )
 
     def opt_time(self, value: Any) -> datetime | None:
@@ -176,6 +180,40 @@ def unreadable(value: Any, exc: BaseException) -> Unreadable:
         return value
     raw = value.decode(errors="replace") if isinstance(value, bytes) else str(value)
     return Unreadable(raw[:200], str(exc)[:200] or type(exc).__name__)
+
+
+def read_int(value: Any) -> Any:
+    """A stored integer, or ``None``; an :class:`Unreadable` for anything else (SQLite
+    keeps text or a fraction in an integer column written by hand). Healthy values pay
+    one type check."""
+    if type(value) is int or value is None:
+        return value
+    return unreadable(value, ValueError("not an integer"))
+
+
+def read_flag(value: Any) -> Any:
+    """A stored boolean (``boolean`` on Postgres, 0 or 1 on SQLite); an
+    :class:`Unreadable` for anything else."""
+    if type(value) is bool or value in (0, 1):
+        return value
+    return unreadable(value, ValueError("not a boolean"))
+
+
+def read_number(value: Any) -> Any:
+    """A stored number (a ``real`` column), or ``None``; an :class:`Unreadable` for
+    anything else."""
+    if value is None or (isinstance(value, int | float) and not isinstance(value, bool)):
+        return value
+    return unreadable(value, ValueError("not a number"))
+
+
+def read_status(value: Any) -> Any:
+    """A run's status, or an :class:`Unreadable` for one this version does not know
+    (written with SQLite's checks off, or by a newer runtime)."""
+    try:
+        return RunStatus(value)
+    except ValueError:
+        return unreadable(value, ValueError("unknown status"))
 
 
 def read_duration(value: Any) -> Any:

@@ -8,7 +8,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from simpleworkflow.backends.core import StoreCore
+from simpleworkflow.backends.core import StoreCore, read_int
 from simpleworkflow.backends.records import ATOMIC, JournalEntry, Op, RateToken, StepRecord
 
 
@@ -19,10 +19,10 @@ class JournalOps(StoreCore):
             JournalEntry(
                 step_name=row["step_name"],
                 kind=row["kind"],
-                position=row["position"],
+                position=read_int(row["position"]),
                 status=row["status"],
                 output=self.read_json(row["output"]),
-                attempts=row["attempts"],
+                attempts=read_int(row["attempts"]),
                 completed_at=self.read_time(row["completed_at"]),
                 started_at=self.read_time(row["started_at"]),
             )

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from simpleworkflow.models import Run, Unreadable, iso
+from simpleworkflow.models import Run, iso, shown
 
 T = TypeVar("T")
 Rows = list[dict[str, Any]]
@@ -329,11 +329,11 @@ class RateLimit:
         """A JSON-ready dict, times as ISO 8601, as the CLI and API print it."""
         return {
             "name": self.name,
-            "max_runs": self.max_runs,
-            "period": self.period,
+            "max_runs": shown(self.max_runs),
+            "period": shown(self.period),
             "per_key": self.per_key,
-            "created_at": self.created_at.isoformat(),
-            "updated_at": self.updated_at.isoformat(),
+            "created_at": _iso(self.created_at),
+            "updated_at": _iso(self.updated_at),
         }
 
 
@@ -365,10 +365,10 @@ class Subscription:
         return {
             "pattern": self.pattern,
             "workflow_type": self.workflow_type,
-            "priority": self.priority,
-            "max_attempts": self.max_attempts,
-            "created_at": self.created_at.isoformat(),
-            "updated_at": self.updated_at.isoformat(),
+            "priority": shown(self.priority),
+            "max_attempts": shown(self.max_attempts),
+            "created_at": _iso(self.created_at),
+            "updated_at": _iso(self.updated_at),
         }
 
 
@@ -406,10 +406,10 @@ class Schedule:
             "workflow_type": self.workflow_type,
             "cron": self.cron,
             "timezone": self.timezone,
-            "payload": str(self.payload) if isinstance(self.payload, Unreadable) else self.payload,
+            "payload": shown(self.payload),
             "missed": self.missed,
-            "priority": self.priority,
-            "max_attempts": self.max_attempts,
+            "priority": shown(self.priority),
+            "max_attempts": shown(self.max_attempts),
             "paused": self.paused,
             "next_tick_at": _iso(self.next_tick_at),
             "last_tick_at": _iso(self.last_tick_at),

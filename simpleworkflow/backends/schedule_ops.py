@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from simpleworkflow.backends.core import StoreCore
+from simpleworkflow.backends.core import StoreCore, read_int
 from simpleworkflow.backends.records import ATOMIC, Op, Schedule
 from simpleworkflow.schedules import ScheduleSpec
 
@@ -95,8 +95,8 @@ class ScheduleOps(StoreCore):
             timezone=row["timezone"],
             payload=self.read_json(row["payload"]),
             missed=row["missed"],
-            priority=int(row["priority"]),
-            max_attempts=None if row["max_attempts"] is None else int(row["max_attempts"]),
+            priority=read_int(row["priority"]),
+            max_attempts=read_int(row["max_attempts"]),
             paused=bool(row["paused"]),
             next_tick_at=self.read_time(row["next_tick_at"]),
             last_tick_at=self.read_time(row["last_tick_at"]),

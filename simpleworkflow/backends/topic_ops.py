@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from simpleworkflow.backends.core import StoreCore
+from simpleworkflow.backends.core import StoreCore, read_int
 from simpleworkflow.backends.records import Op, Subscription
 
 
@@ -42,8 +42,8 @@ class TopicOps(StoreCore):
         return Subscription(
             pattern=row["pattern"],
             workflow_type=row["workflow_type"],
-            priority=int(row["priority"]),
-            max_attempts=None if row["max_attempts"] is None else int(row["max_attempts"]),
-            created_at=self.decode_time(row["created_at"]),
-            updated_at=self.decode_time(row["updated_at"]),
+            priority=read_int(row["priority"]),
+            max_attempts=read_int(row["max_attempts"]),
+            created_at=self.read_time(row["created_at"]),
+            updated_at=self.read_time(row["updated_at"]),
         )

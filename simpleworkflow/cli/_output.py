@@ -15,7 +15,16 @@ from typing import Any
 from simpleworkflow import retention
 from simpleworkflow.admin import TypeStats, step_states
 from simpleworkflow.backends.records import JournalEntry
-from simpleworkflow.models import WAITING_STATES, Event, Run, RunStatus, Signal, Unreadable, iso
+from simpleworkflow.models import (
+    WAITING_STATES,
+    Event,
+    Run,
+    RunStatus,
+    Signal,
+    Unreadable,
+    iso,
+    shown,
+)
 
 RUN_COLUMNS = ("ID", "TYPE", "STATUS", "ATTEMPT", "PRIORITY", "RUN_AT (UTC)", "CREATED (UTC)")
 EVENT_COLUMNS = ("EVENT", "TIME (UTC)", "TYPE", "DATA")
@@ -92,7 +101,7 @@ def status_text(run: Run) -> str:
     status and what qualifies it."""
     expired = ["lease expired"] if run.lease_expired else []
     notes = [*run.waiting_states, *expired, *(["deleted"] if run.deleted_at else [])]
-    return run.status.value + (f" ({', '.join(notes)})" if notes else "")
+    return run.status_text + (f" ({', '.join(notes)})" if notes else "")
 
 
 def run_row(run: Run) -> list[str]:
@@ -159,14 +168,14 @@ def step_dict(step: JournalEntry, run: Run, now: datetime) -> dict[str, Any]:
     dashboard's too)."""
     state = step_states.step_state(step, run, now)
     return {
-        "position": step.position,
+        "position": shown(step.position),
         "step_name": step.step_name,
         "kind": step.kind,
         "status": state.status.value,
-        "at": None if state.at is None else state.at.isoformat(),
+        "at": iso(state.at),
         "waiting_for": state.waiting_for,
-        "attempts": step.attempts,
-        "output": str(step.output) if isinstance(step.output, Unreadable) else step.output,
+        "attempts": shown(step.attempts),
+        "output": shown(step.output),
     }
 
 

@@ -121,13 +121,20 @@ def use_limit(args: argparse.Namespace) -> int:
 
 def _rate(limit: RateLimit) -> str:
     per = ", per key" if limit.per_key else ""
-    return f"{rates.describe(limit.max_runs, limit.period)}{per}"
+    return f"{_described(limit)}{per}"
 
 
 def _row(limit: RateLimit) -> list[str]:
     return [
         limit.name,
-        rates.describe(limit.max_runs, limit.period),
+        _described(limit),
         "yes" if limit.per_key else "no",
         _output.when(limit.updated_at),
     ]
+
+
+def _described(limit: RateLimit) -> str:
+    """``10/s``; the raw values of a limit written by hand that cannot be read."""
+    if isinstance(limit.max_runs, int) and isinstance(limit.period, int | float):
+        return rates.describe(limit.max_runs, limit.period)
+    return f"{limit.max_runs} per {limit.period} s (not applied)"

@@ -10,6 +10,7 @@ its retention (see docs/retention.md) or its concurrency limits (docs/flow-contr
 from __future__ import annotations
 
 import argparse
+from datetime import timedelta
 from typing import Any
 
 from simpleworkflow import durations, errors, names, retention
@@ -281,7 +282,15 @@ def _state(entry: RegistryEntry) -> str:
 def _kept(entry: RegistryEntry) -> str:
     if entry.retention is None:
         return "for the sweeper's default retention"
-    return f"{retention.describe(entry.retention.total_seconds())} after they finish"
+    return f"{_retention_text(entry)} after they finish"
+
+
+def _retention_text(entry: RegistryEntry) -> str:
+    """The type's retention; one stored that cannot be read, as ``unreadable: <raw>``."""
+    kept: Any = entry.retention
+    if kept is None:
+        return DEFAULT
+    return retention.describe(kept.total_seconds()) if isinstance(kept, timedelta) else str(kept)
 
 
 def _entry_row(entry: RegistryEntry) -> list[str]:
@@ -289,7 +298,7 @@ def _entry_row(entry: RegistryEntry) -> list[str]:
         entry.workflow_name,
         entry.runtime,
         _state(entry),
-        DEFAULT if entry.retention is None else retention.describe(entry.retention.total_seconds()),
+        _retention_text(entry),
         _concurrency(entry) if entry.concurrency or entry.key_concurrency else "-",
         _output.when(entry.updated_at),
         entry.description or "-",

@@ -263,11 +263,11 @@ def cancel(args: argparse.Namespace) -> int:
         cancelled = client.cancel(run_id, reason=args.reason)
         run = client.get(run_id)
     if args.json:
-        _output.emit_json({"id": run.id, "cancelled": cancelled, "status": run.status.value})
+        _output.emit_json({"id": run.id, "cancelled": cancelled, "status": run.status_text})
     elif cancelled:
         print(f"run {run.id} cancelled")
     else:
-        print(f"run {run.id} was already {run.status.value}; nothing changed")
+        print(f"run {run.id} was already {run.status_text}; nothing changed")
     return 0
 
 
@@ -277,9 +277,9 @@ def delete(args: argparse.Namespace) -> int:
         deleted = client.delete(run_id)
         run = client.get(run_id)
     if args.json:
-        _output.emit_json({"id": run.id, "deleted": deleted, "status": run.status.value})
+        _output.emit_json({"id": run.id, "deleted": deleted, "status": run.status_text})
     elif deleted:
-        print(f"run {run.id} deleted ({run.status.value}); hidden from claims and listings")
+        print(f"run {run.id} deleted ({run.status_text}); hidden from claims and listings")
     else:
         print(f"run {run.id} was already deleted; nothing changed")
     return 0

@@ -11,7 +11,7 @@ from typing import Any
 
 from simpleworkflow.admin import Minute, step_states
 from simpleworkflow.backends.records import JournalEntry
-from simpleworkflow.models import Event, Run, unreadable_fields
+from simpleworkflow.models import Event, Run, RunStatus, unreadable_fields
 
 #: Audit events that end an attempt: the run finished, failed and will be retried,
 #: suspended in a sleep or a wait, or was given back or cancelled.
@@ -114,7 +114,7 @@ def _attempts(
             if kind == "failed" and _charged(event):
                 failures += 1
     if began is not None:
-        state = "under way" if run.status.value == "leased" else run.status.value
+        state = "under way" if run.status is RunStatus.LEASED else run.status_text
         found.append((f"attempt {failures + 1}: {state}", "running", began.created_at, None, ""))
     return found
 

@@ -191,7 +191,7 @@ class MetricsObserver(observe.Observer):
         run, outcome = event.run, event.outcome
         self._attempts(run.type, outcome).inc()
         self._attempt_seconds(run.type, outcome).observe(event.duration)
-        if outcome in _TERMINAL:
+        if outcome in _TERMINAL and isinstance(run.created_at, datetime):
             lived = (datetime.now(UTC) - run.created_at).total_seconds()
             self._run_seconds(run.type, outcome).observe(max(lived, 0.0))
 

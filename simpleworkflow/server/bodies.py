@@ -16,7 +16,7 @@ from starlette.responses import Response
 
 from simpleworkflow.admin import TypeStats, registry_dict, step_states
 from simpleworkflow.backends.records import JournalEntry, RegistryEntry, SignalSent
-from simpleworkflow.models import Event, Run, Signal, Unreadable, iso
+from simpleworkflow.models import Event, Run, Signal, iso, shown
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
@@ -58,12 +58,12 @@ def step(entry: JournalEntry, run: Run, now: datetime) -> dict[str, Any]:
     return {
         "step_name": entry.step_name,
         "kind": entry.kind,
-        "position": entry.position,
+        "position": shown(entry.position),
         "status": state.status.value,
-        "at": None if state.at is None else state.at.isoformat(),
+        "at": iso(state.at),
         "waiting_for": state.waiting_for,
-        "output": str(entry.output) if isinstance(entry.output, Unreadable) else entry.output,
-        "attempts": entry.attempts,
+        "output": shown(entry.output),
+        "attempts": shown(entry.attempts),
         "started_at": iso(entry.started_at),
         "completed_at": iso(entry.completed_at),
         "duration_seconds": entry.duration,

@@ -100,7 +100,8 @@ async def declare(
 
 
 def _same(stored: RateLimit, spec: RateSpec) -> bool:
-    return (stored.max_runs, float(stored.period), stored.per_key) == (
+    # A value that cannot be read (written by hand) equals none: the code's replaces it.
+    return (stored.max_runs, stored.period, stored.per_key) == (
         spec.max_runs,
         spec.period,
         spec.per_key,
@@ -110,6 +111,8 @@ def _same(stored: RateLimit, spec: RateSpec) -> bool:
 def _described(stored: RateLimit | None) -> str | None:
     if stored is None:
         return None
+    if not isinstance(stored.max_runs, int) or not isinstance(stored.period, int | float):
+        return f"{stored.max_runs} per {stored.period} s"  # one cannot be read
     rate = rates.describe(stored.max_runs, float(stored.period))
     return rate + (" per key" if stored.per_key else "")
 

@@ -75,6 +75,7 @@ class IntentPoller:
         self._outcomes = OutcomeLog(_log)
         self._renewals = leases.Renewals(self.options.lease_duration)
         self._outage = outage.Outage(_log, self._backend.location)
+        self._reports: set[asyncio.Task[None]] = set()  # see recovery.report_unreadable
 
     @property
     def worker_id(self) -> str:
@@ -364,5 +365,13 @@ class IntentPoller:
         """The reaper gave runs back: claim them when due (on SQLite no notification says
         so; other processes see the file change)."""
         hooks.reaped(observers, [failure.run_id for failure in failures])
+        unreadable = [failure for failure in failures if "unreadable" in failure.data]
+        if unreadable:
+            report = recovery.report_unreadable(
+                self._backend, observers, self.worker_id, unreadable
+            )
+            task = asyncio.create_task(report)
+            self._reports.add(task)
+            task.add_done_callback(self._reports.discard)
         for failure in failures:
             self._bell.wake_in(due_in(failure))

@@ -31,9 +31,11 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from simpleworkflow import errors
+from simpleworkflow import errors, execution, observe
 from simpleworkflow.backends import Backend
 from simpleworkflow.backends.base import Failure
+from simpleworkflow.backends.core import read_flag, read_int
+from simpleworkflow.models import Unreadable
 from simpleworkflow.wording import plural
 
 _log = logging.getLogger("simpleworkflow.worker")
@@ -42,11 +44,21 @@ REAP_POLL = 1.0  # seconds between looks for expired leases, at most
 RETRY = 0.05  # seconds before looking again at an expired lease no look could recover
 BATCH = 100  # expired leases recovered per transaction
 SUSPECT_AFTER = 2  # uncharged crashes beside others that make a run a suspect
+#: The counts of an expired lease's row that decide what its crash costs (and its
+#: ``isolate`` flag).
+_COUNTS = ("attempt", "max_attempts", "crashes")
 
 
 def crashed(row: Mapping[str, Any], recovered_by: str | None = None) -> Failure:
     """What an expired lease (a row of ``expired_leases``) means for its run, recovered
-    by the worker ``recovered_by`` (named in the event, for whoever follows a recovery)."""
+    by the worker ``recovered_by`` (named in the event, for whoever follows a recovery).
+    A count it cannot read (text in an integer column, written by hand) fails the run
+    for good: the reaper cannot decide without it, and must not die of it."""
+    counts = {name: read_int(row[name]) for name in _COUNTS}
+    counts["isolate"] = read_flag(row["isolate"])
+    spoiled = {name: value for name, value in counts.items() if isinstance(value, Unreadable)}
+    if spoiled:
+        return execution.unreadable_row(str(row["id"]), row["lease_token"], spoiled, recovered_by)
     charged = bool(row["isolate"])  # it ran alone: the crash was its own
     crashes = row["crashes"] + (0 if charged else 1)  # uncharged ones, beside others
     failures = row["attempt"] + (1 if charged else 0)
@@ -118,6 +130,24 @@ async def look(
     decide = functools.partial(crashed, recovered_by=worker_id)
     op_reap = backend.reap_expired(types, BATCH, decide, runtime)
     return due_in, await backend.execute_async(op_reap)
+
+
+async def report_unreadable(
+    backend: Backend, observers: observe.Observer, worker_id: str, failures: list[Failure]
+) -> None:
+    """Tell ``observers`` of the runs a look failed for good as unreadable (see
+    :func:`crashed`) as of any attempt that failed for good, as the claim does, so that
+    metrics count them. Each run is read back: one statement for each such run, rare."""
+    for failure in failures:
+        try:
+            run = await backend.execute_async(backend.get_run(failure.run_id), readonly=True)
+        except Exception:
+            _log.exception("run %s: could not read it back for the observers", failure.run_id)
+            continue
+        if run is not None:
+            error = failure.data["error"]["message"]
+            finished = observe.AttemptFinished(run, worker_id, observe.FAILED, 0.0, error=error)
+            observers.attempt_finished(finished)
 
 
 def pause(next_expiry: float | None, misses: int = 0) -> float:

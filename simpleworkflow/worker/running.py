@@ -139,12 +139,17 @@ class Runner:
         task.add_done_callback(self._refusals.discard)
 
     async def _record_refusal(self, lease: Lease, failure: Failure) -> None:
+        """Record the failure, and tell the observers as of any attempt that failed for
+        good (metrics count it), though no handler ran."""
         try:
-            await self._outbox.deliver(failure)
+            recorded = await self._outbox.deliver(failure)
         except Exception:  # its lease expires, and the next claim tries again
             _log.exception("run %s: could not record that it cannot be read", lease.run.id)
+            return
         finally:
             self._renewals.forget(lease.token)
+        end = hooks.Ending(failure, None, recorded, 0.0)
+        hooks.finished(self._observers, lease, self.worker_id, end)
 
     def own(self, lease: Lease) -> Attempt | None:
         """This attempt's entry. Once a suspension is recorded the run may be due at once

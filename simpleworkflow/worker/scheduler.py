@@ -143,7 +143,7 @@ class Scheduler:
         unreadable = {
             name: value
             for name, value in unreadable_fields(schedule).items()
-            if name in ("payload", "next_tick_at", "last_tick_at")
+            if name in ("payload", "next_tick_at", "last_tick_at", "priority", "max_attempts")
         }
         if unreadable:
             named = "; ".join(f"{k} holds {v.raw!r} ({v.reason})" for k, v in unreadable.items())
@@ -162,7 +162,14 @@ class Scheduler:
         except errors.InvalidArgument as exc:
             await self._break(schedule, str(exc))
             return
-        fired = await self._fire(schedule, due)
+        try:
+            fired = await self._fire(schedule, due)
+        except errors.StoreUnavailable:
+            raise
+        except Exception as exc:  # the store refused its runs: a value written by hand
+            _log.exception("schedule %s: starting its runs failed", schedule.name)
+            await self._break(schedule, f"its runs cannot be started: {exc}"[:500])
+            return
         if not fired.moved:
             return
         if due.skipped:

@@ -726,10 +726,13 @@ with outcomes as (
         lease_until = null,
         lease_token = null,
         lease_returned = true,
-        -- the attempt given back, for the next one to link to (none: forget the last)
-        trace_context = case when o.trace is null then r.trace_context - 'attempt'
-                             else coalesce(r.trace_context, '{}'::jsonb)
-                                  || jsonb_build_object('attempt', o.trace) end,
+        -- the attempt given back, for the next one to link to (none: forget the last);
+        -- a context that is no object (written by hand) is kept, or replaced
+        trace_context = case when jsonb_typeof(r.trace_context) is distinct from 'object'
+                             then case when o.trace is null then r.trace_context
+                                       else jsonb_build_object('attempt', o.trace) end
+                             when o.trace is null then r.trace_context - 'attempt'
+                             else r.trace_context || jsonb_build_object('attempt', o.trace) end,
         updated_at = now()
     from outcomes o
     where r.id = o.id and r.lease_token is not distinct from o.token and r.status = 'leased'
@@ -801,10 +804,13 @@ with outcomes as (
         -- given back now, a run keeps its place in the queue; later, it waits its turn
         run_at = case when o.delay > 0 then now() + make_interval(secs => o.delay)
                       else r.run_at end,
-        -- the attempt given back, for the next one to link to (none: forget the last)
-        trace_context = case when o.trace is null then r.trace_context - 'attempt'
-                             else coalesce(r.trace_context, '{}'::jsonb)
-                                  || jsonb_build_object('attempt', o.trace) end,
+        -- the attempt given back, for the next one to link to (none: forget the last);
+        -- a context that is no object (written by hand) is kept, or replaced
+        trace_context = case when jsonb_typeof(r.trace_context) is distinct from 'object'
+                             then case when o.trace is null then r.trace_context
+                                       else jsonb_build_object('attempt', o.trace) end
+                             when o.trace is null then r.trace_context - 'attempt'
+                             else r.trace_context || jsonb_build_object('attempt', o.trace) end,
         updated_at = now()
     from outcomes o
     where r.id = o.id and r.lease_token = o.token and r.status = 'leased'
@@ -980,10 +986,13 @@ with outcomes as (
         waiting_for = o.waiting_for,
         leased_by = null, lease_until = null, lease_token = null, lease_returned = true,
         isolate = false, crashes = 0,
-        -- the attempt given back, for the next one to link to (none: forget the last)
-        trace_context = case when o.trace is null then r.trace_context - 'attempt'
-                             else coalesce(r.trace_context, '{}'::jsonb)
-                                  || jsonb_build_object('attempt', o.trace) end,
+        -- the attempt given back, for the next one to link to (none: forget the last);
+        -- a context that is no object (written by hand) is kept, or replaced
+        trace_context = case when jsonb_typeof(r.trace_context) is distinct from 'object'
+                             then case when o.trace is null then r.trace_context
+                                       else jsonb_build_object('attempt', o.trace) end
+                             when o.trace is null then r.trace_context - 'attempt'
+                             else r.trace_context || jsonb_build_object('attempt', o.trace) end,
         updated_at = now()
     from outcomes o
     where r.id = o.id and r.lease_token = o.token and r.status = 'leased'

@@ -414,7 +414,9 @@ with suspect as (
                as opens
     from allowed a
     join workflow_registry g on g.workflow_name = a.type
-    join workflow_rate_limit l on l.name = g.rate_limit
+    -- a period written by hand that is no number cannot open windows: not applied
+    join workflow_rate_limit l
+      on l.name = g.rate_limit and typeof(l.period) in ('integer', 'real') and l.period > 0
 ), throttled as (
     select q.id, q.name,
            strftime('%Y-%m-%d %H:%M:%f', q.opens + q.period, 'unixepoch') as next_window
@@ -499,7 +501,8 @@ select l.name, case when l.per_key then coalesce(r.concurrency_key, '') else '' 
 from json_each(:ids) as i
 join workflow_run r on r.id = i.value
 join workflow_registry g on g.workflow_name = r.type
-join workflow_rate_limit l on l.name = g.rate_limit
+join workflow_rate_limit l
+  on l.name = g.rate_limit and typeof(l.period) in ('integer', 'real') and l.period > 0
 where true
 group by 1, 2, 3
 on conflict (name, rate_key) do update
