@@ -127,7 +127,7 @@ class StoreCore(abc.ABC):
             deadline=self.opt_time(row["deadline"]),
             trace_context=None if new.trace_context is None else json.loads(new.trace_context),
             # the store fixes it: the one asked for, else the type's of now (0022)
-            retention=duration(row.get("retention")),
+            retention=read_duration(row.get("retention")),
             concurrency_key=new.concurrency_key,
             created=True,
         )

@@ -31,7 +31,8 @@ values (
     coalesce(:deadline, strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :deadline_in || ' seconds')),
     :trace_context,
     coalesce(:retention,
-             (select g.retention from workflow_registry g where g.workflow_name = :type)),
+             (select g.retention from workflow_registry g where g.workflow_name = :type
+                and typeof(g.retention) in ('integer', 'real'))),
     :concurrency_key
 )
 on conflict (idempotency_key) do nothing
@@ -56,7 +57,8 @@ select json_extract(i.value, '$.id'), json_extract(i.value, '$.type'),
        json_extract(i.value, '$.trace_context'),
        coalesce(json_extract(i.value, '$.retention'),
                 (select g.retention from workflow_registry g
-                 where g.workflow_name = json_extract(i.value, '$.type'))),
+                 where g.workflow_name = json_extract(i.value, '$.type')
+                   and typeof(g.retention) in ('integer', 'real'))),
        json_extract(i.value, '$.concurrency_key')
 from json_each(:items) as i
 where true
@@ -77,7 +79,8 @@ values (
     coalesce(:deadline, strftime('%Y-%m-%d %H:%M:%f', 'now', '+' || :deadline_in || ' seconds')),
     :trace_context,
     coalesce(:retention,
-             (select g.retention from workflow_registry g where g.workflow_name = :type)),
+             (select g.retention from workflow_registry g where g.workflow_name = :type
+                and typeof(g.retention) in ('integer', 'real'))),
     :debounce_key,
     :concurrency_key
 )

@@ -222,8 +222,8 @@ end;
 create trigger workflow_run_retention_fixed
 after insert on workflow_run
 when new.retention is null and new.retention_fixed
-     and (select g.retention from workflow_registry g where g.workflow_name = new.type)
-         is not null
+     and (select g.retention from workflow_registry g where g.workflow_name = new.type
+          and typeof(g.retention) in ('integer', 'real')) is not null
 begin
     update workflow_run
     set retention = (select g.retention from workflow_registry g
