@@ -134,11 +134,17 @@ def test_logouts_are_deleted_once_their_sessions_have_expired(store: Store) -> N
     assert len(kept) == 2  # and the logout just made
 
 
-def test_a_session_that_cannot_be_checked_is_refused(tmp_path: Any) -> None:
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_session_that_cannot_be_checked_is_refused(tmp_path: Any, kind: str) -> None:
     """When the store cannot say whether a session was logged out, the request is
     refused (503), never let in unchecked; requests that need no check still work."""
     where = tmp_path / "no-such-folder" / "gone.db"
-    dash = Dash(Store("sqlite", f"sqlite:///{where}", ""), auth=AUTH)
+    gone = (
+        Store("sqlite", f"sqlite:///{where}", "")
+        if kind == "sqlite"
+        else Store("postgres", "postgresql://nobody@127.0.0.1:1/gone.db?connect_timeout=2")
+    )
+    dash = Dash(gone, auth=AUTH)
     try:
         cookie = cookie_of(dash.log_in(TOKEN))  # logging in reads nothing
         page = replay(dash, "GET", "/login", cookie)  # the check is this page's only read
