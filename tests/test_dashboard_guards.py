@@ -150,6 +150,11 @@ def test_a_session_that_cannot_be_checked_is_refused(tmp_path: Any, kind: str) -
         page = replay(dash, "GET", "/login", cookie)  # the check is this page's only read
         assert page.status_code == 503 and "retry shortly" in page.text
         assert "gone.db" not in page.text
+        # Logging out says the store could not be reached, and the browser forgets the
+        # cookie all the same.
+        out = replay(dash, "POST", "/logout", cookie, data={"csrf_token": "any"})
+        assert out.status_code == 503 and "retry shortly" in out.text
+        assert 'simpleworkflow_dashboard=""' in out.headers["set-cookie"]
         dash.http.cookies.clear()
         assert dash.get("/login").status_code == 200  # not logged in: nothing to check
         bearer = dash.get("/login", headers={"Authorization": f"Bearer {TOKEN}"})

@@ -199,16 +199,21 @@ def _add_types_and_login(acts: APIRouter, site: Site) -> None:
     @acts.post("/logout", name="dashboard.logout")
     async def logout(request: Request) -> Response:
         """End the session on the server (its cookie and CSRF token are refused from
-        now on) and in the browser. A session that had already ended has nothing to end."""
-        session = await site.session(request)
-        if session.can_read:
-            form = await request.form()
-            presented = form.get(sessions.CSRF_FIELD)
-            site.sessions.check_form(
-                request, session, presented if isinstance(presented, str) else None
-            )
-            await site.sessions.log_out(session)
-        response = site.redirect(request, "dashboard.login")
+        now on) and in the browser. A session that had already ended has nothing to end.
+        When the store cannot be reached the page says so (503), and the browser still
+        forgets its cookie."""
+        try:
+            session = await site.session(request)
+            if session.can_read:
+                form = await request.form()
+                presented = form.get(sessions.CSRF_FIELD)
+                site.sessions.check_form(
+                    request, session, presented if isinstance(presented, str) else None
+                )
+                await site.sessions.log_out(session)
+            response = site.redirect(request, "dashboard.login")
+        except errors.StoreUnavailable as exc:
+            response = site.failure(request, exc)
         sessions.clear_cookie(response, request)
         return response
 
