@@ -4,9 +4,11 @@ own, a cursor it did not write, and a failed database's whereabouts."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import re
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -17,6 +19,7 @@ from starlette.requests import Request
 from test_dashboard import TYPE, Dash, texts
 
 from simpleworkflow import Client, dashboard, errors
+from simpleworkflow.admin import Admin
 from simpleworkflow.dashboard import sessions
 from simpleworkflow.server import Auth
 
@@ -63,6 +66,103 @@ def test_logging_out_ends_the_session_on_the_server(store: Store, client: Client
         dash.close()
 
 
+def test_a_logout_ends_the_session_in_every_process_and_after_a_restart(
+    store: Store, client: Client
+) -> None:
+    """Two dashboards on one store, as two processes serving it would be (two apps, two
+    clients): a logout on one is honoured by the other, and by a third started after."""
+    run = client.start(TYPE)
+    one, other = Dash(store, auth=AUTH), Dash(store, auth=AUTH)
+    restarted: Dash | None = None
+    try:
+        cookie = cookie_of(one.log_in(TOKEN))
+        token = one.csrf()
+        assert replay(other, "GET", "/runs", cookie).status_code == 200  # shared keys
+        nonce = cookie.split(".")[2]
+        one.http.cookies.set("simpleworkflow_dashboard", cookie)
+        assert one.post("/logout", data={"csrf_token": token}).status_code == 303
+        assert store.sql("select nonce from workflow_dashboard_logout") == [(nonce,)]
+        restarted = Dash(store, auth=AUTH)
+        for dash in (other, restarted):
+            page = replay(dash, "GET", "/runs", cookie)
+            assert page.status_code == 303 and page.headers["location"].startswith("/login")
+            forged = replay(
+                dash, "POST", f"/runs/{run.id}/cancel", cookie, data={"csrf_token": token}
+            )
+            assert forged.status_code in (401, 403), forged.text
+            # Refused a second time from this process's own record: the same answer.
+            assert replay(dash, "GET", "/types", cookie).status_code == 303
+        assert client.get(run.id).status.value == "pending"
+        # Each process remembers the logouts it made or found: without the row (deleted
+        # by hand) it still refuses the cookie, with no read of the store.
+        store.sql("delete from workflow_dashboard_logout")
+        for dash in (one, other, restarted):
+            assert replay(dash, "GET", "/runs", cookie).status_code == 303
+        # Another session of the same token is not touched.
+        other.http.cookies.clear()
+        other.log_in(TOKEN)
+        assert other.get("/runs").status_code == 200
+    finally:
+        for dash in (one, other, restarted):
+            if dash is not None:
+                dash.close()
+
+
+def test_logouts_are_deleted_once_their_sessions_have_expired(store: Store) -> None:
+    """A logout is kept until its session would have expired, plus the clocks' grace
+    (the processes' clocks may disagree): the next logout deletes those past it."""
+    now = datetime.now(UTC)
+    with Admin(store.url, schema=store.schema) as admin:
+        admin.end_dashboard_session("expired-within-the-grace", now - timedelta(seconds=10))
+        admin.end_dashboard_session("expired-within-the-grace", now)  # again: no error
+        admin.end_dashboard_session("expired-long-ago", now - timedelta(seconds=400))
+        assert admin.dashboard_session_ended("expired-long-ago")
+        assert not admin.dashboard_session_ended("never-logged-out")
+        for bad in ("", "a.b", "x" * 65, 7):
+            with pytest.raises(errors.InvalidArgument, match="nonce"):
+                admin.dashboard_session_ended(bad)  # type: ignore[arg-type]
+        with pytest.raises(errors.InvalidArgument, match="expires_at"):
+            admin.end_dashboard_session("naive", datetime(2030, 1, 1))
+    dash = Dash(store, auth=AUTH)
+    try:
+        dash.log_in(TOKEN)
+        assert dash.post("/logout", data={"csrf_token": dash.csrf()}).status_code == 303
+    finally:
+        dash.close()
+    kept = {row[0] for row in store.sql("select nonce from workflow_dashboard_logout")}
+    assert "expired-long-ago" not in kept and "expired-within-the-grace" in kept
+    assert len(kept) == 2  # and the logout just made
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_session_that_cannot_be_checked_is_refused(tmp_path: Any, kind: str) -> None:
+    """When the store cannot say whether a session was logged out, the request is
+    refused (503), never let in unchecked; requests that need no check still work."""
+    where = tmp_path / "no-such-folder" / "gone.db"
+    gone = (
+        Store("sqlite", f"sqlite:///{where}", "")
+        if kind == "sqlite"
+        else Store("postgres", "postgresql://nobody@127.0.0.1:1/gone.db?connect_timeout=2")
+    )
+    dash = Dash(gone, auth=AUTH)
+    try:
+        cookie = cookie_of(dash.log_in(TOKEN))  # logging in reads nothing
+        page = replay(dash, "GET", "/login", cookie)  # the check is this page's only read
+        assert page.status_code == 503 and "retry shortly" in page.text
+        assert "gone.db" not in page.text
+        # Logging out says the store could not be reached, and the browser forgets the
+        # cookie all the same.
+        out = replay(dash, "POST", "/logout", cookie, data={"csrf_token": "any"})
+        assert out.status_code == 503 and "retry shortly" in out.text
+        assert 'simpleworkflow_dashboard=""' in out.headers["set-cookie"]
+        dash.http.cookies.clear()
+        assert dash.get("/login").status_code == 200  # not logged in: nothing to check
+        bearer = dash.get("/login", headers={"Authorization": f"Bearer {TOKEN}"})
+        assert bearer.status_code == 200  # a bearer token is never logged out
+    finally:
+        dash.close()
+
+
 def test_a_session_ends_on_the_server_when_its_lifetime_has_passed(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -93,7 +193,7 @@ def test_lifetime_and_logout_at_their_edges(monkeypatch: pytest.MonkeyPatch) -> 
 
     def of(cookie: str) -> sessions.Session:
         scope = {"type": "http", "headers": [(b"cookie", f"{sessions.COOKIE}={cookie}".encode())]}
-        return found.of(Request(scope))
+        return asyncio.run(found.of(Request(scope)))
 
     opened = found.log_in(TOKEN)
     assert opened is not None and opened.cookie is not None
@@ -106,7 +206,7 @@ def test_lifetime_and_logout_at_their_edges(monkeypatch: pytest.MonkeyPatch) -> 
     assert of(cookie).can_write
     name, issued, nonce, mac = cookie.split(".")
     assert of(f"{name}.{int(issued) - 1}.{nonce}.{mac}").level is None  # the time is signed
-    found.log_out(of(cookie))
+    asyncio.run(found.log_out(of(cookie)))
     assert of(cookie).level is None and of(cookie).csrf != opened.csrf
     other = found.log_in(READ_TOKEN)
     assert other is not None and other.cookie is not None and of(other.cookie).can_read
@@ -115,7 +215,7 @@ def test_lifetime_and_logout_at_their_edges(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(sessions, "MAX_REVOKED", 2)
     cookies = [_opened(found, TOKEN) for _ in range(3)]
     for one in cookies:
-        found.log_out(of(one))
+        asyncio.run(found.log_out(of(one)))
     assert len(found._revoked) == 2  # the first logout's expired session went first
     assert [of(one).level for one in cookies] == ["write", None, None]  # then the oldest
 

@@ -10,6 +10,7 @@ import asyncio
 import builtins
 import functools
 import time
+from datetime import datetime
 
 from simpleworkflow import durations, rates, schema_check
 from simpleworkflow.admin.records import Minute, Queues, SweepReport, TypeStats, Worker
@@ -218,6 +219,17 @@ class Admin(schema_check.Checked, Verbs):
             time.sleep(sweep.rest)
         return self._report(policy, sweep.deleted, dry_run=False)
 
+    def end_dashboard_session(self, nonce: str, expires_at: datetime) -> None:
+        """Record that the dashboard session ``nonce`` was logged out, so that every
+        process sharing this store refuses it until ``expires_at`` (when it would have
+        expired anyway); records of sessions expired since are deleted. The dashboard
+        calls it at logout (docs/dashboard.md)."""
+        self._run(self._end_session_op(nonce, expires_at))
+
+    def dashboard_session_ended(self, nonce: str) -> bool:
+        """Whether the dashboard session ``nonce`` was logged out: one read by key."""
+        return self._run(self._session_ended_op(nonce), readonly=True)
+
     def replay_check(self, app: Handlers) -> builtins.list[ReplayReport]:
         """Replay the journal of every unfinished run of ``app``'s types against its code,
         calling no step and writing nothing; see :mod:`simpleworkflow.replaycheck`."""
@@ -381,6 +393,16 @@ class AsyncAdmin(schema_check.AsyncChecked, Verbs):
             sweep.took(await self._run(sweep.batch()))
             await asyncio.sleep(sweep.rest)
         return self._report(policy, sweep.deleted, dry_run=False)
+
+    async def end_dashboard_session(self, nonce: str, expires_at: datetime) -> None:
+        """Log a dashboard session out for every process; see
+        :meth:`Admin.end_dashboard_session`."""
+        await self._run(self._end_session_op(nonce, expires_at))
+
+    async def dashboard_session_ended(self, nonce: str) -> bool:
+        """Whether a dashboard session was logged out; see
+        :meth:`Admin.dashboard_session_ended`."""
+        return await self._run(self._session_ended_op(nonce), readonly=True)
 
     async def replay_check(self, app: Handlers) -> builtins.list[ReplayReport]:
         """Replay unfinished runs against ``app``'s code; see :meth:`Admin.replay_check`."""

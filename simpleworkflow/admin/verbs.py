@@ -8,7 +8,7 @@ import functools
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from simpleworkflow import (
@@ -50,6 +50,10 @@ MAX_PURGE_BATCH = 10_000
 MAX_THROUGHPUT_MINUTES = 24 * 60
 MAX_CHILDREN = 1000
 _RUNTIME = re.compile(r"[a-z][a-z0-9_]{0,31}")
+_NONCE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+#: How far the clocks of processes serving one dashboard may disagree, seconds: a logout
+#: is kept this long past the moment its session expires.
+SESSION_CLOCK_SKEW = 300.0
 MAX_CONCURRENCY = limits.MAX_CONCURRENCY
 check_concurrency = limits.check_concurrency
 # The bounds of start()'s priority and max_attempts: a subscription's runs take them.
@@ -296,6 +300,16 @@ class Verbs:
             type=None if type is None else names.validate_type(type),
         )
 
+    def _end_session_op(self, nonce: str, expires_at: datetime) -> Op[None]:
+        return self.backend.end_session(
+            _check_nonce(nonce),
+            durations.check_time(expires_at, what="expires_at"),
+            SESSION_CLOCK_SKEW,
+        )
+
+    def _session_ended_op(self, nonce: str) -> Op[bool]:
+        return self.backend.session_ended(_check_nonce(nonce))
+
     async def _replays(self, app: Handlers, *, close: bool) -> builtins.list[ReplayReport]:
         # A missing or old schema is an error, never "nothing to check": a deploy pipeline
         # pointed at the wrong database must not pass.
@@ -316,6 +330,15 @@ def check_runtime(runtime: object) -> str:
             "(letters, digits and '_', at most 32 characters)"
         )
     return runtime
+
+
+def _check_nonce(nonce: object) -> str:
+    """A dashboard session's nonce: 1 to 64 URL-safe characters (letters, digits, - _)."""
+    if not isinstance(nonce, str) or not _NONCE.fullmatch(nonce):
+        raise errors.InvalidArgument(
+            f"invalid session nonce {nonce!r:.80}: use 1 to 64 letters, digits, '-' or '_'"
+        )
+    return nonce
 
 
 def _check_text(what: str, text: str | None) -> str | None:

@@ -6,7 +6,8 @@ op is driven by a synchronous connection (:meth:`Backend.execute`) or an asynchr
 (:meth:`Backend.execute_async`), always inside one transaction, so the sync ``Client``
 and the ``AsyncClient`` share one implementation of every operation. The verbs live by
 concept in ``run_ops``, ``worker_ops``, ``journal_ops``, ``admin_ops``, ``topic_ops``,
-``schedule_ops``, ``insight_ops`` and ``presence_ops``; their data in ``records``.
+``schedule_ops``, ``insight_ops``, ``presence_ops`` and ``session_ops``; their data in
+``records``.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from simpleworkflow.backends.records import (
 )
 from simpleworkflow.backends.run_ops import RunOps
 from simpleworkflow.backends.schedule_ops import ScheduleOps
+from simpleworkflow.backends.session_ops import SessionOps
 from simpleworkflow.backends.topic_ops import TopicOps
 from simpleworkflow.backends.worker_ops import WorkerOps
 
@@ -88,7 +90,15 @@ __all__ = [
 
 
 class Backend(
-    RunOps, WorkerOps, JournalOps, AdminOps, TopicOps, ScheduleOps, InsightOps, PresenceOps
+    RunOps,
+    WorkerOps,
+    JournalOps,
+    AdminOps,
+    TopicOps,
+    ScheduleOps,
+    InsightOps,
+    PresenceOps,
+    SessionOps,
 ):
     """A store of runs. Subclasses provide SQL, row decoding and the two drivers."""
 

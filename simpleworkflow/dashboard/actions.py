@@ -93,7 +93,7 @@ def _add_bulk(acts: APIRouter, site: Site) -> None:
     async def confirm(request: Request, action: Bulk) -> Response:
         """The confirmation: the runs the filter matches that the action applies to,
         counted and listed; the form posts exactly those ids."""
-        session = site.reader(request)
+        session = await site.reader(request)
         filters = RunFilter.of(request)
         found, more = await _eligible(site, filters, action)
         context = {"action": action, "runs": found, "more": more, "filters": filters}
@@ -171,12 +171,12 @@ def _add_types_and_login(acts: APIRouter, site: Site) -> None:
 
     @acts.get("/login", name="dashboard.login")
     async def login_form(request: Request) -> Response:
-        session = site.sessions.of(request)
+        session = await site.session(request)
         return site.render(request, session, "login.html", {"error": None, "next": _next(request)})
 
     @acts.post("/login", name="dashboard.login_post")
     async def login(request: Request) -> Response:
-        session = site.sessions.of(request)
+        session = await site.session(request)
         form = await request.form()
         presented = form.get(sessions.CSRF_FIELD)
         site.sessions.check_form(
@@ -199,16 +199,21 @@ def _add_types_and_login(acts: APIRouter, site: Site) -> None:
     @acts.post("/logout", name="dashboard.logout")
     async def logout(request: Request) -> Response:
         """End the session on the server (its cookie and CSRF token are refused from
-        now on) and in the browser. A session that had already ended has nothing to end."""
-        session = site.sessions.of(request)
-        if session.can_read:
-            form = await request.form()
-            presented = form.get(sessions.CSRF_FIELD)
-            site.sessions.check_form(
-                request, session, presented if isinstance(presented, str) else None
-            )
-            site.sessions.log_out(session)
-        response = site.redirect(request, "dashboard.login")
+        now on) and in the browser. A session that had already ended has nothing to end.
+        When the store cannot be reached the page says so (503), and the browser still
+        forgets its cookie."""
+        try:
+            session = await site.session(request)
+            if session.can_read:
+                form = await request.form()
+                presented = form.get(sessions.CSRF_FIELD)
+                site.sessions.check_form(
+                    request, session, presented if isinstance(presented, str) else None
+                )
+                await site.sessions.log_out(session)
+            response = site.redirect(request, "dashboard.login")
+        except errors.StoreUnavailable as exc:
+            response = site.failure(request, exc)
         sessions.clear_cookie(response, request)
         return response
 

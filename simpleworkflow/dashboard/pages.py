@@ -78,7 +78,7 @@ def router(site: Site, route_class: type[Any]) -> APIRouter:
 
     @pages.get("/", name="dashboard.overview")
     async def overview(request: Request) -> Response:
-        session = site.reader(request)
+        session = await site.reader(request)
         admin = site.source.client.admin
         stats = await admin.stats()
         minutes = await admin.throughput(60)
@@ -100,7 +100,7 @@ def router(site: Site, route_class: type[Any]) -> APIRouter:
 
     @pages.get("/runs", name="dashboard.runs")
     async def runs(request: Request) -> Response:
-        session = site.reader(request)
+        session = await site.reader(request)
         filters = RunFilter.of(request)
         cursor = request.query_params.get("cursor") or None
         context: dict[str, Any] = {
@@ -122,12 +122,12 @@ def router(site: Site, route_class: type[Any]) -> APIRouter:
 
     @pages.get("/runs/{run_id}", name="dashboard.run")
     async def run(request: Request, run_id: str) -> Response:
-        session = site.reader(request)
+        session = await site.reader(request)
         return site.render(request, session, "run.html", await run_context(site, request, run_id))
 
     @pages.get("/types", name="dashboard.types")
     async def types(request: Request) -> Response:
-        session = site.reader(request)
+        session = await site.reader(request)
         stats = await site.source.client.admin.stats()
         done = DONE_MESSAGES.get(request.query_params.get("done", ""))
         context = {"stats": stats, "states": STATES, "done": done}
@@ -135,7 +135,7 @@ def router(site: Site, route_class: type[Any]) -> APIRouter:
 
     @pages.get("/workers", name="dashboard.workers")
     async def workers(request: Request) -> Response:
-        session = site.reader(request)
+        session = await site.reader(request)
         admin = site.source.client.admin
         found = sorted(await admin.workers(), key=lambda w: w.state != "live")  # live first
         queues = await admin.queues()

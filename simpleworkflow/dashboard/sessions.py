@@ -10,10 +10,12 @@ that may write, signed with a key of this process.
 
 A session ends on the server, not only in the browser: its cookie carries the time it was
 issued, under the signature, and is refused once the lifetime has passed. Logging out
-ends it at once: its nonce is kept, until the session would have expired anyway, in a
-record of this process that every request is checked against. That record is the
-process's own: where several processes serve one dashboard, the others honour a logged
-out cookie until its lifetime ends (sharing it would need a table).
+ends it at once, for every process that shares the store: its nonce is written to the
+store (``workflow_dashboard_logout``, through the admin facade) until the session would
+have expired anyway. Every request of a logged-in session is checked against this
+process's own record of logouts first, then, on a miss, against the store's (one read by
+primary key); when the store cannot answer, the request is refused (a 503 page), never
+let in unchecked. Sessions no token opened are never looked up: there is nothing to end.
 
 Every state-changing request is checked twice against cross-site forgery: its Origin
 (when the browser sends one) must be this site's, and a cookie session must present its
@@ -31,12 +33,14 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from datetime import UTC, datetime
+from typing import Literal, Protocol
 from urllib.parse import urlsplit
 
 from starlette.requests import Request
 from starlette.responses import Response
 
+from simpleworkflow.admin.verbs import SESSION_CLOCK_SKEW
 from simpleworkflow.server.auth import Auth
 
 COOKIE = "simpleworkflow_dashboard"
@@ -45,12 +49,22 @@ CSRF_HEADER = "X-CSRF-Token"
 #: How long a session lasts by default: a working day.
 DEFAULT_LIFETIME_SECONDS = 12 * 3600
 #: How far the clocks of processes that share the sessions may disagree.
-CLOCK_SKEW_SECONDS = 300
-#: The most logged-out sessions remembered at once (about 100 bytes each); past it the
-#: oldest are forgotten first. Only sessions opened with a token are remembered.
+CLOCK_SKEW_SECONDS = SESSION_CLOCK_SKEW
+#: The most logged-out sessions this process remembers at once (about 100 bytes each);
+#: past it the oldest are forgotten first, and are found in the store instead. Only
+#: sessions opened with a token are remembered.
 MAX_REVOKED = 100_000
 
 Level = Literal["write", "read"]
+
+
+class Logouts(Protocol):
+    """Where logouts are shared by every process: the store, through
+    :class:`~simpleworkflow.admin.AsyncAdmin`."""
+
+    async def end_dashboard_session(self, nonce: str, expires_at: datetime) -> None: ...
+
+    async def dashboard_session_ended(self, nonce: str) -> bool: ...
 
 
 class Refused(Exception):
@@ -87,24 +101,30 @@ class Session:
 
 
 class Sessions:
-    """Issues and checks sessions for one :class:`Auth`."""
+    """Issues and checks sessions for one :class:`Auth`. ``shared`` gives the store's
+    record of logouts (called when first needed: the dashboard opens its client lazily);
+    without it, logouts are this process's alone."""
 
     def __init__(
         self,
         auth: Auth,
         lifetime: float = DEFAULT_LIFETIME_SECONDS,
         clock: Callable[[], float] = time.time,
+        shared: Callable[[], Logouts] | None = None,
     ) -> None:
         self.auth = auth
         self.lifetime = lifetime
         self._clock = clock
+        self._shared = shared
         # Signs sessions that no token backs: the open door, and visitors not logged in.
         self._process_key = secrets.token_bytes(32)
         # Logged-out sessions' nonces, with when each would have expired anyway.
         self._revoked: dict[str, float] = {}
 
-    def of(self, request: Request) -> Session:
-        """The request's session: from its bearer token, its cookie, or a new one."""
+    async def of(self, request: Request) -> Session:
+        """The request's session: from its bearer token, its cookie, or a new one.
+        :class:`~simpleworkflow.errors.StoreUnavailable` when the store's record of
+        logouts must be read and cannot be."""
         header = request.headers.get("authorization", "")
         scheme, _, given = header.partition(" ")
         if self.auth.enabled and scheme.lower() == "bearer" and given.strip():
@@ -113,7 +133,23 @@ class Sessions:
                 raise Refused(401, "the bearer token is not valid")
             return Session(level=_level(level), nonce="", csrf="", bearer=True)
         found = self._verify(request.cookies.get(COOKIE, ""))
-        return found if found is not None else self.issue(None if self.auth.enabled else "write")
+        if found is not None and not await self._ended(found):
+            return found
+        return self.issue(None if self.auth.enabled else "write")
+
+    async def _ended(self, session: Session) -> bool:
+        """Whether another process (or this one, before a restart) logged ``session``
+        out; a logout found is remembered here, so its cookie is not looked up again."""
+        if self._shared is None or not self._can_end(session):
+            return False
+        if not await self._shared().dashboard_session_ended(session.nonce):
+            return False
+        self._remember(session)
+        return True
+
+    def _can_end(self, session: Session) -> bool:
+        """Only a session a token opened can be logged out (anyone may get another)."""
+        return not session.bearer and session.level is not None and self.auth.enabled
 
     def issue(self, level: Level | None) -> Session:
         """A new session (a new nonce, so a new CSRF token) with its cookie to set."""
@@ -136,11 +172,19 @@ class Sessions:
         level = self.auth.level(token) if self.auth.enabled else "write"
         return None if level is None else self.issue(_level(level))
 
-    def log_out(self, session: Session) -> None:
-        """End ``session`` now: its cookie, and so its CSRF token, are refused from here
-        on. A session no token opened has nothing to end (anyone may get another)."""
-        if session.bearer or session.level is None or not self.auth.enabled:
+    async def log_out(self, session: Session) -> None:
+        """End ``session`` now, in every process sharing the store: its cookie, and so
+        its CSRF token, are refused from here on. This process refuses it even when the
+        store cannot record it (that raises :class:`~simpleworkflow.errors.
+        StoreUnavailable`). A session no token opened has nothing to end."""
+        if not self._can_end(session):
             return
+        self._remember(session)
+        if self._shared is not None:
+            expires = datetime.fromtimestamp(session.expires, UTC)
+            await self._shared().end_dashboard_session(session.nonce, expires)
+
+    def _remember(self, session: Session) -> None:
         now = self._clock()
         for nonce in [n for n, until in self._revoked.items() if until <= now]:
             del self._revoked[nonce]

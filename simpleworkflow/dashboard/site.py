@@ -53,6 +53,8 @@ OVERDUE_ENV = "SIMPLEWORKFLOW_DASHBOARD_OVERDUE_SECONDS"
 REFRESH_ENV = "SIMPLEWORKFLOW_DASHBOARD_REFRESH_SECONDS"
 SESSION_ENV = "SIMPLEWORKFLOW_DASHBOARD_SESSION_SECONDS"
 MAX_SESSION_SECONDS = 400 * 86400
+#: Where a request keeps its checked session (``request.state``).
+_SESSION_STATE = "simpleworkflow_dashboard_session"
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +114,7 @@ class Site:
 
     def __init__(self, source: ClientSource, auth: Auth, options: Options) -> None:
         self.source = source
-        self.sessions = Sessions(auth, options.session_seconds)
+        self.sessions = Sessions(auth, options.session_seconds, shared=lambda: source.client.admin)
         self.options = options
         env = jinja2.Environment(
             loader=jinja2.PackageLoader("simpleworkflow.dashboard", "templates"),
@@ -132,9 +134,18 @@ class Site:
     def auth_enabled(self) -> bool:
         return self.sessions.auth.enabled
 
-    def reader(self, request: Request) -> Session:
+    async def session(self, request: Request) -> Session:
+        """The request's session (:meth:`Sessions.of`), checked once per request: a
+        logged-in session costs at most one read of the store's logouts."""
+        found = getattr(request.state, _SESSION_STATE, None)
+        if not isinstance(found, Session):
+            found = await self.sessions.of(request)
+            setattr(request.state, _SESSION_STATE, found)
+        return found
+
+    async def reader(self, request: Request) -> Session:
         """The session of a request that reads; 401 when not logged in."""
-        session = self.sessions.of(request)
+        session = await self.session(request)
         if not session.can_read:
             raise Refused(401, "log in with a token to see this page")
         return session
@@ -143,7 +154,7 @@ class Site:
         """The session and form of a request that changes state, checked: logged in,
         from this site with its CSRF token, and allowed to write (403 for a read-only
         token)."""
-        session = self.reader(request)
+        session = await self.reader(request)
         form = await request.form()
         token = form.get(sessions.CSRF_FIELD)
         self.sessions.check_form(request, session, token if isinstance(token, str) else None)
@@ -196,9 +207,10 @@ class Site:
 
     def failure(self, request: Request, exc: errors.SimpleWorkflowError) -> Response:
         status = next((code for cls, code in _STATUSES if isinstance(exc, cls)), 500)
-        try:
-            session = self.sessions.of(request)
-        except Refused:
+        # The session checked before the error, if any: no second read of the store,
+        # and a session that could not be checked is shown as no session.
+        session = getattr(request.state, _SESSION_STATE, None)
+        if not isinstance(session, Session):
             session = Session(level=None, nonce="", csrf="")
         if status == 500:  # no request should cause it: logged with its traceback, by id
             error_id = log_unexpected(exc, f"{request.method} {request.url.path}")

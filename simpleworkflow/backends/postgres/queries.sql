@@ -1618,3 +1618,20 @@ order by worker_id
 -- Workers gone longer than older_than: their rows go (the retention sweep, a purge).
 delete from {schema}workflow_worker
 where seen_until < now() - make_interval(secs => %(older_than)s)
+
+-- name: end_session
+-- A dashboard session logged out (migration 0024): every process refuses its cookie
+-- from now on. Logging out twice keeps the first row.
+insert into {schema}workflow_dashboard_logout (nonce, expires_at)
+values (%(nonce)s, %(expires_at)s)
+on conflict (nonce) do nothing
+
+-- name: session_ended
+-- Read on every request of a logged-in dashboard session: one lookup by primary key.
+select 1 as ended from {schema}workflow_dashboard_logout where nonce = %(nonce)s
+
+-- name: forget_ended_sessions
+-- Logouts of sessions that have expired anyway (grace: how far the clocks of the
+-- processes may disagree), deleted at each logout through the index on expires_at.
+delete from {schema}workflow_dashboard_logout
+where expires_at < now() - make_interval(secs => %(grace)s)

@@ -567,3 +567,13 @@ create trigger workflow_run_log_change
     for each row
     when (new.status is distinct from old.status and new.logged_changes = old.logged_changes)
     execute function {schema}workflow_run_log_change();
+
+-- Dashboard logouts (migration 0024): a logged-out session's nonce, kept until the
+-- session would have expired, so that every process refuses its cookie.
+create table {schema}workflow_dashboard_logout (
+    nonce          text primary key,
+    expires_at     timestamptz not null,
+    logged_out_at  timestamptz not null default now()
+);
+create index idx_workflow_dashboard_logout_expires_at
+    on {schema}workflow_dashboard_logout (expires_at);

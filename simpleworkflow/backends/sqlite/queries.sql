@@ -1368,3 +1368,15 @@ select r.id, 'failed',
                                         'message', substr(r.last_error, 38)))
 from workflow_run r
 where r.id in (select value from json_each(:ids))
+
+-- name: end_session
+insert into workflow_dashboard_logout (nonce, expires_at)
+values (:nonce, :expires_at)
+on conflict (nonce) do nothing
+
+-- name: session_ended
+select 1 as ended from workflow_dashboard_logout where nonce = :nonce
+
+-- name: forget_ended_sessions
+delete from workflow_dashboard_logout
+where expires_at < strftime('%Y-%m-%d %H:%M:%f', julianday('now') - :grace / 86400.0)

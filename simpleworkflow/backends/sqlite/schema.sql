@@ -380,3 +380,13 @@ begin
                                     and new.last_error is not old.last_error
                                then json_object('message', new.last_error) end))));
 end;
+
+-- Dashboard logouts (migration 0019): a logged-out session's nonce, kept until the
+-- session would have expired, so that every process refuses its cookie.
+create table workflow_dashboard_logout (
+    nonce          text primary key,
+    expires_at     text not null,
+    logged_out_at  text not null default (strftime('%Y-%m-%d %H:%M:%f', 'now'))
+);
+create index idx_workflow_dashboard_logout_expires_at
+    on workflow_dashboard_logout (expires_at);
