@@ -109,6 +109,13 @@ def test_every_page_renders_what_the_store_holds(store: Store, dash: Dash, clien
     for asset in re.findall(r'(?:src|href)="([^"]+\.(?:js|css))"', overview):
         assert asset.startswith("/static/"), asset
         assert dash.get(asset).status_code == 200
+    # The icon: named in every page's head, and where a browser looks when none is named.
+    icon = re.search(r'<link rel="icon"[^>]* href="([^"]+)"', overview)
+    assert icon and icon.group(1) == "/static/favicon.svg", overview[:1000]
+    for url in (icon.group(1), "/favicon.ico"):
+        served = dash.get(url)
+        assert served.status_code == 200 and served.headers["content-type"] == "image/svg+xml"
+        assert served.text.startswith("<svg") and "default-src 'none'" in str(served.headers)
     assert dash.get("/static/../site.py").status_code == 404
     assert dash.get("/static/site.py").status_code == 404
     assert dash.get("/runs/00000000-0000-7000-8000-000000000000").status_code == 404
