@@ -22,6 +22,7 @@ from worker_app import wait_until
 
 from simpleworkflow import App, AsyncClient, Client, Context, dashboard, errors
 from simpleworkflow.backends.presence_ops import Presence
+from simpleworkflow.retry import RetryPolicy
 from simpleworkflow.server import Auth, create_app
 
 TYPE = "shop.order.v1"
@@ -184,6 +185,32 @@ def test_the_overview_counts_derived_states_and_warns_of_overdue_and_paused_type
     warnings = texts(page, "warn")
     assert any(OTHER in w and "Overdue" in w for w in warnings), warnings
     assert any(TYPE in w and "Paused" in w for w in warnings), warnings
+
+
+def test_the_overview_counts_a_run_that_failed_after_retries_once(
+    store: Store, dash: Dash, client: Client
+) -> None:
+    app = App(
+        store.url, schema=store.schema, retry=RetryPolicy(backoff="fixed", base=0.05, jitter=0)
+    )
+
+    @app.workflow("shop.ok.v1")
+    def ok(payload: dict[str, Any]) -> str:
+        return "fine"
+
+    @app.workflow("shop.doomed.v1")
+    def doomed(payload: dict[str, Any]) -> str:
+        raise ValueError("never")
+
+    fine = [client.start("shop.ok.v1").id for _ in range(3)]
+    failing = client.start("shop.doomed.v1", max_attempts=3).id  # fails 3 times, ends once
+    with poller_thread(app):
+        for run_id in [*fine, failing]:
+            client.wait(run_id, timeout=30)
+    assert client.get(failing).status.value == "failed"
+    heading = re.search(r'<small id="finished">(.*?)</small>', dash.get("/").text)
+    assert heading, "no count of what finished"
+    assert heading.group(1) == "3 succeeded, 1 failed for good, 2 failed attempts retried"
 
 
 def test_runs_filter_by_type_status_time_and_payload_and_page_by_cursor(

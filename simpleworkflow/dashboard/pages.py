@@ -93,8 +93,11 @@ def router(site: Site, route_class: type[Any]) -> APIRouter:
             "overdue": overdue,
             "paused": [one for one in stats if one.paused],
             "series": views.chart_series(minutes),
-            "finished": sum(m.succeeded + m.failed for m in minutes),
+            # Outcomes, as the audit trail counts them: a run ends once, unless an
+            # operator retries it (it ends again); a retried attempt is no ending.
+            "succeeded": sum(m.succeeded for m in minutes),
             "failed": sum(m.failed for m in minutes),
+            "retried": sum(m.retried for m in minutes),
         }
         return site.render(request, session, "overview.html", context)
 
