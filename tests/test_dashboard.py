@@ -6,6 +6,8 @@ test_dashboard_browser.py.)"""
 from __future__ import annotations
 
 import asyncio
+import html
+import json
 import re
 import time
 import uuid
@@ -211,6 +213,34 @@ def test_the_overview_counts_a_run_that_failed_after_retries_once(
     heading = re.search(r'<small id="finished">(.*?)</small>', dash.get("/").text)
     assert heading, "no count of what finished"
     assert heading.group(1) == "3 succeeded, 1 failed for good, 2 failed attempts retried"
+
+
+def test_each_event_s_data_opens_in_full_with_its_traceback_as_lines(
+    store: Store, dash: Dash, client: Client
+) -> None:
+    app = App(store.url, schema=store.schema)
+    message = "card declined " + "x" * 400 + " <b>the end</b>"
+
+    @app.workflow("shop.declined.v1")
+    def declined(payload: dict[str, Any]) -> str:
+        raise ValueError(message)
+
+    run_id = client.start("shop.declined.v1", max_attempts=1).id
+    with poller_thread(app):
+        client.wait(run_id, timeout=30)
+    failed = next(e for e in client.admin.events(run_id) if e.event_type == "failed")
+    page = dash.get(f"/runs/{run_id}").text
+    found = re.search(
+        rf'<details class="event-data" id="event-{failed.id}">(.*?)</details>', page, re.S
+    )
+    assert found, page[-3000:]
+    summary, full = found.group(1).split("</summary>")
+    assert "…" in summary and "the end" not in summary  # the line is cut; the details are not
+    shown = html.unescape(re.sub(r"<[^>]+>", "", full))
+    assert json.dumps(message) in shown and "<b>" not in full  # whole, and as text
+    traceback = failed.data["error"]["traceback"]
+    assert "\n" in traceback and traceback.strip() in shown  # its lines, as lines
+    assert "error.traceback:" in shown
 
 
 def test_runs_filter_by_type_status_time_and_payload_and_page_by_cursor(

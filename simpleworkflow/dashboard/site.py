@@ -124,6 +124,7 @@ class Site:
             moment=views.moment,
             pretty=views.pretty_json,
             compact=views.compact,
+            long_texts=views.long_texts,
             step_state=views.step_state,
         )
         self.templates = Jinja2Templates(env=env)
