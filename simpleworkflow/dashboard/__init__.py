@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from simpleworkflow.client import AsyncClient
-from simpleworkflow.dashboard import actions, pages
+from simpleworkflow.dashboard import actions, controls, pages
 from simpleworkflow.dashboard.site import Options, Site, route_class, static_file
 from simpleworkflow.server.auth import Auth
 from simpleworkflow.server.guard import FORM_MAX_BODY_BYTES, Guard
@@ -84,6 +84,7 @@ def router(
     outer = APIRouter(lifespan=lifespan, include_in_schema=False)
     outer.include_router(pages.router(site, routes))
     outer.include_router(actions.router(site, routes))
+    outer.include_router(controls.router(site, routes))
 
     @outer.get("/static/{name}", name="dashboard.static")
     async def static(request: Request, name: str) -> Response:

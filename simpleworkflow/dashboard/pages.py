@@ -31,6 +31,8 @@ DONE_MESSAGES = {
     "signalled-woke": "The signal was sent, and woke the run.",
     "paused": "The type was paused: no worker claims its runs until it is resumed.",
     "resumed": "The type was resumed.",
+    "schedule-paused": "The schedule was paused: it starts no run until it is resumed.",
+    "schedule-resumed": "The schedule was resumed: it starts runs again from its next tick.",
 }
 
 

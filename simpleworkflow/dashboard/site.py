@@ -41,6 +41,7 @@ _SECURITY_HEADERS = {
 _STATUSES: tuple[tuple[type[errors.SimpleWorkflowError], int], ...] = (
     (errors.RunNotFound, 404),
     (errors.TypeNotRegistered, 404),
+    (errors.ScheduleNotFound, 404),
     (errors.RunFinished, 409),
     (errors.RunNotRetryable, 409),
     (errors.InvalidInput, 422),
