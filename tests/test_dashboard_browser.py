@@ -283,6 +283,22 @@ def test_pause_a_type(page: Page, site: Site) -> None:
     expect(row.get_by_role("button", name="Pause")).to_be_visible()
 
 
+def test_pause_and_resume_a_schedule_from_the_navigation(page: Page, site: Site) -> None:
+    site.client.schedules.create("dash.nightly", "dash.order.v1", cron="0 3 * * *")
+    page.get_by_role("link", name="Schedules", exact=True).click()
+    row = page.locator("tr[data-schedule='dash.nightly']")
+    expect(row.locator(".schedule-state")).to_have_text("active")
+    row.get_by_role("button", name="Pause").click()  # hx-confirm, accepted
+    expect(page.locator(".notice.ok")).to_contain_text("The schedule was paused")
+    expect(row.locator(".schedule-state")).to_have_text("paused")
+    assert site.client.schedules.get("dash.nightly").paused
+    row.get_by_role("button", name="Resume").click()
+    expect(row.locator(".schedule-state")).to_have_text("active")
+    assert not site.client.schedules.get("dash.nightly").paused
+    page.get_by_role("link", name="Limits", exact=True).click()
+    expect(page.get_by_role("heading", name="Limits", exact=True)).to_be_visible()
+
+
 def test_the_read_only_token_shows_no_buttons_and_a_forged_post_is_refused(
     browser: Browser, site: Site
 ) -> None:
