@@ -74,7 +74,7 @@ def test_the_server_serves_metrics_counting_what_the_api_started(store: Store) -
     with served(store) as base, httpx.Client(base_url=base) as http:
         for order in (1, 2):
             assert http.post(f"{PREFIX}/runs", json={"type": TYPE, "payload": {"order": order}})
-        scraped = http.get("/metrics", follow_redirects=True)
+        scraped = http.get("/metrics")  # at /metrics itself: no redirect to /metrics/
         assert scraped.status_code == 200, scraped.text
     samples = {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value

@@ -6,6 +6,8 @@ test_dashboard_browser.py.)"""
 from __future__ import annotations
 
 import asyncio
+import html
+import json
 import re
 import time
 import uuid
@@ -22,6 +24,7 @@ from worker_app import wait_until
 
 from simpleworkflow import App, AsyncClient, Client, Context, dashboard, errors
 from simpleworkflow.backends.presence_ops import Presence
+from simpleworkflow.retry import RetryPolicy
 from simpleworkflow.server import Auth, create_app
 
 TYPE = "shop.order.v1"
@@ -109,6 +112,13 @@ def test_every_page_renders_what_the_store_holds(store: Store, dash: Dash, clien
     for asset in re.findall(r'(?:src|href)="([^"]+\.(?:js|css))"', overview):
         assert asset.startswith("/static/"), asset
         assert dash.get(asset).status_code == 200
+    # The icon: named in every page's head, and where a browser looks when none is named.
+    icon = re.search(r'<link rel="icon"[^>]* href="([^"]+)"', overview)
+    assert icon and icon.group(1) == "/static/favicon.svg", overview[:1000]
+    for url in (icon.group(1), "/favicon.ico"):
+        served = dash.get(url)
+        assert served.status_code == 200 and served.headers["content-type"] == "image/svg+xml"
+        assert served.text.startswith("<svg") and "default-src 'none'" in str(served.headers)
     assert dash.get("/static/../site.py").status_code == 404
     assert dash.get("/static/site.py").status_code == 404
     assert dash.get("/runs/00000000-0000-7000-8000-000000000000").status_code == 404
@@ -177,6 +187,60 @@ def test_the_overview_counts_derived_states_and_warns_of_overdue_and_paused_type
     warnings = texts(page, "warn")
     assert any(OTHER in w and "Overdue" in w for w in warnings), warnings
     assert any(TYPE in w and "Paused" in w for w in warnings), warnings
+
+
+def test_the_overview_counts_a_run_that_failed_after_retries_once(
+    store: Store, dash: Dash, client: Client
+) -> None:
+    app = App(
+        store.url, schema=store.schema, retry=RetryPolicy(backoff="fixed", base=0.05, jitter=0)
+    )
+
+    @app.workflow("shop.ok.v1")
+    def ok(payload: dict[str, Any]) -> str:
+        return "fine"
+
+    @app.workflow("shop.doomed.v1")
+    def doomed(payload: dict[str, Any]) -> str:
+        raise ValueError("never")
+
+    fine = [client.start("shop.ok.v1").id for _ in range(3)]
+    failing = client.start("shop.doomed.v1", max_attempts=3).id  # fails 3 times, ends once
+    with poller_thread(app):
+        for run_id in [*fine, failing]:
+            client.wait(run_id, timeout=30)
+    assert client.get(failing).status.value == "failed"
+    heading = re.search(r'<small id="finished">(.*?)</small>', dash.get("/").text)
+    assert heading, "no count of what finished"
+    assert heading.group(1) == "3 succeeded, 1 failed for good, 2 failed attempts retried"
+
+
+def test_each_event_s_data_opens_in_full_with_its_traceback_as_lines(
+    store: Store, dash: Dash, client: Client
+) -> None:
+    app = App(store.url, schema=store.schema)
+    message = "card declined " + "x" * 400 + " <b>the end</b>"
+
+    @app.workflow("shop.declined.v1")
+    def declined(payload: dict[str, Any]) -> str:
+        raise ValueError(message)
+
+    run_id = client.start("shop.declined.v1", max_attempts=1).id
+    with poller_thread(app):
+        client.wait(run_id, timeout=30)
+    failed = next(e for e in client.admin.events(run_id) if e.event_type == "failed")
+    page = dash.get(f"/runs/{run_id}").text
+    found = re.search(
+        rf'<details class="event-data" id="event-{failed.id}">(.*?)</details>', page, re.S
+    )
+    assert found, page[-3000:]
+    summary, full = found.group(1).split("</summary>")
+    assert "…" in summary and "the end" not in summary  # the line is cut; the details are not
+    shown = html.unescape(re.sub(r"<[^>]+>", "", full))
+    assert json.dumps(message) in shown and "<b>" not in full  # whole, and as text
+    traceback = failed.data["error"]["traceback"]
+    assert "\n" in traceback and traceback.strip() in shown  # its lines, as lines
+    assert "error.traceback:" in shown
 
 
 def test_runs_filter_by_type_status_time_and_payload_and_page_by_cursor(

@@ -156,7 +156,7 @@ def test_the_overview_shows_each_type_and_the_chart(page: Page, site: Site) -> N
     page.reload()
     expect(page.locator("table.counts")).to_contain_text("dash.order.v1")
     expect(page.locator("#throughput .uplot canvas")).to_be_visible()  # uPlot drew it
-    expect(page.locator("h2", has_text="Finished in the last hour")).to_contain_text("runs")
+    expect(page.locator("#finished")).to_contain_text("succeeded")
     screenshot(page, site, "overview")
 
 
@@ -230,6 +230,46 @@ def test_send_a_signal_that_wakes_a_waiting_run_and_watch_it_finish(page: Page, 
     expect(page.locator("#result")).to_contain_text('"by": "alice"')
 
 
+def test_the_refresh_keeps_what_is_typed_or_opened_and_the_form_still_sends(
+    page: Page, site: Site
+) -> None:
+    """An unfinished run's page refreshes itself (every second here), but not over a
+    signal form being filled in or an event's data opened for reading."""
+    run_id = site.client.start("dash.approval.v1", {"request": "monitor"}).id
+    wait_until(lambda: site.client.get(run_id).waiting_states == ["waiting-signal"], 30, "no wait")
+    refreshes: list[str] = []
+    failures: list[str] = []
+    page.on("request", lambda r: refreshes.append(r.url) if r.url.endswith(run_id) else None)
+    page.on("response", lambda r: failures.append(r.url) if r.status >= 400 else None)
+    page.on("console", lambda m: failures.append(m.text) if m.type == "error" else None)
+    page.goto(f"/runs/{run_id}")
+    with page.expect_request(lambda r: r.url.endswith(run_id)):  # it does refresh
+        pass
+    # An event's data, opened: the whole of it, kept open across what would be refreshes.
+    created = page.locator("details.event-data").first
+    created.locator("summary").click()
+    expect(created.locator("pre.json")).to_be_visible()
+    seen = len(refreshes)
+    page.wait_for_timeout(2500)
+    assert len(refreshes) == seen, "refreshed while an event was open"
+    expect(created).to_have_attribute("open", "")
+    created.locator("summary").click()  # closed: the refresh goes on
+    with page.expect_request(lambda r: r.url.endswith(run_id)):
+        pass
+    # The signal form, typed into, then left (no focus): the text stays.
+    page.fill("input[name=event]", "approved")
+    page.locator("textarea[name=payload]").fill('{"by": "bob"}')
+    page.locator("main h1").click()
+    page.wait_for_timeout(2500)
+    expect(page.locator("input[name=event]")).to_have_value("approved")
+    expect(page.locator("textarea[name=payload]")).to_have_value('{"by": "bob"}')
+    page.click("#send-signal")
+    expect(page.locator(".notice.ok")).to_contain_text("The signal was sent")
+    expect(page.locator("#run-status")).to_have_attribute("data-status", "succeeded")
+    expect(page.locator("#result")).to_contain_text('"by": "bob"')
+    assert failures == []
+
+
 def test_pause_a_type(page: Page, site: Site) -> None:
     page.goto("/types")
     row = page.locator("tr[data-type='dash.slow.v1']")
@@ -241,6 +281,22 @@ def test_pause_a_type(page: Page, site: Site) -> None:
     ).is_enabled
     row.get_by_role("button", name="Resume").click()
     expect(row.get_by_role("button", name="Pause")).to_be_visible()
+
+
+def test_pause_and_resume_a_schedule_from_the_navigation(page: Page, site: Site) -> None:
+    site.client.schedules.create("dash.nightly", "dash.order.v1", cron="0 3 * * *")
+    page.get_by_role("link", name="Schedules", exact=True).click()
+    row = page.locator("tr[data-schedule='dash.nightly']")
+    expect(row.locator(".schedule-state")).to_have_text("active")
+    row.get_by_role("button", name="Pause").click()  # hx-confirm, accepted
+    expect(page.locator(".notice.ok")).to_contain_text("The schedule was paused")
+    expect(row.locator(".schedule-state")).to_have_text("paused")
+    assert site.client.schedules.get("dash.nightly").paused
+    row.get_by_role("button", name="Resume").click()
+    expect(row.locator(".schedule-state")).to_have_text("active")
+    assert not site.client.schedules.get("dash.nightly").paused
+    page.get_by_role("link", name="Limits", exact=True).click()
+    expect(page.get_by_role("heading", name="Limits", exact=True)).to_be_visible()
 
 
 def test_the_read_only_token_shows_no_buttons_and_a_forged_post_is_refused(

@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from simpleworkflow.client import AsyncClient
-from simpleworkflow.dashboard import actions, pages
+from simpleworkflow.dashboard import actions, controls, pages
 from simpleworkflow.dashboard.site import Options, Site, route_class, static_file
 from simpleworkflow.server.auth import Auth
 from simpleworkflow.server.guard import FORM_MAX_BODY_BYTES, Guard
@@ -36,7 +36,15 @@ from simpleworkflow.server.source import ClientSource
 
 __all__ = ["Options", "create_app", "router"]
 
-_MEDIA = {".js": "text/javascript", ".css": "text/css", ".txt": "text/plain"}
+_MEDIA = {
+    ".js": "text/javascript",
+    ".css": "text/css",
+    ".txt": "text/plain",
+    ".svg": "image/svg+xml",
+}
+#: A static file is never a page: nothing in it may load or run anything (an SVG opened
+#: on its own is a document that could hold a script).
+_STATIC_CSP = "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'"
 
 
 def router(
@@ -76,18 +84,33 @@ def router(
     outer = APIRouter(lifespan=lifespan, include_in_schema=False)
     outer.include_router(pages.router(site, routes))
     outer.include_router(actions.router(site, routes))
+    outer.include_router(controls.router(site, routes))
 
     @outer.get("/static/{name}", name="dashboard.static")
     async def static(request: Request, name: str) -> Response:
-        """The vendored scripts and the style sheet (a fixed set of files)."""
-        body = static_file(name)
-        suffix = name[name.rfind(".") :] if "." in name else ""
-        if body is None or suffix not in _MEDIA:
-            return Response("not found", status_code=404, media_type="text/plain")
-        headers = {"Cache-Control": "public, max-age=3600", "X-Content-Type-Options": "nosniff"}
-        return Response(body, media_type=_MEDIA[suffix], headers=headers)
+        """The vendored scripts, the style sheet and the icon (a fixed set of files)."""
+        return _static(name)
+
+    @outer.get("/favicon.ico", name="dashboard.favicon")
+    async def favicon(request: Request) -> Response:
+        """The icon, where a browser looks for it on a page that names none (the pages
+        name theirs in their head): no 404 in the server's log."""
+        return _static("favicon.svg")
 
     return outer
+
+
+def _static(name: str) -> Response:
+    body = static_file(name)
+    suffix = name[name.rfind(".") :] if "." in name else ""
+    if body is None or suffix not in _MEDIA:
+        return Response("not found", status_code=404, media_type="text/plain")
+    headers = {
+        "Cache-Control": "public, max-age=3600",
+        "X-Content-Type-Options": "nosniff",
+        "Content-Security-Policy": _STATIC_CSP,
+    }
+    return Response(body, media_type=_MEDIA[suffix], headers=headers)
 
 
 def create_app(

@@ -31,6 +31,8 @@ DONE_MESSAGES = {
     "signalled-woke": "The signal was sent, and woke the run.",
     "paused": "The type was paused: no worker claims its runs until it is resumed.",
     "resumed": "The type was resumed.",
+    "schedule-paused": "The schedule was paused: it starts no run until it is resumed.",
+    "schedule-resumed": "The schedule was resumed: it starts runs again from its next tick.",
 }
 
 
@@ -93,8 +95,11 @@ def router(site: Site, route_class: type[Any]) -> APIRouter:
             "overdue": overdue,
             "paused": [one for one in stats if one.paused],
             "series": views.chart_series(minutes),
-            "finished": sum(m.succeeded + m.failed for m in minutes),
+            # Outcomes, as the audit trail counts them: a run ends once, unless an
+            # operator retries it (it ends again); a retried attempt is no ending.
+            "succeeded": sum(m.succeeded for m in minutes),
             "failed": sum(m.failed for m in minutes),
+            "retried": sum(m.retried for m in minutes),
         }
         return site.render(request, session, "overview.html", context)
 

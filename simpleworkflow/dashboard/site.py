@@ -41,6 +41,7 @@ _SECURITY_HEADERS = {
 _STATUSES: tuple[tuple[type[errors.SimpleWorkflowError], int], ...] = (
     (errors.RunNotFound, 404),
     (errors.TypeNotRegistered, 404),
+    (errors.ScheduleNotFound, 404),
     (errors.RunFinished, 409),
     (errors.RunNotRetryable, 409),
     (errors.InvalidInput, 422),
@@ -126,6 +127,7 @@ class Site:
             moment=views.moment,
             pretty=views.pretty_json,
             compact=views.compact,
+            long_texts=views.long_texts,
             step_state=views.step_state,
         )
         self.templates = Jinja2Templates(env=env)

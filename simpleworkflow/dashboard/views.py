@@ -207,6 +207,21 @@ def compact(value: Any, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def long_texts(value: Any, where: str = "") -> list[tuple[str, str]]:
+    """``(path, text)`` of each string in ``value`` that spans lines (a traceback), by
+    its path (``error.traceback``): JSON shows its line breaks as ``\\n``, a page shows
+    them as lines."""
+    if isinstance(value, str):
+        return [(where or "value", value)] if "\n" in value else []
+    if isinstance(value, dict):
+        items = [(f"{where}.{key}" if where else str(key), one) for key, one in value.items()]
+    elif isinstance(value, list):
+        items = [(f"{where}[{index}]", one) for index, one in enumerate(value)]
+    else:
+        return []
+    return [found for path, one in items for found in long_texts(one, path)]
+
+
 def age(seconds: float | None) -> str:
     """``"3 s"``, ``"4 min"``, ``"2.5 h"``, ``"3 d"``: how long, in a word."""
     if seconds is None:

@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from fastapi import APIRouter, FastAPI
+from starlette.routing import Route
 from starlette.types import ASGIApp
 
 import simpleworkflow
@@ -138,7 +139,8 @@ def create_app(
 ) -> FastAPI:
     """A FastAPI application serving :func:`router`, its OpenAPI document at
     ``/openapi.json`` and interactive docs at ``/docs``; ``metrics``, an ASGI app (the
-    Prometheus exposition), is mounted at ``/metrics``; the web dashboard
+    Prometheus exposition), answers at ``/metrics`` itself (no redirect to
+    ``/metrics/``, so that a plain ``curl`` gets the metrics); the web dashboard
     (:mod:`simpleworkflow.dashboard`) at ``/`` when ``dashboard`` and its extra is
     installed. What ``simpleworkflow serve`` runs.
 
@@ -168,7 +170,8 @@ def create_app(
     auth = auth or Auth()
     app.include_router(_router(source, auth, API_PREFIX, True, max_body_bytes))
     if metrics is not None:
-        app.mount("/metrics", metrics)
+        # A route, not a mount: a mount answers /metrics with a redirect to /metrics/.
+        app.router.routes.append(Route("/metrics", metrics, include_in_schema=False))
     if dashboard and has_dashboard():
         from simpleworkflow import dashboard as pages  # the dashboard extra is installed
 

@@ -1,5 +1,5 @@
-// The dashboard's own script: the throughput chart (uPlot) and the JSON editors'
-// validation. No inline script anywhere: the pages' Content-Security-Policy allows only
+// The dashboard's own script: the throughput chart (uPlot), the JSON editors'
+// validation, and refreshes that wait while a part of the page is in use. No inline script anywhere: the pages' Content-Security-Policy allows only
 // files served from here.
 (function () {
   "use strict";
@@ -52,6 +52,36 @@
       checkJson(field);
     });
   }
+
+  // A part of a page that refreshes itself ([data-refresh]) skips a refresh while the
+  // user is using it: a field of its forms has the focus or holds text, or one of its
+  // <details> is open. The refresh would replace what they type or read. (htmx's own
+  // trigger conditions need eval, which the pages' htmx config and CSP forbid.)
+  function inUse(part) {
+    if (part.querySelector("details[open]")) return true;
+    var fields = part.querySelectorAll("input, textarea, select");
+    for (var i = 0; i < fields.length; i++) {
+      var field = fields[i];
+      if (field.type === "hidden" || field.type === "submit" || field.type === "button") continue;
+      if (field === document.activeElement || field.value !== "") return true;
+    }
+    return false;
+  }
+
+  function refreshing(event) {
+    var part = event.target;
+    return part && part.hasAttribute && part.hasAttribute("data-refresh") ? part : null;
+  }
+
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var part = refreshing(event);
+    if (part && inUse(part)) event.preventDefault();
+  });
+  // A refresh asked for before the user began: its answer is dropped, not swapped in.
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var part = refreshing(event);
+    if (part && inUse(part)) event.detail.shouldSwap = false;
+  });
 
   document.addEventListener("DOMContentLoaded", function () { wire(document); });
   document.addEventListener("htmx:load", function (event) { wire(event.target); });
