@@ -19,7 +19,7 @@ def router(site: Site, route_class: type[Any]) -> APIRouter:
 
     @controls.get("/schedules", name="dashboard.schedules")
     async def schedules(request: Request) -> Response:
-        session = site.reader(request)
+        session = await site.reader(request)
         found = await site.source.client.schedules.list()
         done = DONE_MESSAGES.get(request.query_params.get("done", ""))
         return site.render(request, session, "schedules.html", {"schedules": found, "done": done})
@@ -38,7 +38,7 @@ def router(site: Site, route_class: type[Any]) -> APIRouter:
 
     @controls.get("/limits", name="dashboard.limits")
     async def limits(request: Request) -> Response:
-        session = site.reader(request)
+        session = await site.reader(request)
         admin = site.source.client.admin
         stats = await admin.stats()
         rates = await admin.rate_limits()
