@@ -178,8 +178,8 @@ def ledger() -> Ledger:
     return Ledger()
 
 
-def leased_events(client: Client, run_id: str) -> int:
-    return sum(e.event_type == "leased" for e in client.events(run_id))
+def leased_events(client: Client, run_id: str) -> list[dict[str, Any]]:
+    return [e.data for e in client.events(run_id) if e.event_type == "leased"]
 
 
 def test_each_runtime_claims_only_its_own_types(
@@ -210,7 +210,9 @@ def test_each_runtime_claims_only_its_own_types(
         run = client.get(run_id)
         assert (run.status, run.leased_by) == (RunStatus.SUCCEEDED, GO_WORKER)
         assert run.result == {"runtime": "go", "type": run.type}
-        assert leased_events(client, run_id) == 0  # the seed's lease writes no event
+        # The seed's lease writes no event of its own: the store logs the change for it.
+        [leased] = leased_events(client, run_id)
+        assert (leased["source"], leased["from"]) == ("sql", "pending"), leased
         assert ledger.events(run_id) == []
     registry = {e.workflow_name: e.runtime for e in client_registry(shared)}
     assert registry == {
@@ -236,7 +238,7 @@ def test_pausing_a_type_stops_its_claims_until_resumed(
             assert wait_terminal(client, ocr).status is RunStatus.SUCCEEDED
             for run_id in thumbnails:
                 assert held_for(1.0, client, run_id).status is RunStatus.PENDING
-                assert leased_events(client, run_id) == 0
+                assert leased_events(client, run_id) == []
 
             backend.execute(backend.enable_registry("content.thumbnail.v1", True))
             for run_id in thumbnails:
