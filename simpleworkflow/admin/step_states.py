@@ -78,7 +78,9 @@ def step_state(entry: JournalEntry, run: Run, now: datetime) -> StepState:
 def _completed(entry: JournalEntry, run: Run, now: datetime) -> StepState:
     """A sleep is journaled complete as it begins, with the time it ends."""
     if entry.kind == "sleep" and not run.is_terminal:
-        until = _time(entry.output.get("until") if isinstance(entry.output, dict) else None)
+        until = journaled_time(
+            entry.output.get("until") if isinstance(entry.output, dict) else None
+        )
         if until is not None and until > now:
             return StepState(StepStatus.WAITING, at=until, waiting_for="a timer")
     return StepState(StepStatus.COMPLETED)
@@ -86,7 +88,7 @@ def _completed(entry: JournalEntry, run: Run, now: datetime) -> StepState:
 
 def _waiting(entry: JournalEntry) -> StepState:
     output = entry.output if isinstance(entry.output, dict) else {}
-    until = _time(output.get("until"))
+    until = journaled_time(output.get("until"))
     if until is not None and until.year >= _FOREVER_YEAR:
         until = None
     event = output.get("event")
@@ -94,7 +96,8 @@ def _waiting(entry: JournalEntry) -> StepState:
     return StepState(StepStatus.WAITING, at=until, waiting_for=what)
 
 
-def _time(value: Any) -> datetime | None:
+def journaled_time(value: Any) -> datetime | None:
+    """A time a journal entry's output holds as ISO 8601 text; ``None`` for anything else."""
     if not isinstance(value, str):
         return None
     try:

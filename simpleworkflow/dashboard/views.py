@@ -137,7 +137,7 @@ def _calls(
         state = step_states.step_state(entry, run, now)
         kind, until = entry.kind, entry.completed_at
         if entry.kind == "sleep" and isinstance(entry.output, dict):
-            until = _parse_time(entry.output.get("until")) or until
+            until = step_states.journaled_time(entry.output.get("until")) or until
         if state.status is step_states.StepStatus.FAILED:
             kind, until = "failed", _gave_up_at(events, entry.step_name) or run.updated_at
         elif until is None and run.is_terminal:
@@ -163,15 +163,6 @@ def _error_of(event: Event) -> str:
     if isinstance(error, dict):
         return f"{error.get('type', '')}: {error.get('message', '')}"
     return ""
-
-
-def _parse_time(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value)
-    except ValueError:
-        return None
 
 
 def traceback_of(events: Sequence[Event]) -> str | None:
