@@ -602,3 +602,14 @@ def test_runs_a_scheduler_starts_reach_the_observers_and_the_metrics(store: Stor
         ("run_created", ("report.daily.v1", True)): 1,
     }
     assert recorder.calls[0][0] == "around_start" and recorder.calls[-1][0] == "run_created"
+
+
+def test_a_triggered_run_reaches_the_clients_observers_and_the_metrics(store: Store) -> None:
+    registry = CollectorRegistry()
+    recorder = Recorder()
+    with store.client(observers=[MetricsObserver(registry), recorder]) as client:
+        client.schedules.create(NIGHTLY, cron="0 2 * * *")
+        client.schedules.trigger(NIGHTLY)
+    assert recorder.calls == [("around_start", NIGHTLY), ("run_created", (NIGHTLY, True))]
+    started = registry.get_sample_value("simpleworkflow_runs_started_total", {"type": NIGHTLY})
+    assert started == 1.0
