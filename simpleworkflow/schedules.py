@@ -276,8 +276,17 @@ def tick_key(name: str, tick: datetime) -> str:
     return f"{KEY_PREFIX}{name}:{iso(tick)}"
 
 
-def tick_payload(name: str, tick: datetime, payload: Any) -> str:
-    """The run's payload as JSON text: the schedule's payload plus its name and tick."""
+def trigger_key(name: str, now: datetime) -> str:
+    """The idempotency key of a run of ``name`` triggered by hand at ``now``: one per
+    second, so a double click or a retried request starts one run."""
+    return f"{KEY_PREFIX}{name}:now:{iso(now)}"
+
+
+def tick_payload(name: str, tick: datetime, payload: Any, *, triggered: bool = False) -> str:
+    """The run's payload as JSON text: the schedule's payload plus its name and tick
+    (and ``triggered: true`` for a run started by hand, outside the ticks)."""
     data = dict(payload) if isinstance(payload, Mapping) else {}
     data.update(schedule=name, scheduled_for=iso(tick))
+    if triggered:
+        data.update(triggered=True)
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False)

@@ -4,6 +4,7 @@ other commands, and the worker's ``--no-scheduler``."""
 from __future__ import annotations
 
 import argparse
+import time
 
 import pytest
 from conftest import Store
@@ -82,3 +83,28 @@ def test_the_worker_runs_the_scheduler_unless_told_not_to() -> None:
 
     assert build_poller(app, options()).options.scheduler is True
     assert build_poller(app, options("--no-scheduler")).options.scheduler is False
+
+
+def test_trigger_prints_the_run_it_started(
+    store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    made = run_cli(store, capsys, "schedules", "create", NIGHTLY, "0 2 * * *", "--type", INVOICE)
+    assert made.code == 0, made.err
+    before = run_cli(store, capsys, "schedules", "show", NIGHTLY, "--json").json()
+    for _ in range(5):  # two within one second start one run
+        time.sleep(1 - time.time() % 1)
+        started = run_cli(store, capsys, "schedules", "trigger", NIGHTLY)
+        again = run_cli(store, capsys, "schedules", "trigger", NIGHTLY, "--json").json()
+        if again["created"] is False:
+            break
+    assert started.code == 0, started.err
+    run_id = started.out.strip()
+    assert again["id"] == run_id and again["type"] == INVOICE
+    assert again["payload"]["schedule"] == NIGHTLY and again["payload"]["triggered"] is True
+    assert store.count("workflow_run") == 1
+    after = run_cli(store, capsys, "schedules", "show", NIGHTLY, "--json").json()
+    assert after["next_tick_at"] == before["next_tick_at"]
+    assert "no schedule named 'no.such'" in one_line_error(
+        run_cli(store, capsys, "schedules", "trigger", "no.such")
+    )
+    assert store.count("workflow_run") == 1

@@ -295,6 +295,11 @@ def test_pause_and_resume_a_schedule_from_the_navigation(page: Page, site: Site)
     row.get_by_role("button", name="Resume").click()
     expect(row.locator(".schedule-state")).to_have_text("active")
     assert not site.client.schedules.get("dash.nightly").paused
+    row.get_by_role("button", name="Run now").click()  # hx-confirm, accepted
+    expect(page.locator(".notice.ok")).to_contain_text("The schedule started a run now")
+    page.locator(".notice.ok a").click()  # the run it names
+    expect(page.locator("h1")).to_contain_text("dash.order.v1")
+    page.get_by_role("link", name="Schedules", exact=True).click()
     page.get_by_role("link", name="Limits", exact=True).click()
     expect(page.get_by_role("heading", name="Limits", exact=True)).to_be_visible()
 

@@ -1,10 +1,11 @@
 """The dashboard's schedules and limits pages on both stores, through the ASGI interface:
-they show what the store holds, the schedule forms pause and resume, and the read-only
-token sees no form and is refused."""
+they show what the store holds, the schedule forms pause, resume and run now, and the
+read-only token sees no form and is refused."""
 
 from __future__ import annotations
 
 import re
+import time
 import uuid
 
 from api_helpers import READ_TOKEN, TOKEN
@@ -54,6 +55,46 @@ def test_the_schedules_page_lists_each_schedule_and_pauses_and_resumes_it(
         dash.close()
 
 
+def test_run_now_starts_one_run_and_names_it(store: Store, client: Client) -> None:
+    client.schedules.create(NIGHTLY, TYPE, cron="0 3 * * *", payload={"shop": "eu"})
+    client.schedules.pause(NIGHTLY)  # a paused schedule may still be run now
+    planned = client.schedules.get(NIGHTLY).next_tick_at
+    dash = Dash(store)
+    try:
+        page = dash.get("/schedules").text
+        assert f'action="/schedules/{NIGHTLY}/trigger"' in page and "Run now" in page
+        for _ in range(5):  # a double click: two within one second start one run
+            time.sleep(1 - time.time() % 1)
+            first, second = (dash.act(f"/schedules/{NIGHTLY}/trigger") for _ in range(2))
+            if "already" in second.headers["location"]:
+                break
+        assert first.status_code == second.status_code == 303
+        runs = client.list(type_prefix=TYPE).runs
+        assert len(runs) == 1
+        run = runs[0]
+        assert run.payload["shop"] == "eu" and run.payload["triggered"] is True
+        after = dash.get(first.headers["location"]).text
+        assert texts(after, "ok") == [
+            f"The schedule started a run now; its next tick is unchanged. The run: {run.id}."
+        ]
+        assert f'href="/runs/{run.id}"' in after
+        again = texts(dash.get(second.headers["location"]).text, "ok")
+        assert again[0].startswith("The schedule was started by hand within this second")
+        assert run.id in again[0]
+        found = client.schedules.get(NIGHTLY)
+        assert found.paused and found.next_tick_at == planned
+        forged = dash.get(f"/schedules?done=schedule-triggered&run=<b>{run.id}</b>").text
+        assert texts(forged, "ok") == [
+            "The schedule started a run now; its next tick is unchanged."
+        ]
+        missing = dash.act("/schedules/shop.nothing/trigger")
+        assert missing.status_code == 404 and "shop.nothing" in missing.text
+        refused = dash.post(f"/schedules/{NIGHTLY}/trigger", data={"csrf_token": "wrong"})
+        assert refused.status_code == 403 and len(client.list(type_prefix=TYPE).runs) == 1
+    finally:
+        dash.close()
+
+
 def test_the_read_only_token_sees_schedules_and_limits_and_cannot_pause(
     store: Store, client: Client
 ) -> None:
@@ -69,6 +110,9 @@ def test_the_read_only_token_sees_schedules_and_limits_and_cannot_pause(
         refused = dash.post(f"/schedules/{NIGHTLY}/pause", data={"csrf_token": dash.csrf()})
         assert refused.status_code == 403 and "may only read" in refused.text
         assert not client.schedules.get(NIGHTLY).paused
+        refused = dash.post(f"/schedules/{NIGHTLY}/trigger", data={"csrf_token": dash.csrf()})
+        assert refused.status_code == 403 and "may only read" in refused.text
+        assert store.count("workflow_run") == 0
     finally:
         dash.close()
 

@@ -1,7 +1,8 @@
-"""Cron schedules on both stores and both faces: create, list, get, pause, resume and
-delete; refused input that writes nothing; the scheduler's passes (each missed-tick
-policy, from a next tick set in the past rather than by waiting), racing schedulers, rows
-written with plain SQL, and schedules declared in code with ``@app.schedule``."""
+"""Cron schedules on both stores and both faces: create, list, get, pause, resume,
+trigger and delete; refused input that writes nothing; the scheduler's passes (each
+missed-tick policy, from a next tick set in the past rather than by waiting), racing
+schedulers, rows written with plain SQL, and schedules declared in code with
+``@app.schedule``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import json
 import logging
 import re
 import threading
+import time
 import zoneinfo
 from collections import Counter
 from collections.abc import Iterator
@@ -131,6 +133,55 @@ def test_create_get_list_pause_resume_delete(faces: Any) -> None:
     for call in (faces.get, faces.pause, faces.resume):
         with pytest.raises(errors.ScheduleNotFound, match="no schedule named"):
             call(NIGHTLY)
+
+
+def triggered_twice(faces: Any, name: str) -> tuple[Any, Any]:
+    """Two triggers at the start of one second (tried again if the clock crossed into the
+    next between them): a double click."""
+    for _ in range(5):
+        time.sleep(1 - time.time() % 1)
+        first, second = faces.trigger(name), faces.trigger(name)
+        if first.payload["scheduled_for"] == second.payload["scheduled_for"]:
+            return first, second
+    raise AssertionError("two triggers never fell within one second")
+
+
+def test_trigger_starts_one_run_now_as_a_tick_would_and_keeps_the_next_tick(
+    faces: Any, store: Store
+) -> None:
+    made = faces.create(
+        NIGHTLY, cron="0 2 * * *", payload={"region": "eu"}, priority=5, max_attempts=7
+    )
+    before = datetime.now(UTC).replace(microsecond=0)
+    first, second = triggered_twice(faces, NIGHTLY)
+    assert first.created and not second.created and second.id == first.id  # one run
+    assert (first.type, first.priority, first.max_attempts) == (NIGHTLY, 5, 7)
+    moment = first.payload["scheduled_for"]
+    assert first.payload == {
+        "region": "eu",
+        "schedule": NIGHTLY,
+        "scheduled_for": moment,
+        "triggered": True,
+    }
+    assert before <= datetime.fromisoformat(moment) <= datetime.now(UTC)
+    assert first.idempotency_key == f"schedule:{NIGHTLY}:now:{moment}"
+    assert [(t, k) for t, k, _ in scheduled_runs(store, NIGHTLY)] == [
+        (NIGHTLY, first.idempotency_key)
+    ]
+    after = faces.get(NIGHTLY)
+    assert (after.next_tick_at, after.last_tick_at) == (made.next_tick_at, None)
+
+    faces.pause(NIGHTLY)  # a paused schedule may still be started by hand
+    time.sleep(1 - time.time() % 1)
+    again = faces.trigger(NIGHTLY)
+    assert again.created and again.id != first.id and faces.get(NIGHTLY).paused
+    assert len(scheduled_runs(store, NIGHTLY)) == 2
+
+    with pytest.raises(errors.ScheduleNotFound, match="no schedule named"):
+        faces.trigger("no.such.schedule")
+    with pytest.raises(errors.InvalidArgument, match="invalid schedule name"):
+        faces.trigger("Not:A:Name")
+    assert len(scheduled_runs(store, NIGHTLY)) == 2
 
 
 def test_creating_again_changes_the_definition_and_keeps_the_pause(faces: Any) -> None:
@@ -551,3 +602,14 @@ def test_runs_a_scheduler_starts_reach_the_observers_and_the_metrics(store: Stor
         ("run_created", ("report.daily.v1", True)): 1,
     }
     assert recorder.calls[0][0] == "around_start" and recorder.calls[-1][0] == "run_created"
+
+
+def test_a_triggered_run_reaches_the_clients_observers_and_the_metrics(store: Store) -> None:
+    registry = CollectorRegistry()
+    recorder = Recorder()
+    with store.client(observers=[MetricsObserver(registry), recorder]) as client:
+        client.schedules.create(NIGHTLY, cron="0 2 * * *")
+        client.schedules.trigger(NIGHTLY)
+    assert recorder.calls == [("around_start", NIGHTLY), ("run_created", (NIGHTLY, True))]
+    started = registry.get_sample_value("simpleworkflow_runs_started_total", {"type": NIGHTLY})
+    assert started == 1.0

@@ -122,8 +122,9 @@ class Admin(schema_check.Checked, Verbs):
 
     @functools.cached_property
     def schedules(self) -> Schedules:
-        """Cron schedules: create, list, get, pause, resume, delete (docs/schedules.md)."""
-        return Schedules(self)
+        """Cron schedules: create, list, get, pause, resume, trigger, delete
+        (docs/schedules.md)."""
+        return Schedules(self, self.observers)
 
     def stats(self) -> builtins.list[TypeStats]:
         """Every type with runs or a registry entry, by name: its runs by state, how late
@@ -321,7 +322,7 @@ class AsyncAdmin(schema_check.AsyncChecked, Verbs):
     @functools.cached_property
     def schedules(self) -> AsyncSchedules:
         """Cron schedules, awaited; see :attr:`Admin.schedules`."""
-        return AsyncSchedules(self)
+        return AsyncSchedules(self, self.observers)
 
     async def stats(self) -> builtins.list[TypeStats]:
         """Every type at a glance; see :meth:`Admin.stats`."""

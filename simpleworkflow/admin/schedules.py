@@ -9,20 +9,27 @@ worker service (``worker/scheduler.py``); see docs/schedules.md.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from simpleworkflow import errors, names, schedules, schema_check
+from simpleworkflow import errors, names, observe, schedule_runs, schedules, schema_check
 from simpleworkflow.backends import Backend
-from simpleworkflow.backends.records import Op, Schedule
+from simpleworkflow.backends.records import NewRun, Op, Schedule
+from simpleworkflow.models import Run, unreadable_fields
+
+#: A schedule's fields a run started by hand is built from: none may be unreadable.
+_RUN_FIELDS = ("payload", "priority", "max_attempts")
 
 
 class ScheduleVerbs:
     """What both faces share: argument checks and the ops."""
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: Backend, observers: observe.Observers | None = None) -> None:
         self.backend = backend
+        #: The owner's observers: a run started by hand reaches them as a client's does.
+        self.observers = observe.Observers([]) if observers is None else observers
 
     def _create_op(
         self,
@@ -66,6 +73,32 @@ class ScheduleVerbs:
     def _delete_op(self, name: str) -> Op[bool]:
         return self.backend.delete_schedule(names.validate_schedule_name(name))
 
+    @contextlib.contextmanager
+    def _starting(self, schedule: Schedule) -> Iterator[dict[str, str] | None]:
+        """The observers' ``around_start``; yields the trace context the run continues."""
+        with self.observers.around_start(schedule.workflow_type):
+            yield self.observers.trace_context()
+
+    def _trigger_run(self, schedule: Schedule, trace: dict[str, str] | None) -> NewRun:
+        """The run a tick would start, for now (the scheduler's own builder), keyed by
+        the second: the same request twice within it finds the first run."""
+        unreadable = {k: v for k, v in unreadable_fields(schedule).items() if k in _RUN_FIELDS}
+        if unreadable:
+            named = "; ".join(f"{k} holds {v.raw!r} ({v.reason})" for k, v in unreadable.items())
+            raise errors.InvalidArgument(
+                f"schedule {schedule.name!r} cannot start a run: {named}; create it again "
+                "with `simpleworkflow schedules create`"
+            )
+        return schedule_runs.tick_run(schedule, _now(), trace, triggered=True)
+
+    def _triggered(self, run: Run) -> Run:
+        """After the commit: wake this process's idle workers, then tell the observers."""
+        if run.created:
+            self.backend.notify_local("wake", run.type)
+        if self.observers:
+            self.observers.run_created(observe.RunCreated(run, bool(run.created)))
+        return run
+
 
 def _now() -> datetime:
     return datetime.now(UTC)
@@ -79,8 +112,10 @@ def _plan_from_now(schedule: Schedule) -> datetime:
 class Schedules(ScheduleVerbs):
     """Cron schedules, blocking; see docs/schedules.md."""
 
-    def __init__(self, owner: schema_check.Checked) -> None:
-        super().__init__(owner.backend)
+    def __init__(
+        self, owner: schema_check.Checked, observers: observe.Observers | None = None
+    ) -> None:
+        super().__init__(owner.backend, observers)
         self._owner = owner
 
     def create(
@@ -120,6 +155,16 @@ class Schedules(ScheduleVerbs):
         caught up."""
         return self._found(name, self._owner._run(self._pause_op(name, False)))
 
+    def trigger(self, name: str) -> Run:
+        """Start one run of the schedule now, outside its ticks: the payload a tick would
+        get (``scheduled_for`` is now, and ``triggered`` is true), its type, priority and
+        attempts. Its next tick does not move; a paused schedule may be triggered too.
+        Triggered twice within one second, it starts one run (the second finds it)."""
+        found = self.get(name)
+        with self._starting(found) as trace:
+            run = self._owner._run(self.backend.create_run(self._trigger_run(found, trace)))
+        return self._triggered(run)
+
     def delete(self, name: str) -> bool:
         """Delete the schedule; ``False`` if there was none. Runs it started go on."""
         return self._owner._run(self._delete_op(name))
@@ -128,8 +173,10 @@ class Schedules(ScheduleVerbs):
 class AsyncSchedules(ScheduleVerbs):
     """Cron schedules, awaited; see :class:`Schedules` for what each method does."""
 
-    def __init__(self, owner: schema_check.AsyncChecked) -> None:
-        super().__init__(owner.backend)
+    def __init__(
+        self, owner: schema_check.AsyncChecked, observers: observe.Observers | None = None
+    ) -> None:
+        super().__init__(owner.backend, observers)
         self._owner = owner
 
     async def create(
@@ -163,6 +210,14 @@ class AsyncSchedules(ScheduleVerbs):
     async def resume(self, name: str) -> Schedule:
         """Start runs again from the next tick after now; see :meth:`Schedules.resume`."""
         return self._found(name, await self._owner._run(self._pause_op(name, False)))
+
+    async def trigger(self, name: str) -> Run:
+        """Start one run of the schedule now; see :meth:`Schedules.trigger`."""
+        found = await self.get(name)
+        with self._starting(found) as trace:
+            op = self.backend.create_run(self._trigger_run(found, trace))
+            run = await self._owner._run(op)
+        return self._triggered(run)
 
     async def delete(self, name: str) -> bool:
         """Delete the schedule; ``False`` if there was none."""

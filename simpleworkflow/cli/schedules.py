@@ -5,6 +5,7 @@ worker runs unless started with ``--no-scheduler``."""
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from simpleworkflow import names, schedules
@@ -35,6 +36,7 @@ def register(subparsers: Any) -> None:
         ("show", "one schedule, in full", show_schedule),
         ("pause", "start no more runs until resumed", pause_schedule),
         ("resume", "start runs again from the next tick after now", resume_schedule),
+        ("trigger", "start one run now, outside the ticks; print its id", trigger_schedule),
         ("delete", "delete a schedule; runs it started go on", delete_schedule),
     ):
         command = commands.add_parser(action, help=text, description=text[0].upper() + text[1:])
@@ -156,6 +158,24 @@ def resume_schedule(args: argparse.Namespace) -> int:
         found,
         f"schedule {found.name} resumed: next tick {_output.when(found.next_tick_at)} UTC",
     )
+    return 0
+
+
+def trigger_schedule(args: argparse.Namespace) -> int:
+    """One run now, as a tick would start it; the next tick does not move, and a paused
+    schedule may be triggered too. Twice within one second: the first run again."""
+    with _common.admin_for(args) as admin:
+        run = admin.schedules.trigger(names.validate_schedule_name(args.name))
+    if not run.created:
+        print(
+            f"simpleworkflow: schedule {args.name} was triggered within this second already: "
+            "that run",
+            file=sys.stderr,
+        )
+    if args.json:
+        _output.emit_json(run.to_dict())
+    else:
+        print(run.id)
     return 0
 
 

@@ -1,5 +1,5 @@
 """The pages of what starts runs and what holds them back: cron schedules (with their
-pause and resume forms) and the concurrency and rate limits. Each page reads through the
+pause, resume and run-now forms) and the concurrency and rate limits. Each page reads through the
 client's ``schedules`` facade or its ``admin`` facade, as the other pages do."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
+from simpleworkflow import errors, names
 from simpleworkflow.dashboard.pages import DONE_MESSAGES
 from simpleworkflow.dashboard.site import Site
 
@@ -22,7 +23,8 @@ def router(site: Site, route_class: type[Any]) -> APIRouter:
         session = await site.reader(request)
         found = await site.source.client.schedules.list()
         done = DONE_MESSAGES.get(request.query_params.get("done", ""))
-        return site.render(request, session, "schedules.html", {"schedules": found, "done": done})
+        context = {"schedules": found, "done": done, "started": _started(request)}
+        return site.render(request, session, "schedules.html", context)
 
     @controls.post("/schedules/{name}/pause", name="dashboard.pause_schedule")
     async def pause(request: Request, name: str) -> Response:
@@ -35,6 +37,13 @@ def router(site: Site, route_class: type[Any]) -> APIRouter:
         await site.writer(request)
         await site.source.client.schedules.resume(name)
         return site.redirect(request, "dashboard.schedules", {"done": "schedule-resumed"})
+
+    @controls.post("/schedules/{name}/trigger", name="dashboard.trigger_schedule")
+    async def trigger(request: Request, name: str) -> Response:
+        await site.writer(request)
+        run = await site.source.client.schedules.trigger(name)
+        done = "schedule-triggered" if run.created else "schedule-triggered-already"
+        return site.redirect(request, "dashboard.schedules", {"done": done, "run": run.id})
 
     @controls.get("/limits", name="dashboard.limits")
     async def limits(request: Request) -> Response:
@@ -62,3 +71,14 @@ def router(site: Site, route_class: type[Any]) -> APIRouter:
         return site.render(request, session, "limits.html", context)
 
     return controls
+
+
+def _started(request: Request) -> str | None:
+    """The run a "Run now" started, named after its done message: a run id or nothing,
+    so that a link cannot make the page say anything else."""
+    if not request.query_params.get("done", "").startswith("schedule-triggered"):
+        return None
+    try:
+        return names.normalize_run_id(request.query_params.get("run", ""))
+    except errors.RunNotFound:
+        return None

@@ -33,6 +33,9 @@ DONE_MESSAGES = {
     "resumed": "The type was resumed.",
     "schedule-paused": "The schedule was paused: it starts no run until it is resumed.",
     "schedule-resumed": "The schedule was resumed: it starts runs again from its next tick.",
+    "schedule-triggered": "The schedule started a run now; its next tick is unchanged.",
+    "schedule-triggered-already": "The schedule was started by hand within this second "
+    "already: nothing more was started.",
 }
 
 

@@ -8,10 +8,12 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query
 from starlette.responses import Response
 
+from simpleworkflow.admin import unclaimed
 from simpleworkflow.server import bodies, routing
 from simpleworkflow.server.auth import Auth
 from simpleworkflow.server.problems import responses
 from simpleworkflow.server.schedule_schemas import CreateSchedule, ScheduleDeleted, ScheduleOut
+from simpleworkflow.server.schemas import StartedRun
 from simpleworkflow.server.source import ClientSource
 
 Name = Annotated[
@@ -20,8 +22,9 @@ Name = Annotated[
 
 
 def router(source: ClientSource, auth: Auth, route_class: type[routing.GuardedRoute]) -> APIRouter:
-    """List, read, create or change, pause, resume and delete schedules."""
+    """List, read, create or change, pause, resume, trigger and delete schedules."""
     api = APIRouter(tags=["schedules"], route_class=route_class)
+    registry = unclaimed.RegistryView()
     one_errors = responses(400, 401, 403, 404, 413, 422, 503)
 
     @api.get(
@@ -89,6 +92,32 @@ def router(source: ClientSource, auth: Auth, route_class: type[routing.GuardedRo
     async def resume_schedule(name: Name) -> Response:
         """Start runs again from the next tick after now (the paused ticks are skipped)."""
         return bodies.respond((await source.client.schedules.resume(name)).to_dict())
+
+    @api.post(
+        "/schedules/{name}/trigger",
+        status_code=201,
+        response_model=StartedRun,
+        dependencies=[auth.writer()],
+        responses={
+            200: {
+                "model": StartedRun,
+                "description": "the schedule was triggered within the same second already: "
+                "the run that trigger started",
+            },
+            **responses(400, 401, 403, 404, 409, 413, 422, 503),
+        },
+    )
+    async def trigger_schedule(name: Name) -> Response:
+        """Start one run of the schedule now, outside its ticks, as a tick would (its
+        payload with `schedule`, `scheduled_for` (now) and `triggered: true`); its next
+        tick does not move, and a paused schedule may be triggered too. Triggered again
+        within the same second, it returns that run (200)."""
+        found = await source.client.schedules.get(name)
+        # Read before the start, as a start does: a registry that cannot be read fails
+        # the request with nothing written.
+        warnings = await registry.start_warnings(source.client.admin, found.workflow_type)
+        run = await source.client.schedules.trigger(name)
+        return bodies.respond(bodies.started(run, warnings), 201 if run.created else 200)
 
     @api.delete(
         "/schedules/{name}",

@@ -17,7 +17,6 @@ Schedules declared with ``@app.schedule`` are written to the store when a worker
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from simpleworkflow import errors, names, observe, outage, schedules
 from simpleworkflow.backends import Backend
 from simpleworkflow.backends.records import ATOMIC, NewRun, Op, Schedule
 from simpleworkflow.models import Run, Unreadable, unreadable_fields
+from simpleworkflow.schedule_runs import tick_run
 from simpleworkflow.schedules import ScheduleSpec
 
 _log = logging.getLogger("simpleworkflow.worker")
@@ -72,23 +72,9 @@ def fire(
 def tick_runs(
     schedule: Schedule, ticks: Iterable[datetime], trace_context: dict[str, str] | None = None
 ) -> list[tuple[str, NewRun]]:
-    """A run for each tick: the schedule's payload with its name and the tick, keyed by
-    both; ``trace_context`` is what the observers injected (the trace the runs continue)."""
-    trace = None if trace_context is None else json.dumps(trace_context)
-    return [
-        (
-            names.new_run_id(),
-            NewRun(
-                type=schedule.workflow_type,
-                payload=schedules.tick_payload(schedule.name, tick, schedule.payload),
-                idempotency_key=schedules.tick_key(schedule.name, tick),
-                priority=schedule.priority,
-                max_attempts=schedule.max_attempts,
-                trace_context=trace,
-            ),
-        )
-        for tick in ticks
-    ]
+    """A run for each tick (:func:`~simpleworkflow.schedule_runs.tick_run`), each with a
+    new id; ``trace_context`` is what the observers injected (the trace the runs continue)."""
+    return [(names.new_run_id(), tick_run(schedule, tick, trace_context)) for tick in ticks]
 
 
 class Scheduler:
