@@ -48,6 +48,8 @@ def profile_drain(store: BenchStore, runs: int, concurrency: int, steps: int, to
             store.load_runs(runs, stores.STEPS, f'{{"steps": {steps}}}')
         else:
             store.load_runs(runs)
+        if store.kind == "postgres":
+            store.execute("analyze")  # as autovacuum would: plans as in production
         after = store.last_event()
         pool = workers.WorkerPool(store, 1, concurrency, env={PROFILE_ENV: str(stats_path)})
         with pool:
