@@ -88,7 +88,7 @@ def _returned(
     except errors.InvalidPayload as exc:
         # Retrying would produce the same value: fail now, with the reason.
         return failure(definition, lease, exc, state.worker_id, retryable=False)
-    return Success(lease.run.id, lease.token, result)
+    return Success(lease.run.id, lease.token, result, counted=lease.counted)
 
 
 async def _suspended(state: AttemptState) -> Suspension | None:
@@ -165,6 +165,7 @@ def failure(
         delay=0.0 if final else definition.retry.delay(failures),
         error=text,
         data=data,
+        counted=lease.counted,
     )
 
 

@@ -3,18 +3,22 @@ claim steps over full keys; every way a lease ends gives its slot back; bad inpu
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
+from typing import Any
 
 import psycopg
 import pytest
-from conftest import Store
+from conftest import Store, poller_thread
 from test_claim_plan import claim_params
+from worker_app import wait_until
 
-from simpleworkflow import Client, errors
+from simpleworkflow import App, Client, errors
 from simpleworkflow.backends import Backend
 from simpleworkflow.backends.records import (
     Claim,
+    Claimed,
     Failure,
     Lease,
     Outcomes,
@@ -167,7 +171,8 @@ def test_a_claim_neither_waits_for_a_lease_end_in_flight_nor_counts_it_early(
         with psycopg.connect(store.url, autocommit=True) as claiming:
             claiming.execute(path)
             claiming.execute(b"set lock_timeout = '10s'")  # were it to wait: an error, not a hang
-            assert claiming.execute(backend.q["claim"].encode(), params).fetchall() == []
+            rows = claiming.execute(backend.q["claim"].encode(), params).fetchall()
+            assert [row[0] for row in rows] == [None]  # no run, only "limited" (a row of nulls)
         ending.commit()
     [second] = claim(backend)
     assert second.run.concurrency_key == "a" and second.run.id != first.run.id
@@ -323,3 +328,114 @@ def test_the_key_is_kept_on_the_run(client: Client) -> None:
     assert run.concurrency_key == "customer-7"
     assert client.get(run.id).concurrency_key == "customer-7"
     assert client.get(run.id).to_dict()["concurrency_key"] == "customer-7"
+
+
+def plain_claim(backend: Backend, limit: int = 100) -> Claimed:
+    """A claim by a worker whose last claim found no limit (``Claim.limited``)."""
+    request = Claim("w", (TYPE,), limit, lease_seconds=30, limited=False)
+    return backend.execute(backend.claim_runs(request))
+
+
+def test_a_claim_says_whether_its_types_have_limits(
+    store: Store, backend: Backend, limited: Client
+) -> None:
+    """Postgres claims runs of types without limits with a plain statement; it leaves out
+    a type limited since the worker's last claim, and says so."""
+    if store.kind != "postgres":
+        pytest.skip("SQLite has the full claim only")
+    limited.start_many([{"type": TYPE, "concurrency_key": "a"}] * 4)
+    claimed = plain_claim(backend, 1)
+    assert claimed.limited is False and [x.counted for x in claimed.leases] == [False]
+    limited.admin.set_concurrency(TYPE, None, per_key=2)
+    claimed = plain_claim(backend)
+    assert claimed.leases == [] and claimed.limited is True  # left to the full claim
+    full = backend.execute(backend.claim_runs(Claim("w", (TYPE,), 100, lease_seconds=30)))
+    assert [x.counted for x in full.leases] == [True] and full.limited is True
+    limited.admin.set_concurrency(TYPE, None)
+    limited.admin.set_rate_limit("partner", "100/s")
+    limited.admin.limit_rate(TYPE, "partner")
+    assert plain_claim(backend).leases == []  # a rate limit is a limit too
+    limited.admin.limit_rate(TYPE, None)
+    claimed = plain_claim(backend)
+    assert len(claimed.leases) == 2 and claimed.limited is False
+
+
+def test_leases_a_limit_counted_after_their_claim_are_given_back_by_any_outcome(
+    store: Store, backend: Backend, limited: Client
+) -> None:
+    """A limit set while runs claimed without limits are leased counts them (the recount);
+    their outcomes, sent as for uncounted leases, still give each slot back, once."""
+    limited.start_many([{"type": TYPE, "concurrency_key": k} for k in "aabbc"])
+    request = Claim("w", (TYPE,), 100, lease_seconds=30, limited=False)
+    leases = backend.execute(backend.claim_runs(request)).leases
+    assert len(leases) == 5
+    limited.admin.set_concurrency(TYPE, 10, per_key=2)
+    assert (
+        counters(store)
+        == leased(store)
+        == {(TYPE, ""): 5, (TYPE, "a"): 2, (TYPE, "b"): 2, (TYPE, "c"): 1}
+    )
+    a1, a2, b1, b2, c1 = sorted(leases, key=lambda x: (x.run.concurrency_key, x.run.id))
+    plain: dict[str, Any] = {"counted": False}
+    backend.execute(
+        backend.finish(
+            Outcomes(
+                succeeded=[Success(a1.run.id, a1.token, "{}", **plain)],
+                failed=[
+                    Failure(b1.run.id, b1.token, final=False, delay=60, error="x", data={}, **plain)
+                ],
+                released=[Release(c1.run.id, c1.token, delay=60, **plain)],
+            ),
+            "w",
+        )
+    )
+    assert counters(store) == leased(store) == {(TYPE, ""): 2, (TYPE, "a"): 1, (TYPE, "b"): 1}
+    backend.execute(
+        backend.finish(
+            Outcomes(succeeded=[Success(x.run.id, x.token, "{}", **plain) for x in (a2, b2)]), "w"
+        )
+    )
+    assert counters(store) == leased(store) == {}
+
+
+def test_a_limit_set_while_a_worker_drains_holds_from_then_on(
+    store: Store, limited: Client
+) -> None:
+    """A worker claiming a type without limits (the plain claim on Postgres) while the
+    limit is set: no lease that begins after the limit is set finds the limit full, and
+    the counters end equal to the leases (none)."""
+    app = App(store.url, schema=store.schema)
+
+    @app.workflow(TYPE)
+    async def task(payload: Any) -> None:
+        await asyncio.sleep(0.005)
+
+    runs = limited.start_many([{"type": TYPE}] * 400)
+    with poller_thread(app, type_prefixes=["limits.%"], concurrency=8, poll_interval=0.2):
+        wait_until(lambda: succeeded(limited) >= 40, 30, "the worker drains")
+        limited.admin.set_concurrency(TYPE, 2)
+        since = max(e.id for run in runs for e in limited.events(run.id))
+        wait_until(lambda: succeeded(limited) == len(runs), 60, "the worker drains it all")
+    intervals = [span for run in runs for span in lease_spans(limited, run.id)]
+    later = [start for start, _ in intervals if start > since]
+    assert later, "no lease began after the limit was set"
+    for start in later:
+        held = sum(1 for a, b in intervals if a <= start < b)
+        assert held <= 2, f"{held} leases held when the lease at event {start} began"
+    assert counters(store) == leased(store) == {}
+
+
+def succeeded(client: Client) -> int:
+    return client.admin.counts().get(TYPE, {}).get("succeeded", 0)
+
+
+def lease_spans(client: Client, run_id: str) -> list[tuple[int, int]]:
+    """``(leased event id, id of the event that ended that lease)`` for each lease."""
+    spans, start = [], None
+    for event in client.events(run_id):
+        if event.event_type == "leased":
+            start = event.id
+        elif event.event_type in ("succeeded", "failed", "retried", "released") and start:
+            spans.append((start, event.id))
+            start = None
+    return spans

@@ -4,6 +4,10 @@ Each statement starts with a ``-- name: <name>`` line; everything until the next
 line belongs to it. Tables are written as ``{schema}workflow_run``: ``{schema}`` becomes the
 quoted schema name and a dot (nothing on SQLite) and ``{schema_name}`` the quoted name
 alone; that quoted name is the only text Python ever puts into SQL.
+
+Comments and indentation are dropped as a statement is loaded: they are for readers of
+the file, and psycopg keeps its parse of a statement (``%(name)s`` to ``$1``) only for
+statements up to 4,096 characters, so the claim would otherwise be parsed anew per call.
 """
 
 from __future__ import annotations
@@ -13,6 +17,10 @@ from importlib import resources
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+#: A quoted string or identifier (kept as it is), or line breaks with the comments and
+#: blanks around them (one line break), or a last comment: whichever starts first, so a
+#: quote inside a comment or two dashes inside a string are read as what they are in.
+_TOKEN = re.compile(r"""'(?:[^']|'')*'|"(?:[^"]|"")*"|(?:[ \t]*(?:--[^\n]*)?\n\s*)+|--.*""")
 
 
 def quote_schema(schema: str) -> str:
@@ -42,8 +50,20 @@ def load(package: str, filename: str, quoted_schema: str | None) -> dict[str, st
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
         if name in queries:
             raise ValueError(f"query {name!r} is defined twice in {package}/{filename}")
-        queries[name] = render(body.strip().rstrip(";"), quoted_schema)
+        queries[name] = render(compact(body).strip().rstrip(";"), quoted_schema)
     return queries
+
+
+def compact(sql: str) -> str:
+    """``sql`` without its comments, blank lines and indentation; strings untouched."""
+
+    def keep(match: re.Match[str]) -> str:
+        token = match.group()
+        if token[0] in "'\"":
+            return token
+        return "\n" if "\n" in token else ""
+
+    return _TOKEN.sub(keep, sql)
 
 
 def read(package: str, filename: str, quoted_schema: str | None) -> str:

@@ -178,16 +178,22 @@ class Lease:
     claimed_at: datetime | None = None
     was_waiting_for: Any = None
     isolated: bool = False
+    #: The claim counted this lease against a concurrency limit: its outcome gives it
+    #: back. If not, a limit set since counted it, and the store's trigger gives it back.
+    counted: bool = True
 
 
 @dataclass(frozen=True, slots=True)
 class Claimed:
     """What one claim did: the runs it ``leases``, and ``throttled_for``, the seconds
     until the earliest run it pushed out to a rate limit's next window is due (``None``:
-    it pushed none), so that the worker sets a timer for it rather than wait for a poll."""
+    it pushed none), so that the worker sets a timer for it rather than wait for a poll.
+    ``limited``: some of the types claimed had a limit, so the next claim must heed them
+    (``False``: the next may be the plain claim, see ``Claim.limited``)."""
 
     leases: list[Lease]
     throttled_for: float | None = None
+    limited: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +211,9 @@ class Claim:
     versions: Mapping[str, str] = field(default_factory=dict)
     #: ``"type@version"`` for every version this worker can replay.
     known: tuple[str, ...] = ()
+    #: Whether the last claim found a limit on any of ``types``. ``False`` sends the
+    #: claim without the limits' steps, which leaves out any type limited by then.
+    limited: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +221,8 @@ class Success:
     run_id: str
     token: str
     result: str  # JSON text
+    #: As ``Lease.counted``: the outcome gives the lease back to its counters.
+    counted: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +251,7 @@ class Failure:
     #: The trace context of the attempt that ends here (W3C entries, from the observers'
     #: ``inject``), stored with the run for the next attempt to link to.
     trace: dict[str, str] | None = None
+    counted: bool = True  # as Success's
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +263,7 @@ class Release:
     token: str
     delay: float = 0.0
     trace: dict[str, str] | None = None  # as Failure's
+    counted: bool = True  # as Success's
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from simpleworkflow.backends.core import StoreCore
 from simpleworkflow.backends.records import (
@@ -24,7 +24,13 @@ from simpleworkflow.backends.records import (
     Op,
     Outcomes,
     RegistryEntry,
+    Release,
+    Rows,
+    Stream,
+    Success,
 )
+
+OutcomeT = TypeVar("OutcomeT", Success, Failure, Release)
 
 
 class WorkerOps(StoreCore):
@@ -56,8 +62,11 @@ class WorkerOps(StoreCore):
 
     def claim_runs(self, claim: Claim) -> Op[Claimed]:
         """:meth:`claim`, also saying when the earliest run it throttled is due."""
-        rows = yield self.stmt(
-            "claim",
+        # The plain claim, when the last found none of these types limited (a store
+        # without one has the full claim only).
+        name = "claim" if claim.limited or "claim_plain" not in self.q else "claim_plain"
+        rows = yield from self._claim_rows(
+            name,
             worker_id=claim.worker_id,
             types=list(claim.types),
             runtime=claim.runtime,
@@ -68,11 +77,12 @@ class WorkerOps(StoreCore):
             alone=claim.alone,
         )
         # Postgres's claim returns leased runs only, with throttled_for when it throttled
-        # runs (a row of nulls but that if it leased none); runs over a rate limit come
-        # back from SQLite's still pending, due again when the next window opens.
+        # runs and limited (a row of nulls but these if it leased none); runs over a rate
+        # limit come back from SQLite's still pending, due again when the next window opens.
         waits = [
             float(row["throttled_for"]) for row in rows if row.get("throttled_for") is not None
         ]
+        limited = next((row["limited"] for row in rows if row.get("limited") is not None), True)
         rows = [row for row in rows if row["id"] is not None]
         throttled = [row for row in rows if row["status"] != "leased"]
         rows = [row for row in rows if row["status"] == "leased"]
@@ -92,10 +102,22 @@ class WorkerOps(StoreCore):
                     self.read_json(row.get("was_waiting_for", row["waiting_for"]))
                 ),
                 isolated=bool(row["isolate"]),
+                counted=row.get("counted") is not False,
             )
             for row in rows
         ]
-        return Claimed(leases, min(waits) if waits else None)
+        return Claimed(leases, min(waits) if waits else None, limited=bool(limited))
+
+    def _claim_rows(self, name: str, **params: Any) -> Op[Rows]:
+        """The claim's rows; on Postgres sent in one pipeline (one implicit transaction)
+        after ``claim_settings``, which has it planned once per connection."""
+        if "claim_settings" not in self.q:
+            rows = yield self.stmt(name, **params)
+            return rows
+        results: list[Rows] = []
+        statements = iter([self.stmt("claim_settings"), self.stmt(name, **params)])
+        yield Stream("-- the claim, planned once", statements=statements, take=results.append)
+        return results[-1]
 
     def fail_unparsable(self, types: list[str], worker_id: str) -> Op[list[str]]:
         """Fail for good the pending runs of ``types`` that no claim can lease, because
@@ -161,21 +183,22 @@ class WorkerOps(StoreCore):
         """Record outcomes of leased runs; return the ids whose lease was still held."""
         yield ATOMIC  # a suspension's wake-up check must see its own update, locked
         accepted: set[str] = set()
-        if outcomes.succeeded:
+        for counted, succeeded in self._by_count(outcomes.succeeded):
             items: list[dict[str, Any]] = [
-                {"id": s.run_id, "token": s.token, "result": s.result} for s in outcomes.succeeded
+                {"id": s.run_id, "token": s.token, "result": s.result} for s in succeeded
             ]
-            accepted |= yield from self._fenced("succeed_runs", items)
-        if outcomes.failed:
-            accepted |= yield from self._fenced("fail_runs", [_failure(f) for f in outcomes.failed])
-        if outcomes.released:
-            released = [
+            name = "succeed_runs" if counted else "succeed_runs_plain"
+            accepted |= yield from self._fenced(name, items)
+        for counted, failed in self._by_count(outcomes.failed):
+            name = "fail_runs" if counted else "fail_runs_plain"
+            accepted |= yield from self._fenced(name, [_failure(f) for f in failed])
+        for counted, released in self._by_count(outcomes.released):
+            items = [
                 {"id": r.run_id, "token": r.token, "delay": round(r.delay, 3), "trace": r.trace}
-                for r in outcomes.released
+                for r in released
             ]
-            accepted |= yield from self._fenced(
-                "release_runs", released, worker_id=worker_id, reason=reason
-            )
+            name = "release_runs" if counted else "release_runs_plain"
+            accepted |= yield from self._fenced(name, items, worker_id=worker_id, reason=reason)
         if outcomes.suspended:
             suspended = [
                 {
@@ -196,6 +219,19 @@ class WorkerOps(StoreCore):
                 yield self.stmt("wake_suspended", ids=sorted(done))
             accepted |= done
         return accepted
+
+    def _by_count(self, outcomes: list[OutcomeT]) -> list[tuple[bool, list[OutcomeT]]]:
+        """``outcomes`` in up to two batches: those whose lease was counted against a
+        concurrency limit, and the rest (``False``), which the plain statements end where
+        the store has them."""
+        if not outcomes:
+            return []
+        plain = [o for o in outcomes if not o.counted] if "succeed_runs_plain" in self.q else []
+        if not plain:
+            return [(True, outcomes)]
+        if len(plain) == len(outcomes):
+            return [(False, outcomes)]
+        return [(True, [o for o in outcomes if o.counted]), (False, plain)]
 
     def _fenced(self, name: str, items: list[dict[str, Any]], **extra: Any) -> Op[set[str]]:
         encoded = json.dumps(items)

@@ -54,6 +54,9 @@ class ClaimLoop:
         self._bell = bell
         self._renewals = renewals
         self._outage = unavailable
+        #: Whether the last claim found a limit on any of ``types``: until one says not,
+        #: each claim heeds limits (see ``Claim.limited``).
+        self._limited = True
 
     async def run(self) -> None:
         bell = self._bell
@@ -131,12 +134,17 @@ class ClaimLoop:
             versions={d.type: d.version for d in definitions},
             known=tuple(f"{d.type}@{v}" for d in definitions for v in d.known_versions),
             alone=not self._runner.active,
+            limited=self._limited,
         )
 
     async def _claim(self, limit: int) -> list[Lease]:
-        op = self._backend.claim_runs(self.request(limit))
+        request = self.request(limit)
+        op = self._backend.claim_runs(request)
         sent_at = time.monotonic()
         claimed = await self._backend.execute_async(op)
+        self._limited = claimed.limited
+        if claimed.limited and not request.limited:
+            self._bell.woken = True  # a type limited since: its runs wait for a full claim
         self._renewals.granted((lease.token for lease in claimed.leases), sent_at)
         if claimed.throttled_for is not None:  # claim again when the next window opens
             self._bell.wake_in(max(claimed.throttled_for, 0.0) + WINDOW_MARGIN)

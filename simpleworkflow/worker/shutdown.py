@@ -82,7 +82,8 @@ async def until_stopped(attempts: Iterable[Attempt], timeout: float) -> None:
 
 def _release(attempt: Attempt, delay: float = 0.0) -> Release:
     trace = attempt.state.trace_context  # for the next attempt to link to
-    return Release(attempt.lease.run.id, attempt.lease.token, delay, trace=trace)
+    lease = attempt.lease
+    return Release(lease.run.id, lease.token, delay, trace=trace, counted=lease.counted)
 
 
 async def _write(outbox: Outbox, releases: list[Release]) -> None:

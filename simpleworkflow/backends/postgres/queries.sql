@@ -453,6 +453,7 @@ with full_slots as materialized (
 ), by_type as (
     select b.id, b.waiting_for, b.type, b.concurrency_key, b.priority, b.run_at, b.concurrency,
            b.type_held, b.type_returned, b.key_returned,
+           b.concurrency is not null or b.key_concurrency is not null as counted,
            row_number() over (partition by b.type order by b.priority, b.run_at, b.id) as n
     from by_key b
     where b.id is not null
@@ -461,7 +462,7 @@ with full_slots as materialized (
            or b.n <= b.key_concurrency - coalesce(b.key_held, b.key_concurrency))
 ), allowed as (
     select b.id, b.waiting_for, b.type, b.concurrency_key, b.priority, b.run_at,
-           b.type_returned, b.key_returned
+           b.type_returned, b.key_returned, b.counted
     from by_type b
     where b.concurrency is null or b.n <= b.concurrency - coalesce(b.type_held, b.concurrency)
 ), rated as (
@@ -545,7 +546,7 @@ with full_slots as materialized (
               -- a run throttled at an earlier claim resumes what its wait keeps, if any
               case when c.waiting_for ->> 'kind' = 'throttle' and not c.waiting_for ? 'step'
                    then c.waiting_for -> 'resumes' else c.waiting_for end as was_waiting_for,
-              now() as db_now, c.type_returned, c.key_returned
+              now() as db_now, c.type_returned, c.key_returned, c.counted
 ), counted as (
     -- the leases taken, added once to each counter's taken row (locked above), and
     -- whether that leaves it full by the returned this claim read (for the full-counter
@@ -571,14 +572,109 @@ with full_slots as materialized (
     where e.event_type <> 'resumed' or c.was_waiting_for is not null
     order by c.id, e.n
 )
--- The runs claimed. When this claim throttled runs, each row also says in how many
--- seconds the earliest of them is due (throttled_for, for the worker's timer), and if it
+-- The runs claimed, each saying whether its lease was counted (its outcome must give it
+-- back). Each row also says in how many seconds the earliest run this claim throttled is
+-- due (throttled_for, for the worker's timer; null: none) and whether any of the types
+-- has a limit now (limited: if none, the worker's next claim is claim_plain); if it
 -- claimed none, one row says only that (every other column null).
-select c.*, d.throttled_for
+select c.*, d.throttled_for, d.limited
 from claimed c
-full join (select extract(epoch from min(run_at) - now())::float8 as throttled_for
-           from deferred
-           having count(*) > 0) as d on true
+full join (select extract(epoch from min(run_at) - now())::float8 as throttled_for,
+                  exists (select from {schema}workflow_registry g
+                          where g.workflow_name = any(%(types)s::text[])
+                            and (g.concurrency is not null or g.key_concurrency is not null
+                                 or g.rate_limit is not null)) as limited
+           from deferred) as d on true
+
+-- name: claim_plain
+-- The claim for a worker whose last claim found none of its types limited (limited):
+-- claim without its concurrency and rate limit steps, which cost a run of a type without
+-- limits a fifth of its drain (docs/performance.md). A type that has a limit at this
+-- statement's snapshot is left out with the paused ones, and the row that says limited
+-- sends the worker back to claim; a limit set after the snapshot waits for this claim to
+-- commit (lock_leases) and counts its leases; a rate limit is read at the snapshot, as
+-- claim reads it. No lease here is counted: a recount since (a limit set while the run
+-- is leased) is given back by the trigger, which the outcome statements leave to it then.
+with suspect as (
+    select r.id, r.waiting_for
+    from {schema}workflow_run r
+    where r.status = 'pending'
+      and r.isolate
+      and r.run_at <= now()
+      and r.deleted_at is null
+      and r.type = any(%(types)s::text[])
+      and (r.code_version is null or r.type || '@' || r.code_version = any(%(known)s::text[]))
+      and r.type not in (
+          select g.workflow_name from {schema}workflow_registry g
+          where g.runtime <> %(runtime)s or not g.is_enabled or g.concurrency is not null
+             or g.key_concurrency is not null or g.rate_limit is not null
+      )
+    order by r.priority, r.run_at
+    limit 1
+    for update skip locked
+), ordinary as (
+    select r.id, r.waiting_for
+    from {schema}workflow_run r
+    where r.status = 'pending'
+      and r.run_at <= now()
+      and r.deleted_at is null
+      and not r.isolate
+      and not exists (select from suspect)
+      and r.type = any(%(types)s::text[])
+      and (r.code_version is null or r.type || '@' || r.code_version = any(%(known)s::text[]))
+      -- a hashed subplan read once per claim, as in claim
+      and r.type not in (
+          select g.workflow_name from {schema}workflow_registry g
+          where g.runtime <> %(runtime)s or not g.is_enabled or g.concurrency is not null
+             or g.key_concurrency is not null or g.rate_limit is not null
+      )
+    order by r.priority, r.run_at
+    limit %(limit)s
+    for update skip locked
+), candidates as (
+    select * from suspect where %(alone)s
+    union all
+    select * from ordinary
+), claimed as (
+    update {schema}workflow_run r
+    set status = 'leased',
+        logged_changes = logged_changes + 1,
+        leased_by = %(worker_id)s,
+        lease_until = now() + make_interval(secs => %(lease)s),
+        lease_token = gen_random_uuid(),
+        lease_returned = false,
+        waiting_for = null,
+        code_version = coalesce(r.code_version, %(versions)s::jsonb ->> r.type),
+        updated_at = now()
+    from candidates c
+    where r.id = any(array(select id from candidates)) and r.id = c.id
+    returning r.*,
+              case when c.waiting_for ->> 'kind' = 'throttle' and not c.waiting_for ? 'step'
+                   then c.waiting_for -> 'resumes' else c.waiting_for end as was_waiting_for,
+              now() as db_now, false as counted
+), claim_events as (
+    insert into {schema}workflow_event (workflow_id, event_type, data)
+    select c.id, e.event_type,
+           case when e.event_type = 'resumed' then c.was_waiting_for
+                else jsonb_build_object('worker_id', c.leased_by, 'attempt', c.attempt + 1,
+                                        'lease_until', c.lease_until) end
+    from claimed c
+    cross join (values (1, 'leased'), (2, 'started'), (3, 'resumed')) as e(n, event_type)
+    where e.event_type <> 'resumed' or c.was_waiting_for is not null
+    order by c.id, e.n
+)
+select c.*, l.limited
+from claimed c
+full join (select exists (select from {schema}workflow_registry g
+                          where g.workflow_name = any(%(types)s::text[])
+                            and (g.concurrency is not null or g.key_concurrency is not null
+                                 or g.rate_limit is not null)) as limited) as l on true
+
+-- name: claim_settings
+-- Sent with a claim in one implicit transaction (a pipeline): the claim is planned once
+-- per connection, not per call. Its custom plan is the same index walk as its generic
+-- one, and planning it took longer than running it (docs/performance.md).
+select set_config('plan_cache_mode', 'force_generic_plan', true)
 
 -- name: unknown_versions
 -- Due runs this worker may not replay: their code version is not one it knows.
@@ -663,6 +759,41 @@ with outcomes as (
           where k.concurrency_key is not null
           group by d.type, k.concurrency_key) as e
     where s.workflow_name = e.type and s.concurrency_key = e.concurrency_key
+), done_events as (
+    insert into {schema}workflow_event (workflow_id, event_type, data)
+    select id, 'succeeded', jsonb_build_object('worker_id', leased_by, 'attempt', attempt + 1)
+    from done
+), woken_parents as (
+    update {schema}workflow_run p
+    set run_at = now(), updated_at = now()
+    from done d
+    where p.id = d.parent_id and p.status = 'pending'
+      and exists (
+          select 1
+          from jsonb_array_elements(coalesce(p.waiting_for -> 'waits',
+                                             jsonb_build_array(p.waiting_for))) as w
+          where w ->> 'child_id' = d.id::text
+      )
+)
+select id from done
+
+-- name: succeed_runs_plain
+-- succeed_runs, for runs whose claim counted no lease (claim_plain's, and claim's of
+-- types without a concurrency limit): no counters to lock or add to.
+with outcomes as (
+    select * from jsonb_to_recordset(%(items)s::jsonb) as o(id uuid, token uuid, result text)
+), done as (
+    update {schema}workflow_run r
+    set status = 'succeeded', result = o.result::jsonb, lease_until = null,
+        logged_changes = logged_changes + 1,
+        lease_token = null, updated_at = now(),
+        -- a type limited since the claim (set_registry_concurrency counted this
+        -- lease): the trigger gives it back
+        lease_returned = not exists (select from {schema}workflow_concurrency_returned t
+                                     where t.workflow_name = r.type)
+    from outcomes o
+    where r.id = o.id and r.lease_token = o.token and r.status = 'leased'
+    returning r.id, r.leased_by, r.attempt, r.parent_id, r.type, r.concurrency_key
 ), done_events as (
     insert into {schema}workflow_event (workflow_id, event_type, data)
     select id, 'succeeded', jsonb_build_object('worker_id', leased_by, 'attempt', attempt + 1)
@@ -769,6 +900,65 @@ with outcomes as (
 )
 select id from done
 
+-- name: fail_runs_plain
+-- fail_runs, for runs whose claim counted no lease (claim_plain's, and claim's of
+-- types without a concurrency limit): no counters to lock or add to.
+with outcomes as (
+    select * from jsonb_to_recordset(%(items)s::jsonb)
+        as o(id uuid, token uuid, final boolean, delay float8, error text, data jsonb,
+             charged boolean, suspect boolean, crashes integer, keep_place boolean,
+                trace jsonb)
+), done as (
+    update {schema}workflow_run r
+    set status = case when o.final then 'failed' else 'pending' end,
+        logged_changes = logged_changes + 1,
+        attempt = r.attempt + case when o.charged then 1 else 0 end,
+        isolate = o.suspect,
+        crashes = coalesce(o.crashes, 0),
+        -- a crash: due at once, in its place in the queue (a claim keeps run_at), just
+        -- ahead of the runs due with it (a batch of runs shares one run_at)
+        run_at = case when o.final then r.run_at
+                      when o.keep_place then r.run_at - interval '1 millisecond'
+                      else now() + make_interval(secs => o.delay) end,
+        last_error = o.error,
+        leased_by = case when o.final then r.leased_by end,
+        lease_until = null,
+        lease_token = null,
+        -- a type limited since the claim (set_registry_concurrency counted this
+        -- lease): the trigger gives it back
+        lease_returned = not exists (select from {schema}workflow_concurrency_returned t
+                                     where t.workflow_name = r.type),
+        -- the attempt given back, for the next one to link to (none: forget the last);
+        -- a context that is no object (written by hand) is kept, or replaced
+        trace_context = case when jsonb_typeof(r.trace_context) is distinct from 'object'
+                             then case when o.trace is null then r.trace_context
+                                       else jsonb_build_object('attempt', o.trace) end
+                             when o.trace is null then r.trace_context - 'attempt'
+                             else r.trace_context || jsonb_build_object('attempt', o.trace) end,
+        updated_at = now()
+    from outcomes o
+    where r.id = o.id and r.lease_token is not distinct from o.token and r.status = 'leased'
+    returning r.id, r.status, r.attempt, r.run_at, r.parent_id, r.type, r.concurrency_key
+), woken_parents as (
+    update {schema}workflow_run p
+    set run_at = now(), updated_at = now()
+    from done d
+    where d.status = 'failed' and p.id = d.parent_id and p.status = 'pending'
+      and exists (
+          select 1
+          from jsonb_array_elements(coalesce(p.waiting_for -> 'waits',
+                                             jsonb_build_array(p.waiting_for))) as w
+          where w ->> 'child_id' = d.id::text
+      )
+), fail_events as (
+    insert into {schema}workflow_event (workflow_id, event_type, data)
+    select d.id, case when d.status = 'failed' then 'failed' else 'retried' end,
+           o.data || jsonb_build_object('attempt', d.attempt,
+                                        'retry_at', case when d.status = 'pending' then d.run_at end)
+    from done d join outcomes o on o.id = d.id
+)
+select id from done
+
 -- name: release_runs
 -- A release keeps the run's suspect mark: giving a run back says nothing about it.
 with outcomes as (
@@ -827,6 +1017,42 @@ with outcomes as (
           where k.concurrency_key is not null
           group by d.type, k.concurrency_key) as e
     where s.workflow_name = e.type and s.concurrency_key = e.concurrency_key
+), release_events as (
+    insert into {schema}workflow_event (workflow_id, event_type, data)
+    select id, 'released', jsonb_build_object('worker_id', %(worker_id)s::text, 'reason', %(reason)s::text)
+    from done
+)
+select id from done
+
+-- name: release_runs_plain
+-- release_runs, for runs whose claim counted no lease (claim_plain's, and claim's of
+-- types without a concurrency limit): no counters to lock or add to.
+-- A release keeps the run's suspect mark: giving a run back says nothing about it.
+with outcomes as (
+    select * from jsonb_to_recordset(%(items)s::jsonb)
+        as o(id uuid, token uuid, delay float8, trace jsonb)
+), done as (
+    update {schema}workflow_run r
+    set status = 'pending', leased_by = null, lease_until = null, lease_token = null,
+        logged_changes = logged_changes + 1,
+        -- a type limited since the claim (set_registry_concurrency counted this
+        -- lease): the trigger gives it back
+        lease_returned = not exists (select from {schema}workflow_concurrency_returned t
+                                     where t.workflow_name = r.type),
+        -- given back now, a run keeps its place in the queue; later, it waits its turn
+        run_at = case when o.delay > 0 then now() + make_interval(secs => o.delay)
+                      else r.run_at end,
+        -- the attempt given back, for the next one to link to (none: forget the last);
+        -- a context that is no object (written by hand) is kept, or replaced
+        trace_context = case when jsonb_typeof(r.trace_context) is distinct from 'object'
+                             then case when o.trace is null then r.trace_context
+                                       else jsonb_build_object('attempt', o.trace) end
+                             when o.trace is null then r.trace_context - 'attempt'
+                             else r.trace_context || jsonb_build_object('attempt', o.trace) end,
+        updated_at = now()
+    from outcomes o
+    where r.id = o.id and r.lease_token = o.token and r.status = 'leased'
+    returning r.id, r.type, r.concurrency_key
 ), release_events as (
     insert into {schema}workflow_event (workflow_id, event_type, data)
     select id, 'released', jsonb_build_object('worker_id', %(worker_id)s::text, 'reason', %(reason)s::text)
