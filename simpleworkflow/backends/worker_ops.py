@@ -181,24 +181,29 @@ class WorkerOps(StoreCore):
 
     def finish(self, outcomes: Outcomes, worker_id: str, reason: str = "shutdown") -> Op[set[str]]:
         """Record outcomes of leased runs; return the ids whose lease was still held."""
-        yield ATOMIC  # a suspension's wake-up check must see its own update, locked
-        accepted: set[str] = set()
+        batches: list[tuple[str, list[dict[str, Any]], dict[str, Any]]] = []
         for counted, succeeded in self._by_count(outcomes.succeeded):
             items: list[dict[str, Any]] = [
                 {"id": s.run_id, "token": s.token, "result": s.result} for s in succeeded
             ]
-            name = "succeed_runs" if counted else "succeed_runs_plain"
-            accepted |= yield from self._fenced(name, items)
+            batches.append(("succeed_runs" if counted else "succeed_runs_plain", items, {}))
         for counted, failed in self._by_count(outcomes.failed):
-            name = "fail_runs" if counted else "fail_runs_plain"
-            accepted |= yield from self._fenced(name, [_failure(f) for f in failed])
+            items = [_failure(f) for f in failed]
+            batches.append(("fail_runs" if counted else "fail_runs_plain", items, {}))
         for counted, released in self._by_count(outcomes.released):
             items = [
                 {"id": r.run_id, "token": r.token, "delay": round(r.delay, 3), "trace": r.trace}
                 for r in released
             ]
-            name = "release_runs" if counted else "release_runs_plain"
-            accepted |= yield from self._fenced(name, items, worker_id=worker_id, reason=reason)
+            extra = {"worker_id": worker_id, "reason": reason}
+            batches.append(("release_runs" if counted else "release_runs_plain", items, extra))
+        # One statement alone commits as one (on Postgres, in autocommit: no BEGIN and
+        # COMMIT to wait for); a suspension's wake-up check must see its own update, locked.
+        if len(batches) > 1 or outcomes.suspended or not self.dialect.chained_writes:
+            yield ATOMIC
+        accepted: set[str] = set()
+        for name, items, extra in batches:
+            accepted |= yield from self._fenced(name, items, **extra)
         if outcomes.suspended:
             suspended = [
                 {
