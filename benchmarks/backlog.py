@@ -17,6 +17,7 @@ from benchmarks import stores, workers
 from benchmarks.cases import Sizes
 from benchmarks.stores import BenchStore
 from simpleworkflow.backends.base import Claim
+from simpleworkflow.backends.records import Stream
 
 LOAD_CHUNK = 100_000
 
@@ -74,6 +75,8 @@ def claim_plan(store: BenchStore, limit: int) -> str:
             known=(f"{stores.NOOP}@1",),
         )
         statement = next(backend.claim(claim))
+        if isinstance(statement, Stream):  # Postgres: claim_settings, then the claim
+            statement = list(statement.statements)[-1]
     finally:
         backend.close()
     if store.kind == "postgres":

@@ -46,6 +46,11 @@ DIALECT = Dialect(
         "consume_signal_journaled": "takes a signal and journals its wait in one statement",
         "migration_lock": "an advisory lock serialises migrations (SQLite's begin immediate)",
         "record_steps": "journals many runs' steps in one statement, skipping locked rows",
+        "claim_plain": "the claim without the limits' steps, for types without limits",
+        "claim_settings": "sent with the claim: it is planned once per connection",
+        "succeed_runs_plain": "ends leases no claim counted, with no counter to lock",
+        "fail_runs_plain": "ends leases no claim counted, with no counter to lock",
+        "release_runs_plain": "ends leases no claim counted, with no counter to lock",
     },
 )
 
