@@ -158,9 +158,10 @@ def drive(
         with conn.pipeline():
             sent: Any = None
             for statement in batch.statements:  # the op builds it meanwhile
+                ahead = cursor(conn)
+                ahead.execute(statement.sql, statement.params)  # queued behind the last
                 rows = _rows(sent)
-                sent = cursor(conn)
-                sent.execute(statement.sql, statement.params)
+                sent = ahead
                 if rows is not None:
                     batch.take(rows)  # while the server runs the next one
             last = _rows(sent)
@@ -210,9 +211,10 @@ async def _stream_async(conn: Any, batch: base.Stream, cursor: Callable[[Any], A
     async with conn.pipeline():
         sent: Any = None
         for statement in batch.statements:
+            ahead = cursor(conn)
+            await ahead.execute(statement.sql, statement.params)
             rows = await _rows_async(sent)
-            sent = cursor(conn)
-            await sent.execute(statement.sql, statement.params)
+            sent = ahead
             if rows is not None:
                 batch.take(rows)
         last = await _rows_async(sent)
