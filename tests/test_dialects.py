@@ -63,10 +63,10 @@ def test_declared_capabilities_match_the_sql() -> None:
 
 def test_statements_are_loaded_without_comments_and_strings_are_kept() -> None:
     """psycopg keeps its parse of statements up to 4,096 characters only: comments and
-    indentation are dropped as a file is loaded, never text inside quotes."""
+    blank lines are dropped as a file is loaded, never text inside quotes."""
     sql = "select 'it''s -- no comment', \"a--b\" -- a reader's note\n   from t -- end\n\n  -- x\n"
-    assert queries.compact(sql) == "select 'it''s -- no comment', \"a--b\"\nfrom t\n"
-    assert queries.compact("select 'two\n  lines' -- note") == "select 'two\n  lines' "
+    assert queries.compact(sql) == "select 'it''s -- no comment', \"a--b\"\n   from t\n"
+    assert queries.compact("select 'two\n\n  lines' -- note") == "select 'two\n\n  lines'"
     for _, statements in STORES.values():
         for name, text in statements.items():
             assert not any(line.lstrip().startswith("--") for line in text.splitlines()), name

@@ -5,9 +5,9 @@ line belongs to it. Tables are written as ``{schema}workflow_run``: ``{schema}``
 quoted schema name and a dot (nothing on SQLite) and ``{schema_name}`` the quoted name
 alone; that quoted name is the only text Python ever puts into SQL.
 
-Comments and indentation are dropped as a statement is loaded: they are for readers of
+Comments and blank lines are dropped as a statement is loaded: they are for readers of
 the file, and psycopg keeps its parse of a statement (``%(name)s`` to ``$1``) only for
-statements up to 4,096 characters, so the claim would otherwise be parsed anew per call.
+statements up to 4,096 characters, so the plain claim would otherwise be parsed per call.
 """
 
 from __future__ import annotations
@@ -17,10 +17,12 @@ from importlib import resources
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
-#: A quoted string or identifier (kept as it is), or line breaks with the comments and
-#: blanks around them (one line break), or a last comment: whichever starts first, so a
-#: quote inside a comment or two dashes inside a string are read as what they are in.
-_TOKEN = re.compile(r"""'(?:[^']|'')*'|"(?:[^"]|"")*"|(?:[ \t]*(?:--[^\n]*)?\n\s*)+|--.*""")
+#: A quoted string or identifier (kept as it is), or a comment with the blanks before it
+#: (dropped): whichever starts first, so that a quote inside a comment or two dashes
+#: inside a string are read as what they are in.
+_COMMENT = re.compile(r"""'(?:[^']|'')*'|"(?:[^"]|"")*"|[ \t]*--[^\n]*""")
+#: The same, with a line break that ends a blank line (dropped) in place of a comment.
+_BLANK = re.compile(r"""'(?:[^']|'')*'|"(?:[^"]|"")*"|\n[ \t]*(?=\n)""")
 
 
 def quote_schema(schema: str) -> str:
@@ -54,18 +56,6 @@ def load(package: str, filename: str, quoted_schema: str | None) -> dict[str, st
     return queries
 
 
-def compact(sql: str) -> str:
-    """``sql`` without its comments, blank lines and indentation; strings untouched."""
-
-    def keep(match: re.Match[str]) -> str:
-        token = match.group()
-        if token[0] in "'\"":
-            return token
-        return "\n" if "\n" in token else ""
-
-    return _TOKEN.sub(keep, sql)
-
-
 def read(package: str, filename: str, quoted_schema: str | None) -> str:
     """Return a whole SQL file (a migration, the reference schema) with the schema filled in."""
     return render(resources.files(package).joinpath(filename).read_text(), quoted_schema)
@@ -81,3 +71,13 @@ def migration_files(package: str) -> list[tuple[int, str]]:
             found.append((int(match.group(1)), f"migrations/{entry.name}"))
     found.sort()
     return found
+
+
+def compact(sql: str) -> str:
+    """``sql`` without its comments and blank lines; text inside quotes untouched."""
+
+    def keep(match: re.Match[str]) -> str:
+        token = match.group()
+        return token if token[0] in "'\"" else ""
+
+    return _BLANK.sub(keep, _COMMENT.sub(keep, sql))
