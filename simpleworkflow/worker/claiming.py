@@ -136,7 +136,11 @@ class ClaimLoop:
     async def _claim(self, limit: int) -> list[Lease]:
         op = self._backend.claim_runs(self.request(limit))
         sent_at = time.monotonic()
-        claimed = await self._backend.execute_async(op)
+        # Unless told otherwise, the claim does not wait for the disk: lost in a database
+        # crash, its runs are due again (docs/performance.md).
+        claimed = await self._backend.execute_async(
+            op, wait_for_disk=bool(self._options.synchronous_claims)
+        )
         self._renewals.granted((lease.token for lease in claimed.leases), sent_at)
         if claimed.throttled_for is not None:  # claim again when the next window opens
             self._bell.wake_in(max(claimed.throttled_for, 0.0) + WINDOW_MARGIN)
