@@ -14,7 +14,9 @@ Two measurements, each side by side in one sitting:
 
 Beside each rate, the WAL flushes the server made per claim or per run (``wal_sync`` of
 ``pg_stat_wal``, whose server runs nothing else meanwhile): a count that the machine's
-load does not move, where rates on a busy machine move by a third.
+load does not move, where rates on a busy machine move by a third; and for the drains
+the CPU microseconds per run of the worker (this process) and of the Postgres server (its
+processes' ``/proc`` times, so a server on this machine).
 
 See docs/performance.md, "Claims and heartbeats without waiting for the disk".
 """
@@ -28,11 +30,11 @@ import itertools
 import statistics
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 
-from benchmarks import server
+from benchmarks import profile, server
 from simpleworkflow import App, Client, IntentPoller
 from simpleworkflow.backends import Backend, open_backend
 from simpleworkflow.backends.base import ATOMIC, Claim, Lease, Op
@@ -110,8 +112,15 @@ def claims(url: str, runs: int, rounds: int) -> dict[str, list[tuple[float, floa
     return figures
 
 
-def drain(url: str, runs: int, concurrency: int | None, synchronous: bool) -> tuple[float, float]:
-    """Runs per second finished by one worker, and WAL flushes per run."""
+class Drained(NamedTuple):
+    rate: float  # runs per second
+    syncs: float  # WAL flushes per run
+    worker_cpu: float  # microseconds per run, this process
+    server_cpu: float  # microseconds per run, the server's processes
+
+
+def drain(url: str, runs: int, concurrency: int | None, synchronous: bool) -> Drained:
+    """What one worker's drain of ``runs`` runs cost."""
     schema = _fresh(url, runs)
     app = App(url, schema=schema)
 
@@ -123,9 +132,14 @@ def drain(url: str, runs: int, concurrency: int | None, synchronous: bool) -> tu
     if concurrency is not None:
         options["concurrency"] = concurrency
     try:
-        syncs = _wal_syncs(url)
-        asyncio.run(_work(IntentPoller(app, **options), url, schema, runs))
-        syncs = _wal_syncs(url) - syncs
+        syncs, cpu, server_cpu = _wal_syncs(url), time.process_time(), _server_cpu(url)
+        # Read before the worker stops, while its connections (opened during the drain,
+        # so they count in full) are still there.
+        cpu_after, server_after = asyncio.run(
+            _work(IntentPoller(app, **options), url, schema, runs)
+        )
+        syncs, cpu = _wal_syncs(url) - syncs, cpu_after - cpu
+        spent = {pid: t - server_cpu.get(pid, 0.0) for pid, t in server_after.items()}
         with psycopg.connect(url) as conn:
             row = conn.execute(
                 f"select count(*), extract(epoch from max(updated_at) - min(updated_at)) "
@@ -134,10 +148,27 @@ def drain(url: str, runs: int, concurrency: int | None, synchronous: bool) -> tu
     finally:
         _drop(url, schema)
     assert row is not None and int(row[0]) == runs, row
-    return (runs - 1) / float(row[1]), syncs / runs
+    per_run = 1e6 / runs
+    return Drained(
+        (runs - 1) / float(row[1]), syncs / runs, cpu * per_run, sum(spent.values()) * per_run
+    )
 
 
-async def _work(poller: IntentPoller, url: str, schema: str, runs: int) -> None:
+def _server_cpu(url: str) -> dict[int, float]:
+    """CPU seconds of each process of the server that is alive now (on this machine)."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(_SERVER_PIDS).fetchall()
+    return profile._cpu([int(row[0]) for row in rows])
+
+
+_SERVER_PIDS = b"select pid from pg_stat_activity"
+
+
+async def _work(
+    poller: IntentPoller, url: str, schema: str, runs: int
+) -> tuple[float, dict[int, float]]:
+    """Run ``poller`` until ``runs`` runs succeeded; return the CPU seconds of this process
+    and of each server process then."""
     worker = asyncio.create_task(poller.run_async())
     count = f"select count(*) from {schema}.workflow_run where status = 'succeeded'".encode()
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
@@ -146,8 +177,12 @@ async def _work(poller: IntentPoller, url: str, schema: str, runs: int) -> None:
             if row is not None and row[0] >= runs:
                 break
             await asyncio.sleep(0.02)
+        cpu = time.process_time()
+        pids = [int(row[0]) for row in await (await conn.execute(_SERVER_PIDS)).fetchall()]
+    server_cpu = profile._cpu(pids)
     poller.stop()
     await worker
+    return cpu, server_cpu
 
 
 def _drain_sides(concurrencies: list[int | None]) -> Iterator[tuple[int | None, bool]]:
@@ -159,16 +194,18 @@ def _drain_sides(concurrencies: list[int | None]) -> Iterator[tuple[int | None, 
 Side = tuple[int | None, bool]
 
 
-def drains(url: str, runs: int, rounds: int) -> dict[Side, list[tuple[float, float]]]:
+def drains(url: str, runs: int, rounds: int) -> dict[Side, list[Drained]]:
     sides = list(_drain_sides([None, 100]))
-    figures: dict[Side, list[tuple[float, float]]] = {side: [] for side in sides}
+    figures: dict[Side, list[Drained]] = {side: [] for side in sides}
     for round_number in range(rounds):
         for concurrency, synchronous in sides if round_number % 2 == 0 else sides[::-1]:
-            rate, syncs = drain(url, runs, concurrency, synchronous)
-            figures[(concurrency, synchronous)].append((rate, syncs))
+            drained = drain(url, runs, concurrency, synchronous)
+            figures[(concurrency, synchronous)].append(drained)
             print(
                 f"drain, concurrency {concurrency or 'default'}, synchronous_claims="
-                f"{synchronous}: {rate:,.0f} runs/s, {syncs:.3f} WAL flushes per run",
+                f"{synchronous}: {drained.rate:,.0f} runs/s, {drained.syncs:.3f} WAL flushes, "
+                f"CPU {drained.worker_cpu:.0f} µs worker, {drained.server_cpu:.0f} µs server "
+                "per run",
                 flush=True,
             )
     return figures
@@ -186,23 +223,24 @@ def main(argv: list[str] | None = None) -> None:
         lines = []
         if args.only != "drain":
             for way, figures in claims(url, args.claims, args.rounds).items():
-                micros, syncs = _medians(figures)
-                lines.append(f"| claim of one run, {way} | {micros:.0f} µs | {syncs:.2f} |")
+                micros, syncs = (statistics.median(f[n] for f in figures) for n in range(2))
+                lines.append(f"| claim of one run, {way} | {micros:.0f} µs | {syncs:.2f} | | |")
         if args.only != "claims":
-            for (concurrency, synchronous), figures in drains(url, args.runs, args.rounds).items():
-                rate, syncs = _medians(figures)
-                slots = concurrency or "default"
-                lines.append(
-                    f"| drain, concurrency {slots}, synchronous_claims={synchronous} | "
-                    f"{rate:,.0f} runs/s | {syncs:.3f} |"
+            for (concurrency, synchronous), drained in drains(url, args.runs, args.rounds).items():
+                rate, syncs, worker, server_cpu = (
+                    statistics.median(d[n] for d in drained) for n in range(4)
                 )
-    print("| measurement (medians) | figure | WAL flushes per claim or run |")
-    print("| --- | --- | --- |")
+                lines.append(
+                    f"| drain, concurrency {concurrency or 'default'}, synchronous_claims="
+                    f"{synchronous} | {rate:,.0f} runs/s | {syncs:.3f} | {worker:.0f} µs "
+                    f"| {server_cpu:.0f} µs |"
+                )
+    print(
+        "| measurement (medians) | figure | WAL flushes per claim or run "
+        "| CPU per run, worker | CPU per run, server |"
+    )
+    print("| --- | --- | --- | --- | --- |")
     print("\n".join(lines))
-
-
-def _medians(figures: list[tuple[float, float]]) -> tuple[float, float]:
-    return statistics.median(f[0] for f in figures), statistics.median(f[1] for f in figures)
 
 
 def _postgres(url: str | None) -> contextlib.AbstractContextManager[str]:

@@ -11,7 +11,10 @@ a new confirmation, it treats the lease as lost: the handler is asked to stop (r
 "At the least" means measured on the worker's own monotonic clock from the moment the
 claim or the heartbeat was *sent*: the store set ``lease_until`` from its own clock when
 the statement ran, later than that, so the worker's deadline never falls after the
-store's, whatever the two clocks say.
+store's, whatever the two clocks say. (A database crash may take a claim or heartbeat of
+its last moment, which do not wait for the disk: the store's lease then ends earlier, or
+the run is pending again, and the worker learns it from its next heartbeat or fenced
+write; see docs/performance.md.)
 """
 
 from __future__ import annotations
