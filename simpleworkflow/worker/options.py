@@ -24,8 +24,8 @@ RUNTIME = "python"
 WATCH_INTERVAL = 0.005
 #: Set to ``on`` to have claims and heartbeats wait for the disk, as every other write does.
 SYNCHRONOUS_CLAIMS_ENV = "SIMPLEWORKFLOW_SYNCHRONOUS_CLAIMS"
-_TRUTH = {"on": True, "true": True, "1": True, "yes": True}
-_TRUTH |= {"off": False, "false": False, "0": False, "no": False, "": False}
+_SWITCH = {"on": True, "true": True, "1": True, "yes": True, "off": False, "false": False}
+_SWITCH |= {"0": False, "no": False, "": False}
 
 
 @dataclass(frozen=True)
@@ -152,8 +152,8 @@ def _synchronous_claims(given: bool | None) -> bool:
             )
         return given
     text = os.environ.get(SYNCHRONOUS_CLAIMS_ENV, "").strip().lower()
-    if text not in _TRUTH:
+    if text not in _SWITCH:
         raise errors.ConfigurationError(
             f"${SYNCHRONOUS_CLAIMS_ENV} must be on or off, not {text!r:.40}"
         )
-    return _TRUTH[text]
+    return _SWITCH[text]
