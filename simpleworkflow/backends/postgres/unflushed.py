@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from psycopg.rows import dict_row
-
 from simpleworkflow.backends import base
 from simpleworkflow.backends.postgres import driving
 
@@ -65,7 +63,7 @@ async def execute_async(conn: Any, op: base.Op[T]) -> T:
 def _run(conn: Any, statement: base.Statement) -> base.Rows:
     with conn.pipeline():
         conn.execute(NO_WAIT)
-        cursor = conn.cursor(row_factory=dict_row)
+        cursor = driving._pool_cursor(conn)  # the cursor the op would get otherwise
         cursor.execute(statement.sql, statement.params)
     return cursor.fetchall() if cursor.description else []
 
@@ -73,6 +71,6 @@ def _run(conn: Any, statement: base.Statement) -> base.Rows:
 async def _run_async(conn: Any, statement: base.Statement) -> base.Rows:
     async with conn.pipeline():
         await conn.execute(NO_WAIT)
-        cursor = conn.cursor(row_factory=dict_row)
+        cursor = driving._pool_cursor(conn)
         await cursor.execute(statement.sql, statement.params)
     return await cursor.fetchall() if cursor.description else []
