@@ -49,9 +49,9 @@ def timed_sweep(store: BenchStore) -> dict[str, Any]:
     execute = backend.execute
     batches: list[tuple[float, int]] = []
 
-    def execute_timed(op: Op[Any], *, readonly: bool = False) -> Any:
+    def execute_timed(op: Op[Any], *, readonly: bool = False, wait_for_disk: bool = True) -> Any:
         started = time.perf_counter()
-        result = execute(op, readonly=readonly)
+        result = execute(op, readonly=readonly, wait_for_disk=wait_for_disk)
         if isinstance(result, dict):  # a Counter of runs by type: a batch of the sweep
             batches.append((time.perf_counter() - started, sum(result.values())))
         return result

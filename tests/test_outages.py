@@ -5,7 +5,10 @@ the test that stops passing bytes, or cuts the server's side of its connections)
 
 The server here is a private one, started by this module, so that restarting it
 disturbs no other test. Nothing may be lost, no attempt charged for the outage, no
-journaled step run twice, and claiming must resume soon after the server is back.
+journaled step run twice, and claiming must resume soon after the server is back. A
+crash may take the claims of its last moment, which do not wait for the disk
+(tests/test_database_crash.py): the first step of such a run, in flight at the crash
+and never journaled, runs again.
 
 SQLite has no server to restart nor connections to end: what these faults mean for it
 (a locked file) is covered in test_connection_errors.py.
@@ -128,15 +131,21 @@ def finished(store: Store, ids: list[str]) -> int:
         return 0
 
 
-def assert_all_done_once(store: Store, witness: Witness, ids: list[str]) -> None:
-    """Every run succeeded at its first attempt, and every step body ran exactly once."""
+def assert_all_done_once(
+    store: Store, witness: Witness, ids: list[str], claims_lost: bool = False
+) -> None:
+    """Every run succeeded at its first attempt, and every step body ran exactly once;
+    with ``claims_lost`` (a crash), a run's first step may have run twice."""
     with Client(store.url, schema=store.schema) as client:
         runs = [client.get(run_id) for run_id in ids]
     assert [run.status for run in runs] == [RunStatus.SUCCEEDED] * len(ids)
     charged = {run.id: run.attempt for run in runs if run.attempt}
     assert not charged, f"attempts charged for the outage: {charged}"
+    again = {STEPS[0]: 2} if claims_lost else {}
     repeated = {key: n for key, n in witness.executions.items() if n != 1}
-    assert not repeated, f"steps run more than once: {repeated}"
+    assert all(n <= again.get(step, 1) for (_, step), n in repeated.items()), (
+        f"steps run more than once: {repeated}"
+    )
     assert len(witness.executions) == len(ids) * len(STEPS)
 
 
@@ -157,7 +166,7 @@ def test_a_worker_rides_through_immediate_restarts(pg_store: Store, server: Priv
             # The target is 2 s (see benchmarks/restart.py); a loaded machine gets slack.
             assert resumed < 8, f"claiming resumed {resumed:.1f}s after the restart"
         wait_until(lambda: finished(pg_store, ids) == len(ids), 90, "runs left unfinished")
-    assert_all_done_once(pg_store, witness, ids)
+    assert_all_done_once(pg_store, witness, ids, claims_lost=True)
 
 
 def test_an_operator_ends_a_workers_connections_by_its_name(pg_store: Store) -> None:

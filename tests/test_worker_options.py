@@ -9,7 +9,7 @@ import pytest
 
 from simpleworkflow import App, IntentPoller, cli, errors
 from simpleworkflow.cli import worker as worker_command
-from simpleworkflow.worker import Loop, WorkerOptions, WorkerSettings
+from simpleworkflow.worker import Loop, WorkerOptions, WorkerSettings, options
 
 URL = "sqlite:///:memory:"
 
@@ -51,6 +51,7 @@ def test_options_given_whole_and_keywords_over_them() -> None:
         ({"shutdown_grace": 1e300}, "shutdown_grace must be at most 100 years"),
         ({"type_prefixes": ["Billing"]}, "invalid type prefix 'Billing'"),
         ({"services": [object()]}, "a service needs a name and an async run"),
+        ({"synchronous_claims": "yes"}, "synchronous_claims must be True or False"),
     ],
 )
 def test_bad_settings_are_refused_by_the_options_themselves(
@@ -74,3 +75,32 @@ def test_the_worker_command_keeps_the_services_of_a_poller_it_is_given() -> None
     poller = worker_command.build_poller(target, args)
     assert poller.options.services == (service,)
     assert (poller.concurrency, poller.shutdown_grace) == (3, 5.0)
+
+
+@pytest.mark.parametrize(
+    ("given", "env", "expected"),
+    [
+        (None, None, False),  # claims and heartbeats do not wait for the disk by default
+        (None, "on", True),
+        (None, " TRUE ", True),
+        (None, "off", False),
+        (False, "on", False),  # the option over the environment
+        (True, "off", True),
+    ],
+)
+def test_synchronous_claims_come_from_the_option_else_the_environment(
+    monkeypatch: pytest.MonkeyPatch, given: bool | None, env: str | None, expected: bool
+) -> None:
+    if env is None:
+        monkeypatch.delenv(options.SYNCHRONOUS_CLAIMS_ENV, raising=False)
+    else:
+        monkeypatch.setenv(options.SYNCHRONOUS_CLAIMS_ENV, env)
+    assert WorkerOptions(synchronous_claims=given).synchronous_claims is expected
+
+
+def test_a_synchronous_claims_environment_that_is_not_on_or_off_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(options.SYNCHRONOUS_CLAIMS_ENV, "sometimes")
+    with pytest.raises(errors.ConfigurationError, match="SYNCHRONOUS_CLAIMS must be on or off"):
+        WorkerOptions()

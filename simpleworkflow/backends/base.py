@@ -115,12 +115,20 @@ class Backend(
     # -- execution -------------------------------------------------------------------
 
     @abc.abstractmethod
-    def execute(self, op: Op[T], *, readonly: bool = False) -> T:
-        """Run ``op`` to completion in one transaction, synchronously."""
+    def execute(self, op: Op[T], *, readonly: bool = False, wait_for_disk: bool = True) -> T:
+        """Run ``op`` to completion in one transaction, synchronously.
+
+        ``wait_for_disk=False`` lets a store return before the commit is on disk
+        (Postgres: ``synchronous_commit = off`` for the op's transaction alone), for
+        writes that a database crash may lose: the worker's claims and heartbeats (see
+        docs/performance.md). A store that cannot (SQLite) waits as usual."""
 
     @abc.abstractmethod
-    async def execute_async(self, op: Op[T], *, readonly: bool = False) -> T:
-        """Run ``op`` to completion in one transaction, without blocking the event loop."""
+    async def execute_async(
+        self, op: Op[T], *, readonly: bool = False, wait_for_disk: bool = True
+    ) -> T:
+        """Run ``op`` to completion in one transaction, without blocking the event loop;
+        ``wait_for_disk`` as in :meth:`execute`."""
 
     @abc.abstractmethod
     def close(self) -> None:

@@ -214,6 +214,9 @@ class Claim:
     #: Whether the last claim found a limit on any of ``types``. ``False`` sends the
     #: claim without the limits' steps, which leaves out any type limited by then.
     limited: bool = True
+    #: Whether the claim's commit waits for the disk (``synchronous_claims``); on
+    #: Postgres a claim that does not is sent with its settings in one round trip.
+    wait_for_disk: bool = True
 
 
 @dataclass(frozen=True, slots=True)

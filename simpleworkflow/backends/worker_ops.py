@@ -75,6 +75,7 @@ class WorkerOps(StoreCore):
             versions=json.dumps(dict(claim.versions)),
             known=list(claim.known),
             alone=claim.alone,
+            wait_for_disk=claim.wait_for_disk,
         )
         # Postgres's claim returns leased runs only, with throttled_for when it throttled
         # runs and limited (a row of nulls but these if it leased none); runs over a rate
@@ -108,14 +109,17 @@ class WorkerOps(StoreCore):
         ]
         return Claimed(leases, min(waits) if waits else None, limited=bool(limited))
 
-    def _claim_rows(self, name: str, **params: Any) -> Op[Rows]:
+    def _claim_rows(self, name: str, *, wait_for_disk: bool, **params: Any) -> Op[Rows]:
         """The claim's rows; on Postgres sent in one pipeline (one implicit transaction)
-        after ``claim_settings``, which has it planned once per connection."""
+        after ``claim_settings``, which has it planned once per connection and, unless
+        ``wait_for_disk``, committed without waiting for the disk."""
         if "claim_settings" not in self.q:
             rows = yield self.stmt(name, **params)
             return rows
         results: list[Rows] = []
-        statements = iter([self.stmt("claim_settings"), self.stmt(name, **params)])
+        # Waiting for the disk keeps the connection's own setting (on, or stricter).
+        settings = self.stmt("claim_settings", synchronous_commit=None if wait_for_disk else "off")
+        statements = iter([settings, self.stmt(name, **params)])
         yield Stream("-- the claim, planned once", statements=statements, take=results.append)
         return results[-1]
 

@@ -135,12 +135,16 @@ class ClaimLoop:
             known=tuple(f"{d.type}@{v}" for d in definitions for v in d.known_versions),
             alone=not self._runner.active,
             limited=self._limited,
+            wait_for_disk=bool(self._options.synchronous_claims),
         )
 
     async def _claim(self, limit: int) -> list[Lease]:
         request = self.request(limit)
         op = self._backend.claim_runs(request)
         sent_at = time.monotonic()
+        # Unless told otherwise, the claim does not wait for the disk (request's
+        # wait_for_disk): lost in a database crash, its runs are due again
+        # (docs/performance.md).
         claimed = await self._backend.execute_async(op)
         self._limited = claimed.limited
         if claimed.limited and not request.limited:

@@ -11,7 +11,10 @@ a new confirmation, it treats the lease as lost: the handler is asked to stop (r
 "At the least" means measured on the worker's own monotonic clock from the moment the
 claim or the heartbeat was *sent*: the store set ``lease_until`` from its own clock when
 the statement ran, later than that, so the worker's deadline never falls after the
-store's, whatever the two clocks say.
+store's, whatever the two clocks say. (A database crash may take a claim or heartbeat of
+its last moment, which do not wait for the disk: the store's lease then ends earlier, or
+the run is pending again, and the worker learns it from its next heartbeat or fenced
+write; see docs/performance.md.)
 """
 
 from __future__ import annotations
@@ -91,7 +94,9 @@ class Keeper:
 
     ``held`` lists the ``(run id, token)`` leases to renew; ``apply`` hears what the store
     said of each (held, cancelled, lost); ``give_up`` is told the tokens of leases about
-    to end unrenewed, and asks their handlers to stop.
+    to end unrenewed, and asks their handlers to stop. Heartbeats wait for the disk only
+    if ``synchronous``: one lost in a database crash only ends its leases earlier, at the
+    end the last durable renewal gave them.
     """
 
     def __init__(
@@ -105,6 +110,7 @@ class Keeper:
         give_up: Callable[[list[str]], None],
         events: bool = True,
         outage: Outage | None = None,
+        synchronous: bool = True,
     ) -> None:
         self._backend = backend
         self._worker_id = worker_id
@@ -113,6 +119,7 @@ class Keeper:
         self._apply = apply
         self._give_up = give_up
         self._events = events
+        self._synchronous = synchronous
         # The worker's one account of the store's outages (logged once, and its end once).
         self._outage = outage or Outage(_log, backend.location)
 
@@ -142,7 +149,7 @@ class Keeper:
             self._worker_id, leases, renewals.lease_seconds, self._events, renewals.margin
         )
         try:
-            states = await self._backend.execute_async(op)
+            states = await self._backend.execute_async(op, wait_for_disk=self._synchronous)
         except errors.StoreUnavailable as exc:
             self._outage.failed(exc)
             return False

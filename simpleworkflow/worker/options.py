@@ -22,6 +22,10 @@ RUNTIME = "python"
 # How often a worker on a store without cross-process notifications (SQLite) checks
 # whether another process wrote to it: a shared-memory read, so cheap to do this often.
 WATCH_INTERVAL = 0.005
+#: Set to ``on`` to have claims and heartbeats wait for the disk, as every other write does.
+SYNCHRONOUS_CLAIMS_ENV = "SIMPLEWORKFLOW_SYNCHRONOUS_CLAIMS"
+_SWITCH = {"on": True, "true": True, "1": True, "yes": True, "off": False, "false": False}
+_SWITCH |= {"0": False, "no": False, "": False}
 
 
 @dataclass(frozen=True)
@@ -38,7 +42,10 @@ class WorkerOptions:
     ``None`` exactly when no sweeper runs. ``default_retention`` is
     the sweeper's retention for runs whose start and type chose none. ``scheduler`` runs
     the cron scheduler (see ``scheduler``): any number of workers may, each tick still
-    starts one run.
+    starts one run. ``synchronous_claims`` makes claims and heartbeats wait for the disk
+    on Postgres (``synchronous_commit``), as every other write does; when not given,
+    ``$SIMPLEWORKFLOW_SYNCHRONOUS_CLAIMS``, else off: a database crash may then lose the
+    last moment's claims, which only makes runs due again (docs/performance.md).
     """
 
     type_prefixes: tuple[str, ...] = ("%",)
@@ -49,6 +56,7 @@ class WorkerOptions:
     watch_interval: float = WATCH_INTERVAL
     shutdown_grace: float = 30.0
     heartbeat_events: bool = True
+    synchronous_claims: bool | None = None
     database_url: str | None = None
     schema: str | None = None
     services: tuple[Service, ...] = ()
@@ -67,6 +75,7 @@ class WorkerOptions:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise errors.InvalidArgument("concurrency must be a positive integer")
         self._set("worker_id", self.worker_id or f"{socket.gethostname()}-{os.getpid()}")
+        self._set("synchronous_claims", _synchronous_claims(self.synchronous_claims))
         self._check_sweep()
         self._set("services", tuple(self.services))
         for service in self.services:
@@ -120,6 +129,7 @@ class WorkerSettings(TypedDict, total=False):
     watch_interval: durations.Duration
     shutdown_grace: durations.Duration
     heartbeat_events: bool
+    synchronous_claims: bool | None
     database_url: str | None
     schema: str | None
     services: Iterable[Service]
@@ -132,3 +142,18 @@ class WorkerSettings(TypedDict, total=False):
 def _checked_prefix(prefix: str) -> str:
     names.prefix_stem(prefix)
     return prefix
+
+
+def _synchronous_claims(given: bool | None) -> bool:
+    if given is not None:
+        if not isinstance(given, bool):
+            raise errors.InvalidArgument(
+                f"synchronous_claims must be True or False, not {given!r:.40}"
+            )
+        return given
+    text = os.environ.get(SYNCHRONOUS_CLAIMS_ENV, "").strip().lower()
+    if text not in _SWITCH:
+        raise errors.ConfigurationError(
+            f"${SYNCHRONOUS_CLAIMS_ENV} must be on or off, not {text!r:.40}"
+        )
+    return _SWITCH[text]

@@ -275,6 +275,7 @@ class IntentPoller:
             give_up=holdings.give_up,
             events=self.heartbeat_events,
             outage=self._outage,
+            synchronous=bool(self.options.synchronous_claims),
         )
         recovered = functools.partial(self._on_recovered, observers)
         reap = functools.partial(

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from simpleworkflow import config, errors
 from simpleworkflow.backends import base, queries
 from simpleworkflow.backends.dialect import Dialect
-from simpleworkflow.backends.postgres import driving, loading, settings
+from simpleworkflow.backends.postgres import driving, loading, settings, unflushed
 from simpleworkflow.backends.postgres.deadline import Deadline
 from simpleworkflow.backends.postgres.liveness import PROBE_AFTER, Liveness
 
@@ -196,7 +196,7 @@ class PostgresBackend(base.Backend):
     # data-modifying CTEs) costs one round trip; ops that start with ATOMIC run inside
     # an explicit transaction.
 
-    def execute(self, op: base.Op[T], *, readonly: bool = False) -> T:
+    def execute(self, op: base.Op[T], *, readonly: bool = False, wait_for_disk: bool = True) -> T:
         """Run ``op``; give up after ``call_timeout`` seconds whatever the network does,
         at once if the server has lost its session (see :class:`~.deadline.Deadline`)."""
         with _translated("talking to Postgres"):
@@ -206,9 +206,13 @@ class PostgresBackend(base.Backend):
                 Deadline(conn, self.call_timeout, self._liveness),  # it says why it cut
                 _on_broken(conn, lambda: self._drop_pool(pool)),  # and the pool goes
             ):
-                return driving.execute(conn, op)
+                if wait_for_disk:
+                    return driving.execute(conn, op)
+                return unflushed.execute(conn, op)
 
-    async def execute_async(self, op: base.Op[T], *, readonly: bool = False) -> T:
+    async def execute_async(
+        self, op: base.Op[T], *, readonly: bool = False, wait_for_disk: bool = True
+    ) -> T:
         """Run ``op``; give up after ``call_timeout`` seconds whatever the network does.
 
         A network that drops packets without a word leaves a call waiting on its socket,
@@ -217,7 +221,7 @@ class PostgresBackend(base.Backend):
         caller gets ``StoreUnavailable`` and the pool is replaced, while the task is
         cancelled and left to end when its socket does."""
         began = time.monotonic()
-        call = asyncio.ensure_future(self._execute_async(op))
+        call = asyncio.ensure_future(self._execute_async(op, wait_for_disk))
         try:
             return await asyncio.wait_for(asyncio.shield(call), self.call_timeout)
         except asyncio.CancelledError:
@@ -243,7 +247,7 @@ class PostgresBackend(base.Backend):
             self._abandoned.add(call)
             call.add_done_callback(self._abandoned.discard)
 
-    async def _execute_async(self, op: base.Op[T]) -> T:
+    async def _execute_async(self, op: base.Op[T], wait_for_disk: bool = True) -> T:
         pool = await self._async_pool()
         with _translated("talking to Postgres"):
             async with pool.connection() as conn:
@@ -251,7 +255,9 @@ class PostgresBackend(base.Backend):
                     _on_broken(conn, lambda: self._drop_async_pool(pool)),
                     self._liveness.watching(conn),
                 ):
-                    return await driving.execute_async(conn, op)
+                    if wait_for_disk:
+                        return await driving.execute_async(conn, op)
+                    return await unflushed.execute_async(conn, op)
 
     # -- transactions of the caller's, and the store's own for transactional steps -----
 

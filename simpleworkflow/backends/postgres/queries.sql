@@ -673,8 +673,13 @@ full join (select exists (select from {schema}workflow_registry g
 -- name: claim_settings
 -- Sent with a claim in one implicit transaction (a pipeline): the claim is planned once
 -- per connection, not per call. Its custom plan is the same index walk as its generic
--- one, and planning it took longer than running it (docs/performance.md).
-select set_config('plan_cache_mode', 'force_generic_plan', true)
+-- one, and planning it took longer than running it (docs/performance.md). Unless the
+-- worker keeps synchronous claims, the claim's commit does not wait for the disk either
+-- (docs/performance.md, "Claims and heartbeats without waiting for the disk").
+select set_config('plan_cache_mode', 'force_generic_plan', true),
+       set_config('synchronous_commit',
+                  coalesce(%(synchronous_commit)s::text, current_setting('synchronous_commit')),
+                  true)
 
 -- name: unknown_versions
 -- Due runs this worker may not replay: their code version is not one it knows.

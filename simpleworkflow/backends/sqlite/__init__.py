@@ -117,7 +117,8 @@ class SQLiteBackend(base.Backend):
 
     # -- execution -------------------------------------------------------------------
 
-    def execute(self, op: base.Op[T], *, readonly: bool = False) -> T:
+    def execute(self, op: base.Op[T], *, readonly: bool = False, wait_for_disk: bool = True) -> T:
+        # Every commit waits as the URL's ``synchronous`` option says, wait_for_disk or not.
         with self._lock:
             conn = self._connection()
             try:
@@ -145,7 +146,9 @@ class SQLiteBackend(base.Backend):
             self._checkpointer = _Checkpointer(self.path, self._busy_timeout)
         self._checkpointer.poke()
 
-    async def execute_async(self, op: base.Op[T], *, readonly: bool = False) -> T:
+    async def execute_async(
+        self, op: base.Op[T], *, readonly: bool = False, wait_for_disk: bool = True
+    ) -> T:
         return await asyncio.to_thread(self.execute, op, readonly=readonly)
 
     # -- transactions of the caller's, and the store's own for transactional steps -----
