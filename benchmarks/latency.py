@@ -97,9 +97,9 @@ class Side:
         returned = time.time()
         try:
             started = self.echoes.started(number)
-        except RuntimeError:
+        except RuntimeError as exc:
             self.check()
-            raise
+            raise RuntimeError(f"{self.name}: {exc}") from None
         self.before.append(started - began)
         self.after.append(started - returned)
         self.call.append(returned - began)

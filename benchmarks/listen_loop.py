@@ -26,7 +26,11 @@ def main(argv: list[str]) -> None:
         conn.execute(q["listen_ref_listen"].encode())
         claim = q["listen_ref_claim"].encode()
         print("ready", flush=True)
-        for _ in conn.notifies():
+        while True:
+            # The generator holds the connection until it ends: one notification at a
+            # time, and those that come during the claim wait in psycopg's backlog.
+            for _ in conn.notifies(stop_after=1):
+                pass
             row = conn.execute(claim).fetchone()
             if row is None:
                 continue
