@@ -129,6 +129,7 @@ class ClaimLoop:
                 self._runner.start(lease)
             bell.woken = bell.woken or len(leases) == free  # there may be more
         bell.ring()
+        await asyncio.sleep(0)  # the handlers begin before the listener listens again
 
     async def _claim_unless_stopping(self, limit: int) -> list[Lease]:
         """Claim, but give up when asked to stop: on a network gone silent a claim may
