@@ -3,10 +3,10 @@
 One connection per worker listens on the ``simpleworkflow`` channel; the triggers on
 ``workflow_run`` notify it (``wake <schema> <type> [<due epoch>]``, ``cancel <schema>
 <run id>``). After each batch of notifications the worker may run an op on this same
-connection (``after``): its server process has just woken to deliver them, while a
-pooled connection's has slept since the last run, and on a virtual machine waking a
-process that slept costs as much as the claim's own work. So an idle worker's claim goes
-out from the task that read the notification, with no hop to another task and no pool.
+connection (``after``), so that an idle worker's claim goes out from the task that read
+the notification: no hop to the claim loop's task, no task for the call, no pool
+checkout (0.15 ms of Python of an idle pick-up), and a server process that has just run
+rather than one idle since the last run.
 
 A lost connection is opened again (at most a second apart, so wake-ups come back within
 a second of the server); after every (re)connection a ``wake`` without a type is
