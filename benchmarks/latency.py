@@ -1,28 +1,52 @@
 """Latency cases: an idle worker picking up a new run, and a waiting run resuming on a signal.
 
-One worker process, idle between samples. Handlers stamp ``time.time()`` into their
-result; the sample is that stamp minus the producer's clock just before its call (same
-machine, same clock). On Postgres the worker is woken by ``LISTEN/NOTIFY``; SQLite has no
-notifications across processes, so there the worker notices the producer's commit by
-checking the file's ``data_version`` every ``watch_interval`` (5 ms by default). The
-random pause between samples lands each one at a random point of that cycle.
+One worker process, idle between samples. A sample is the time from just before the
+producer's call to the handler's start, which the handler stamps with ``time.time()``
+(same machine, same clock) and prints on the worker's stdout for the producer to read
+(so that no polling of the store competes with the pick-up). On Postgres the worker is
+woken by ``LISTEN/NOTIFY``; SQLite has no notifications across processes, so there the
+worker notices the producer's commit by checking the file's ``data_version`` every
+``watch_interval`` (5 ms by default). The random pause between samples lands each one
+at a random point of that cycle.
+
+``python -m benchmarks.latency`` measures the idle pick-up on Postgres beside its floor,
+a hand-written LISTEN loop in psycopg (``benchmarks.listen_loop``), and optionally
+beside another git ref's worker (``--against main``), samples interleaved in random
+order on one server, and prints each side's percentiles and the ratios to the floor.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import queue
 import random
 import statistics
+import subprocess
+import sys
+import tempfile
+import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, Any
 
+import psycopg
+from psycopg.types.json import Jsonb
 from tqdm import tqdm
 
-from benchmarks import stores
+from benchmarks import report, server, stores
 from benchmarks.stores import BenchStore
+from benchmarks.worker import ECHO_ENV
 from benchmarks.workers import WorkerPool
+from simpleworkflow.worker.options import WorkerOptions
 
 SETTLE = 1.0  # seconds for a released worker to reach its idle wait
+ROOT = Path(__file__).resolve().parent.parent
+FLOOR = "LISTEN loop"
 
 
 def _pause() -> None:
@@ -30,19 +54,123 @@ def _pause() -> None:
     time.sleep(random.uniform(0.02, 0.06))
 
 
+class Echoes:
+    """The ``started <n> <time>`` lines a process prints, read by a thread of ours."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, args=(stream,), daemon=True).start()
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            self._lines.put(line)
+
+    def started(self, number: int, timeout: float = 30.0) -> float:
+        """When the handler of sample ``number`` started (``time.time()``)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self._lines.get(timeout=max(deadline - time.monotonic(), 0.001))
+            except queue.Empty:
+                raise RuntimeError(f"sample {number} was not picked up in {timeout:g}s") from None
+            word, n, stamp = line.split()
+            if word == "started" and n == str(number):
+                return float(stamp)
+
+
+@dataclasses.dataclass
+class Side:
+    """One consumer under measurement: how to produce sample ``n``, and what it printed."""
+
+    name: str
+    produce: Callable[[int], object]
+    echoes: Echoes
+    check: Callable[[], None] = lambda: None
+    #: Per sample: seconds from before the producer's call, and from its return.
+    before: list[float] = dataclasses.field(default_factory=list)
+    after: list[float] = dataclasses.field(default_factory=list)
+    call: list[float] = dataclasses.field(default_factory=list)
+
+    def sample(self, number: int) -> None:
+        began = time.time()
+        self.produce(number)
+        returned = time.time()
+        try:
+            started = self.echoes.started(number)
+        except RuntimeError as exc:
+            self.check()
+            raise RuntimeError(f"{self.name}: {exc}") from None
+        self.before.append(started - began)
+        self.after.append(started - returned)
+        self.call.append(returned - began)
+
+
+def interleave(sides: list[Side], samples: int, desc: str = "idle pick-up") -> None:
+    """``samples`` of each side, in a new random order each round, each after a pause."""
+    number = 0
+    for _ in tqdm(range(samples), desc=desc, leave=False, disable=None):
+        for side in random.sample(sides, len(sides)):
+            _pause()
+            number += 1
+            side.sample(number)
+
+
+@contextlib.contextmanager
+def worker_side(
+    store: BenchStore, concurrency: int, name: str = "simple-workflow", path: str | None = None
+) -> Iterator[Side]:
+    """A worker process on ``store`` and a client that starts runs there; ``path``, when
+    given, is put first on the worker's ``PYTHONPATH`` (another version's package)."""
+    env = {ECHO_ENV: "on"}
+    if path is not None:
+        env["PYTHONPATH"] = os.pathsep.join([path, str(ROOT)])
+    with WorkerPool(store, 1, concurrency, env) as pool, store.client() as client:
+        assert pool.procs[0].stdout is not None
+        echoes = Echoes(pool.procs[0].stdout)
+        pool.go()
+
+        def produce(number: int) -> object:
+            return client.start(stores.LATENCY, {"n": number})
+
+        yield Side(name, produce, echoes, pool.check)
+
+
+@contextlib.contextmanager
+def listen_loop_side(store: BenchStore) -> Iterator[Side]:
+    """The floor: ``benchmarks.listen_loop`` on ``store``'s schema, and a psycopg producer
+    whose one statement inserts the row and notifies."""
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.listen_loop", store.url, store.schema],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": path},
+        cwd=ROOT,
+    )
+    try:
+        assert proc.stdout is not None
+        if proc.stdout.readline().strip() != "ready":
+            raise RuntimeError("the LISTEN loop failed to start")
+        insert = store.q["listen_ref_insert"].encode()
+        with psycopg.connect(store.url, autocommit=True) as conn:
+
+            def produce(number: int) -> object:
+                return conn.execute(
+                    insert, {"payload": Jsonb({"n": number}), "channel": store.schema}
+                )
+
+            yield Side(FLOOR, produce, Echoes(proc.stdout))
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 def idle_pickup(store: BenchStore, samples: int, concurrency: int) -> dict[str, float]:
     """Insert to handler start with the worker idle before each insert."""
-    latencies = []
-    with WorkerPool(store, 1, concurrency) as pool, store.client() as client:
-        pool.go()
+    with worker_side(store, concurrency) as side:
         time.sleep(SETTLE)
-        for _ in tqdm(range(samples), desc="idle pick-up", leave=False, disable=None):
-            _pause()
-            began = time.time()
-            run = client.start(stores.LATENCY, {})
-            result = _result(client, run.id, pool)
-            latencies.append(result["started"] - began)
-    return _percentiles("idle", latencies)
+        interleave([side], samples)
+    return _percentiles("idle", side.before)
 
 
 def signal_resume(store: BenchStore, samples: int, concurrency: int) -> dict[str, float]:
@@ -93,3 +221,105 @@ def _percentiles(name: str, seconds: list[float]) -> dict[str, float]:
         f"{name}_p50_ms": statistics.median(seconds) * 1000,
         f"{name}_p99_ms": cuts[98] * 1000,
     }
+
+
+# -- python -m benchmarks.latency: the idle pick-up beside its floor ---------------------
+
+
+@contextlib.contextmanager
+def _package_of(ref: str) -> Iterator[str]:
+    """A directory holding the ``simpleworkflow`` package of git ref ``ref``."""
+    with tempfile.TemporaryDirectory(prefix="bench-ref-") as tmp:
+        archive = subprocess.run(
+            ["git", "archive", ref, "simpleworkflow"], cwd=ROOT, capture_output=True, check=True
+        )
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+        yield tmp
+
+
+def _summary(side: Side, floor: Side) -> dict[str, float]:
+    figures = {
+        **_percentiles("before", side.before),
+        **_percentiles("after", side.after),
+        "call_p50_ms": statistics.median(side.call) * 1000,
+    }
+    if side is not floor:
+        for name in ("before_p50_ms", "before_p99_ms", "after_p50_ms", "after_p99_ms"):
+            base = _percentiles(name.split("_")[0], getattr(floor, name.split("_")[0]))[name]
+            figures[f"{name[:-3]}_ratio"] = figures[name] / base
+    return figures
+
+
+def compare(url: str, samples: int, concurrency: int, against: str | None) -> dict[str, Any]:
+    """Every side on its own schema of one server, samples interleaved."""
+    load_before = report.load_average()
+    with contextlib.ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-pickup-")))
+
+        def fresh() -> BenchStore:
+            store = BenchStore.fresh("postgres", url, workdir)
+            stack.callback(store.close)
+            return store
+
+        sides = [stack.enter_context(worker_side(fresh(), concurrency))]
+        if against is not None:
+            package = stack.enter_context(_package_of(against))
+            sides.append(stack.enter_context(worker_side(fresh(), concurrency, against, package)))
+        floor = stack.enter_context(listen_loop_side(fresh()))
+        sides.append(floor)
+        time.sleep(SETTLE)
+        interleave(sides, samples)
+        results = {side.name: _summary(side, floor) for side in sides}
+    return {
+        "samples": samples,
+        "concurrency": concurrency,
+        "load_average": {"before": load_before, "after": report.load_average()},
+        "results": results,
+    }
+
+
+def table(doc: dict[str, Any]) -> str:
+    """The sides as rows: p50/p99 from before the call and from its return, each with its
+    ratio to the floor's, and the producer's call."""
+    rows = [
+        f"{'':16} {'from before the call':>22} {'ratio':>11} {'from its return':>18} "
+        f"{'ratio':>11} {'call p50':>9}"
+    ]
+    for name, figures in doc["results"].items():
+        cells = [f"{name:16}"]
+        for start, width in (("before", 22), ("after", 18)):
+            p50, p99 = figures[f"{start}_p50_ms"], figures[f"{start}_p99_ms"]
+            cells.append(f"{f'{p50:.2f} / {p99:.2f} ms':>{width}}")
+            ratio = figures.get(f"{start}_p50_ratio")
+            both = f"{ratio:.2f}x / {figures[f'{start}_p99_ratio']:.2f}x" if ratio else "floor"
+            cells.append(f"{both:>11}")
+        cells.append(f"{figures['call_p50_ms']:>6.2f} ms")
+        rows.append(" ".join(cells))
+    load = doc["load_average"]
+    rows.append(
+        f"{doc['samples']} samples per side; load average {load['before']} -> {load['after']}"
+    )
+    return "\n".join(rows)
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.latency", description=__doc__)
+    parser.add_argument("--samples", type=int, default=300, help="samples per side (300)")
+    default = WorkerOptions().concurrency
+    parser.add_argument(
+        "--concurrency", type=int, default=default, help=f"the worker's slots ({default})"
+    )
+    parser.add_argument("--against", help="also measure this git ref's worker (e.g. main)")
+    parser.add_argument("--postgres-url", help="use this server instead of starting one")
+    parser.add_argument("--json", type=Path, help="write every figure here")
+    args = parser.parse_args(argv)
+    with contextlib.ExitStack() as stack:
+        url = args.postgres_url or stack.enter_context(server.private_postgres())
+        doc = compare(url, args.samples, args.concurrency, args.against)
+    print(table(doc))
+    if args.json is not None:
+        args.json.write_text(json.dumps(doc, indent=2))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -8,7 +8,9 @@ statistics there when it stops (``python -m benchmarks.profile`` uses this).
 ``TRACING_ENV`` registers the tracing observer: ``api`` with no SDK configured (its spans
 are no-ops), ``sdk`` with the SDK recording every span into a batch that goes nowhere.
 ``METRICS_ENV`` set to ``on`` counts and serves Prometheus metrics on a free port, as
-``simpleworkflow worker --metrics-port`` does.
+``simpleworkflow worker --metrics-port`` does. ``ECHO_ENV`` set to ``on`` has the latency
+handler also print ``started <payload's n> <time>`` on stdout, for a producer that reads
+it rather than polling the store (``benchmarks.latency``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from simpleworkflow.cli.worker import serve_metrics
 PROFILE_ENV = "SIMPLEWORKFLOW_BENCH_PROFILE"
 TRACING_ENV = "SIMPLEWORKFLOW_BENCH_TRACING"
 METRICS_ENV = "SIMPLEWORKFLOW_BENCH_METRICS"
+ECHO_ENV = "SIMPLEWORKFLOW_BENCH_ECHO"
 
 
 async def _nothing() -> None:
@@ -36,6 +39,7 @@ async def _nothing() -> None:
 def build_app(url: str, schema: str) -> App:
     """The handlers every case uses; each does no work of its own."""
     app = App(url, schema=schema, observers=_observers(os.environ.get(TRACING_ENV, "")))
+    echo = os.environ.get(ECHO_ENV) == "on"
 
     @app.workflow(stores.NOOP)
     async def noop(payload: Any) -> None:
@@ -48,7 +52,10 @@ def build_app(url: str, schema: str) -> App:
 
     @app.workflow(stores.LATENCY)
     async def latency(payload: Any) -> dict[str, float]:
-        return {"started": time.time()}
+        started = time.time()
+        if echo:
+            print(f"started {payload.get('n')} {started!r}", flush=True)
+        return {"started": started}
 
     @app.workflow(stores.SIGNAL)
     async def signalled(payload: Any, ctx: Context) -> dict[str, float]:

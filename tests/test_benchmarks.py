@@ -137,6 +137,32 @@ def test_the_api_benchmark_runs_and_reports_its_figures(postgres_url: str) -> No
         assert all(math.isfinite(value) and value > 0 for value in doc[store].values()), store
 
 
+def test_the_pick_up_benchmark_measures_the_worker_beside_the_listen_loop(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    """``python -m benchmarks.latency`` at its smallest: HEAD's worker, the working
+    tree's and the LISTEN loop, each with its percentiles, the two workers with ratios."""
+    out = tmp_path / "pickup.json"
+    command = [
+        sys.executable, "-m", "benchmarks.latency",
+        "--samples", "5",
+        "--against", "HEAD",
+        "--postgres-url", postgres_url,
+        "--json", str(out),
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = json.loads(out.read_text())["results"]
+    assert list(results) == ["simple-workflow", "HEAD", "LISTEN loop"]
+    for name, figures in results.items():
+        for start in ("before", "after"):
+            assert math.isfinite(figures[f"{start}_p50_ms"]), (name, start)
+            assert figures[f"{start}_p50_ms"] <= figures[f"{start}_p99_ms"], (name, start)
+        ratios = {key for key in figures if key.endswith("_ratio")}
+        assert bool(ratios) == (name != "LISTEN loop"), name
+    assert "LISTEN loop" in done.stdout
+
+
 def test_compare_measures_both_sides_of_every_case(postgres_url: str, tmp_path: Path) -> None:
     """``python -m benchmarks.compare HEAD``: the ref installed in a virtualenv of its own
     and the working tree each measured on every case, the table and the JSON written."""

@@ -7,6 +7,7 @@ it was woken by a notification or by the worker's own timer for a run it gave ba
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from typing import Any
 
@@ -140,3 +141,43 @@ def test_a_run_held_back_by_a_rate_limit_runs_when_its_window_opens(store: Store
     throttled = [r.id for r in (first, second) if "throttled" in event_types(client, r.id)]
     assert len(throttled) == 1, throttled
     assert took < 10, took
+
+
+def test_runs_arriving_while_the_worker_claims_never_exceed_its_concurrency(store: Store) -> None:
+    """Each start's notification may come while the worker is claiming already (after a
+    slot freed) or while the listener claims on its own connection (Postgres): one claim
+    at a time, so no more handlers run at once than the worker has slots."""
+    app = App(store.url, schema=store.schema)
+    running: list[int] = [0, 0]  # now, most at once
+
+    @app.workflow("wake.burst.v1")
+    async def burst(payload: Any) -> None:
+        running[0] += 1
+        running[1] = max(running)
+        await asyncio.sleep(random.uniform(0, 0.02))
+        running[0] -= 1
+
+    async def scenario() -> list[RunStatus]:
+        poller = app.poller(lease_duration=10, poll_interval=SLOW_POLL, concurrency=2)
+        task = asyncio.create_task(poller.run_async())
+        client = store.async_client()
+        try:
+            await asyncio.sleep(0.3)
+            runs = []
+            for _ in range(40):
+                runs.append(await client.start("wake.burst.v1"))
+                await asyncio.sleep(random.uniform(0, 0.015))
+            deadline = time.monotonic() + 30
+            while True:
+                statuses = [(await client.get(run.id)).status for run in runs]
+                if all(s.is_terminal for s in statuses) or time.monotonic() > deadline:
+                    return statuses
+                await asyncio.sleep(0.05)
+        finally:
+            poller.stop()
+            await task
+            await client.aclose()
+
+    statuses = asyncio.run(scenario())
+    assert statuses == [RunStatus.SUCCEEDED] * 40
+    assert running[1] <= 2, running

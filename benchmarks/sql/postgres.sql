@@ -77,3 +77,32 @@ alter table {schema}workflow_run disable trigger workflow_run_count_leases
 
 -- name: count_leases_on
 alter table {schema}workflow_run enable trigger workflow_run_count_leases
+
+-- name: listen_ref_create
+-- The hand-written queue of the idle pick-up's reference (benchmarks/listen_loop.py).
+create table {schema}listen_ref (
+    id bigserial primary key,
+    status text not null default 'queued',
+    payload jsonb not null,
+    claimed_at timestamptz
+);
+create index listen_ref_queued on {schema}listen_ref (id) where status = 'queued'
+
+-- name: listen_ref_listen
+listen {schema_name}
+
+-- name: listen_ref_insert
+-- A producer's insert and its NOTIFY, one statement and one commit.
+with made as (
+    insert into {schema}listen_ref (payload) values (%(payload)s) returning id
+)
+select pg_notify(%(channel)s, id::text) from made
+
+-- name: listen_ref_claim
+-- The least a queue must do on a wake-up: lease the oldest queued row.
+update {schema}listen_ref set status = 'running', claimed_at = now()
+where id = (
+    select id from {schema}listen_ref where status = 'queued'
+    order by id limit 1 for update skip locked
+)
+returning id, payload

@@ -15,8 +15,8 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar
 
 from simpleworkflow.backends.admin_ops import AdminOps
 from simpleworkflow.backends.insight_ops import InsightOps
@@ -58,6 +58,16 @@ from simpleworkflow.backends.worker_ops import WorkerOps
 
 T = TypeVar("T")
 
+
+class OpRunner(Protocol):
+    """Runs an op where its giver chose (see :meth:`Backend.listen`)."""
+
+    def __call__(self, op: Op[T], /) -> Awaitable[T]: ...
+
+
+#: What :meth:`Backend.listen` awaits after the notifications it delivered.
+AfterWake = Callable[[OpRunner], Awaitable[None]]
+
 __all__ = [
     "ATOMIC",
     "CANCELLED",
@@ -71,6 +81,7 @@ __all__ = [
     "Lease",
     "NewRun",
     "Op",
+    "OpRunner",
     "Outcomes",
     "RegistryEntry",
     "Release",
@@ -169,11 +180,17 @@ class Backend(
 
     # -- wake-ups --------------------------------------------------------------------
 
-    async def listen(self, on_message: Callable[[str, str], None]) -> None:
+    async def listen(
+        self, on_message: Callable[[str, str], None], after: AfterWake | None = None
+    ) -> None:
         """Call ``on_message(kind, value)`` for wake-ups until cancelled.
 
         ``kind`` is ``"wake"`` (value: a type with a newly due run) or ``"cancel"``
         (value: a cancelled run id). Stores without notifications never call it.
+        ``after``, if given, is awaited after each batch of notifications with a runner
+        of ops on the connection that received them, where a store listens on one: its
+        server process has just woken to deliver them, so a claim sent there starts
+        sooner than on a pooled connection idle since the last run (see ``listening``).
         """
         await asyncio.Event().wait()
 

@@ -3,6 +3,11 @@
 It claims again at once while claims fill every free slot (there may be more), and
 otherwise rests until its :class:`~simpleworkflow.worker.timer.Bell` rings or the poll
 interval passes. While the store is down it retries within a second (see ``outage``).
+
+A notification that wakes an idle worker is followed by a claim from the listener's own
+task, on the connection that received it (:meth:`ClaimLoop.claim_after_wake`, see
+``Backend.listen``); one claim at a time either way, and if that one fails the loop
+claims again through the pool.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from typing import Any
 
 from simpleworkflow import errors, outage
 from simpleworkflow.backends import Backend
-from simpleworkflow.backends.base import Claim, Lease
+from simpleworkflow.backends.base import Claim, Lease, OpRunner
 from simpleworkflow.handlers import Definition
 from simpleworkflow.wording import plural
 from simpleworkflow.worker.leases import Renewals
@@ -29,6 +34,10 @@ VERSIONS_INTERVAL = 300.0  # seconds between warnings about runs of unknown code
 #: After a rate limit's next window opens, by the database's clock, the claim waits this
 #: much more: a claim a moment early would find the throttled runs not yet due.
 WINDOW_MARGIN = 0.005
+#: Seconds the loop's end waits for a claim in flight on the listening connection, so
+#: that the runs it leased are started (and then stopped gracefully) rather than left
+#: leased until their leases expire.
+LAST_CLAIM_WAIT = 1.0
 
 
 class ClaimLoop:
@@ -57,6 +66,8 @@ class ClaimLoop:
         #: Whether the last claim found a limit on any of ``types``: until one says not,
         #: each claim heeds limits (see ``Claim.limited``).
         self._limited = True
+        self._claiming = False  # a claim is in flight (the loop's or the listener's)
+        self._after_wake: asyncio.Future[None] | None = None  # the listener's, in flight
 
     async def run(self) -> None:
         bell = self._bell
@@ -64,8 +75,9 @@ class ClaimLoop:
         pause = 0.0
         while not bell.stopping:
             free = self._runner.free_slots()
-            if free > 0 and (claim_more or bell.woken):
+            if free > 0 and (claim_more or bell.woken) and not self._claiming:
                 bell.woken = False
+                self._claiming = True
                 try:
                     leases = await self._claim_unless_stopping(free)
                 except errors.StoreUnavailable as exc:
@@ -82,6 +94,8 @@ class ClaimLoop:
                     if not await self._fail_unparsable():
                         await bell.rest(max(pause, self._options.poll_interval))
                     continue
+                finally:
+                    self._claiming = False
                 self._outage.ended()
                 pause = 0.0
                 for lease in leases:
@@ -90,6 +104,35 @@ class ClaimLoop:
                 continue
             if await bell.rest(self._options.poll_interval):
                 bell.woken = True
+        if self._after_wake is not None:
+            await asyncio.wait({self._after_wake}, timeout=LAST_CLAIM_WAIT)
+            self._after_wake = None  # one still in flight leaves its runs to expire
+
+    async def claim_after_wake(self, execute: OpRunner) -> None:
+        """Right after a notification woke the worker: claim with ``execute`` (on the
+        connection that received it), unless the loop claims already or nothing woke
+        it. A failure leaves the claim to the loop, through the pool."""
+        bell = self._bell
+        free = self._runner.free_slots()
+        if self._claiming or bell.stopping or not bell.woken or free <= 0:
+            return
+        bell.woken, self._claiming = False, True
+        done = self._after_wake = asyncio.get_running_loop().create_future()
+        try:
+            leases = await self._claim(free, execute)
+        except Exception as exc:
+            _log.debug("claiming on the listening connection failed (%s); claiming again", exc)
+            leases, bell.woken = [], True
+        finally:
+            self._claiming = False
+            done.set_result(None)
+        if self._after_wake is done:  # else the loop has ended without them
+            self._after_wake = None
+            for lease in leases:
+                self._runner.start(lease)
+            bell.woken = bell.woken or len(leases) == free  # there may be more
+        bell.ring()
+        await asyncio.sleep(0)  # the handlers begin before the listener listens again
 
     async def _claim_unless_stopping(self, limit: int) -> list[Lease]:
         """Claim, but give up when asked to stop: on a network gone silent a claim may
@@ -138,14 +181,14 @@ class ClaimLoop:
             wait_for_disk=bool(self._options.synchronous_claims),
         )
 
-    async def _claim(self, limit: int) -> list[Lease]:
+    async def _claim(self, limit: int, execute: OpRunner | None = None) -> list[Lease]:
         request = self.request(limit)
         op = self._backend.claim_runs(request)
         sent_at = time.monotonic()
         # Unless told otherwise, the claim does not wait for the disk (request's
         # wait_for_disk): lost in a database crash, its runs are due again
         # (docs/performance.md).
-        claimed = await self._backend.execute_async(op)
+        claimed = await (execute or self._backend.execute_async)(op)
         self._limited = claimed.limited
         if claimed.limited and not request.limited:
             self._bell.woken = True  # a type limited since: its runs wait for a full claim

@@ -281,7 +281,8 @@ class IntentPoller:
         reap = functools.partial(
             recovery.reap, backend, self._types, RUNTIME, recovered, self.worker_id
         )
-        listen = functools.partial(backend.listen, functools.partial(self._on_message, holdings))
+        on_message = functools.partial(self._on_message, holdings)
+        listen = functools.partial(backend.listen, on_message, claims.claim_after_wake)
         yield Loop("outbox", outbox.run), False
         yield Loop("journal", steps.run), False
         yield Loop("lease-checks", steps.checks.run), False

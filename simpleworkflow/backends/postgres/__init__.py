@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from simpleworkflow import config, errors
 from simpleworkflow.backends import base, queries
 from simpleworkflow.backends.dialect import Dialect
-from simpleworkflow.backends.postgres import driving, loading, settings, unflushed
+from simpleworkflow.backends.postgres import driving, listening, loading, settings, unflushed
 from simpleworkflow.backends.postgres.deadline import Deadline
 from simpleworkflow.backends.postgres.liveness import PROBE_AFTER, Liveness
 
@@ -34,8 +34,6 @@ CONNECT_TIMEOUT = 10
 #: After a failed connection, callers within this many seconds fail at once with its
 #: error: in an outage each waits for no other's connect timeout.
 RECONNECT_GAP = 0.25
-#: The longest pause between two attempts to listen again.
-LISTEN_PAUSE = 1.0
 
 DIALECT = Dialect(
     has_notifications=True,
@@ -298,37 +296,19 @@ class PostgresBackend(base.Backend):
                 await stack.enter_async_context(conn.transaction())
             yield conn
 
-    async def listen(self, on_message: Callable[[str, str], None]) -> None:
-        """Deliver this schema's notifications; reconnect when the link drops.
-
-        After every (re)connection a ``wake`` without a type is delivered, since
-        notifications sent while disconnected are lost and the listener must look itself.
-        Reconnecting is tried again every second at most, so that wake-ups come back
-        within a second of the server.
-        """
-        pause = 0.1
-        while True:
-            try:
-                conn = await psycopg.AsyncConnection.connect(self._conninfo(), autocommit=True)
-            except psycopg.OperationalError as exc:
-                _log.debug("cannot listen for wake-ups (%s); retrying in %.1fs", exc, pause)
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, LISTEN_PAUSE)
-                continue
-            try:
-                await conn.execute("listen simpleworkflow")
-                pause = 0.1
-                on_message("wake", "")
-                with self._liveness.standing(conn):  # half-open: cut by the next probe
-                    async for note in conn.notifies():
-                        kind, _, rest = note.payload.partition(" ")
-                        schema, _, value = rest.partition(" ")
-                        if schema == self.schema:
-                            on_message(kind, value)
-            except psycopg.OperationalError as exc:
-                _log.debug("wake-up connection lost (%s); reconnecting", exc)
-            finally:
-                await conn.close()
+    async def listen(
+        self, on_message: Callable[[str, str], None], after: base.AfterWake | None = None
+    ) -> None:
+        """Deliver this schema's notifications; reconnect when the link drops (see
+        ``listening``: ``after`` runs its ops on the listening connection)."""
+        await listening.listen(
+            self._probe_connection,
+            self.schema,
+            self._liveness,
+            self.call_timeout,
+            on_message,
+            after,
+        )
 
     def close(self) -> None:
         if self._pool is not None:

@@ -198,7 +198,11 @@ class SQLiteBackend(base.Backend):
             "function (in an async workflow it runs in a thread)"
         )
 
-    async def listen(self, on_message: Callable[[str, str], None]) -> None:
+    async def listen(
+        self, on_message: Callable[[str, str], None], after: base.AfterWake | None = None
+    ) -> None:
+        # Wake-ups come from this process's own commits, on no connection: the claim
+        # loop claims (``after`` is not called).
         loop = asyncio.get_running_loop()
 
         def deliver(kind: str, value: str) -> None:  # called from the producer's thread
