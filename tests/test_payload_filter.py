@@ -1,5 +1,6 @@
-"""``payload_contains``: bounded on both stores, and SQLite's matcher means ``jsonb @>``
-at a cost that does not grow with the filter times the payload.
+"""``payload_contains``: bounded on both stores, served by an index on Postgres, and
+SQLite's matcher means ``jsonb @>`` at a cost that does not grow with the filter times
+the payload.
 
 SQLite matches in Python (``backends/sqlite/matching.py``), for every row a listing
 reads and under the store's lock: a filter of 1,000 elements against a payload of 10,000
@@ -22,6 +23,7 @@ from hypothesis import strategies as st
 from test_dashboard import Dash
 
 from simpleworkflow import Client, errors
+from simpleworkflow.backends import Backend, postgres, queries, sqlite
 from simpleworkflow.backends.sqlite import matching
 from simpleworkflow.client import _listing
 
@@ -108,6 +110,107 @@ def test_the_matchers_work_does_not_grow_with_filter_times_payload(
     missing = {"lines": [{"sku": f"t{n}"} for n in range(120)]}
     assert matching.contains_json(json.dumps(doc), json.dumps(missing)) == 0
     assert calls < 10 * MAX_VALUES, calls
+
+
+# -- the listing with a filter: its own statement, an index on Postgres ------------------
+
+
+@pytest.mark.parametrize("package", [postgres.__name__, sqlite.__name__])
+def test_the_filtered_listing_is_the_listing_plus_the_filter(package: str) -> None:
+    """``list_runs_containing`` may drift from ``list_runs`` in nothing but the filter."""
+    statements = queries.load(package, "queries.sql", '"workflow"')
+
+    def lines(name: str) -> list[str]:
+        text = statements[name].splitlines()
+        return [line for line in text if not line.lstrip().startswith("--")]
+
+    plain, containing = lines("list_runs"), lines("list_runs_containing")
+    added = [line for line in containing if "payload" in line]
+    assert len(added) == 1 and "payload_contains" in added[0] and " or " not in added[0]
+    assert [line for line in containing if line not in added] == plain
+
+
+def test_a_filtered_listing_pages_through_its_runs_with_the_other_filters(
+    client: Client,
+) -> None:
+    """The filtered statement keeps every other filter and the cursor's order."""
+    wanted = [client.start(TYPE, {"customer": "c_1", "n": n}).id for n in range(7)]
+    client.start(TYPE, {"customer": "c_2"})
+    client.start("shop.refund.v1", {"customer": "c_1"})
+    cancelled = client.start(TYPE, {"customer": "c_1", "n": 99}).id
+    client.cancel(cancelled)
+    seen: list[str] = []
+    cursor = None
+    while True:
+        page = client.list(
+            type_prefix="shop.order.",
+            status="pending",
+            payload_contains={"customer": "c_1"},
+            limit=3,
+            cursor=cursor,
+        )
+        seen += [run.id for run in page.runs]
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    assert seen == wanted[::-1]  # newest first, each once
+    found = client.list(status="cancelled", payload_contains={"customer": "c_1"}).runs
+    assert [run.id for run in found] == [cancelled]
+
+
+#: Runs beside which the planner prefers the payload index to reading runs in order.
+PLANNED_RUNS = 20_000
+
+
+def _plan(store: Store, backend: Backend, **filters: Any) -> str:
+    """The plan of the listing statement the client sends for these filters."""
+    statement = next(backend.list_runs(_listing.list_query(**{**_NO_FILTER, **filters})))
+    with psycopg.connect(store.url) as conn:
+        rows = conn.execute(("explain " + statement.sql).encode(), statement.params).fetchall()
+    return "\n".join(row[0] for row in rows)
+
+
+_NO_FILTER: dict[str, Any] = {
+    "type_prefix": None,
+    "status": None,
+    "created_after": None,
+    "created_before": None,
+    "include_deleted": False,
+    "limit": 50,
+    "cursor": None,
+}
+
+
+def test_a_payload_filter_is_served_by_the_payload_index_on_postgres(
+    store: Store, backend: Backend, client: Client
+) -> None:
+    if store.kind != "postgres":
+        pytest.skip("a Postgres plan")
+    for start in range(0, PLANNED_RUNS, 5_000):
+        client.start_many(
+            [(TYPE, {"customer": f"c_{n % 2_000}", "n": n}) for n in range(start, start + 5_000)]
+        )
+    store.sql(
+        "update workflow_run set status = 'succeeded' where mod((payload ->> 'n')::int, 3) = 0"
+    )
+    with psycopg.connect(store.url, autocommit=True) as conn:
+        conn.execute(f'analyze "{store.schema}".workflow_run'.encode())
+    cursor = client.list(payload_contains={"customer": "c_7"}, limit=3).next_cursor
+    wanted = {"payload_contains": {"customer": "c_7"}}
+    for filters in (
+        {},
+        {"status": "pending"},
+        {"status": ["succeeded", "sleeping", "retrying"]},
+        {"type_prefix": "shop."},
+        {"include_deleted": True},
+        {"cursor": cursor, "limit": 3},
+    ):
+        plan = _plan(store, backend, **wanted, **filters)
+        assert "Bitmap Index Scan on idx_workflow_run_payload" in plan, (filters, plan)
+        assert "Seq Scan" not in plan, (filters, plan)
+    # Without the filter the listing still reads runs newest first, as it did.
+    plan = _plan(store, backend)
+    assert "idx_workflow_run_payload" not in plan and "Seq Scan" not in plan, plan
 
 
 # -- the matcher means jsonb @> ---------------------------------------------------------

@@ -148,7 +148,30 @@ where (%(type_like)s::text is null or type like %(type_like)s)
        or (%(retrying)s and status = 'pending' and waiting_for is null and attempt > 0))
   and (%(created_after)s::timestamptz is null or created_at >= %(created_after)s)
   and (%(created_before)s::timestamptz is null or created_at < %(created_before)s)
-  and (%(payload_contains)s::jsonb is null or payload @> %(payload_contains)s::jsonb)
+  and (%(include_deleted)s or deleted_at is null)
+  and (%(after_created_at)s::timestamptz is null
+       or (created_at, id) < (%(after_created_at)s::timestamptz, %(after_id)s::uuid))
+order by created_at desc, id desc
+limit %(limit)s
+
+-- name: list_runs_containing
+-- list_runs with payload_contains given: the filter stands alone, not behind an `is null
+-- or`, so that every plan, generic ones too, may serve it from idx_workflow_run_payload.
+-- Otherwise the same statement (tests/test_payload_filter.py holds them to it).
+select * from {schema}workflow_run
+where (%(type_like)s::text is null or type like %(type_like)s)
+  and (not %(filtered)s
+       or status = any(%(statuses)s::text[])
+       or (status = 'pending'
+           and (waiting_for ->> 'kind' = any(%(waits)s::text[])
+                or exists (select 1 from jsonb_array_elements(
+                               case when jsonb_typeof(waiting_for -> 'waits') = 'array'
+                                    then waiting_for -> 'waits' end) as w(wait)
+                           where w.wait ->> 'kind' = any(%(waits)s::text[]))))
+       or (%(retrying)s and status = 'pending' and waiting_for is null and attempt > 0))
+  and (%(created_after)s::timestamptz is null or created_at >= %(created_after)s)
+  and (%(created_before)s::timestamptz is null or created_at < %(created_before)s)
+  and payload @> %(payload_contains)s::jsonb
   and (%(include_deleted)s or deleted_at is null)
   and (%(after_created_at)s::timestamptz is null
        or (created_at, id) < (%(after_created_at)s::timestamptz, %(after_id)s::uuid))
