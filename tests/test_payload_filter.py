@@ -208,6 +208,10 @@ def test_a_payload_filter_is_served_by_the_payload_index_on_postgres(
         plan = _plan(store, backend, **wanted, **filters)
         assert "Bitmap Index Scan on idx_workflow_run_payload" in plan, (filters, plan)
         assert "Seq Scan" not in plan, (filters, plan)
+    # What the index finds is what the filter means: c_7's ten runs, newest first.
+    found = client.list(payload_contains={"customer": "c_7"}, status="pending").runs
+    expected = [n for n in range(PLANNED_RUNS - 1, -1, -1) if n % 2_000 == 7 and n % 3]
+    assert [run.payload["n"] for run in found] == expected
     # Without the filter the listing still reads runs newest first, as it did.
     plan = _plan(store, backend)
     assert "idx_workflow_run_payload" not in plan and "Seq Scan" not in plan, plan
