@@ -1,6 +1,6 @@
-"""``payload_contains``: bounded on both stores, served by an index on Postgres, and
-SQLite's matcher means ``jsonb @>`` at a cost that does not grow with the filter times
-the payload.
+"""``payload_contains``: bounded on both stores, served on Postgres by an index an
+operator creates (``Admin.create_payload_index``), and SQLite's matcher means ``jsonb @>``
+at a cost that does not grow with the filter times the payload.
 
 SQLite matches in Python (``backends/sqlite/matching.py``), for every row a listing
 reads and under the store's lock: a filter of 1,000 elements against a payload of 10,000
@@ -23,7 +23,9 @@ from hypothesis import strategies as st
 from test_dashboard import Dash
 
 from simpleworkflow import Client, errors
+from simpleworkflow.admin import Admin
 from simpleworkflow.backends import Backend, postgres, queries, sqlite
+from simpleworkflow.backends.payload_index import PayloadIndex
 from simpleworkflow.backends.sqlite import matching
 from simpleworkflow.client import _listing
 
@@ -195,6 +197,12 @@ def test_a_payload_filter_is_served_by_the_payload_index_on_postgres(
     )
     with psycopg.connect(store.url, autocommit=True) as conn:  # as autovacuum would
         conn.execute(f'vacuum (analyze) "{store.schema}".workflow_run'.encode())
+    # No index unless an operator made one: every run's writes would pay for it.
+    assert "idx_workflow_run_payload" not in _plan(store, backend, payload_contains={"c": 1})
+    with Admin(store.url, schema=store.schema) as admin:
+        created = admin.create_payload_index()
+    assert (created.present, created.valid, created.changed) == (True, True, True)
+    assert created.size_bytes > 0
     cursor = client.list(payload_contains={"customer": "c_7"}, limit=3).next_cursor
     wanted = {"payload_contains": {"customer": "c_7"}}
     for filters in (
@@ -215,6 +223,67 @@ def test_a_payload_filter_is_served_by_the_payload_index_on_postgres(
     # Without the filter the listing still reads runs newest first, as it did.
     plan = _plan(store, backend)
     assert "idx_workflow_run_payload" not in plan and "Seq Scan" not in plan, plan
+    # Dropped, the index serves nothing, and the listing finds the same runs without it.
+    with Admin(store.url, schema=store.schema) as admin:
+        assert admin.drop_payload_index().changed
+        assert not admin.payload_index().present
+    assert "idx_workflow_run_payload" not in _plan(store, backend, **wanted)
+    again = client.list(payload_contains={"customer": "c_7"}, status="pending").runs
+    assert [run.payload["n"] for run in again] == expected
+
+
+def test_the_payload_index_is_idempotent_and_rebuilt_when_a_build_was_interrupted(
+    store: Store, client: Client
+) -> None:
+    if store.kind != "postgres":
+        pytest.skip("a Postgres index")
+    client.start(TYPE, {"customer": "c_1"})
+    with Admin(store.url, schema=store.schema) as admin:
+        assert admin.payload_index() == PayloadIndex(present=False, valid=False, size_bytes=0)
+        assert not admin.drop_payload_index().changed  # absent: nothing to do
+        assert admin.create_payload_index().changed
+        twice = admin.create_payload_index()
+        assert (twice.present, twice.valid, twice.changed, twice.rebuilt) == (
+            True,
+            True,
+            False,
+            False,
+        )
+        assert admin.drop_payload_index().changed
+        # A concurrent build cut short (here by its statement timeout, while it waits for
+        # a writer's transaction) leaves an invalid index behind, which serves nothing.
+        table = f'"{store.schema}".workflow_run'
+        with (
+            psycopg.connect(store.url) as writer,
+            psycopg.connect(store.url, autocommit=True) as builder,
+        ):
+            writer.execute(f"update {table} set priority = priority".encode())
+            builder.execute(b"set statement_timeout = '500ms'")
+            with pytest.raises(psycopg.errors.QueryCanceled):
+                builder.execute(
+                    f"create index concurrently idx_workflow_run_payload on {table} "
+                    "using gin (payload jsonb_path_ops)".encode()
+                )
+            writer.rollback()
+        left = admin.payload_index()
+        assert (left.present, left.valid) == (True, False)
+        rebuilt = admin.create_payload_index()
+        assert (rebuilt.present, rebuilt.valid, rebuilt.changed, rebuilt.rebuilt) == (
+            True,
+            True,
+            True,
+            True,
+        )
+        assert admin.drop_payload_index().changed
+
+
+def test_sqlite_has_no_payload_index_and_says_so(store: Store) -> None:
+    if store.kind != "sqlite":
+        pytest.skip("what SQLite answers")
+    with Admin(store.url) as admin:
+        for call in (admin.payload_index, admin.create_payload_index, admin.drop_payload_index):
+            with pytest.raises(errors.ConfigurationError, match="sqlite store has no such index"):
+                call()
 
 
 # -- the matcher means jsonb @> ---------------------------------------------------------

@@ -14,7 +14,8 @@ from typing import Any, TypeVar
 from simpleworkflow import config, errors
 from simpleworkflow.backends import base, queries
 from simpleworkflow.backends.dialect import Dialect
-from simpleworkflow.backends.postgres import driving, loading, settings
+from simpleworkflow.backends.payload_index import Action, PayloadIndex
+from simpleworkflow.backends.postgres import driving, indexing, loading, settings
 from simpleworkflow.backends.postgres.deadline import Deadline
 from simpleworkflow.backends.postgres.liveness import PROBE_AFTER, Liveness
 
@@ -46,6 +47,11 @@ DIALECT = Dialect(
         "consume_signal_journaled": "takes a signal and journals its wait in one statement",
         "migration_lock": "an advisory lock serialises migrations (SQLite's begin immediate)",
         "record_steps": "journals many runs' steps in one statement, skipping locked rows",
+        "payload_index_state": "the optional payload index is a Postgres GIN index",
+        "payload_index_try_lock": "serialises builds of the payload index, a Postgres index",
+        "payload_index_unlock": "releases payload_index_try_lock",
+        "create_payload_index": "the payload index is a Postgres GIN index; SQLite has none",
+        "drop_payload_index": "the payload index is a Postgres GIN index; SQLite has none",
     },
 )
 
@@ -361,6 +367,12 @@ class PostgresBackend(base.Backend):
                 conn.execute(self.q["record_version"], {"version": version, "name": filename})
                 applied_now.append(version)
         return applied_now
+
+    def payload_index(self, action: Action) -> PayloadIndex:
+        with self._connecting():
+            conn = psycopg.connect(self._conninfo(server=False), autocommit=True)
+        with _translated("changing the payload index"), conn:
+            return indexing.apply(conn, self.q, self.schema, action)
 
     def migration_sql(self) -> str:
         parts = [

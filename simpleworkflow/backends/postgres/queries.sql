@@ -1658,3 +1658,29 @@ select 1 as ended from {schema}workflow_dashboard_logout where nonce = %(nonce)s
 -- processes may disagree), deleted at each logout through the index on expires_at.
 delete from {schema}workflow_dashboard_logout
 where expires_at < now() - make_interval(secs => %(grace)s)
+
+-- name: payload_index_state
+-- The optional payload index (backends/payload_index.py): whether it exists, whether it
+-- serves queries (an interrupted `create index concurrently` leaves it invalid), its size.
+select i.indisvalid as valid, pg_relation_size(i.indexrelid) as size
+from pg_index i
+join pg_class c on c.oid = i.indexrelid
+join pg_namespace n on n.oid = c.relnamespace
+where n.nspname = %(schema)s and c.relname = 'idx_workflow_run_payload'
+
+-- name: payload_index_try_lock
+-- One create or drop of the payload index at a time per schema. A session lock, tried
+-- and not waited for: a session waiting on it holds a snapshot, which a concurrent build
+-- in the other session would wait for in turn.
+select pg_try_advisory_lock(hashtext(%(key)s)) as locked
+
+-- name: payload_index_unlock
+select pg_advisory_unlock(hashtext(%(key)s))
+
+-- name: create_payload_index
+-- Concurrently: writes to the table go on while it is built (outside any transaction).
+create index concurrently if not exists idx_workflow_run_payload
+    on {schema}workflow_run using gin (payload jsonb_path_ops)
+
+-- name: drop_payload_index
+drop index concurrently if exists {schema}idx_workflow_run_payload

@@ -95,11 +95,6 @@ create index idx_workflow_run_versioned
 create index idx_workflow_run_created
     on {schema}workflow_run (created_at desc, id desc);
 
--- Listings filtered by payload content (`payload @>`) find their runs here (0026);
--- jsonb_path_ops serves `@>` alone, with a smaller index than the default class.
-create index idx_workflow_run_payload
-    on {schema}workflow_run using gin (payload jsonb_path_ops);
-
 create table {schema}workflow_event (
     id          bigint generated always as identity primary key,
     -- no foreign key: the run's delete trigger removes these rows (migration 0004)
