@@ -6,10 +6,11 @@ of the table again: the insert of a start, and the claim's and the completion's 
 path of the payload. This prices it in two figures load hardly moves, per run and per
 statement kind: the CPU time of the Postgres backend that runs the statement (from
 ``/proc/<pid>/schedstat``) and the WAL it writes. Five variants take turns in one
-schema, each round on an emptied table: ``none`` (the index dropped), ``gin`` (as
-migration 0026 makes it; the pending list it fills is merged into the index at the
-end of the round by ``gin_clean_pending_list``, whose cost is counted as ``merge``,
-which autovacuum or an unlucky insert would pay otherwise), ``gin, no fastupdate``
+schema, each round on an emptied table: ``none`` (no index, as
+by default), ``gin`` (as ``simpleworkflow payload-index create`` makes it; the pending
+list it fills is merged into the index at the end of the round by
+``gin_clean_pending_list``, whose cost is counted as ``merge``, which autovacuum or an
+unlucky insert would pay otherwise), ``gin, no fastupdate``
 (every entry goes into the index at once), with payloads the size of an order (about
 400 bytes, 40 values: a customer, five lines, tags), and ``none, one value`` and
 ``gin, one value`` with payloads of one value (``{"n": 17}``, as the benchmarks start).

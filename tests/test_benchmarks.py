@@ -151,6 +151,7 @@ def test_the_payload_filter_benchmark_lists_through_the_index(postgres_url: str)
     assert done.returncode == 0, done.stdout + done.stderr
     doc = json.loads(done.stdout)
     assert doc["backlog"] == 20000 and doc["payload_index_mb"] > 0
+    assert doc["index_build_seconds"] >= 0
     assert list(doc["with_index"]) == list(doc["without_index"])
     selective = doc["with_index"]["one customer (1 in 10,000)"]
     assert selective["runs"] == 2 and math.isfinite(selective["ms"])

@@ -96,9 +96,6 @@ from generate_series(%(first)s::bigint, %(first)s::bigint + %(count)s - 1) g
 select pg_relation_size('{schema}workflow_run'),
        pg_relation_size('{schema}idx_workflow_run_payload')
 
--- name: drop_payload_index
-drop index {schema}idx_workflow_run_payload
-
 -- name: autovacuum_off
 -- The payload index benchmark counts the merge of the index's pending list itself.
 alter table {schema}workflow_run set (autovacuum_enabled = false)
