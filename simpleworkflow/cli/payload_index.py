@@ -72,7 +72,7 @@ def describe(action: str, index: PayloadIndex) -> str:
         return f"dropped {NAME}" if index.changed else f"{NAME} is absent; nothing to do"
     if not index.present:
         return f"{NAME} is absent: payload filters read runs newest first"
-    size = f"{index.size_bytes / 2**20:,.1f} MB"
+    size = _size(index.size_bytes)
     if not index.valid:
         return (
             f"{NAME} is INVALID ({size}): a concurrent build did not finish; it serves no "
@@ -85,3 +85,9 @@ def describe(action: str, index: PayloadIndex) -> str:
     if action == "create":
         return f"{NAME} exists and is valid ({size}); nothing to do"
     return f"{NAME} exists and is valid ({size}): payload filters are served by it"
+
+
+def _size(size_bytes: int) -> str:
+    if size_bytes < 2**20:
+        return f"{size_bytes / 2**10:,.0f} kB"
+    return f"{size_bytes / 2**20:,.1f} MB"
