@@ -163,6 +163,50 @@ def test_the_pick_up_benchmark_measures_the_worker_beside_the_listen_loop(
     assert "LISTEN loop" in done.stdout
 
 
+def test_the_payload_filter_benchmark_lists_through_the_index(postgres_url: str) -> None:
+    """``python -m benchmarks.payload_filter --store postgres`` at its smallest: every
+    listing timed with the index and without, a selective filter served by the index."""
+    command = [
+        sys.executable, "-m", "benchmarks.payload_filter",
+        "--store", "postgres",
+        "--backlog", "20000",
+        "--repeat", "1",
+        "--postgres-url", postgres_url,
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["backlog"] == 20000 and doc["payload_index_mb"] > 0
+    assert doc["index_build_seconds"] >= 0
+    assert list(doc["with_index"]) == list(doc["without_index"])
+    selective = doc["with_index"]["one customer (1 in 10,000)"]
+    assert selective["runs"] == 2 and math.isfinite(selective["ms"])
+    assert any("idx_workflow_run_payload" in scan for scan in selective["scans"]), selective
+    unindexed = doc["without_index"]["one customer (1 in 10,000)"]["scans"]
+    assert not any("idx_workflow_run_payload" in scan for scan in unindexed)
+
+
+def test_the_payload_index_benchmark_prices_every_variant(postgres_url: str) -> None:
+    """``python -m benchmarks.payload_index`` at its smallest: a row per variant."""
+    command = [
+        sys.executable, "-m", "benchmarks.payload_index",
+        "--runs", "200",
+        "--repeat", "1",
+        "--postgres-url", postgres_url,
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split("  ")[0] for line in lines[1:]] == [
+        "none",
+        "gin",
+        "gin, no fastupdate",
+        "none, one value",
+        "gin, one value",
+    ]
+    assert all(line.count("µs") >= 4 for line in lines[1:]), done.stdout
+
+
 def test_compare_measures_both_sides_of_every_case(postgres_url: str, tmp_path: Path) -> None:
     """``python -m benchmarks.compare HEAD``: the ref installed in a virtualenv of its own
     and the working tree each measured on every case, the table and the JSON written."""

@@ -144,3 +144,33 @@ def test_stats_counts_runs_by_type_and_says_how_late_each_queue_is(
     assert stats[0]["oldest_due_seconds"] >= 3500
     assert stats[1]["oldest_due_seconds"] is None
     assert stats[1]["registry"]["is_enabled"] is False
+
+
+# -- payload-index ------------------------------------------------------------------------
+
+
+def test_payload_index_is_created_described_and_dropped_on_postgres_only(
+    store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if store.kind == "sqlite":
+        for action in ("create", "drop", "status"):
+            refused = run_cli(store, capsys, "payload-index", action)
+            assert "sqlite store has no such index" in one_line_error(refused)
+        return
+    absent = run_cli(store, capsys, "payload-index", "status")
+    assert (absent.code, absent.out) == (
+        0,
+        "idx_workflow_run_payload is absent: payload filters read runs newest first\n",
+    )
+    created = run_cli(store, capsys, "payload-index", "create")
+    assert created.code == 0 and created.out.startswith("created idx_workflow_run_payload ("), (
+        created.err
+    )
+    again = run_cli(store, capsys, "payload-index", "create", "--json").json()
+    assert again == {**again, "present": True, "valid": True, "changed": False}
+    shown = run_cli(store, capsys, "payload-index", "status")
+    assert "exists and is valid" in shown.out and "served by it" in shown.out
+    dropped = run_cli(store, capsys, "payload-index", "drop")
+    assert dropped.out == "dropped idx_workflow_run_payload\n"
+    gone = run_cli(store, capsys, "payload-index", "drop", "--json").json()
+    assert (gone["present"], gone["changed"]) == (False, False)

@@ -20,7 +20,9 @@ open one on a database URL (``Admin("postgresql://...")``), then:
 - topics: :meth:`~Admin.subscribe`, :meth:`~Admin.unsubscribe`, :meth:`~Admin.subscriptions`;
 - cron schedules: :attr:`~Admin.schedules` (also ``client.schedules``);
 - housekeeping: :meth:`~Admin.purge`, :meth:`~Admin.migrate`, :meth:`~Admin.migration_sql`,
-  :meth:`~Admin.replay_check`.
+  :meth:`~Admin.replay_check`;
+- the optional payload index (Postgres): :meth:`~Admin.create_payload_index`,
+  :meth:`~Admin.drop_payload_index`, :meth:`~Admin.payload_index`.
 """
 
 from simpleworkflow.admin.faces import Admin, AsyncAdmin
@@ -37,6 +39,7 @@ from simpleworkflow.admin.records import (
 )
 from simpleworkflow.admin.schedules import AsyncSchedules, Schedules
 from simpleworkflow.admin.verbs import ADMIN_NAME, check_runtime
+from simpleworkflow.backends.payload_index import PayloadIndex
 
 __all__ = [
     "ADMIN_NAME",
@@ -46,6 +49,7 @@ __all__ = [
     "AsyncAdmin",
     "AsyncSchedules",
     "Minute",
+    "PayloadIndex",
     "QueueStats",
     "Queues",
     "Schedules",

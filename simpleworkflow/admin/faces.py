@@ -16,6 +16,7 @@ from simpleworkflow import durations, rates, schema_check
 from simpleworkflow.admin.records import Minute, Queues, SweepReport, TypeStats, Worker
 from simpleworkflow.admin.schedules import AsyncSchedules, Schedules
 from simpleworkflow.admin.verbs import DEFAULT_PURGE_BATCH, DEFAULT_SWEEP_BATCH, Verbs
+from simpleworkflow.backends.payload_index import Action, PayloadIndex
 from simpleworkflow.backends.records import JournalEntry, RateLimit, RegistryEntry, Subscription
 from simpleworkflow.handlers import Handlers
 from simpleworkflow.models import Event, Run
@@ -231,6 +232,26 @@ class Admin(schema_check.Checked, Verbs):
         """Whether the dashboard session ``nonce`` was logged out: one read by key."""
         return self._run(self._session_ended_op(nonce), readonly=True)
 
+    def payload_index(self) -> PayloadIndex:
+        """Whether the optional payload index exists on Postgres, serves queries, and
+        its size (docs/admin.md#the-payload-index); ``ConfigurationError`` on SQLite."""
+        return self._payload_index("status")
+
+    def create_payload_index(self) -> PayloadIndex:
+        """Build the index that serves ``payload_contains`` listings on Postgres,
+        concurrently (writes go on meanwhile); every run's writes pay for it from then on.
+        Idempotent; an invalid index left by an interrupted build is rebuilt."""
+        return self._payload_index("create")
+
+    def drop_payload_index(self) -> PayloadIndex:
+        """Drop the payload index, concurrently; payload filters read runs in the
+        listing's order again. Idempotent."""
+        return self._payload_index("drop")
+
+    def _payload_index(self, action: Action) -> PayloadIndex:
+        self.schema_version()  # a missing or old schema says so, before any index
+        return self.backend.payload_index(action)
+
     def replay_check(self, app: Handlers) -> builtins.list[ReplayReport]:
         """Replay the journal of every unfinished run of ``app``'s types against its code,
         calling no step and writing nothing; see :mod:`simpleworkflow.replaycheck`."""
@@ -404,6 +425,22 @@ class AsyncAdmin(schema_check.AsyncChecked, Verbs):
         """Whether a dashboard session was logged out; see
         :meth:`Admin.dashboard_session_ended`."""
         return await self._run(self._session_ended_op(nonce), readonly=True)
+
+    async def payload_index(self) -> PayloadIndex:
+        """:meth:`Admin.payload_index`, awaited."""
+        return await self._payload_index("status")
+
+    async def create_payload_index(self) -> PayloadIndex:
+        """:meth:`Admin.create_payload_index`, awaited (in a thread: it may take minutes)."""
+        return await self._payload_index("create")
+
+    async def drop_payload_index(self) -> PayloadIndex:
+        """:meth:`Admin.drop_payload_index`, awaited."""
+        return await self._payload_index("drop")
+
+    async def _payload_index(self, action: Action) -> PayloadIndex:
+        await self.schema_version()
+        return await asyncio.to_thread(self.backend.payload_index, action)
 
     async def replay_check(self, app: Handlers) -> builtins.list[ReplayReport]:
         """Replay unfinished runs against ``app``'s code; see :meth:`Admin.replay_check`."""

@@ -21,6 +21,7 @@ from typing import Any, Protocol, TypeVar
 from simpleworkflow.backends.admin_ops import AdminOps
 from simpleworkflow.backends.insight_ops import InsightOps
 from simpleworkflow.backends.journal_ops import JournalOps
+from simpleworkflow.backends.payload_index import Action, PayloadIndex, unsupported
 from simpleworkflow.backends.presence_ops import PresenceOps
 from simpleworkflow.backends.records import (
     ATOMIC,
@@ -220,6 +221,12 @@ class Backend(
     @abc.abstractmethod
     def reference_schema_sql(self) -> str:
         """The schema as it stands after every migration, written out in one file."""
+
+    def payload_index(self, action: Action) -> PayloadIndex:
+        """Create, drop or describe the optional payload index (Postgres only: a store
+        without one raises :class:`~simpleworkflow.errors.ConfigurationError`). Runs on a
+        connection of its own, outside any transaction: the index is built concurrently."""
+        raise unsupported(self.name)
 
     @abc.abstractmethod
     def schema_version(self) -> Op[int | None]:

@@ -127,8 +127,13 @@ class RunOps(StoreCore):
         return self.run_from_row(rows[0]) if rows else None
 
     def list_runs(self, query: RunQuery) -> Op[list[Run]]:
+        # A statement of its own when filtering by payload, so that the filter stands
+        # alone where the planner can serve it from the payload index (Postgres).
+        containing = (
+            {} if query.payload_contains is None else {"payload_contains": query.payload_contains}
+        )
         rows = yield self.stmt(
-            "list_runs",
+            "list_runs_containing" if containing else "list_runs",
             type_like=query.type_like,
             filtered=bool(query.statuses or query.waits or query.retrying),
             statuses=list(query.statuses or ()),
@@ -136,11 +141,11 @@ class RunOps(StoreCore):
             retrying=query.retrying,
             created_after=query.created_after,
             created_before=query.created_before,
-            payload_contains=query.payload_contains,
             include_deleted=query.include_deleted,
             after_created_at=query.after_created_at,
             after_id=query.after_id,
             limit=query.limit,
+            **containing,
         )
         return [self.run_from_row(row) for row in rows]
 

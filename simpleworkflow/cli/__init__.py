@@ -28,6 +28,7 @@ def _command_modules() -> list[ModuleType]:
         insight,
         limits,
         migrate,
+        payload_index,
         registry,
         replaycheck,
         runs,
@@ -55,6 +56,7 @@ def _command_modules() -> list[ModuleType]:
         topics,
         schedules,
         sweep,
+        payload_index,
     ]
 
 

@@ -14,7 +14,15 @@ from typing import Any, TypeVar
 from simpleworkflow import config, errors
 from simpleworkflow.backends import base, queries
 from simpleworkflow.backends.dialect import Dialect
-from simpleworkflow.backends.postgres import driving, listening, loading, settings, unflushed
+from simpleworkflow.backends.payload_index import Action, PayloadIndex
+from simpleworkflow.backends.postgres import (
+    driving,
+    indexing,
+    listening,
+    loading,
+    settings,
+    unflushed,
+)
 from simpleworkflow.backends.postgres.deadline import Deadline
 from simpleworkflow.backends.postgres.liveness import PROBE_AFTER, Liveness
 
@@ -49,6 +57,11 @@ DIALECT = Dialect(
         "succeed_runs_plain": "ends leases no claim counted, with no counter to lock",
         "fail_runs_plain": "ends leases no claim counted, with no counter to lock",
         "release_runs_plain": "ends leases no claim counted, with no counter to lock",
+        "payload_index_state": "the optional payload index is a Postgres GIN index",
+        "payload_index_try_lock": "serialises builds of the payload index, a Postgres index",
+        "payload_index_unlock": "releases payload_index_try_lock",
+        "create_payload_index": "the payload index is a Postgres GIN index; SQLite has none",
+        "drop_payload_index": "the payload index is a Postgres GIN index; SQLite has none",
     },
 )
 
@@ -352,6 +365,12 @@ class PostgresBackend(base.Backend):
                 conn.execute(self.q["record_version"], {"version": version, "name": filename})
                 applied_now.append(version)
         return applied_now
+
+    def payload_index(self, action: Action) -> PayloadIndex:
+        with self._connecting():
+            conn = psycopg.connect(self._conninfo(server=False), autocommit=True)
+        with _translated("changing the payload index"), conn:
+            return indexing.apply(conn, self.q, self.schema, action)
 
     def migration_sql(self) -> str:
         parts = [

@@ -148,7 +148,30 @@ where (%(type_like)s::text is null or type like %(type_like)s)
        or (%(retrying)s and status = 'pending' and waiting_for is null and attempt > 0))
   and (%(created_after)s::timestamptz is null or created_at >= %(created_after)s)
   and (%(created_before)s::timestamptz is null or created_at < %(created_before)s)
-  and (%(payload_contains)s::jsonb is null or payload @> %(payload_contains)s::jsonb)
+  and (%(include_deleted)s or deleted_at is null)
+  and (%(after_created_at)s::timestamptz is null
+       or (created_at, id) < (%(after_created_at)s::timestamptz, %(after_id)s::uuid))
+order by created_at desc, id desc
+limit %(limit)s
+
+-- name: list_runs_containing
+-- list_runs with payload_contains given: the filter stands alone, not behind an `is null
+-- or`, so that every plan, generic ones too, may serve it from idx_workflow_run_payload.
+-- Otherwise the same statement (tests/test_payload_filter.py holds them to it).
+select * from {schema}workflow_run
+where (%(type_like)s::text is null or type like %(type_like)s)
+  and (not %(filtered)s
+       or status = any(%(statuses)s::text[])
+       or (status = 'pending'
+           and (waiting_for ->> 'kind' = any(%(waits)s::text[])
+                or exists (select 1 from jsonb_array_elements(
+                               case when jsonb_typeof(waiting_for -> 'waits') = 'array'
+                                    then waiting_for -> 'waits' end) as w(wait)
+                           where w.wait ->> 'kind' = any(%(waits)s::text[]))))
+       or (%(retrying)s and status = 'pending' and waiting_for is null and attempt > 0))
+  and (%(created_after)s::timestamptz is null or created_at >= %(created_after)s)
+  and (%(created_before)s::timestamptz is null or created_at < %(created_before)s)
+  and payload @> %(payload_contains)s::jsonb
   and (%(include_deleted)s or deleted_at is null)
   and (%(after_created_at)s::timestamptz is null
        or (created_at, id) < (%(after_created_at)s::timestamptz, %(after_id)s::uuid))
@@ -1866,3 +1889,29 @@ select 1 as ended from {schema}workflow_dashboard_logout where nonce = %(nonce)s
 -- processes may disagree), deleted at each logout through the index on expires_at.
 delete from {schema}workflow_dashboard_logout
 where expires_at < now() - make_interval(secs => %(grace)s)
+
+-- name: payload_index_state
+-- The optional payload index (backends/payload_index.py): whether it exists, whether it
+-- serves queries (an interrupted `create index concurrently` leaves it invalid), its size.
+select i.indisvalid as valid, pg_relation_size(i.indexrelid) as size
+from pg_index i
+join pg_class c on c.oid = i.indexrelid
+join pg_namespace n on n.oid = c.relnamespace
+where n.nspname = %(schema)s and c.relname = 'idx_workflow_run_payload'
+
+-- name: payload_index_try_lock
+-- One create or drop of the payload index at a time per schema. A session lock, tried
+-- and not waited for: a session waiting on it holds a snapshot, which a concurrent build
+-- in the other session would wait for in turn.
+select pg_try_advisory_lock(hashtext(%(key)s)) as locked
+
+-- name: payload_index_unlock
+select pg_advisory_unlock(hashtext(%(key)s))
+
+-- name: create_payload_index
+-- Concurrently: writes to the table go on while it is built (outside any transaction).
+create index concurrently if not exists idx_workflow_run_payload
+    on {schema}workflow_run using gin (payload jsonb_path_ops)
+
+-- name: drop_payload_index
+drop index concurrently if exists {schema}idx_workflow_run_payload

@@ -141,8 +141,32 @@ where (:type_like is null or type like :type_like escape '\')
        or (:retrying and status = 'pending' and waiting_for is null and attempt > 0))
   and (:created_after is null or created_at >= :created_after)
   and (:created_before is null or created_at < :created_before)
+  and (:include_deleted or deleted_at is null)
+  and (:after_created_at is null
+       or (created_at, rowid) < (:after_created_at,
+                                 (select rowid from workflow_run where id = :after_id)))
+-- Times here have millisecond precision: insertion order (rowid) breaks ties, so a run
+-- started after a page was read never shows up on the pages after it.
+order by created_at desc, rowid desc
+limit :limit
+
+-- name: list_runs_containing
+-- list_runs with payload_contains given (Postgres serves it from an index; here the
+-- matcher reads each run the listing reaches). Otherwise the same statement.
+select * from workflow_run
+where (:type_like is null or type like :type_like escape '\')
+  and (not :filtered
+       or status in (select value from json_each(:statuses))
+       or (status = 'pending' and waiting_for is not null
+           and (json_extract(waiting_for, '$.kind') in (select value from json_each(:waits))
+                or exists (select 1 from json_each(waiting_for, '$.waits') as w
+                           where json_extract(w.value, '$.kind')
+                                 in (select value from json_each(:waits)))))
+       or (:retrying and status = 'pending' and waiting_for is null and attempt > 0))
+  and (:created_after is null or created_at >= :created_after)
+  and (:created_before is null or created_at < :created_before)
   -- jsonb @> as Postgres decides it: see backends/sqlite/matching.py.
-  and (:payload_contains is null or json_contains(payload, :payload_contains))
+  and json_contains(payload, :payload_contains)
   and (:include_deleted or deleted_at is null)
   and (:after_created_at is null
        or (created_at, rowid) < (:after_created_at,
