@@ -101,6 +101,35 @@ def targets(medians: Figures) -> list[dict[str, Any]]:
     return found
 
 
+#: Each metric of the per-system table, as its row is labelled.
+LABELS = {
+    "start_one": "start one at a time /s",
+    "start_batch": "start batched x100 /s",
+    "drain_1": "drain, 1 process, defaults /s",
+    "drain_2": "drain, 2 processes, defaults /s",
+    "drain_tuned": "drain, 1 process, tuned /s",
+    "drain_sync": "drain, 1 process, plain def handlers /s",
+    "steps": "10-step workflows /s",
+    "pickup_p50_ms": "idle pick-up p50 ms",
+    "pickup_p99_ms": "idle pick-up p99 ms",
+    "client_start": "Client.start one at a time /s (API case)",
+    "api_start": "POST /api/v1/runs one at a time /s",
+}
+
+
+def per_system(medians: Figures, tuned: dict[str, str]) -> str:
+    """Every median of every system, one column each, as Markdown."""
+    names = list(medians)
+    heads = [f"{name} (tuned: {tuned[name]})" if tuned.get(name) else name for name in names]
+    lines = ["| work | " + " | ".join(heads) + " |", "| --- |" + " --- |" * len(names)]
+    for metric, label in LABELS.items():
+        if any(metric in medians[name] for name in names):
+            digits = 2 if metric.endswith("_ms") else 0
+            cells = [_num(medians[name].get(metric), digits) for name in names]
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def _num(value: float | None, digits: int = 0) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 

@@ -183,5 +183,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: {system['status']}")
         for case, error in system["errors"].items():
             print(f"{name}, {case}: {error}")
+    medians = {name: system["medians"] for name, system in result["systems"].items()}
+    tuned = {name: system["tuned"] for name, system in result["systems"].items()}
+    print(report.per_system(medians, tuned))
+    print()
     print(report.markdown(result["table"], result["targets"]))
     return 0

@@ -14,8 +14,8 @@ line. Commands:
   prints ``{"p50_ms": ..., "p99_ms": ...}``.
 
 Progress is measured the same way for every system: each handler calls :func:`mark` when
-it runs, and a thread prints ``count last_time`` whenever the count moved, so the runner
-reads completions without querying anybody's tables.
+it runs, and a thread prints ``count first_time last_time`` whenever the count moved, so
+the runner reads completions without querying anybody's tables.
 """
 
 from __future__ import annotations
@@ -34,15 +34,17 @@ from typing import Any
 BATCH = 100
 _lock = threading.Lock()
 _count = 0
+_first = 0.0
 _last = 0.0
 
 
 def mark() -> None:
     """Called by a handler as it runs: one more job picked up, at this instant."""
-    global _count, _last
+    global _count, _first, _last
     now = time.time()
     with _lock:
         _count += 1
+        _first = _first or now
         _last = now
 
 
@@ -50,9 +52,9 @@ def _report() -> None:
     shown = 0
     while True:
         with _lock:
-            count, last = _count, _last
+            count, first, last = _count, _first, _last
         if count != shown:
-            sys.stdout.write(f"{count} {last!r}\n")
+            sys.stdout.write(f"{count} {first!r} {last!r}\n")
             sys.stdout.flush()
             shown = count
         time.sleep(0.002)
@@ -112,7 +114,7 @@ def pickup(
                 line = worker.stdout.readline()
                 if not line:
                     raise RuntimeError("the pick-up worker stopped")
-                count, stamp = line.split()
+                count, _, stamp = line.split()
                 if int(count) >= number:
                     break
             latencies.append(float(stamp) - began)

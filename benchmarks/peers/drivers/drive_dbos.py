@@ -9,6 +9,7 @@ The 10-step case is a workflow of ten ``@DBOS.step()`` calls.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,12 @@ def steps() -> None:
 
 
 def _launch(url: str, polling: float | None = None) -> None:
-    config: DBOSConfig = {"name": "peers", "system_database_url": url}
+    # An executor id of its own per process, as for any two workers of one application.
+    config: DBOSConfig = {
+        "name": "peers",
+        "system_database_url": url,
+        "executor_id": f"peers-{os.getpid()}",
+    }
     DBOS(config=config)
     options: dict[str, Any] = {} if polling is None else {"polling_interval_sec": polling}
     DBOS.launch()
