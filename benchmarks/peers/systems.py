@@ -34,6 +34,8 @@ class System:
     packages: tuple[str, ...] = ()
     #: The distribution whose version the report records.
     distribution: str = ""
+    #: Counts the jobs the system has recorded as finished: the drains' finish line.
+    done_sql: str = ""
     python: str = sys.executable
     env: dict[str, str] = field(default_factory=dict)
     version: str = ""
@@ -49,19 +51,23 @@ PEERS: dict[str, System] = {
         System(
             "procrastinate", "drive_procrastinate.py", QUEUE_CASES,
             tuned="concurrency 10", packages=("procrastinate",), distribution="procrastinate",
+            done_sql="select count(*) from procrastinate_jobs where status = 'succeeded'",
         ),
         System(
             "dbos", "drive_dbos.py", (*QUEUE_CASES, "steps"),
             tuned="queue polling 0.1 s", packages=("dbos",), distribution="dbos",
+            done_sql="select count(*) from dbos.workflow_status where status = 'SUCCESS'",
         ),
         System(
             "absurd", "drive_absurd.py", (*QUEUE_CASES, "steps"),
             tuned="concurrency 10", packages=("absurd-sdk", "absurdctl"),
             distribution="absurd-sdk",
+            done_sql="select count(*) from absurd.t_bench where state = 'completed'",
         ),
         System(
             "pgqrs", "drive_pgqrs.py", QUEUE_CASES,
             tuned="batch 10", packages=("pgqrs",), distribution="pgqrs",
+            done_sql="select count(*) from pgqrs_messages where archived_at is not null",
         ),
     )
 }  # fmt: skip
@@ -82,6 +88,7 @@ def ours() -> System:
         "simple-workflow", "drive_ours.py",
         (*QUEUE_CASES, "drain_sync", "steps", "api"),
         tuned="100 slots", env=env, version=f"{installed} (working tree {_git_head()})",
+        done_sql="select count(*) from workflow.workflow_run where status = 'succeeded'",
     )  # fmt: skip
 
 
@@ -93,6 +100,7 @@ def floor() -> System:
         "psycopg floor", "drive_floor.py",
         ("start_one", "start_batch", "drain_1", "drain_2", "pickup"),
         env=dict(os.environ), version=f"psycopg {psycopg.__version__}",
+        done_sql="select count(*) from job where status = 'done'",
     )  # fmt: skip
 
 
