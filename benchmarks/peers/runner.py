@@ -159,7 +159,7 @@ def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
             for system in lineup
         },
         "table": table,
-        "targets": report.targets(medians),
+        "targets": report.targets(medians, samples),
     }
 
 
