@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.peers import report
+from benchmarks.peers import report, systems
 from benchmarks.peers.measure import database_url
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,3 +62,11 @@ def test_a_database_url_keeps_the_server_and_names_the_database() -> None:
     assert database_url(socket, "x") == "postgresql://postgres@localhost/x?host=/tmp/pg"
     tcp = "postgresql://u:p%40ss@db.local:5433/main?sslmode=disable"
     assert database_url(tcp, "y") == "postgresql://u:p%40ss@db.local:5433/y?sslmode=disable"
+
+
+def test_a_peer_that_cannot_be_installed_is_reported_not_measured(tmp_path: Path) -> None:
+    """No registry is asked: pip refuses an empty requirement list before looking."""
+    broken = systems.System("broken", "drive_broken.py", ("start_one",), distribution="broken")
+    prepared = systems.prepare(broken, cache=tmp_path)
+    assert prepared.problem.startswith("not measured: could not install"), prepared.problem
+    assert prepared.python != str(tmp_path / "broken" / "bin" / "python")
