@@ -1,0 +1,7 @@
+"""Entry point of ``python -m benchmarks.peers``."""
+
+import sys
+
+from benchmarks.peers.runner import main
+
+sys.exit(main())
