@@ -24,7 +24,7 @@ _log = logging.getLogger("simpleworkflow.worker")
 ItemT = TypeVar("ItemT")
 #: Turns of the event loop a batch may wait for the items :meth:`GroupCommit.more_coming`
 #: announces (each a few microseconds when there is nothing else to do).
-GATHER_TURNS = 24
+GATHER_TURNS = 48
 
 
 class GroupCommit(abc.ABC, Generic[ItemT]):

@@ -104,8 +104,8 @@ def quick_runs(client: Client, count: int) -> list[str]:
 def waiting_behind_a_blocked_slot(client: Client, seen: Seen, least: int) -> tuple[str, list[str]]:
     """With one slot: quick runs first (the worker learns its handlers are quick), then a
     run that blocks the slot, then quick runs, some claimed ahead to wait behind it (as
-    many as the handlers' pace allows: at least ``least``, and no more are claimed while
-    two wait). Returns the blocking run and those claimed ahead."""
+    many as the handlers' pace allows, at least ``least``; no more are claimed while any
+    wait). Returns the blocking run and those claimed ahead."""
     settled(client, quick_runs(client, 30), RunStatus.SUCCEEDED)
     blocker = client.start(BLOCK).id
     wait_until(lambda: blocker in seen.started, 15, "the blocking run never started")

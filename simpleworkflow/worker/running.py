@@ -67,8 +67,8 @@ class Runner:
 
     def free_slots(self) -> int:
         """Runs the next claim may take: the free slots, and as many more as may wait for
-        one (see ``slots``); none while enough runs wait to fill every slot again (or half
-        the room to wait), so that claims stay large. A run whose handler has returned no
+        one (see ``slots``); none while runs wait for a slot (they feed the slots that free
+        up meanwhile), so that claims stay large. A run whose handler has returned no
         longer holds a slot while its outcome is written, so the next claim overlaps that
         write instead of waiting for it; at most about as many such writes as runs held
         are waited for at a time. A suspect (see ``recovery``) runs alone: while it runs
@@ -77,7 +77,7 @@ class Runner:
             return 0
         slots = self._slots
         ahead = self._pace.ahead()
-        if slots.waiting > min(ahead // 2, self.concurrency):
+        if slots.waiting:
             return 0
         limit = self.concurrency + ahead
         return min(limit - slots.busy - slots.waiting, 2 * limit + ahead - len(self.active))
