@@ -153,7 +153,8 @@ class Runner:
                 del self.active[lease.run.id]
                 # Empty now: the moment to take a suspect, if one waits (see recovery).
                 self._bell.woken = self._bell.woken or not self.active
-            self._bell.ring()
+            if not self._slots.waiting:  # else the claim loop has nothing to do yet
+                self._bell.ring()
 
     async def _attempt(self, lease: Lease, state: AttemptState, threads: Threads) -> None:
         """Run the handler in the slot it holds, give the slot back, record the outcome."""
@@ -176,7 +177,8 @@ class Runner:
             own = self.own(lease)
             if own is not None:
                 own.finishing = True
-            self._bell.ring()
+            if not self._slots.waiting:  # a slot is free for the next claim
+                self._bell.ring()
             # Stopped from outside (cancelled, lease lost, shutdown): nothing to record.
             # A timeout stops the handler too, but its failure is the outcome.
             stopped = state.stop_reason not in (None, execution.TIMED_OUT)
