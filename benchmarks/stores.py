@@ -26,6 +26,7 @@ from simpleworkflow.backends import Backend, open_backend, queries
 
 _numbers = itertools.count()
 NOOP = "bench.noop.v1"
+SYNC = "bench.sync.v1"  # NOOP's twin as a plain ``def``
 #: Runs per start_many call when loading.
 LOAD_BATCH = 10_000
 STEPS = "bench.steps.v1"

@@ -1,5 +1,7 @@
 """A worker process for the benchmark: ``python -m benchmarks.worker URL SCHEMA CONCURRENCY``.
 
+``CONCURRENCY`` 0 leaves the worker's own default.
+
 It registers the benchmark's handlers and builds its poller, prints ``ready``, then waits
 for a line on stdin before it starts claiming: imports and connections stay out of the
 measured window, and several processes begin together. SIGTERM stops it gracefully.
@@ -15,6 +17,7 @@ it rather than polling the store (``benchmarks.latency``).
 
 from __future__ import annotations
 
+import asyncio
 import cProfile
 import logging
 import os
@@ -30,6 +33,9 @@ PROFILE_ENV = "SIMPLEWORKFLOW_BENCH_PROFILE"
 TRACING_ENV = "SIMPLEWORKFLOW_BENCH_TRACING"
 METRICS_ENV = "SIMPLEWORKFLOW_BENCH_METRICS"
 ECHO_ENV = "SIMPLEWORKFLOW_BENCH_ECHO"
+#: Milliseconds each run of ``stores.NOOP`` and ``stores.SYNC`` waits (``asyncio.sleep``,
+#: ``time.sleep``), standing in for a handler's I/O; unset or 0: none.
+HANDLER_MS_ENV = "SIMPLEWORKFLOW_BENCH_HANDLER_MS"
 
 
 async def _nothing() -> None:
@@ -40,10 +46,27 @@ def build_app(url: str, schema: str) -> App:
     """The handlers every case uses; each does no work of its own."""
     app = App(url, schema=schema, observers=_observers(os.environ.get(TRACING_ENV, "")))
     echo = os.environ.get(ECHO_ENV) == "on"
+    wait = float(os.environ.get(HANDLER_MS_ENV) or 0) / 1000
 
-    @app.workflow(stores.NOOP)
-    async def noop(payload: Any) -> None:
-        return None
+    if wait:
+
+        @app.workflow(stores.NOOP)
+        async def noop(payload: Any) -> None:
+            await asyncio.sleep(wait)
+
+        @app.workflow(stores.SYNC)
+        def blocking(payload: Any) -> None:
+            time.sleep(wait)
+
+    else:
+
+        @app.workflow(stores.NOOP)
+        async def noop(payload: Any) -> None:
+            return None
+
+        @app.workflow(stores.SYNC)
+        def plain(payload: Any) -> None:
+            return None
 
     @app.workflow(stores.STEPS)
     async def steps(payload: Any, ctx: Context) -> None:
@@ -92,8 +115,9 @@ def _observers(tracing: str) -> list[Observer]:
 def main(argv: list[str]) -> None:
     url, schema, concurrency = argv[0], argv[1], int(argv[2])
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    slots: dict[str, Any] = {"concurrency": concurrency} if concurrency else {}
     poller = build_app(url, schema).poller(
-        type_prefixes=["bench.%"], concurrency=concurrency, worker_id=f"bench-{schema}"
+        type_prefixes=["bench.%"], worker_id=f"bench-{schema}", **slots
     )
     if os.environ.get(METRICS_ENV) == "on":
         serve_metrics(poller, 0, "127.0.0.1")

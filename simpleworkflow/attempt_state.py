@@ -14,7 +14,6 @@ import concurrent.futures
 import contextlib
 import contextvars
 import functools
-import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -68,8 +67,10 @@ class AttemptState:
         # ``leases``): checked on each call, so that code that runs on after the process
         # was paused past its lease stops before the worker's own timer has fired.
         self._lease_ended = lease_ended
-        self._stop = threading.Event()  # read from handler threads
-        self._async_stop = asyncio.Event()  # awaited on the worker's loop
+        # Set once, on the loop; read from handler threads (a plain attribute read is
+        # atomic, and an Event per attempt would cost every run two locks).
+        self._stopping = False
+        self._async_stop: asyncio.Event | None = None  # made when first awaited
         self._stop_reason: str | None = None
         self._on_stop: list[Callable[[], Any]] = []
         #: Whether observers were told of the lease's loss (see ``worker.hooks.lease_lost``).
@@ -93,14 +94,18 @@ class AttemptState:
 
     def is_cancelled(self) -> bool:
         """Whether this attempt should stop; safe from any thread."""
-        if not self._stop.is_set() and self._lease_ended is not None and self._lease_ended():
+        if not self._stopping and self._lease_ended is not None and self._lease_ended():
             with contextlib.suppress(RuntimeError):  # the worker's loop has closed
                 self.loop.call_soon_threadsafe(self.request_stop, "lease lost")
             return True
-        return self._stop.is_set()
+        return self._stopping
 
     async def stopped(self) -> None:
         """Return once this attempt is asked to stop."""
+        if self._stopping:
+            return
+        if self._async_stop is None:
+            self._async_stop = asyncio.Event()
         await self._async_stop.wait()
 
     def request_stop(self, reason: str) -> None:
@@ -109,11 +114,12 @@ class AttemptState:
         A lost lease also fences the journal at once: another worker may hold the run."""
         if reason == "lease lost":
             self.durable.fence()
-        if self._stop.is_set():
+        if self._stopping:
             return
         self._stop_reason = reason
-        self._stop.set()
-        self._async_stop.set()
+        self._stopping = True
+        if self._async_stop is not None:
+            self._async_stop.set()
         for callback in self._on_stop:
             callback()
 

@@ -42,18 +42,30 @@ class Threads:
         return self._count > 0
 
     def track(self, future: concurrent.futures.Future[Any]) -> None:
-        with self._lock:
-            self._count += 1
+        self.enter()
         future.add_done_callback(self._ended)  # called at once if it already ended
 
-    def _ended(self, _: concurrent.futures.Future[Any]) -> None:
+    def enter(self) -> None:
+        """A call of this attempt was submitted; :meth:`leave` once it ended."""
+        with self._lock:
+            self._count += 1
+
+    def leave(self) -> None:
         with self._lock:
             self._count -= 1
+
+    def _ended(self, _: concurrent.futures.Future[Any]) -> None:
+        self.leave()
 
 
 _current: contextvars.ContextVar[Threads | None] = contextvars.ContextVar(
     "simpleworkflow_attempt_threads", default=None
 )
+
+
+def charged() -> Threads | None:
+    """The attempt the calling task's threads are charged to, if any."""
+    return _current.get()
 
 
 def charge_to(threads: Threads) -> None:
@@ -95,6 +107,9 @@ class Attempt:
     state: AttemptState
     task: asyncio.Task[None]
     threads: Threads = field(default_factory=Threads)
+    # Its handler has been called: until then it waits in the worker for a free slot
+    # (claimed ahead, see ``worker.running``), and at shutdown is given back at once.
+    started: bool = False
     # The handler returned and its outcome is being written: a lease check that reads
     # the run after that write commits finds the lease gone, which is not a lost lease.
     finishing: bool = False

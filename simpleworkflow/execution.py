@@ -14,6 +14,7 @@ from simpleworkflow import errors, payloads, tracebacks
 from simpleworkflow.attempt_state import AttemptState
 from simpleworkflow.backends.base import Failure, Lease, Success, Suspension
 from simpleworkflow.context import Context
+from simpleworkflow.handler_threads import HandlerThreads
 from simpleworkflow.handlers import Definition
 from simpleworkflow.models import Unreadable
 
@@ -24,7 +25,7 @@ TIMED_OUT = "timeout"  # the stop reason of an attempt that ran past its timeout
 async def attempt(
     definition: Definition,
     state: AttemptState,
-    executor: concurrent.futures.Executor,
+    executor: HandlerThreads | concurrent.futures.Executor,
     max_result_bytes: int = payloads.DEFAULT_MAX_BYTES,
 ) -> Success | Failure | Suspension | None:
     """Run the handler once. ``None`` means there is nothing to record: it was asked to
@@ -42,7 +43,7 @@ async def attempt(
 async def _outcome(
     definition: Definition,
     state: AttemptState,
-    executor: concurrent.futures.Executor,
+    executor: HandlerThreads | concurrent.futures.Executor,
     max_result_bytes: int,
 ) -> Success | Failure | Suspension | None:
     lease = state.lease
@@ -100,10 +101,10 @@ async def call(
     definition: Definition,
     payload: Any,
     state: AttemptState,
-    executor: concurrent.futures.Executor,
+    executor: HandlerThreads | concurrent.futures.Executor,
 ) -> Any:
     """Call the handler with a :class:`Context` over ``state``: ``async def`` on the loop,
-    ``def`` in ``executor``; apply its timeout.
+    ``def`` in one of ``executor``'s threads; apply its timeout.
 
     The observers' ``around_attempt`` encloses the call, entered before the handler's
     task or thread copies the context, so that a tracer's span is current inside it;
@@ -117,7 +118,10 @@ async def call(
             pending: asyncio.Future[Any] = task
         else:
             call = functools.partial(contextvars.copy_context().run, definition.fn, *args)
-            pending = asyncio.get_running_loop().run_in_executor(executor, call)
+            if isinstance(executor, HandlerThreads):
+                pending = executor.run(call)
+            else:
+                pending = asyncio.get_running_loop().run_in_executor(executor, call)
         return await _timed(definition, state, pending)
 
 

@@ -22,6 +22,9 @@ from simpleworkflow import outage
 
 _log = logging.getLogger("simpleworkflow.worker")
 ItemT = TypeVar("ItemT")
+#: Turns of the event loop a batch may wait for the items :meth:`GroupCommit.more_coming`
+#: announces (each a few microseconds when there is nothing else to do).
+GATHER_TURNS = 48
 
 
 class GroupCommit(abc.ABC, Generic[ItemT]):
@@ -57,6 +60,11 @@ class GroupCommit(abc.ABC, Generic[ItemT]):
         self._ready.set()
         return await future
 
+    def more_coming(self) -> bool:
+        """Whether more items are about to be queued (a few turns of the loop from now):
+        the writer then waits for them, so that they share one transaction."""
+        return False
+
     async def drained(self) -> None:
         """Return once everything queued so far has been written."""
         await self._idle.wait()
@@ -65,12 +73,21 @@ class GroupCommit(abc.ABC, Generic[ItemT]):
         """The writer task: flush whatever is queued, one transaction per batch."""
         while True:
             await self._ready.wait()
+            await self._gather()
             self._ready.clear()
             batch, self._queue = self._queue, []
             if batch:
                 await self._flush(batch)
             if not self._queue:
                 self._idle.set()
+
+    async def _gather(self) -> None:
+        """While :meth:`more_coming`, give the loop up to :data:`GATHER_TURNS` turns:
+        handlers that run on the loop finish within them."""
+        turns = 0
+        while turns < GATHER_TURNS and self.more_coming():
+            await asyncio.sleep(0)
+            turns += 1
 
     async def _flush(self, batch: list[tuple[ItemT, asyncio.Future[bool]]]) -> None:
         items = [item for item, _ in batch]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 
 from simpleworkflow import errors, outage, payloads
 from simpleworkflow.backends.base import (
@@ -34,6 +34,12 @@ class Outbox(GroupCommit[Item]):
         super().__init__(unavailable)
         self._backend = backend
         self._worker_id = worker_id
+
+    #: Whether handlers are running whose outcomes come next (set by the worker's runner).
+    running: Callable[[], bool] = staticmethod(lambda: False)
+
+    def more_coming(self) -> bool:
+        return self.running()
 
     def key(self, item: Item) -> Hashable:
         return item.run_id

@@ -236,6 +236,22 @@ def test_a_non_retryable_error_fails_the_run_at_once(
     assert "card declined" in (run.last_error or "")
 
 
+def test_a_def_handler_that_raises_stop_iteration_fails_its_attempt(
+    app: App, client: Client
+) -> None:
+    """An asyncio future refuses StopIteration; the attempt must fail, not hang."""
+
+    @app.workflow("test.exhausted.v1")
+    def exhausted(payload: Any) -> Any:
+        return next(iter(()))
+
+    run_id = client.start("test.exhausted.v1", max_attempts=1).id
+    with working(app):
+        run = wait_terminal(client, run_id)
+    assert run.status is RunStatus.FAILED
+    assert "StopIteration" in (run.last_error or "")
+
+
 @pytest.mark.parametrize(
     ("message", "stored"),
     [("bad \x00 byte", "bad \\x00 byte"), ("caf\udce9.txt", "caf\\udce9.txt")],

@@ -46,6 +46,8 @@ def test_options_given_whole_and_keywords_over_them() -> None:
         ({"lease_duration": 0.5}, "lease_duration must be at least one second"),
         ({"concurrency": 0}, "concurrency must be a positive integer"),
         ({"concurrency": True}, "concurrency must be a positive integer"),
+        ({"claim_batch": 0}, "claim_batch must be a positive integer, not 0"),
+        ({"claim_batch": "100"}, "claim_batch must be a positive integer, not '100'"),
         ({"poll_interval": "soon"}, "cannot read poll_interval 'soon'"),
         ({"lease_duration": "999999999d"}, "lease_duration must be at most 100 years"),
         ({"shutdown_grace": 1e300}, "shutdown_grace must be at most 100 years"),

@@ -83,6 +83,13 @@ def _add_poller_options(parser: argparse.ArgumentParser) -> None:
         "--concurrency", type=int, metavar="N", help="handlers run at once (default: 10)"
     )
     parser.add_argument(
+        "--claim-batch",
+        type=int,
+        metavar="N",
+        help="runs held at most while handlers are quick, those beyond the free slots "
+        "waiting in the worker for one (default: 100)",
+    )
+    parser.add_argument(
         "--lease",
         dest="lease_duration",
         metavar="DURATION",
@@ -150,6 +157,7 @@ def _add_poller_options(parser: argparse.ArgumentParser) -> None:
 POLLER_OPTIONS = (
     "type_prefixes",
     "concurrency",
+    "claim_batch",
     "lease_duration",
     "worker_id",
     "poll_interval",

@@ -42,7 +42,10 @@ class WorkerOptions:
     ``None`` exactly when no sweeper runs. ``default_retention`` is
     the sweeper's retention for runs whose start and type chose none. ``scheduler`` runs
     the cron scheduler (see ``scheduler``): any number of workers may, each tick still
-    starts one run. ``synchronous_claims`` makes claims and heartbeats wait for the disk
+    starts one run. ``concurrency`` handlers run at once; ``claim_batch`` is the most runs
+    a worker holds at once when its handlers are quick, the ones beyond its free slots
+    waiting in it for one (see ``slots``; at most ``concurrency``: no claiming ahead).
+    ``synchronous_claims`` makes claims and heartbeats wait for the disk
     on Postgres (``synchronous_commit``), as every other write does; when not given,
     ``$SIMPLEWORKFLOW_SYNCHRONOUS_CLAIMS``, else off: a database crash may then lose the
     last moment's claims, which only makes runs due again (docs/performance.md).
@@ -52,6 +55,7 @@ class WorkerOptions:
     lease_duration: float = 30.0
     worker_id: str = ""
     concurrency: int = 10
+    claim_batch: int = 100
     poll_interval: float = 1.0
     watch_interval: float = WATCH_INTERVAL
     shutdown_grace: float = 30.0
@@ -71,9 +75,11 @@ class WorkerOptions:
             self._set(name, durations.to_seconds(getattr(self, name), what=name))
         if self.lease_duration < 1:
             raise errors.InvalidArgument("lease_duration must be at least one second")
-        concurrency = self.concurrency
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise errors.InvalidArgument("concurrency must be a positive integer")
+        for name in ("concurrency", "claim_batch"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                message = f"{name} must be a positive integer, not {value!r:.40}"
+                raise errors.InvalidArgument(message)
         self._set("worker_id", self.worker_id or f"{socket.gethostname()}-{os.getpid()}")
         self._set("synchronous_claims", _synchronous_claims(self.synchronous_claims))
         self._check_sweep()
@@ -125,6 +131,7 @@ class WorkerSettings(TypedDict, total=False):
     lease_duration: durations.Duration
     worker_id: str | None
     concurrency: int
+    claim_batch: int
     poll_interval: durations.Duration
     watch_interval: durations.Duration
     shutdown_grace: durations.Duration

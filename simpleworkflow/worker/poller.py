@@ -1,7 +1,8 @@
 """IntentPoller: claims due runs by type prefix, runs their handlers, records outcomes.
 
 One event loop does all the bookkeeping: the claim loop (``claiming``) leases as many runs
-as there are free slots in one statement and starts an attempt for each (``running``);
+as there are free slots (and, while handlers are quick, some more: ``slots``) in one
+statement and starts an attempt for each (``running``);
 beside it, supervised services (``supervisor``) extend every held lease in one statement
 and fence the worker when they cannot (``leases``), recover expired leases of crashed
 workers (``recovery``), listen for wake-ups and cancellations (``timer``), and
@@ -219,6 +220,7 @@ class IntentPoller:
             self.worker_id,
             self.concurrency,
             backend,
+            claim_batch=self.options.claim_batch,
             outbox=outbox,
             steps=steps,
             renewals=self._renewals,
@@ -226,6 +228,7 @@ class IntentPoller:
             observers=observers,
             step_log=self._outcomes,
         )
+        outbox.running = runner.handlers_running
         claims = ClaimLoop(
             backend,
             self.options,
@@ -313,9 +316,12 @@ class IntentPoller:
         """Shut down gracefully (see ``shutdown``); return the attempts still running.
         A worker process exits here under them; embedded, they keep their runs leased
         until their code returns. A failed worker gives its handlers no grace."""
-        attempts = runner.draining = list(runner.active.values())
+        unstarted = runner.stop_waiting()
+        attempts = runner.draining = [a for a in runner.active.values() if a.started]
         grace = 0.0 if self._failure is not None else self.shutdown_grace
-        running = await shutdown.drain(attempts, outbox, grace, exiting=self._exiting)
+        running = await shutdown.drain(
+            attempts, outbox, grace, exiting=self._exiting, unstarted=unstarted
+        )
         if running and self._exiting:
             self._outcomes.flush()
             _log.warning(

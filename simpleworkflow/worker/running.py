@@ -1,7 +1,8 @@
 """Running the attempts a worker claimed: one task each, its outcome handed to the outbox.
 
 A slot counts as busy while a handler runs. Once it returns, its outcome is still being
-written, but the next claim need not wait for that: see :meth:`Runner.free_slots`.
+written, but the next claim need not wait for that: see :meth:`Runner.free_slots`. A run
+claimed ahead of the free slots waits in its task for one (see ``slots``).
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ from simpleworkflow.attempt_state import AttemptState
 from simpleworkflow.attempts import Attempt, Threads, TrackedExecutor, charge_to
 from simpleworkflow.backends import Backend
 from simpleworkflow.backends.base import Failure, Lease
+from simpleworkflow.handler_threads import HandlerThreads
 from simpleworkflow.handlers import Definition, Handlers
 from simpleworkflow.journal_writes import StepJournal
 from simpleworkflow.outbox import Outbox
 from simpleworkflow.worker import hooks
 from simpleworkflow.worker.leases import Renewals
+from simpleworkflow.worker.slots import Pace, Slots
 from simpleworkflow.worker.timer import Bell, due_in
 
 _log = logging.getLogger("simpleworkflow.worker")
@@ -36,6 +39,7 @@ class Runner:
         concurrency: int,
         backend: Backend,
         *,
+        claim_batch: int = 0,
         outbox: Outbox,
         steps: StepJournal,
         renewals: Renewals,
@@ -56,24 +60,39 @@ class Runner:
         self.active: dict[str, Attempt] = {}
         self.draining: list[Attempt] = []  # at shutdown: attempts that may still run
         self._refusals: set[asyncio.Task[None]] = set()  # runs failed as unreadable
-        self._executor = TrackedExecutor(concurrency, name="simpleworkflow-handler")
+        self._slots = Slots(concurrency)
+        self._pace = Pace(concurrency, claim_batch)
+        self._threads = HandlerThreads(concurrency, name="simpleworkflow-handler")
         self._step_executor = TrackedExecutor(name="simpleworkflow-step")  # sync steps
 
     def free_slots(self) -> int:
-        """Slots for new runs. A run whose handler has returned no longer holds one while
-        its outcome is written, so the next claim overlaps that write instead of waiting
-        for it; at most ``concurrency`` such writes are waited for at a time. A suspect
-        (see ``recovery``) runs alone: while it runs there are none."""
+        """Runs the next claim may take: the free slots, and as many more as may wait for
+        one (see ``slots``); none while runs wait for a slot (they feed the slots that free
+        up meanwhile), so that claims stay large. A run whose handler has returned no
+        longer holds a slot while its outcome is written, so the next claim overlaps that
+        write instead of waiting for it; at most about as many such writes as runs held
+        are waited for at a time. A suspect (see ``recovery``) runs alone: while it runs
+        there are none."""
         if any(active.lease.isolated for active in self.active.values()):
             return 0
-        running = sum(1 for active in self.active.values() if not active.finishing)
-        return min(self.concurrency - running, 2 * self.concurrency - len(self.active))
+        slots = self._slots
+        ahead = self._pace.ahead()
+        if slots.waiting:
+            return 0
+        limit = self.concurrency + ahead
+        return min(limit - slots.busy - slots.waiting, 2 * limit + ahead - len(self.active))
+
+    def handlers_running(self) -> bool:
+        """Whether quick handlers run now: their outcomes may join those about to be
+        written (see ``groupcommit``)."""
+        return self._slots.busy > 0 and self._pace.quick()
 
     def start(self, lease: Lease) -> None:
+        """Run ``lease``'s handler once a slot is free (at once, unless it was claimed
+        ahead)."""
         if lease.run.unreadable:
             self._refuse(lease)
             return
-        hooks.claimed(self._observers, lease, self.worker_id)
         definition = self.app.definitions[lease.run.type]
         state = AttemptState(
             lease,
@@ -87,22 +106,79 @@ class Runner:
             step_log=self._step_log,  # but for the steps that fail
         )
         threads = Threads()
-        task = asyncio.create_task(self._execute(lease, state, threads), name=f"run-{lease.run.id}")
+        # Counted at once: the claim loop may ask for free slots before the task runs.
+        waiter = None if self._slots.take_now() else self._slots.waiter()
+        if waiter is not None:
+            state.on_stop(functools.partial(self._slots.stop, waiter))
+        work = self._execute(lease, state, threads, waiter)
+        task = asyncio.create_task(work, name=f"run-{lease.run.id}")
         self.active[lease.run.id] = Attempt(lease, state, task, threads)
 
-    async def _execute(self, lease: Lease, state: AttemptState, threads: Threads) -> None:
+    def stop_waiting(self) -> list[Attempt]:
+        """At shutdown: start no more handlers; return the attempts whose handler never
+        started (claimed ahead), whose runs are to be given back at once."""
+        self._slots.close()
+        return [attempt for attempt in self.active.values() if not attempt.started]
+
+    async def _slot(self, state: AttemptState, waiter: asyncio.Future[bool] | None) -> bool:
+        """Whether the attempt holds a slot: the one it took when it was started, or the
+        one it waits for (``waiter``); False if it was stopped (cancelled, its lease lost)
+        or the worker began to shut down first."""
+        slots = self._slots
+        if waiter is not None:
+            try:
+                if not await waiter:
+                    return False
+            except asyncio.CancelledError:
+                slots.abandon(waiter)
+                raise
+        if slots.closed or state.stop_reason is not None:
+            slots.give_back()  # stopped before its handler was called
+            return False
+        return True
+
+    async def _execute(
+        self,
+        lease: Lease,
+        state: AttemptState,
+        threads: Threads,
+        waiter: asyncio.Future[bool] | None,
+    ) -> None:
+        try:
+            if await self._slot(state, waiter):
+                await self._attempt(lease, state, threads)
+        finally:
+            self._renewals.forget(lease.token)
+            if self.own(lease) is not None:
+                del self.active[lease.run.id]
+                # Empty now: the moment to take a suspect, if one waits (see recovery).
+                self._bell.woken = self._bell.woken or not self.active
+            if not self._slots.waiting:  # else the claim loop has nothing to do yet
+                self._bell.ring()
+
+    async def _attempt(self, lease: Lease, state: AttemptState, threads: Threads) -> None:
+        """Run the handler in the slot it holds, give the slot back, record the outcome."""
+        own = self.own(lease)
+        if own is not None:
+            own.started = True
         charge_to(threads)
+        hooks.claimed(self._observers, lease, self.worker_id)
         logs.enter_attempt(lease.run.id, lease.run.type, lease.run.attempt + 1)
         definition: Definition = self.app.definitions[lease.run.type]
         started = time.monotonic()
+        holding = True
         try:
             self._observers.attempt_started(observe.AttemptStarted(lease.run, self.worker_id))
-            outcome = await execution.attempt(definition, state, self._executor)
+            outcome = await execution.attempt(definition, state, self._threads)
             duration = time.monotonic() - started
+            self._pace.handled(duration)
+            holding = False
+            self._slots.give_back()  # to a run waiting for one, or for the next claim
             own = self.own(lease)
             if own is not None:
                 own.finishing = True
-                self._bell.ring()  # a slot is free for the next claim
+            if not self._slots.waiting:  # a slot is free for the next claim
+                self._bell.ring()
             # Stopped from outside (cancelled, lease lost, shutdown): nothing to record.
             # A timeout stops the handler too, but its failure is the outcome.
             stopped = state.stop_reason not in (None, execution.TIMED_OUT)
@@ -122,12 +198,8 @@ class Runner:
             spent = time.monotonic() - started
             self._observers.attempt_finished(hooks.worker_error(lease, self.worker_id, exc, spent))
         finally:
-            self._renewals.forget(lease.token)
-            if self.own(lease) is not None:
-                del self.active[lease.run.id]
-                # Empty now: the moment to take a suspect, if one waits (see recovery).
-                self._bell.woken = self._bell.woken or not self.active
-            self._bell.ring()
+            if holding:
+                self._slots.give_back()
 
     def _refuse(self, lease: Lease) -> None:
         """Fail a run claimed with columns this worker cannot read, calling no handler:
@@ -160,5 +232,5 @@ class Runner:
 
     def close(self) -> None:
         """Let the pools' idle threads go; threads still running are left to end."""
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._threads.close()
         self._step_executor.shutdown(wait=False, cancel_futures=True)

@@ -43,14 +43,23 @@ LINGER_POLL = 0.1  # how often a lingering run's threads are checked
 
 
 async def drain(
-    attempts: list[Attempt], outbox: Outbox, grace: float, *, exiting: bool
+    attempts: list[Attempt],
+    outbox: Outbox,
+    grace: float,
+    *,
+    exiting: bool,
+    unstarted: list[Attempt] | None = None,
 ) -> list[Attempt]:
     """Let ``attempts`` finish within ``grace`` seconds, ask the rest to stop, and give back
     the runs of those that did. Return the attempts whose code still runs.
 
     ``exiting``: the process exits next, which stops them; their runs are given back too,
-    due again :data:`EXIT_DELAY` seconds from now.
+    due again :data:`EXIT_DELAY` seconds from now. ``unstarted``: attempts claimed ahead
+    whose handler never ran (and never will): their runs are given back first, at once,
+    for other workers to take while these finish.
     """
+    if unstarted:
+        await _write(outbox, [_release(a) for a in unstarted])
     if attempts and grace > 0:
         _log.info("waiting up to %gs for %s", grace, plural(len(attempts), "handler"))
         await until_stopped(attempts, grace)

@@ -1,0 +1,185 @@
+"""Claiming ahead, on both stores: a worker whose handlers are quick claims more runs than
+it has free slots, and the runs it could not start yet wait in it for a slot.
+
+What a user relies on: no more handlers run at once than ``concurrency``; a run waiting
+in a worker keeps its lease (heartbeats renew it) and is never lost; a waiting run that
+is cancelled never runs; and a worker that shuts down gives its waiting runs back at
+once, without waiting for its running handlers to finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conftest import Store, poller_thread
+from worker_app import wait_until
+
+from simpleworkflow import App, Client, Context, RunStatus
+
+QUICK = "test.quick.v1"
+BRIEF = "test.brief.v1"  # QUICK, but it awaits: handlers overlap
+BLOCK = "test.block.v1"
+
+
+class Seen:
+    """Which runs' handlers started, and the most that ran at once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.started: list[str] = []
+        self.now = 0
+        self.most = 0
+
+    def enter(self, run_id: str) -> None:
+        with self._lock:
+            self.started.append(run_id)
+            self.now += 1
+            self.most = max(self.most, self.now)
+
+    def leave(self) -> None:
+        with self._lock:
+            self.now -= 1
+
+
+@pytest.fixture
+def seen() -> Seen:
+    return Seen()
+
+
+@pytest.fixture
+def release() -> Iterator[threading.Event]:
+    event = threading.Event()
+    yield event
+    event.set()  # a failed test leaves no handler blocked
+
+
+@pytest.fixture
+def app(store: Store, seen: Seen, release: threading.Event) -> App:
+    app = App(store.url, schema=store.schema)
+
+    @app.workflow(QUICK)
+    async def quick(payload: Any, ctx: Context) -> None:
+        seen.enter(ctx.run_id)
+        seen.leave()
+
+    @app.workflow(BRIEF)
+    async def brief(payload: Any, ctx: Context) -> None:
+        seen.enter(ctx.run_id)
+        await asyncio.sleep(0.001)
+        seen.leave()
+
+    @app.workflow(BLOCK)
+    def block(payload: Any, ctx: Context) -> None:
+        seen.enter(ctx.run_id)
+        release.wait(30)
+        seen.leave()
+
+    return app
+
+
+def statuses(client: Client, run_ids: list[str]) -> set[RunStatus]:
+    return {client.get(run_id).status for run_id in run_ids}
+
+
+def settled(client: Client, run_ids: list[str], status: RunStatus, within: float = 15) -> None:
+    wait_until(
+        lambda: statuses(client, run_ids) == {status},
+        within,
+        lambda: f"expected every run {status}, found {statuses(client, run_ids)}",
+    )
+
+
+def lifecycle(client: Client, run_id: str) -> list[str]:
+    return [e.event_type for e in client.events(run_id) if e.event_type != "heartbeat"]
+
+
+def quick_runs(client: Client, count: int) -> list[str]:
+    return [run.id for run in client.start_many([(QUICK, {})] * count)]
+
+
+def waiting_behind_a_blocked_slot(client: Client, seen: Seen, least: int) -> tuple[str, list[str]]:
+    """With one slot: quick runs first (the worker learns its handlers are quick), then a
+    run that blocks the slot, then quick runs, some claimed ahead to wait behind it (as
+    many as the handlers' pace allows, at least ``least``; no more are claimed while any
+    wait). Returns the blocking run and those claimed ahead."""
+    settled(client, quick_runs(client, 30), RunStatus.SUCCEEDED)
+    blocker = client.start(BLOCK).id
+    wait_until(lambda: blocker in seen.started, 15, "the blocking run never started")
+    later = quick_runs(client, 10)
+
+    def claimed_ahead() -> list[str]:
+        return [run_id for run_id in later if client.get(run_id).status is RunStatus.LEASED]
+
+    wait_until(lambda: len(claimed_ahead()) >= least, 15, "too few runs were claimed ahead")
+    threading.Event().wait(0.5)  # any claim under way has landed
+    return blocker, claimed_ahead()
+
+
+def test_no_more_handlers_run_at_once_than_the_concurrency_while_claiming_ahead(
+    app: App, client: Client, seen: Seen
+) -> None:
+    with poller_thread(app, concurrency=3, poll_interval=0.2):
+        run_ids = [run.id for run in client.start_many([(BRIEF, {})] * 300)]
+        settled(client, run_ids, RunStatus.SUCCEEDED, within=60)
+    assert sorted(seen.started) == sorted(run_ids)
+    assert seen.most == 3
+
+
+def test_runs_waiting_for_a_slot_keep_their_leases_and_a_cancelled_one_never_runs(
+    app: App, client: Client, seen: Seen, release: threading.Event
+) -> None:
+    with poller_thread(app, concurrency=1, lease_duration=2, poll_interval=0.2):
+        blocker, waiting = waiting_behind_a_blocked_slot(client, seen, least=2)
+        dropped, *kept = waiting
+        assert client.cancel(dropped)
+        settled(client, [dropped], RunStatus.CANCELLED)
+        # Past their first lease: heartbeats renewed the leases of the runs that wait.
+        threading.Event().wait(3)
+        assert statuses(client, kept) == {RunStatus.LEASED}
+        assert not set(waiting) & set(seen.started)
+        release.set()
+        settled(client, [blocker, *kept], RunStatus.SUCCEEDED)
+    assert dropped not in seen.started
+    assert client.get(dropped).status is RunStatus.CANCELLED
+    for run_id in kept:
+        assert client.get(run_id).attempt == 0
+        assert lifecycle(client, run_id) == ["created", "leased", "started", "succeeded"]
+
+
+def test_shutdown_gives_runs_waiting_for_a_slot_back_at_once(
+    app: App, client: Client, seen: Seen, release: threading.Event
+) -> None:
+    with poller_thread(app, concurrency=1, shutdown_grace=30, poll_interval=0.2) as poller:
+        blocker, waiting = waiting_behind_a_blocked_slot(client, seen, least=1)
+        poller.stop()
+        # Given back while the blocked handler still has its grace period to finish.
+        settled(client, waiting, RunStatus.PENDING, within=10)
+        assert client.get(blocker).status is RunStatus.LEASED
+        release.set()
+    assert client.get(blocker).status is RunStatus.SUCCEEDED
+    assert not set(waiting) & set(seen.started)
+    for run_id in waiting:
+        run = client.get(run_id)
+        assert (run.attempt, run.leased_by) == (0, None)
+        assert lifecycle(client, run_id) == ["created", "leased", "started", "released"]
+    with poller_thread(app, concurrency=1, poll_interval=0.2):
+        settled(client, waiting, RunStatus.SUCCEEDED)
+
+
+def test_a_worker_whose_handlers_have_not_returned_claims_only_for_its_free_slots(
+    app: App, client: Client, seen: Seen, release: threading.Event
+) -> None:
+    """Slow handlers (or none seen yet) mean no claiming ahead: the runs a worker cannot
+    start stay pending, for another worker to take."""
+    with poller_thread(app, concurrency=2, poll_interval=0.2):
+        run_ids = [run.id for run in client.start_many([(BLOCK, {})] * 5)]
+        wait_until(lambda: len(seen.started) == 2, 15, "the blocking runs never started")
+        threading.Event().wait(0.5)  # a claim too many would have landed by now
+        leased = [r for r in run_ids if client.get(r).status is RunStatus.LEASED]
+        assert sorted(leased) == sorted(seen.started)
+        release.set()
+        settled(client, run_ids, RunStatus.SUCCEEDED)
