@@ -46,7 +46,31 @@ def build_app(url: str, schema: str) -> App:
     """The handlers every case uses; each does no work of its own."""
     app = App(url, schema=schema, observers=_observers(os.environ.get(TRACING_ENV, "")))
     echo = os.environ.get(ECHO_ENV) == "on"
-    wait = float(os.environ.get(HANDLER_MS_ENV) or 0) / 1000
+    _plain_handlers(app, float(os.environ.get(HANDLER_MS_ENV) or 0) / 1000)
+
+    @app.workflow(stores.STEPS)
+    async def steps(payload: Any, ctx: Context) -> None:
+        for number in range(payload["steps"]):
+            await ctx.step(f"s{number}", _nothing)
+
+    @app.workflow(stores.LATENCY)
+    async def latency(payload: Any) -> dict[str, float]:
+        started = time.time()
+        if echo:
+            print(f"started {payload.get('n')} {started!r}", flush=True)
+        return {"started": started}
+
+    @app.workflow(stores.SIGNAL)
+    async def signalled(payload: Any, ctx: Context) -> dict[str, float]:
+        await ctx.wait_for_event("go", event="go")
+        return {"resumed": time.time()}
+
+    return app
+
+
+def _plain_handlers(app: App, wait: float) -> None:
+    """``stores.NOOP`` (``async def``) and ``stores.SYNC`` (``def``), each waiting
+    ``wait`` seconds (none: returning at once)."""
 
     if wait:
 
@@ -67,25 +91,6 @@ def build_app(url: str, schema: str) -> App:
         @app.workflow(stores.SYNC)
         def plain(payload: Any) -> None:
             return None
-
-    @app.workflow(stores.STEPS)
-    async def steps(payload: Any, ctx: Context) -> None:
-        for number in range(payload["steps"]):
-            await ctx.step(f"s{number}", _nothing)
-
-    @app.workflow(stores.LATENCY)
-    async def latency(payload: Any) -> dict[str, float]:
-        started = time.time()
-        if echo:
-            print(f"started {payload.get('n')} {started!r}", flush=True)
-        return {"started": started}
-
-    @app.workflow(stores.SIGNAL)
-    async def signalled(payload: Any, ctx: Context) -> dict[str, float]:
-        await ctx.wait_for_event("go", event="go")
-        return {"resumed": time.time()}
-
-    return app
 
 
 def _observers(tracing: str) -> list[Observer]:

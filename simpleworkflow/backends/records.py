@@ -185,11 +185,9 @@ class Lease:
 
 @dataclass(frozen=True, slots=True)
 class Claimed:
-    """What one claim did: the runs it ``leases``, and ``throttled_for``, the seconds
-    until the earliest run it pushed out to a rate limit's next window is due (``None``:
-    it pushed none), so that the worker sets a timer for it rather than wait for a poll.
-    ``limited``: some of the types claimed had a limit, so the next claim must heed them
-    (``False``: the next may be the plain claim, see ``Claim.limited``)."""
+    """What one claim did: the runs it ``leases``; ``throttled_for``, the seconds until the
+    earliest run it pushed to a rate limit's next window is due (``None``: none), for the
+    worker's timer; ``limited``: a type claimed has a limit, so the next claim heeds them."""
 
     leases: list[Lease]
     throttled_for: float | None = None
@@ -214,8 +212,7 @@ class Claim:
     #: Whether the last claim found a limit on any of ``types``. ``False`` sends the
     #: claim without the limits' steps, which leaves out any type limited by then.
     limited: bool = True
-    #: Whether the claim's commit waits for the disk (``synchronous_claims``); on
-    #: Postgres a claim that does not is sent with its settings in one round trip.
+    #: Whether the claim's commit waits for the disk (``synchronous_claims``).
     wait_for_disk: bool = True
 
 
