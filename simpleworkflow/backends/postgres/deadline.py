@@ -15,6 +15,12 @@ A deadline is a minute, too long to wait on a connection whose server side is go
 exists, by a thread of its own so that the watchdog keeps its time; a call whose session
 is gone is cut at once, one whose session exists is asked about again when its age has
 doubled, and a probe that cannot connect, or sees a pooler between, cuts nothing.
+
+Watching a call costs it no wake-up of the watchdog: while calls come and go, the
+watchdog looks through them at least every ``lead`` seconds (the shortest time from a
+call's start to its first deadline or probe seen so far), so a new call is due no sooner
+than it would look anyway, and only a call due sooner (a shorter deadline) wakes it. A
+watchdog that finds no call made since it last looked sleeps until the next one wakes it.
 """
 
 from __future__ import annotations
@@ -48,6 +54,11 @@ class Deadline:
         self._lock = threading.Lock()
         self._over = False  # the call has returned: the connection is not ours to cut
         self._cut: str | None = None  # why it was cut: "deadline" or "session gone"
+
+    @property
+    def first(self) -> float:
+        """When the watchdog must look at this call next: its deadline, or its probe."""
+        return min(self.at, self.probe_at)
 
     def __enter__(self) -> None:
         _watchdog.watch(self)
@@ -88,16 +99,22 @@ class _Watchdog:
         self._cond = threading.Condition()
         self._active: set[Deadline] = set()
         self._thread: threading.Thread | None = None
+        self._wakes_at = math.inf  # when the thread looks next without being woken
+        self._lead = math.inf  # the shortest time from a call's start to its first look
+        self._watched = False  # a call was watched since the thread last looked
 
     def watch(self, deadline: Deadline) -> None:
         with self._cond:
             self._active.add(deadline)
+            self._watched = True
+            self._lead = min(self._lead, deadline.first - deadline.began)
             if self._thread is None or not self._thread.is_alive():  # or forked since
+                self._wakes_at = math.inf
                 self._thread = threading.Thread(
                     target=self._run, name="simpleworkflow-deadlines", daemon=True
                 )
                 self._thread.start()
-            if len(self._active) == 1:
+            elif deadline.first < self._wakes_at:
                 self._cond.notify()
 
     def forget(self, deadline: Deadline) -> None:
@@ -112,8 +129,12 @@ class _Watchdog:
                     self._active.discard(deadline)
                     deadline.expire()
                 self._start_probes([d for d in self._active if d.probe_at <= now])
-                earliest = min((min(d.at, d.probe_at) for d in self._active), default=None)
-                self._cond.wait(None if earliest is None else earliest - now)
+                earliest = min((d.first for d in self._active), default=math.inf)
+                if self._watched:  # calls come and go: look again within one lead
+                    earliest = min(earliest, now + self._lead)
+                self._watched = False
+                self._wakes_at = earliest
+                self._cond.wait(None if earliest == math.inf else earliest - now)
 
     def _start_probes(self, slow: list[Deadline]) -> None:
         """One probe per backend (its server) for its slow calls, each in a thread: a
