@@ -39,9 +39,10 @@ class RunOps(StoreCore):
         :class:`~simpleworkflow.errors.IdempotencyConflict` if it is of another type."""
         if new.debounce_key is not None:
             return (yield from self._debounce_run(new))
-        rows = yield self.stmt("create_run", id=names.new_run_id(), **new.params())
+        run_id = names.new_run_id()
+        rows = yield self.stmt("create_run", id=run_id, **new.params())
         if rows:
-            return self.created_run(new, rows[0])
+            return self.created_run(run_id, new, rows[0])
         return _found(new, (yield from self._existing_by_key(new)))
 
     def create_runs(self, news: Iterable[tuple[str, NewRun]]) -> Op[list[Run]]:
@@ -61,7 +62,7 @@ class RunOps(StoreCore):
 
         def take(rows: Rows) -> None:
             for row in rows:
-                by_id[row["id"]] = self.created_run(requests[row["id"]], row)
+                by_id[row["id"]] = self.created_run(row["id"], requests[row["id"]], row)
 
         def chunk(batch: list[tuple[str, NewRun]]) -> Statement:
             requests.update(batch)
@@ -110,7 +111,7 @@ class RunOps(StoreCore):
         absorbed = str(row["id"]) != run_id
         if absorbed:
             yield from self.then("debounce_run", **{**new.params(), "id": row["id"]})
-        run = self.created_run(new, {**row, "id": str(row["id"])})
+        run = self.created_run(str(row["id"]), new, row)
         return dataclasses.replace(run, created=False) if absorbed else run
 
     def _existing_by_key(self, new: NewRun) -> Op[Run]:

@@ -44,6 +44,8 @@ class Requests:
         self.observers = observe.Observers(observers)
         self._auto_migrate = schema_check.auto_migrates(self.backend, auto_migrate)
         self._schema_ok = False
+        # A store with notifications (Postgres) wakes every worker from its triggers.
+        self._wakes_locally = not self.backend.dialect.has_notifications
 
     def observe(self, observer: observe.Observer) -> observe.Observer:
         """Register ``observer`` on this client; returns it."""
@@ -93,7 +95,7 @@ class Requests:
     # may still roll back.
 
     def _started(self, run: Run, committed: bool = True) -> Run:
-        if run.created and committed:
+        if run.created and committed and self._wakes_locally:
             self.backend.notify_local("wake", _due(run))
         if self.observers:
             self.observers.run_created(observe.RunCreated(run, bool(run.created), committed))
@@ -101,7 +103,7 @@ class Requests:
 
     def _started_many(self, runs: builtins.list[Run], committed: bool = True) -> builtins.list[Run]:
         # Runs of one batch mostly share their type and due time: one wake-up for each.
-        if committed:
+        if committed and self._wakes_locally:
             for wake in {(run.type, run.run_at, run.created_at) for run in runs if run.created}:
                 self.backend.notify_local("wake", _wake(*wake))
         if self.observers:
