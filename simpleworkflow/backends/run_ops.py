@@ -240,8 +240,15 @@ def _in_key_order(batch: list[tuple[str, NewRun]]) -> list[tuple[str, NewRun]]:
 
 def _item(run_id: str, new: NewRun) -> dict[str, object]:
     """One run of a ``create_runs`` batch; options left out are read as null."""
-    item: dict[str, object] = {"id": run_id}
-    for name, value in new.params().items():
+    item: dict[str, object] = {"id": run_id, "type": new.type, "payload": new.payload}
+    for name in _OPTION_FIELDS:
+        value = getattr(new, name)
         if value is not None:
             item[name] = value.isoformat() if isinstance(value, datetime) else value
     return item
+
+
+#: The fields of a ``NewRun`` besides its type and payload, which every item has.
+_OPTION_FIELDS = tuple(
+    field.name for field in dataclasses.fields(NewRun) if field.name not in ("type", "payload")
+)
