@@ -51,7 +51,7 @@ class Deadline:
         self.probe = probe
         #: When the server is asked about this call next (infinity: not, or being asked).
         self.probe_at = math.inf if probe is None else self.began + probe.probe_after
-        self._lock = threading.Lock()
+        # Both under the watchdog's lock, which it holds whenever it cuts a call.
         self._over = False  # the call has returned: the connection is not ours to cut
         self._cut: str | None = None  # why it was cut: "deadline" or "session gone"
 
@@ -66,8 +66,6 @@ class Deadline:
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any
     ) -> None:
-        with self._lock:
-            self._over = True
         _watchdog.forget(self)
         if self._cut is None or not isinstance(exc, psycopg.OperationalError):
             return
@@ -83,12 +81,11 @@ class Deadline:
         ) from exc
 
     def expire(self, why: str = "deadline") -> None:
-        """Cut the call off, unless it has returned."""
-        with self._lock:
-            if self._over:
-                return
-            self._cut = why
-            liveness.cut(self.conn)
+        """Cut the call off, unless it has returned; the watchdog's lock is held."""
+        if self._over:
+            return
+        self._cut = why
+        liveness.cut(self.conn)
 
 
 class _Watchdog:
@@ -118,7 +115,9 @@ class _Watchdog:
                 self._cond.notify()
 
     def forget(self, deadline: Deadline) -> None:
+        """The call has returned: from now on it is not cut."""
         with self._cond:
+            deadline._over = True
             self._active.discard(deadline)
 
     def _run(self) -> None:
