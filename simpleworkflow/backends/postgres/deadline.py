@@ -17,10 +17,11 @@ is gone is cut at once, one whose session exists is asked about again when its a
 doubled, and a probe that cannot connect, or sees a pooler between, cuts nothing.
 
 Watching a call costs it no wake-up of the watchdog: while calls come and go, the
-watchdog looks through them at least every ``lead`` seconds (the shortest time from a
-call's start to its first deadline or probe seen so far), so a new call is due no sooner
-than it would look anyway, and only a call due sooner (a shorter deadline) wakes it. A
-watchdog that finds no call made since it last looked sleeps until the next one wakes it.
+watchdog looks through them again one lead after it last looked (the shortest time from
+a call's start to its deadline or first probe, among the calls made since), so a new
+call like them is due no sooner than it would look anyway; only a call due sooner (a
+shorter deadline) wakes it. A watchdog that finds no call made since it last looked
+sleeps until the next one wakes it.
 """
 
 from __future__ import annotations
@@ -97,13 +98,13 @@ class _Watchdog:
         self._active: set[Deadline] = set()
         self._thread: threading.Thread | None = None
         self._wakes_at = math.inf  # when the thread looks next without being woken
-        self._lead = math.inf  # the shortest time from a call's start to its first look
-        self._watched = False  # a call was watched since the thread last looked
+        # The shortest time from a call's start to its first look, among the calls
+        # watched since the thread last looked (infinity: none).
+        self._lead = math.inf
 
     def watch(self, deadline: Deadline) -> None:
         with self._cond:
             self._active.add(deadline)
-            self._watched = True
             self._lead = min(self._lead, deadline.first - deadline.began)
             if self._thread is None or not self._thread.is_alive():  # or forked since
                 self._wakes_at = math.inf
@@ -128,10 +129,10 @@ class _Watchdog:
                     self._active.discard(deadline)
                     deadline.expire()
                 self._start_probes([d for d in self._active if d.probe_at <= now])
+                # Calls come and go: look again one lead from now (none came: no lead).
                 earliest = min((d.first for d in self._active), default=math.inf)
-                if self._watched:  # calls come and go: look again within one lead
-                    earliest = min(earliest, now + self._lead)
-                self._watched = False
+                earliest = min(earliest, now + self._lead)
+                self._lead = math.inf
                 self._wakes_at = earliest
                 self._cond.wait(None if earliest == math.inf else earliest - now)
 
