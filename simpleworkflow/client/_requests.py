@@ -17,6 +17,8 @@ from simpleworkflow.client import _options, _topics
 from simpleworkflow.models import Published, Run
 
 T = TypeVar("T")
+#: What a start of a client without observers enters: no trace context.
+_UNOBSERVED: contextlib.AbstractContextManager[dict[str, str] | None] = contextlib.nullcontext(None)
 #: How a client's Postgres connections appear in ``pg_stat_activity`` (``application_name``).
 CLIENT_NAME = "simpleworkflow client"
 
@@ -52,10 +54,15 @@ class Requests:
         self.observers.add(observer)
         return observer
 
+    def _starting(
+        self, type: str | None
+    ) -> contextlib.AbstractContextManager[dict[str, str] | None]:
+        """The observers' ``around_start``; gives the trace context to store with the
+        runs (what they inject there), if any. Without observers, nothing to enter."""
+        return self._observed_start(type) if self.observers else _UNOBSERVED
+
     @contextlib.contextmanager
-    def _starting(self, type: str | None) -> Iterator[dict[str, str] | None]:
-        """The observers' ``around_start``; yields the trace context to store with the
-        runs (what they inject there), if any."""
+    def _observed_start(self, type: str | None) -> Iterator[dict[str, str] | None]:
         with self.observers.around_start(type):
             yield self.observers.trace_context()
 
