@@ -30,6 +30,16 @@ def profile_start(store: BenchStore, runs: int, top: int) -> None:
     with store.client() as client:
         for _ in range(20):
             client.start(stores.NOOP, {})
+        # First without the profiler, for the CPU each side spends on a start.
+        servers = _server_pids(store)
+        cpu_before, own_before, began = _cpu(servers), time.process_time(), time.perf_counter()
+        for _ in range(runs):
+            client.start(stores.NOOP, {})
+        elapsed, own = time.perf_counter() - began, time.process_time() - own_before
+        server = sum(cpu - cpu_before.get(pid, 0.0) for pid, cpu in _cpu(servers).items())
+        print(f"{runs} starts in {elapsed:.2f}s ({runs / elapsed:,.0f}/s); CPU per start: "
+              f"client {own / runs * 1e6:.0f} µs", end="")  # fmt: skip
+        print(f", Postgres server {server / runs * 1e6:.0f} µs" if servers else "")
         profiler = cProfile.Profile()
         began = time.perf_counter()
         profiler.enable()

@@ -227,3 +227,18 @@ def test_compare_measures_both_sides_of_every_case(postgres_url: str, tmp_path: 
             "start": 2, "start_many": 2, "drain": 2,
         }  # fmt: skip
     assert "| drain |" in done.stdout
+
+
+def test_floors_measure_each_start_case_beside_its_psycopg_floor(postgres_url: str) -> None:
+    """``python -m benchmarks.floors``: both cases, the client and its floor, each ratio
+    printed with its target."""
+    command = [
+        sys.executable, "-m", "benchmarks.floors",
+        "--runs", "200", "--rounds", "2", "--postgres-url", postgres_url,
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| start")]
+    assert [row.split("|")[1].strip() for row in rows] == ["start", "start_many"]
+    assert all("≥ 0." in row and ("✓" in row or "✗" in row) for row in rows)
+    assert done.stderr.count("client:") == done.stderr.count("floor:") == 4

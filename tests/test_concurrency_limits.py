@@ -323,6 +323,34 @@ def test_a_debounced_run_keeps_the_key_of_its_first_call(backend: Backend, limit
     assert [lease.run.payload for lease in claim(backend)] == [{"n": 2}]
 
 
+def test_runs_started_every_way_after_a_limit_is_set_are_held_by_it(
+    store: Store, backend: Backend, limited: Client
+) -> None:
+    """The counters of new keys come with the runs, whoever inserts them (start,
+    start_many, a debounced start, plain SQL), and unkeyed runs still count for their
+    type's limit: each key and the type hold no more than their limits."""
+    limited.admin.set_concurrency(TYPE, 4, per_key=1)
+    limited.start(TYPE, {}, concurrency_key="one")
+    limited.start_many([{"type": TYPE, "concurrency_key": k} for k in "bab"] + [(TYPE, {})])
+    limited.start(TYPE, {}, concurrency_key="debounced", debounce=("d", 0.001))
+    store.sql(
+        "insert into workflow_run (id, type, payload, concurrency_key) values (?, ?, '{}', ?)",
+        "0190a0a0-0000-7000-8000-000000000001",
+        TYPE,
+        "sql",
+    )
+    store.sql("insert into workflow_run (type, payload) values (?, '{}')", TYPE)
+    time.sleep(0.05)  # the debounce window passes
+    first = claim(backend)
+    assert len(first) == 4 and max(keys(first).values()) == 1
+    assert counters(store) == leased(store)
+    succeed(backend, first)
+    second = claim(backend)
+    assert len(second) == 4 and max(keys(second).values()) == 1
+    assert counters(store) == leased(store)
+    assert len({lease.run.id for lease in first + second}) == 8
+
+
 def test_the_key_is_kept_on_the_run(client: Client) -> None:
     run = client.start(TYPE, {}, concurrency_key="customer-7")
     assert run.concurrency_key == "customer-7"

@@ -382,6 +382,39 @@ def test_a_blocking_call_gives_up_at_its_deadline_while_the_network_is_silent(
         backend.close()
 
 
+def test_a_shorter_deadline_is_kept_while_calls_with_longer_ones_come_and_go(
+    pg_store: Store, proxy: SilentableProxy
+) -> None:
+    """The watchdog, kept busy by calls due to be looked at only after 30 s, still cuts a
+    call whose deadline is 1 s at its deadline: a call due sooner than the watchdog would
+    look next wakes it."""
+    busy = PostgresBackend(pg_store.url, schema=pg_store.schema, probe_after=30)
+    short = PostgresBackend(proxy.url, schema=pg_store.schema, call_timeout=1.0, probe_after=30)
+    done = threading.Event()
+
+    def keep_busy() -> None:
+        while not done.is_set():
+            busy.execute(_sleep(0))
+
+    caller = threading.Thread(target=keep_busy, daemon=True)
+    try:
+        assert short.execute(_sleep(0)) == [{"slept": ""}]  # its pool, connected
+        time.sleep(2.5)  # two leads of 1 s: the watchdog has looked, and sleeps
+        caller.start()  # from now on it looks every 30 s
+        time.sleep(0.3)
+        proxy.silence()
+        began = time.monotonic()
+        with pytest.raises(errors.StoreUnavailable, match="did not answer within 1s"):
+            short.execute(_sleep(0))
+        assert time.monotonic() - began < 15, "the call was cut long after its deadline"
+    finally:
+        done.set()
+        proxy.unsilence()
+        caller.join(30)
+        busy.close()
+        short.close()
+
+
 def test_a_sync_clients_call_on_a_half_open_connection_fails_soon_and_the_next_works(
     pg_store: Store, proxy: SilentableProxy, caplog: pytest.LogCaptureFixture
 ) -> None:

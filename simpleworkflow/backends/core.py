@@ -102,12 +102,14 @@ class StoreCore(abc.ABC):
             concurrency_key=row.get("concurrency_key"),
         )
 
-    def created_run(self, new: NewRun, row: Mapping[str, Any]) -> Run:
-        """The run just inserted for ``new``: the store sends back only the columns it
-        decided (id, times); the rest is what the client asked for and the defaults."""
+    def created_run(self, run_id: str, new: NewRun, row: Mapping[str, Any]) -> Run:
+        """The run ``run_id`` just inserted for ``new``: the store sends back only the
+        times it decided (``updated_at`` only when it differs from ``created_at``); the
+        rest is what the client asked for and the defaults."""
         created_at = self.decode_time(row["created_at"])
+        updated_at = row.get("updated_at")
         return Run(
-            id=row["id"],  # text already
+            id=run_id,
             type=new.type,
             payload=json.loads(new.payload),
             status=RunStatus.PENDING,
@@ -121,7 +123,7 @@ class StoreCore(abc.ABC):
             last_error=None,
             result=None,
             created_at=created_at,
-            updated_at=self.decode_time(row["updated_at"]),
+            updated_at=created_at if updated_at is None else self.decode_time(updated_at),
             deleted_at=None,
             parent_id=new.parent_id,
             deadline=self.opt_time(row["deadline"]),

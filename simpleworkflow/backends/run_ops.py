@@ -39,9 +39,10 @@ class RunOps(StoreCore):
         :class:`~simpleworkflow.errors.IdempotencyConflict` if it is of another type."""
         if new.debounce_key is not None:
             return (yield from self._debounce_run(new))
-        rows = yield self.stmt("create_run", id=names.new_run_id(), **new.params())
+        run_id = names.new_run_id()
+        rows = yield self.stmt("create_run", id=run_id, **new.params())
         if rows:
-            return self.created_run(new, rows[0])
+            return self.created_run(run_id, new, rows[0])
         return _found(new, (yield from self._existing_by_key(new)))
 
     def create_runs(self, news: Iterable[tuple[str, NewRun]]) -> Op[list[Run]]:
@@ -61,11 +62,11 @@ class RunOps(StoreCore):
 
         def take(rows: Rows) -> None:
             for row in rows:
-                by_id[row["id"]] = self.created_run(requests[row["id"]], row)
+                by_id[row["id"]] = self.created_run(row["id"], requests[row["id"]], row)
 
         def chunk(batch: list[tuple[str, NewRun]]) -> Statement:
             requests.update(batch)
-            items = [_item(run_id, new) for run_id, new in batch]
+            items = [_item(run_id, new) for run_id, new in _in_key_order(batch)]
             return self.stmt("create_runs", items=json.dumps(items))
 
         if len(head) <= CHUNK:
@@ -110,7 +111,7 @@ class RunOps(StoreCore):
         absorbed = str(row["id"]) != run_id
         if absorbed:
             yield from self.then("debounce_run", **{**new.params(), "id": row["id"]})
-        run = self.created_run(new, {**row, "id": str(row["id"])})
+        run = self.created_run(str(row["id"]), new, row)
         return dataclasses.replace(run, created=False) if absorbed else run
 
     def _existing_by_key(self, new: NewRun) -> Op[Run]:
@@ -233,10 +234,26 @@ def _found(new: NewRun, run: Run) -> Run:
     return dataclasses.replace(run, created=False)
 
 
+def _in_key_order(batch: list[tuple[str, NewRun]]) -> list[tuple[str, NewRun]]:
+    """A batch with concurrency keys, in key order: Postgres creates a new key's counter
+    as its row goes in, so batches that bring the same new keys take them in one order
+    and never wait for each other in a cycle. Rows are matched to requests by id."""
+    if all(new.concurrency_key is None for _, new in batch):
+        return batch
+    return sorted(batch, key=lambda request: (request[1].type, request[1].concurrency_key or ""))
+
+
 def _item(run_id: str, new: NewRun) -> dict[str, object]:
     """One run of a ``create_runs`` batch; options left out are read as null."""
-    item: dict[str, object] = {"id": run_id}
-    for name, value in new.params().items():
+    item: dict[str, object] = {"id": run_id, "type": new.type, "payload": new.payload}
+    for name in _OPTION_FIELDS:
+        value = getattr(new, name)
         if value is not None:
             item[name] = value.isoformat() if isinstance(value, datetime) else value
     return item
+
+
+#: The fields of a ``NewRun`` besides its type and payload, which every item has.
+_OPTION_FIELDS = tuple(
+    field.name for field in dataclasses.fields(NewRun) if field.name not in ("type", "payload")
+)

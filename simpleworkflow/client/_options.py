@@ -67,6 +67,19 @@ def new_run(
 ) -> NewRun:
     """Check a start request and turn it into what the store writes; ``trace_context``
     is what the client's observers inject (see ``observe.Observers.trace_context``)."""
+    # The common start names no option: every field keeps its default, unchecked.
+    fields = _checked_options(options) if options else {}
+    return NewRun(
+        type=names.validate_type(type),
+        payload=payloads.encode({} if payload is None else payload, max_bytes=max_payload_bytes),
+        parent_id=parent_id,
+        trace_context=None if trace_context is None else json.dumps(dict(trace_context)),
+        **fields,
+    )
+
+
+def _checked_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of :class:`NewRun` that ``options`` set, checked."""
     unknown = sorted(options.keys() - OPTIONS)
     if unknown:
         known = ", ".join(sorted(OPTIONS))
@@ -74,34 +87,29 @@ def new_run(
     run_at = options.get("run_at")
     delay = options.get("delay")
     deadline = options.get("deadline")
-    max_attempts = options.get("max_attempts")
     if run_at is not None and delay is not None:
         raise errors.InvalidArgument("give either run_at or delay, not both")
     debounce = _debounce.check(options.get("debounce"), options, max_key=MAX_KEY_LENGTH)
-    return NewRun(
-        type=names.validate_type(type),
-        payload=payloads.encode({} if payload is None else payload, max_bytes=max_payload_bytes),
-        idempotency_key=_check_key(options.get("idempotency_key")),
-        priority=names.check_priority(options.get("priority", 100)),
-        run_at=None if run_at is None else durations.check_time(run_at, what="run_at"),
-        delay=0.0 if delay is None else durations.to_seconds(delay, what="delay"),
-        max_attempts=names.check_max_attempts(max_attempts),
-        parent_id=parent_id,
-        deadline=(
+    return {
+        "idempotency_key": _check_key(options.get("idempotency_key")),
+        "priority": names.check_priority(options.get("priority", 100)),
+        "run_at": None if run_at is None else durations.check_time(run_at, what="run_at"),
+        "delay": 0.0 if delay is None else durations.to_seconds(delay, what="delay"),
+        "max_attempts": names.check_max_attempts(options.get("max_attempts")),
+        "deadline": (
             durations.check_time(deadline, what="deadline")
             if isinstance(deadline, datetime)
             else None
         ),
-        deadline_in=(
+        "deadline_in": (
             None
             if deadline is None or isinstance(deadline, datetime)
             else durations.to_seconds(deadline, what="deadline")
         ),
-        trace_context=None if trace_context is None else json.dumps(dict(trace_context)),
-        retention=retention.check(options.get("retention")),
-        concurrency_key=_check_key(options.get("concurrency_key"), "concurrency_key"),
+        "retention": retention.check(options.get("retention")),
+        "concurrency_key": _check_key(options.get("concurrency_key"), "concurrency_key"),
         **({} if debounce is None else debounce.params()),
-    )
+    }
 
 
 def new_runs(

@@ -17,6 +17,8 @@ from simpleworkflow.client import _options, _topics
 from simpleworkflow.models import Published, Run
 
 T = TypeVar("T")
+#: What a start of a client without observers enters: no trace context.
+_UNOBSERVED: contextlib.AbstractContextManager[dict[str, str] | None] = contextlib.nullcontext(None)
 #: How a client's Postgres connections appear in ``pg_stat_activity`` (``application_name``).
 CLIENT_NAME = "simpleworkflow client"
 
@@ -44,16 +46,23 @@ class Requests:
         self.observers = observe.Observers(observers)
         self._auto_migrate = schema_check.auto_migrates(self.backend, auto_migrate)
         self._schema_ok = False
+        # A store with notifications (Postgres) wakes every worker from its triggers.
+        self._wakes_locally = not self.backend.dialect.has_notifications
 
     def observe(self, observer: observe.Observer) -> observe.Observer:
         """Register ``observer`` on this client; returns it."""
         self.observers.add(observer)
         return observer
 
+    def _starting(
+        self, type: str | None
+    ) -> contextlib.AbstractContextManager[dict[str, str] | None]:
+        """The observers' ``around_start``; gives the trace context to store with the
+        runs (what they inject there), if any. Without observers, nothing to enter."""
+        return self._observed_start(type) if self.observers else _UNOBSERVED
+
     @contextlib.contextmanager
-    def _starting(self, type: str | None) -> Iterator[dict[str, str] | None]:
-        """The observers' ``around_start``; yields the trace context to store with the
-        runs (what they inject there), if any."""
+    def _observed_start(self, type: str | None) -> Iterator[dict[str, str] | None]:
         with self.observers.around_start(type):
             yield self.observers.trace_context()
 
@@ -93,7 +102,7 @@ class Requests:
     # may still roll back.
 
     def _started(self, run: Run, committed: bool = True) -> Run:
-        if run.created and committed:
+        if run.created and committed and self._wakes_locally:
             self.backend.notify_local("wake", _due(run))
         if self.observers:
             self.observers.run_created(observe.RunCreated(run, bool(run.created), committed))
@@ -101,7 +110,7 @@ class Requests:
 
     def _started_many(self, runs: builtins.list[Run], committed: bool = True) -> builtins.list[Run]:
         # Runs of one batch mostly share their type and due time: one wake-up for each.
-        if committed:
+        if committed and self._wakes_locally:
             for wake in {(run.type, run.run_at, run.created_at) for run in runs if run.created}:
                 self.backend.notify_local("wake", _wake(*wake))
         if self.observers:

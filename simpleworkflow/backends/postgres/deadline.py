@@ -15,6 +15,13 @@ A deadline is a minute, too long to wait on a connection whose server side is go
 exists, by a thread of its own so that the watchdog keeps its time; a call whose session
 is gone is cut at once, one whose session exists is asked about again when its age has
 doubled, and a probe that cannot connect, or sees a pooler between, cuts nothing.
+
+Watching a call costs it no wake-up of the watchdog: while calls come and go, the
+watchdog looks through them again one lead after it last looked (the shortest time from
+a call's start to its deadline or first probe, among the calls made since), so a new
+call like them is due no sooner than it would look anyway; only a call due sooner (a
+shorter deadline) wakes it. A watchdog that finds no call made since it last looked
+sleeps until the next one wakes it.
 """
 
 from __future__ import annotations
@@ -45,9 +52,14 @@ class Deadline:
         self.probe = probe
         #: When the server is asked about this call next (infinity: not, or being asked).
         self.probe_at = math.inf if probe is None else self.began + probe.probe_after
-        self._lock = threading.Lock()
+        # Both under the watchdog's lock, which it holds whenever it cuts a call.
         self._over = False  # the call has returned: the connection is not ours to cut
         self._cut: str | None = None  # why it was cut: "deadline" or "session gone"
+
+    @property
+    def first(self) -> float:
+        """When the watchdog must look at this call next: its deadline, or its probe."""
+        return min(self.at, self.probe_at)
 
     def __enter__(self) -> None:
         _watchdog.watch(self)
@@ -55,8 +67,6 @@ class Deadline:
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any
     ) -> None:
-        with self._lock:
-            self._over = True
         _watchdog.forget(self)
         if self._cut is None or not isinstance(exc, psycopg.OperationalError):
             return
@@ -72,12 +82,11 @@ class Deadline:
         ) from exc
 
     def expire(self, why: str = "deadline") -> None:
-        """Cut the call off, unless it has returned."""
-        with self._lock:
-            if self._over:
-                return
-            self._cut = why
-            liveness.cut(self.conn)
+        """Cut the call off, unless it has returned; the watchdog's lock is held."""
+        if self._over:
+            return
+        self._cut = why
+        liveness.cut(self.conn)
 
 
 class _Watchdog:
@@ -88,20 +97,28 @@ class _Watchdog:
         self._cond = threading.Condition()
         self._active: set[Deadline] = set()
         self._thread: threading.Thread | None = None
+        self._wakes_at = math.inf  # when the thread looks next without being woken
+        # The shortest time from a call's start to its first look, among the calls
+        # watched since the thread last looked (infinity: none).
+        self._lead = math.inf
 
     def watch(self, deadline: Deadline) -> None:
         with self._cond:
             self._active.add(deadline)
+            self._lead = min(self._lead, deadline.first - deadline.began)
             if self._thread is None or not self._thread.is_alive():  # or forked since
+                self._wakes_at = math.inf
                 self._thread = threading.Thread(
                     target=self._run, name="simpleworkflow-deadlines", daemon=True
                 )
                 self._thread.start()
-            if len(self._active) == 1:
+            elif deadline.first < self._wakes_at:
                 self._cond.notify()
 
     def forget(self, deadline: Deadline) -> None:
+        """The call has returned: from now on it is not cut."""
         with self._cond:
+            deadline._over = True
             self._active.discard(deadline)
 
     def _run(self) -> None:
@@ -112,8 +129,12 @@ class _Watchdog:
                     self._active.discard(deadline)
                     deadline.expire()
                 self._start_probes([d for d in self._active if d.probe_at <= now])
-                earliest = min((min(d.at, d.probe_at) for d in self._active), default=None)
-                self._cond.wait(None if earliest is None else earliest - now)
+                # Calls come and go: look again one lead from now (none came: no lead).
+                earliest = min((d.first for d in self._active), default=math.inf)
+                earliest = min(earliest, now + self._lead)
+                self._lead = math.inf
+                self._wakes_at = earliest
+                self._cond.wait(None if earliest == math.inf else earliest - now)
 
     def _start_probes(self, slow: list[Deadline]) -> None:
         """One probe per backend (its server) for its slow calls, each in a thread: a

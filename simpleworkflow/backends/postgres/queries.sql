@@ -21,8 +21,9 @@ select pg_advisory_xact_lock(hashtext(%(key)s))
 
 -- name: create_run
 -- The created event is written by the insert trigger (migration 0003). Only what the
--- store decides is sent back; the client knows the rest of the row. The client picks
--- the id (time-ordered, see names.new_run_id); plain SQL inserts get the column default.
+-- store decides is sent back, the times (updated_at is created_at); the client knows the
+-- rest of the row. The client picks the id (time-ordered, see names.new_run_id); plain
+-- SQL inserts get the column default.
 -- A run without a retention of its own takes its type's of now, and is sent back with
 -- it; retention_fixed says so (0022: a plain SQL insert gets both from a trigger).
 insert into {schema}workflow_run
@@ -42,8 +43,7 @@ values (
     true
 )
 on conflict (idempotency_key) do nothing
-returning id::text as id, run_at, deadline, created_at, updated_at,
-          extract(epoch from retention)::float8 as retention
+returning created_at, run_at, deadline, extract(epoch from retention)::float8 as retention
 
 -- name: create_runs
 -- Many runs in one statement; ids come from the client so rows can be matched to items.
@@ -66,7 +66,7 @@ from jsonb_to_recordset(%(items)s::jsonb)
          deadline timestamptz, deadline_in float8, trace_context text, retention float8,
          concurrency_key text)
 on conflict (idempotency_key) do nothing
-returning id::text as id, run_at, deadline, created_at, updated_at,
+returning id::text as id, created_at, run_at, deadline,
           extract(epoch from retention)::float8 as retention
 
 -- name: debounce_run

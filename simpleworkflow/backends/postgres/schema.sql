@@ -361,12 +361,13 @@ create index idx_workflow_schedule_due
     on {schema}workflow_schedule (next_tick_at)
     where not paused;
 
--- Concurrency limits (migrations 0015, 0018, 0020).
+-- Concurrency limits (migrations 0015, 0018, 0020, 0025).
 -- One counter per limited type (concurrency_key '') and per key of a type limited per
 -- key, in two rows: the leases its claims took (taken, here) and the leases that ended
 -- (returned, in workflow_concurrency_returned); held = taken - returned, and capacity is
--- the limit. A counter exists for every key of a limited type that has pending or leased
--- runs: the insert trigger below creates it, and so does setting a limit. The claim locks
+-- the limit. A counter exists for every limited type, from the moment its limit is set,
+-- and for every key of a type limited per key that has pending or leased runs: the insert
+-- trigger below creates it, and so does setting a limit. The claim locks
 -- its candidates' taken rows in key order and reads them at their newest version (select
 -- ... for update), so no two claims can both take the last slot; it reads returned
 -- without a lock, as its snapshot saw it: a stale returned is too low, so the claim sees
@@ -400,34 +401,34 @@ create index idx_workflow_concurrency_full
     on {schema}workflow_concurrency (workflow_name, concurrency_key)
     where is_full;
 
--- Counters for the keys of new runs of a limited type, whoever inserts them.
-create function {schema}workflow_run_count_keys() returns trigger
+-- The counter of a new key of a type limited per key, whoever inserts the run (0025). A
+-- type's own counter ('') exists from the moment its limit is set, so only a key's can be
+-- new at an insert; the WHEN clause calls the function for rows with a key only, and a
+-- start without one pays nothing here. The library's create_runs inserts in key order:
+-- two batches that bring the same new keys take their counters in the same order.
+create function {schema}workflow_run_count_key() returns trigger
 language plpgsql as $$
 begin
-    with keys as (
+    with counter as (
         insert into {schema_name}.workflow_concurrency (workflow_name, concurrency_key, capacity)
-        select distinct g.workflow_name, k.concurrency_key, k.capacity
-        from (select distinct type, concurrency_key from new_runs) as n
-        join {schema_name}.workflow_registry g on g.workflow_name = n.type
-        cross join lateral (values ('', g.concurrency), (n.concurrency_key, g.key_concurrency))
-            as k(concurrency_key, capacity)
-        where k.concurrency_key is not null and k.capacity is not null
-        order by 1, 2
+        select g.workflow_name, new.concurrency_key, g.key_concurrency
+        from {schema_name}.workflow_registry g
+        where g.workflow_name = new.type and g.key_concurrency is not null
         on conflict do nothing
         returning workflow_name, concurrency_key
     )
     insert into {schema_name}.workflow_concurrency_returned (workflow_name, concurrency_key)
-    select workflow_name, concurrency_key from keys
-    order by 1, 2
+    select workflow_name, concurrency_key from counter
     on conflict do nothing;
     return null;
 end
 $$;
 
-create trigger workflow_run_count_keys
+create trigger workflow_run_count_key
     after insert on {schema}workflow_run
-    referencing new table as new_runs
-    for each statement execute function {schema}workflow_run_count_keys();
+    for each row
+    when (new.concurrency_key is not null)
+    execute function {schema}workflow_run_count_key();
 
 -- The claim counts the leases it takes (it holds the counters locked, and adds to each
 -- once), and the library's outcome statements (succeed_runs, fail_runs, release_runs,

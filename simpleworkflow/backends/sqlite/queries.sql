@@ -18,8 +18,9 @@ insert into workflow_schema_version (version, name) values (:version, :name)
 
 -- name: create_run
 -- The created event is written by the insert trigger (migration 0003). Only what the
--- store decides is sent back; the client knows the rest of the row. The client picks
--- the id (time-ordered, see names.new_run_id); plain SQL inserts get the column default.
+-- store decides is sent back, the times (updated_at is created_at); the client knows the
+-- rest of the row. The client picks the id (time-ordered, see names.new_run_id); plain
+-- SQL inserts get the column default.
 insert into workflow_run
     (id, type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline,
      trace_context, retention, concurrency_key)
@@ -36,7 +37,7 @@ values (
     :concurrency_key
 )
 on conflict (idempotency_key) do nothing
-returning id, run_at, deadline, created_at, updated_at, retention
+returning created_at, run_at, deadline, retention
 
 -- name: create_runs
 -- Many runs in one statement; ids come from the client so rows can be matched to items.
@@ -64,7 +65,7 @@ from json_each(:items) as i
 where true
 order by i.key
 on conflict (idempotency_key) do nothing
-returning id, run_at, deadline, created_at, updated_at, retention
+returning id, created_at, run_at, deadline, retention
 
 -- name: debounce_run
 -- A debounced start, as on Postgres (see there): insert the run, or update the pending,
