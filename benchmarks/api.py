@@ -1,7 +1,7 @@
 """Starting runs through the HTTP API against ``Client.start`` on the same store.
 
 ``python -m benchmarks.api [--stores postgres,sqlite] [--requests 1000] [--rounds 5]
-[--concurrency 8] [--profile FILE] [--json]``
+[--warm-up 1000] [--concurrency 8] [--profile FILE] [--json]``
 
 On a fresh store of each kind, after a warm-up, ``--rounds`` rounds each measure, one
 after the other (the order turns each round):
@@ -214,7 +214,12 @@ def _shares(total: int, parts: int) -> list[int]:
 
 
 def measure(
-    store: BenchStore, requests: int, rounds: int, concurrency: int, profile: str | None
+    store: BenchStore,
+    requests: int,
+    rounds: int,
+    concurrency: int,
+    profile: str | None,
+    warm_up: int = WARM_UP,
 ) -> dict[str, float]:
     """The medians of ``rounds`` interleaved rounds, and the concurrent figures."""
     load_before = os.getloadavg()[0]
@@ -226,9 +231,9 @@ def measure(
         contextlib.closing(Poster(srv)) as poster,
         contextlib.closing(Poster(srv, use_httpx=True)) as httpx_poster,
     ):
-        client_start(client, WARM_UP)
-        api_start(poster, WARM_UP)
-        api_start(httpx_poster, WARM_UP // 5)
+        client_start(client, warm_up)
+        api_start(poster, warm_up)
+        api_start(httpx_poster, warm_up // 5)
         steps: list[Callable[[], None]] = [
             lambda: _add(found, "client_start", "client_cpu_us", client_start(client, requests)),
             lambda: _add(found, "api_start", "api_server_cpu_us", api_start(poster, requests)),
@@ -298,6 +303,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=1000, help="starts per round (1000)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (5)")
     parser.add_argument("--concurrency", type=int, default=8, help="concurrent starts (8; 0: none)")
+    parser.add_argument(
+        "--warm-up", type=int, default=WARM_UP, help=f"starts before the rounds ({WARM_UP})"
+    )
     parser.add_argument("--postgres-url", help="use this server instead of starting one")
     parser.add_argument("--profile", metavar="FILE", help="cProfile the server into FILE.<store>")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
@@ -313,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
             args.rounds,
             args.concurrency,
             None if args.profile is None else _per_store(args.profile, store.kind),
+            args.warm_up,
         ),
     )
     if args.json:
