@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -127,7 +128,10 @@ def api_start(url: str, schema: str, runs: int) -> float:
         "SIMPLEWORKFLOW_SCHEMA": schema,
     }
     command = [sys.executable, "-m", "simpleworkflow", "serve", "--port", "0", "--no-access-log"]
-    server = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
+    # Not from the checkout's folder: ``-m`` would import the checkout's simpleworkflow
+    # first, whichever side this is.
+    elsewhere = tempfile.mkdtemp(prefix="simpleworkflow-compare-serve-")
+    server = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True, cwd=elsewhere)
     try:
         assert server.stdout is not None
         port = int(server.stdout.readline().split()[4].split(":")[2].split("/")[0])
@@ -149,6 +153,7 @@ def api_start(url: str, schema: str, runs: int) -> float:
     finally:
         server.terminate()
         server.wait(15)
+        os.rmdir(elsewhere)
 
 
 def _body(number: int) -> dict[str, Any]:
