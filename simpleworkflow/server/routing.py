@@ -50,7 +50,7 @@ class GuardedRoute(APIRoute):
         async def guarded(request: Request) -> Response:
             try:
                 if request.method not in origins.SAFE_METHODS:
-                    _check_caller(request, auth)
+                    check_writer(request.method, request.headers, auth)
                 if request.method in ("POST", "PUT", "PATCH"):
                     await _read_json(request, limit)
                 return await handler(request)
@@ -85,10 +85,6 @@ def route_class(max_body_bytes: int, auth: Auth | None = None) -> type[GuardedRo
         raise TypeError(f"max_body_bytes must be an int, not {max_body_bytes!r}")
     attributes = {"max_body_bytes": max_body_bytes, "auth": auth or Auth()}
     return type("GuardedRoute", (GuardedRoute,), attributes)
-
-
-def _check_caller(request: Request, auth: Auth) -> None:
-    check_writer(request.method, request.headers, auth)
 
 
 def check_writer(method: str, headers: Mapping[str, str], auth: Auth) -> None:
