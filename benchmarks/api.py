@@ -1,20 +1,31 @@
 """Starting runs through the HTTP API against ``Client.start`` on the same store.
 
-``python -m benchmarks.api [--stores postgres,sqlite] [--requests 2000] [--concurrency 8]
-[--json]``
+``python -m benchmarks.api [--stores postgres,sqlite] [--requests 1000] [--rounds 5]
+[--warm-up 1000] [--concurrency 8] [--profile FILE] [--json]``
 
-On a fresh store of each kind, four figures of runs started per second:
+On a fresh store of each kind, after a warm-up, ``--rounds`` rounds each measure, one
+after the other (the order turns each round):
 
-- ``client_start``: one ``Client.start`` after the other (the benchmark suite's
-  ``start_one``);
-- ``api_start``: one ``POST /api/v1/runs`` after the other, from one keep-alive
-  connection, to a ``simpleworkflow serve`` process (access log off);
-- ``async_client_start``: ``--concurrency`` tasks calling ``AsyncClient.start`` at once;
-- ``api_start_concurrent``: as many connections posting at once to the server.
+- ``client_start``: one ``Client.start`` after the other, runs started per second, and
+  the CPU this process spent per start;
+- ``api_start``: one ``POST /api/v1/runs`` after the other over one keep-alive
+  connection of the standard library's ``http.client``, to a ``simpleworkflow serve``
+  process (access log off, as docs/api.md advises for speed), and the CPU the server
+  process spent per request;
+- ``api_start_httpx``: the same from an ``httpx.Client``, a client that costs several
+  times more CPU per request than ``http.client`` (which the figure includes: client,
+  server and Postgres take their turns, one request at a time).
+
+The table gives the medians and the median of the rounds' ratios (API over client): the
+two are measured minutes, not days, apart, so the ratio holds while the machine's speed
+drifts. Then, once, ``--concurrency`` tasks calling ``AsyncClient.start`` at once against
+as many connections posting at once (``--concurrency 0`` skips it).
 
 The server is one uvicorn process, as ``serve`` runs it; the client side runs in this
-process, on the same machine. What the API costs over the client is HTTP, JSON parsing
-and validation, and one event loop's worth of Python.
+process, on the same machine. ``--profile FILE`` runs the server under a profiler:
+pyinstrument for FILE ending ``.txt``, ``.html`` or ``.pyisession`` (it must be
+installed), else cProfile; one file per store kind (``api.postgres.txt``). Its rates then
+say little, its profile where the server's time goes.
 """
 
 from __future__ import annotations
@@ -22,26 +33,50 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import http.client
 import json
 import os
+import signal
+import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 
 from benchmarks.stores import NOOP, BenchStore, each_store
-from simpleworkflow import AsyncClient
+from simpleworkflow import AsyncClient, Client
 
-WARM_UP = 50
+#: Starts through each path before the first round: a fresh Postgres writes its first WAL
+#: segments slowly, and the server's first requests warm its caches.
+WARM_UP = 1000
 _ROOT = Path(__file__).resolve().parent.parent
 
 
+class Server:
+    """A ``simpleworkflow serve`` process: its base URL and the CPU it has spent."""
+
+    def __init__(self, base: str, pid: int) -> None:
+        self.base = base
+        self.pid = pid
+
+    def cpu(self) -> float:
+        """Seconds the server process has spent on the CPU, all its threads."""
+        return sum(_thread_cpu(task) for task in Path(f"/proc/{self.pid}/task").iterdir())
+
+
+def _thread_cpu(task: Path) -> float:
+    with contextlib.suppress(OSError):
+        return int((task / "schedstat").read_text().split()[0]) / 1e9
+    return 0.0  # a thread that ended meanwhile
+
+
 @contextlib.contextmanager
-def server(store: BenchStore) -> Iterator[str]:
-    """``simpleworkflow serve`` on ``store``, on a free port; yields its base URL."""
+def server(store: BenchStore, profile: str | None = None) -> Iterator[Server]:
+    """``simpleworkflow serve`` on ``store``, on a free port (under cProfile writing to
+    ``profile`` if given)."""
     env = {
         **os.environ,
         "SIMPLEWORKFLOW_DATABASE_URL": store.url,
@@ -49,8 +84,9 @@ def server(store: BenchStore) -> Iterator[str]:
         "PYTHONPATH": os.pathsep.join([str(_ROOT), os.environ.get("PYTHONPATH", "")]),
     }
     env = {k: v for k, v in env.items() if not k.startswith("SIMPLEWORKFLOW_API_")}
+    profiler = [] if profile is None else _profiler(profile)
     command = [
-        sys.executable, "-m", "simpleworkflow", "serve", "--port", "0",
+        sys.executable, *profiler, "-m", "simpleworkflow", "serve", "--port", "0",
         "--no-access-log", "--log-level", "warning",
     ]  # fmt: skip
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
@@ -68,9 +104,11 @@ def server(store: BenchStore) -> Iterator[str]:
             if time.monotonic() > deadline:
                 raise RuntimeError("the server did not become ready within 30 s")
             time.sleep(0.05)
-        yield base
+        yield Server(base, proc.pid)
     finally:
-        proc.terminate()
+        # uvicorn stops on either, then raises the signal again: SIGINT, as a
+        # KeyboardInterrupt, lets cProfile write its file first.
+        proc.send_signal(signal.SIGTERM if profile is None else signal.SIGINT)
         try:
             proc.wait(15)
         except subprocess.TimeoutExpired:
@@ -78,25 +116,69 @@ def server(store: BenchStore) -> Iterator[str]:
             proc.wait(5)
 
 
-def client_start(store: BenchStore, requests: int) -> float:
-    with store.client() as client:
-        for _ in range(WARM_UP):
-            client.start(NOOP, {})
-        began = time.perf_counter()
-        for _ in range(requests):
-            client.start(NOOP, {})
-        return requests / (time.perf_counter() - began)
+#: pyinstrument's renderers by the profile file's suffix; any other suffix: cProfile.
+_RENDERERS = {"txt": "text", "html": "html", "pyisession": "session"}
 
 
-def api_start(base: str, requests: int) -> float:
-    body = {"type": NOOP, "payload": {}}
-    with httpx.Client(base_url=f"{base}/api/v1") as http:
-        for _ in range(WARM_UP):
-            http.post("/runs", json=body).raise_for_status()
-        began = time.perf_counter()
-        for _ in range(requests):
-            http.post("/runs", json=body).raise_for_status()
-        return requests / (time.perf_counter() - began)
+def _profiler(path: str) -> list[str]:
+    """The interpreter's options that run the server under a profiler writing ``path``:
+    pyinstrument (which must be installed) for a suffix it renders, else cProfile."""
+    renderer = _RENDERERS.get(path.rpartition(".")[2])
+    if renderer is not None:
+        return ["-m", "pyinstrument", "-r", renderer, "-o", path, "-i", "0.0002"]
+    return ["-m", "cProfile", "-o", path]
+
+
+def client_start(client: Client, requests: int) -> tuple[float, float]:
+    """(starts per second, CPU seconds of this process per start)."""
+    cpu, began = time.process_time(), time.perf_counter()
+    for _ in range(requests):
+        client.start(NOOP, {})
+    return requests / (time.perf_counter() - began), (time.process_time() - cpu) / requests
+
+
+class Poster:
+    """``POST /api/v1/runs`` of a no-op run, one at a time over one keep-alive connection
+    of ``http.client``, or of ``httpx`` (``use_httpx``)."""
+
+    def __init__(self, server: Server, *, use_httpx: bool = False) -> None:
+        self.server = server
+        self.body = json.dumps({"type": NOOP, "payload": {}}).encode()
+        self.headers = {"content-type": "application/json"}
+        self.httpx = httpx.Client(base_url=server.base) if use_httpx else None
+        host, _, port = server.base.removeprefix("http://").rpartition(":")
+        self.connection = http.client.HTTPConnection(host.strip("[]"), int(port))
+
+    def post(self) -> None:
+        if self.httpx is not None:
+            sent = self.httpx.post("/api/v1/runs", content=self.body, headers=self.headers)
+            sent.raise_for_status()
+            return
+        self.connection.request("POST", "/api/v1/runs", self.body, self.headers)
+        answer = self.connection.getresponse()
+        answer.read()
+        if answer.status != 201:
+            raise RuntimeError(f"POST /api/v1/runs answered {answer.status}")
+
+    def fresh(self) -> None:
+        """A new connection before a round: the server closes one idle for 5 s, and
+        ``http.client`` would not open another by itself."""
+        self.connection.close()
+
+    def close(self) -> None:
+        self.connection.close()
+        if self.httpx is not None:
+            self.httpx.close()
+
+
+def api_start(poster: Poster, requests: int) -> tuple[float, float]:
+    """(requests per second, CPU seconds of the server per request)."""
+    poster.fresh()
+    poster.post()  # opens the connection
+    cpu, began = poster.server.cpu(), time.perf_counter()
+    for _ in range(requests):
+        poster.post()
+    return requests / (time.perf_counter() - began), (poster.server.cpu() - cpu) / requests
 
 
 async def _async_client_start(store: BenchStore, requests: int, concurrency: int) -> float:
@@ -106,7 +188,7 @@ async def _async_client_start(store: BenchStore, requests: int, concurrency: int
             for _ in range(count):
                 await client.start(NOOP, {})
 
-        await asyncio.gather(*(worker(WARM_UP // concurrency + 1) for _ in range(concurrency)))
+        await asyncio.gather(*(worker(50 // concurrency + 1) for _ in range(concurrency)))
         began = time.perf_counter()
         await asyncio.gather(*(worker(n) for n in _shares(requests, concurrency)))
         return requests / (time.perf_counter() - began)
@@ -121,7 +203,7 @@ async def _api_start_concurrent(base: str, requests: int, concurrency: int) -> f
             for _ in range(count):
                 (await http.post("/runs", json=body)).raise_for_status()
 
-        await asyncio.gather(*(worker(WARM_UP // concurrency + 1) for _ in range(concurrency)))
+        await asyncio.gather(*(worker(50 // concurrency + 1) for _ in range(concurrency)))
         began = time.perf_counter()
         await asyncio.gather(*(worker(n) for n in _shares(requests, concurrency)))
         return requests / (time.perf_counter() - began)
@@ -131,27 +213,101 @@ def _shares(total: int, parts: int) -> list[int]:
     return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
 
 
-def measure(store: BenchStore, requests: int, concurrency: int) -> dict[str, float]:
-    figures = {"client_start": client_start(store, requests)}
-    figures["async_client_start"] = asyncio.run(_async_client_start(store, requests, concurrency))
-    with server(store) as base:
-        figures["api_start"] = api_start(base, requests)
-        figures["api_start_concurrent"] = asyncio.run(
-            _api_start_concurrent(base, requests, concurrency)
+def measure(
+    store: BenchStore,
+    requests: int,
+    rounds: int,
+    concurrency: int,
+    profile: str | None,
+    warm_up: int = WARM_UP,
+) -> dict[str, float]:
+    """The medians of ``rounds`` interleaved rounds, and the concurrent figures."""
+    load_before = os.getloadavg()[0]
+    names = ("client_start", "client_cpu_us", "api_start", "api_server_cpu_us")
+    found: dict[str, list[float]] = {k: [] for k in (*names, "api_start_httpx", "unused")}
+    with (
+        server(store, profile) as srv,
+        store.client() as client,
+        contextlib.closing(Poster(srv)) as poster,
+        contextlib.closing(Poster(srv, use_httpx=True)) as httpx_poster,
+    ):
+        client_start(client, warm_up)
+        api_start(poster, warm_up)
+        api_start(httpx_poster, warm_up // 5)
+        steps: list[Callable[[], None]] = [
+            lambda: _add(found, "client_start", "client_cpu_us", client_start(client, requests)),
+            lambda: _add(found, "api_start", "api_server_cpu_us", api_start(poster, requests)),
+            lambda: _add(found, "api_start_httpx", "unused", api_start(httpx_poster, requests)),
+        ]
+        for number in range(rounds):
+            for step in steps[number % 3 :] + steps[: number % 3]:
+                step()
+        if concurrency:
+            concurrent = asyncio.run(_api_start_concurrent(srv.base, requests, concurrency))
+    del found["unused"]
+    figures = {name: statistics.median(values) for name, values in found.items()}
+    for api, ratio in (("api_start", "api_vs_client"), ("api_start_httpx", "httpx_vs_client")):
+        ratios = [a / own for a, own in zip(found[api], found["client_start"], strict=True)]
+        figures[ratio] = statistics.median(ratios)
+        figures[f"{ratio}_lowest"] = min(ratios)
+        figures[f"{ratio}_highest"] = max(ratios)
+    if concurrency:
+        figures["async_client_start"] = asyncio.run(
+            _async_client_start(store, requests, concurrency)
         )
-    figures["api_vs_client"] = figures["api_start"] / figures["client_start"]
-    figures["api_vs_async_client_concurrent"] = (
-        figures["api_start_concurrent"] / figures["async_client_start"]
-    )
+        figures["api_start_concurrent"] = concurrent
+        figures["api_vs_async_client_concurrent"] = concurrent / figures["async_client_start"]
+    figures["load_average_before"] = load_before
+    figures["load_average_after"] = os.getloadavg()[0]
     return figures
+
+
+def _add(found: dict[str, list[float]], rate: str, cpu: str, got: tuple[float, float]) -> None:
+    found[rate].append(got[0])
+    found[cpu].append(got[1] * 1e6)
+
+
+def show(results: dict[str, dict[str, float]], requests: int, rounds: int) -> None:
+    print(f"runs started one at a time: medians of {rounds} interleaved rounds of {requests}")
+    head = ("store", "Client /s", "CPU µs", "API /s", "server µs", "ratio", "range")
+    print("{:10} {:>10} {:>7} {:>9} {:>10} {:>6} {:>10}".format(*head), "  httpx /s  ratio")
+    for kind, f in results.items():
+        spread = f"{f['api_vs_client_lowest']:.2f}-{f['api_vs_client_highest']:.2f}"
+        print(
+            f"{kind:10} {f['client_start']:10.0f} {f['client_cpu_us']:7.0f}"
+            f" {f['api_start']:9.0f} {f['api_server_cpu_us']:10.0f}"
+            f" {f['api_vs_client']:6.2f} {spread:>10}"
+            f" {f['api_start_httpx']:9.0f} {f['httpx_vs_client']:6.2f}"
+        )
+    for kind, f in results.items():
+        if "api_start_concurrent" in f:
+            print(
+                f"{kind}: concurrently, AsyncClient {f['async_client_start']:.0f}/s, API "
+                f"{f['api_start_concurrent']:.0f}/s, ratio "
+                f"{f['api_vs_async_client_concurrent']:.2f}"
+            )
+        print(
+            f"{kind}: load average {f['load_average_before']:.2f} before, "
+            f"{f['load_average_after']:.2f} after"
+        )
+
+
+def _per_store(path: str, kind: str) -> str:
+    stem, dot, suffix = path.rpartition(".")
+    return f"{stem}.{kind}.{suffix}" if dot and suffix in _RENDERERS else f"{path}.{kind}"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.api", description=__doc__)
     parser.add_argument("--stores", default="postgres,sqlite", help="comma-separated")
-    parser.add_argument("--requests", type=int, default=2000, help="starts per figure (2000)")
-    parser.add_argument("--concurrency", type=int, default=8, help="concurrent starts (8)")
+    parser.add_argument("--requests", type=int, default=1000, help="starts per round (1000)")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (5)")
+    parser.add_argument("--concurrency", type=int, default=8, help="concurrent starts (8; 0: none)")
+    parser.add_argument(
+        "--warm-up", type=int, default=WARM_UP, help=f"starts before the rounds ({WARM_UP})"
+    )
     parser.add_argument("--postgres-url", help="use this server instead of starting one")
+    parser.add_argument("--profile", metavar="FILE", help="cProfile the server into FILE.<store>")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
     kinds = [kind for kind in args.stores.split(",") if kind]
@@ -159,20 +315,19 @@ def main(argv: list[str] | None = None) -> int:
         kinds,
         args.postgres_url,
         "simpleworkflow-bench-api-",
-        lambda store, tmp: measure(store, args.requests, args.concurrency),
+        lambda store, tmp: measure(
+            store,
+            args.requests,
+            args.rounds,
+            args.concurrency,
+            None if args.profile is None else _per_store(args.profile, store.kind),
+            args.warm_up,
+        ),
     )
     if args.json:
         print(json.dumps(results, indent=2))
-        return 0
-    print(f"runs started per second, {args.requests} each (concurrency {args.concurrency})")
-    head = ("store", "Client", "API", "ratio", "Async x", "API x", "ratio")
-    print("{:10} {:>9} {:>9} {:>6}   {:>9} {:>9} {:>6}".format(*head))
-    for kind, f in results.items():
-        print(
-            f"{kind:10} {f['client_start']:9.0f} {f['api_start']:9.0f} {f['api_vs_client']:6.2f}"
-            f"   {f['async_client_start']:9.0f} {f['api_start_concurrent']:9.0f}"
-            f" {f['api_vs_async_client_concurrent']:6.2f}"
-        )
+    else:
+        show(results, args.requests, args.rounds)
     return 0
 
 

@@ -31,7 +31,10 @@ from benchmarks import server
 
 ROOT = Path(__file__).resolve().parent.parent
 CASE_SCRIPT = Path(__file__).resolve().with_name("compare_case.py")
-CASES = ("start", "start_many", "drain")
+CASES = ("start", "start_many", "drain", "api_start")
+#: What runs without ``--cases``: ``api_start`` (``POST /api/v1/runs`` one at a time, to a
+#: ``simpleworkflow serve`` of each side) only when asked for.
+DEFAULT_CASES = CASES[:3]
 
 
 @dataclass
@@ -153,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.compare", description=__doc__)
     parser.add_argument("ref", help="the git ref to compare the working tree against")
     parser.add_argument(
-        "--cases", default=",".join(CASES), help="comma-separated: " + ", ".join(CASES)
+        "--cases", default=",".join(DEFAULT_CASES), help="comma-separated: " + ", ".join(CASES)
     )
     parser.add_argument(
         "--against", metavar="REF2", help="measure REF2 instead of the working tree"

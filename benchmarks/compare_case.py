@@ -3,16 +3,20 @@ being measured: ``python benchmarks/compare_case.py CASE URL SCHEMA RUNS``.
 
 The same file measures every version, so it touches nothing but the public API that every
 version since the first benchmarks has had (``App``, ``Client.start``, ``start_many``,
-``IntentPoller``) and plain SQL on the seed's columns. It runs as a script, not as a module
-of the checkout: the ``simpleworkflow`` it imports is the one installed for that side.
-It prints one JSON line: ``{"case": ..., "rate": runs per second}``.
+``IntentPoller``, ``simpleworkflow serve``) and plain SQL on the seed's columns. It runs as
+a script, not as a module of the checkout: the ``simpleworkflow`` it imports is the one
+installed for that side. It prints one JSON line: ``{"case": ..., "rate": runs per second}``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
+import os
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -113,8 +117,69 @@ async def _work_until_done(poller: IntentPoller, url: str, schema: str, runs: in
     await worker
 
 
+def api_start(url: str, schema: str, runs: int) -> float:
+    """Runs started by ``POST /api/v1/runs`` one at a time, per second: to this side's
+    ``simpleworkflow serve`` (one process, access log off), over one keep-alive
+    connection of ``http.client``."""
+    client = Client(url, schema=schema)
+    try:
+        _migrate(client)
+    finally:
+        client.close()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("SIMPLEWORKFLOW_API_")},
+        "SIMPLEWORKFLOW_DATABASE_URL": url,
+        "SIMPLEWORKFLOW_SCHEMA": schema,
+    }
+    command = [sys.executable, "-m", "simpleworkflow", "serve", "--port", "0", "--no-access-log"]
+    # Not from the checkout's folder: ``-m`` would import the checkout's simpleworkflow
+    # first, whichever side this is.
+    elsewhere = tempfile.mkdtemp(prefix="simpleworkflow-compare-serve-")
+    server = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True, cwd=elsewhere)
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline().split()[4].split(":")[2].split("/")[0])
+        connection = http.client.HTTPConnection("127.0.0.1", port)
+        headers = {"content-type": "application/json"}
+
+        def post(number: int) -> None:
+            connection.request("POST", "/api/v1/runs", json.dumps(_body(number)), headers)
+            answer = connection.getresponse()
+            answer.read()
+            if answer.status != 201:
+                raise RuntimeError(f"POST /api/v1/runs answered {answer.status}")
+
+        _wait_until_served(post)
+        began = time.perf_counter()
+        for number in range(runs):
+            post(number)
+        return runs / (time.perf_counter() - began)
+    finally:
+        server.terminate()
+        server.wait(15)
+        os.rmdir(elsewhere)
+
+
+def _body(number: int) -> dict[str, Any]:
+    return {"type": NOOP, "payload": {"n": number}}
+
+
+def _wait_until_served(post: Callable[[int], None]) -> None:
+    """Post until the server answers (it listens before its app has started)."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            post(-1)
+            return
+        except (OSError, http.client.HTTPException):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 CASES: dict[str, Callable[[str, str, int], float]] = {
     "start": start_one,
+    "api_start": api_start,
     "start_many": start_many,
     "drain": drain,
 }

@@ -283,3 +283,62 @@ def test_bad_ids_and_type_names_in_paths(api: Api, unchanged: str) -> None:
     assert_problem(api.post(f"{RUNS}/%ED%A0%80/cancel"), 404, "run ids are UUIDs")
     assert_problem(api.post(f"{PREFIX}/types/a.b%00.v1/pause"), 422, "invalid workflow type")
     assert_problem(api.request("PATCH", RUNS), 405)
+
+
+def _starts_to_compare() -> list[tuple[str, dict[str, Any]]]:
+    """Starts of every kind of answer: created, held key, and each refusal."""
+    body = json.dumps({"type": TYPE, "payload": {"n": 1}, "idempotency_key": "same"}).encode()
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield body[:10]
+        yield body[10:]
+
+    return [
+        ("created", {"content": body, "headers": JSON}),
+        ("the key held", {"content": body, "headers": JSON}),
+        ("in chunks, no Content-Length", {"content": chunks(), "headers": JSON}),
+        ("an unknown field", {"json": {"type": TYPE, "colour": "red"}}),
+        ("a string priority", {"json": {"type": TYPE, "priority": "5"}}),
+        ("not an object", {"json": [TYPE]}),
+        ("no body", {"headers": JSON}),
+        ("NaN", {"content": raw('{"type": "a.b.v1", "payload": NaN}'), "headers": JSON}),
+        ("not JSON", {"content": b'{"type": ', "headers": JSON}),
+        ("a form", {"content": b"type=a.b.v1", "headers": {"content-type": "text/plain"}}),
+        ("a bad type", {"json": {"type": "Bad Type"}}),
+        ("a bad duration", {"json": {"type": TYPE, "deadline": "soon"}}),
+        ("another site", {"json": {"type": TYPE}, "headers": {"origin": "https://evil.example"}}),
+    ]
+
+
+def test_a_start_gets_the_same_answer_from_the_app_as_from_the_router(store: Store) -> None:
+    """``create_app`` answers ``POST /runs`` by a shorter way than the route that
+    ``router()`` gives a user's app: every answer, a refusal or a start, is the same."""
+    from fastapi import FastAPI
+
+    from simpleworkflow.server import router
+
+    def users_app(client: Any) -> FastAPI:
+        app = FastAPI()
+        app.include_router(router(client))
+        return app
+
+    answers: dict[str, list[tuple[int, Any]]] = {}
+    for build in (None, users_app):
+        api = Api(store, build=build)
+        try:
+            for case, request in _starts_to_compare():
+                response = api.post(RUNS, **request)
+                body = response.json()
+                for volatile in ("id", "created_at", "updated_at", "run_at"):
+                    if isinstance(body, dict) and volatile in body:
+                        body[volatile] = "..."
+                answers.setdefault(case, []).append((response.status_code, body))
+        finally:
+            api.close()
+        store.sql("delete from workflow_event")  # so that the key is free again
+        store.sql("delete from workflow_run")
+    for case, (app_answer, router_answer) in answers.items():
+        assert app_answer == router_answer, case
+    assert [answers[case][0][0] for case in ("created", "the key held", "a bad type")] == [
+        201, 200, 422,
+    ]  # fmt: skip

@@ -117,6 +117,8 @@ def test_the_api_benchmark_runs_and_reports_its_figures(postgres_url: str) -> No
         sys.executable, "-m", "benchmarks.api",
         "--stores", ",".join(STORES),
         "--requests", "20",
+        "--rounds", "2",
+        "--warm-up", "5",
         "--concurrency", "2",
         "--postgres-url", postgres_url,
         "--json",
@@ -126,15 +128,32 @@ def test_the_api_benchmark_runs_and_reports_its_figures(postgres_url: str) -> No
     doc = json.loads(done.stdout)
     assert list(doc) == STORES
     for store in STORES:
-        assert list(doc[store]) == [
-            "client_start",
-            "async_client_start",
-            "api_start",
-            "api_start_concurrent",
-            "api_vs_client",
-            "api_vs_async_client_concurrent",
-        ]
-        assert all(math.isfinite(value) and value > 0 for value in doc[store].values()), store
+        figures = doc[store]
+        for name in (
+            "client_start", "client_cpu_us", "api_start", "api_server_cpu_us",
+            "api_start_httpx", "api_vs_client", "httpx_vs_client",
+            "async_client_start", "api_start_concurrent", "api_vs_async_client_concurrent",
+        ):  # fmt: skip
+            assert math.isfinite(figures[name]) and figures[name] > 0, (store, name)
+        lowest, highest = figures["api_vs_client_lowest"], figures["api_vs_client_highest"]
+        assert lowest <= figures["api_vs_client"] <= highest, store
+
+
+def test_compare_measures_the_api_start_of_both_sides(postgres_url: str, tmp_path: Path) -> None:
+    """``--cases api_start``: each side's own ``simpleworkflow serve`` started and posted
+    to, one run at a time."""
+    out = tmp_path / "compare.json"
+    command = [
+        sys.executable, "-m", "benchmarks.compare", "HEAD", "--cases", "api_start",
+        "--runs", "20", "--rounds", "1",
+        "--postgres-url", postgres_url, "--json", str(out),
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    document = json.loads(out.read_text())
+    assert list(document["ratios"]) == ["api_start"]
+    assert [list(rates) for rates in document["rates"].values()] == [["api_start"]] * 2
+    assert "| api_start |" in done.stdout
 
 
 def test_the_pick_up_benchmark_measures_the_worker_beside_the_listen_loop(

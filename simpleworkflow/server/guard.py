@@ -98,7 +98,7 @@ class Guard:
         return None
 
     def _limit(self, scope: Scope) -> int:
-        if self.api_prefix is not None and _path(scope).startswith(self.api_prefix + "/"):
+        if self.api_prefix is not None and route_path(scope).startswith(self.api_prefix + "/"):
             return self.max_body_bytes
         return min(self.max_body_bytes, FORM_MAX_BODY_BYTES)
 
@@ -154,7 +154,8 @@ _PAGE_HEADERS = {
 }
 
 
-def _path(scope: Scope) -> str:
+def route_path(scope: Scope) -> str:
+    """The request's path under the app's root (where it is mounted)."""
     path: str = scope.get("path", "")
     root: str = scope.get("root_path", "")
     return path[len(root) :] if root and path.startswith(root) else path

@@ -16,7 +16,7 @@ serve`` and inside a user's app (whose exception handlers are not ours):
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, ClassVar, NoReturn
 
 from fastapi.exceptions import RequestValidationError
@@ -50,26 +50,32 @@ class GuardedRoute(APIRoute):
         async def guarded(request: Request) -> Response:
             try:
                 if request.method not in origins.SAFE_METHODS:
-                    _check_caller(request, auth)
+                    check_writer(request.method, request.headers, auth)
                 if request.method in ("POST", "PUT", "PATCH"):
                     await _read_json(request, limit)
                 return await handler(request)
-            except errors.SimpleWorkflowError as exc:
-                return problems.of_error(exc)
-            except problems.ApiProblem as exc:
-                return problems.problem_response(
-                    exc.status, exc.name, exc.detail, headers=exc.headers, **exc.extensions
-                )
-            except RequestValidationError as exc:
-                return problems.of_validation(exc)
-            except HTTPException as exc:
-                return problems.of_http(exc)
-            except problems.BodyTooLarge:
-                raise  # the app's guard answers it
             except Exception as exc:
-                return problems.unexpected(exc, f"{request.method} {request.url.path}")
+                return answer(exc, f"{request.method} {request.url.path}")
 
         return guarded
+
+
+def answer(exc: Exception, where: str) -> Response:
+    """The problem a route answers for ``exc`` (``where``: its method and path, logged
+    with an unexpected error); a body past the limit is re-raised, for the app's guard."""
+    if isinstance(exc, errors.SimpleWorkflowError):
+        return problems.of_error(exc)
+    if isinstance(exc, problems.ApiProblem):
+        return problems.problem_response(
+            exc.status, exc.name, exc.detail, headers=exc.headers, **exc.extensions
+        )
+    if isinstance(exc, RequestValidationError):
+        return problems.of_validation(exc)
+    if isinstance(exc, HTTPException):
+        return problems.of_http(exc)
+    if isinstance(exc, problems.BodyTooLarge):
+        raise exc  # the app's guard answers it
+    return problems.unexpected(exc, where)
 
 
 def route_class(max_body_bytes: int, auth: Auth | None = None) -> type[GuardedRoute]:
@@ -81,18 +87,16 @@ def route_class(max_body_bytes: int, auth: Auth | None = None) -> type[GuardedRo
     return type("GuardedRoute", (GuardedRoute,), attributes)
 
 
-def _check_caller(request: Request, auth: Auth) -> None:
+def check_writer(method: str, headers: Mapping[str, str], auth: Auth) -> None:
     """Refuse a write from another site, without the full token, or whose body a form
-    could have sent; before its body is read."""
-    reason = origins.cross_site(request.method, request.headers)
+    could have sent; before its body is read. ``headers``: lower-cased names."""
+    reason = origins.cross_site(method, headers)
     if reason is not None:
         raise problems.ApiProblem(403, "cross-site", f"refused: {reason}")
-    auth.authorize(request.headers.get("authorization"), write=True)
-    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    has_body = request.headers.get("content-length", "0") != "0" or (
-        "transfer-encoding" in request.headers
-    )
-    if has_body and not _is_json(media):
+    auth.authorize(headers.get("authorization"), write=True)
+    media = headers.get("content-type", "").split(";")[0].strip().lower()
+    has_body = headers.get("content-length", "0") != "0" or "transfer-encoding" in headers
+    if has_body and not is_json(media):
         raise problems.ApiProblem(
             415,
             "unsupported-media-type",
@@ -101,7 +105,7 @@ def _check_caller(request: Request, auth: Auth) -> None:
         )
 
 
-def _is_json(media: str) -> bool:
+def is_json(media: str) -> bool:
     return media == "application/json" or (
         media.startswith("application/") and media.endswith("+json")
     )
@@ -122,7 +126,7 @@ async def _read_json(request: Request, limit: int) -> None:
     body = b"".join(chunks)
     request._body = body  # Starlette's cache of the body: what .body() returns
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if body and _is_json(media):
+    if body and is_json(media):
         request._json = parse_json(body)  # and of the parsed document: what .json() returns
 
 

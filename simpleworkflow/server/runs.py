@@ -14,7 +14,6 @@ from fastapi import APIRouter, Body, Path, Query
 from starlette.responses import Response
 
 from simpleworkflow import durations
-from simpleworkflow.admin import unclaimed
 from simpleworkflow.server import bodies, routing
 from simpleworkflow.server.auth import Auth
 from simpleworkflow.server.problems import responses
@@ -63,9 +62,17 @@ def router(source: ClientSource, auth: Auth, route_class: type[routing.GuardedRo
     return api
 
 
-def _add_starts(api: APIRouter, source: ClientSource, writer: list[Any]) -> None:
-    registry = unclaimed.RegistryView()
+async def start_one(source: ClientSource, request: StartRun) -> Response:
+    """Start the run ``request`` asks for: the answer of ``POST /runs``, whether its
+    route or :mod:`~simpleworkflow.server.start_lane` took the request."""
+    # Read before the start: a registry that cannot be read fails the request with
+    # nothing written, rather than a run committed and the request answered 503.
+    warnings = await source.registry.start_warnings(source.client.admin, request.type)
+    run = await source.client.start(request.type, request.payload, **request.options())
+    return bodies.respond(bodies.started(run, warnings), 201 if run.created else 200)
 
+
+def _add_starts(api: APIRouter, source: ClientSource, writer: list[Any]) -> None:
     @api.post(
         "",
         status_code=201,
@@ -83,11 +90,7 @@ def _add_starts(api: APIRouter, source: ClientSource, writer: list[Any]) -> None
     async def start_run(request: StartRun) -> Response:
         """Start a run; a known idempotency key returns the run that holds it (200), as
         does a debounced start that joins the pending run of its key."""
-        # Read before the start: a registry that cannot be read fails the request with
-        # nothing written, rather than a run committed and the request answered 503.
-        warnings = await registry.start_warnings(source.client.admin, request.type)
-        run = await source.client.start(request.type, request.payload, **request.options())
-        return bodies.respond(bodies.started(run, warnings), 201 if run.created else 200)
+        return await start_one(source, request)
 
     @api.post(
         "/batch",
@@ -103,7 +106,7 @@ def _add_starts(api: APIRouter, source: ClientSource, writer: list[Any]) -> None
         """Start up to 1000 runs in one transaction: all of them, or none; a known
         idempotency key gives the run that holds it."""
         warnings = {
-            type: await registry.start_warnings(source.client.admin, type)
+            type: await source.registry.start_warnings(source.client.admin, type)
             for type in {run.type for run in request.runs}
         }
         runs = await source.client.start_many(

@@ -7,11 +7,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from simpleworkflow import observe
+from simpleworkflow.admin import unclaimed
 from simpleworkflow.client import AsyncClient
 
 
 class ClientSource:
-    """The ``AsyncClient`` every endpoint acts through."""
+    """The ``AsyncClient`` every endpoint acts through, and the registry as last read
+    (``registry``), which the starts' warnings share."""
 
     def __init__(
         self,
@@ -31,6 +33,7 @@ class ClientSource:
         self._owned = client is None
         self._url = database_url
         self._schema = schema
+        self.registry = unclaimed.RegistryView()
 
     @property
     def client(self) -> AsyncClient:
