@@ -80,12 +80,19 @@ def _api(server_url: str, jobs: int) -> dict[str, float]:
     with measure.fresh_database(server_url, "api") as url, tempfile.TemporaryDirectory() as tmp:
         store = BenchStore.fresh("postgres", url, Path(tmp))
         try:
-            figures = {"client_start": api.client_start(store, jobs)}
-            with api.server(store) as base:
-                figures["api_start"] = api.api_start(base, jobs)
+            with (
+                store.client() as client,
+                api.server(store) as srv,
+                contextlib.closing(api.Poster(srv)) as poster,
+            ):
+                api.client_start(client, api.WARM_UP)
+                api.api_start(poster, api.WARM_UP)
+                return {
+                    "client_start": api.client_start(client, jobs)[0],
+                    "api_start": api.api_start(poster, jobs)[0],
+                }
         finally:
             store.close()
-    return figures
 
 
 def _one(system: System, case: str, url: str, args: argparse.Namespace) -> dict[str, float]:
