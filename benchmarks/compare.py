@@ -12,7 +12,6 @@ every measurement gets a new schema. Rounds alternate which side goes first.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
@@ -21,7 +20,6 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -98,22 +96,13 @@ def _git(*args: str) -> str:
     ).stdout
 
 
-@contextlib.contextmanager
-def postgres(url: str | None) -> Iterator[str]:
-    if url:
-        yield url
-    else:
-        with server.private_postgres() as started:
-            yield started
-
-
 def run(refs: list[str], cases: list[str], runs: int, rounds: int, url: str | None) -> list[Side]:
     """Measure ``refs`` (the first against the second, or against the working tree)."""
     with tempfile.TemporaryDirectory(prefix="simpleworkflow-compare-") as tmp:
         sides = [installed(ref, Path(tmp, str(number))) for number, ref in enumerate(refs)]
         if len(sides) == 1:
             sides.append(working_tree())
-        with postgres(url) as pg:
+        with server.given_or_private(url) as pg:
             number = 0
             for round_number in range(rounds):
                 order = sides if round_number % 2 == 0 else sides[::-1]

@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import psycopg
 
-from benchmarks import compare, compare_case
+from benchmarks import compare, compare_case, server
 from simpleworkflow import Client
 
 #: What the client must reach of its floor (issue 30).
@@ -80,7 +80,7 @@ def run(
     "client_cpu": [...], "floor_cpu": [...]}}``."""
     figures: dict[str, dict[str, list[float]]] = {case: {} for case in cases}
     number = 0
-    with compare.postgres(url) as pg:
+    with server.given_or_private(url) as pg:
         for round_number in range(rounds):
             for case in cases:
                 sides = list(zip(("client", "floor"), CASES[case], strict=True))

@@ -82,6 +82,16 @@ def private_postgres() -> Iterator[str]:
         yield server.url
 
 
+@contextlib.contextmanager
+def given_or_private(url: str | None) -> Iterator[str]:
+    """``url`` if one was given (``--postgres-url``), else a throw-away server's."""
+    if url:
+        yield url
+    else:
+        with private_postgres() as started:
+            yield started
+
+
 def pgbench_path() -> str | None:
     """pgbench from the pgserver wheel, else from PATH or Debian's layout; None if absent."""
     with contextlib.suppress(ImportError):

@@ -17,7 +17,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,15 +60,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     if args.rounds < 1 or args.jobs < 10 or args.samples < 2:
         parser.error("--rounds >= 1, --jobs >= 10 and --samples >= 2")
     return args
-
-
-@contextlib.contextmanager
-def postgres(url: str | None) -> Iterator[str]:
-    if url:
-        yield url
-    else:
-        with server.private_postgres() as started:
-            yield started
 
 
 def _api(server_url: str, jobs: int) -> dict[str, float]:
@@ -178,7 +168,7 @@ def _postgres_version(url: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    with postgres(args.postgres_url) as url:
+    with server.given_or_private(args.postgres_url) as url:
         result = run(args, url)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
