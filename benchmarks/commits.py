@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 
 import psycopg
 
-from benchmarks import profile, server
+from benchmarks import compare_case, profile, server
 from simpleworkflow import App, Client, IntentPoller
 from simpleworkflow.backends import Backend, open_backend
 from simpleworkflow.backends.base import ATOMIC, Claim, Lease, Op
@@ -170,13 +170,8 @@ async def _work(
     """Run ``poller`` until ``runs`` runs succeeded; return the CPU seconds of this process
     and of each server process then."""
     worker = asyncio.create_task(poller.run_async())
-    count = f"select count(*) from {schema}.workflow_run where status = 'succeeded'".encode()
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        while not worker.done():
-            row = await (await conn.execute(count)).fetchone()
-            if row is not None and row[0] >= runs:
-                break
-            await asyncio.sleep(0.02)
+        await compare_case.wait_succeeded(conn, schema, runs, worker)
         cpu = time.process_time()
         pids = [int(row[0]) for row in await (await conn.execute(_SERVER_PIDS)).fetchall()]
     server_cpu = profile._cpu(pids)

@@ -106,15 +106,22 @@ def drain(url: str, schema: str, runs: int) -> float:
 
 async def _work_until_done(poller: IntentPoller, url: str, schema: str, runs: int) -> None:
     worker = asyncio.create_task(poller.run_async())
-    count = f"select count(*) from {schema}.workflow_run where status = 'succeeded'".encode()
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        while not worker.done():
-            row = await (await conn.execute(count)).fetchone()
-            if row is not None and row[0] >= runs:
-                break
-            await asyncio.sleep(0.02)
+        await wait_succeeded(conn, schema, runs, worker)
     poller.stop()
     await worker
+
+
+async def wait_succeeded(
+    conn: psycopg.AsyncConnection[Any], schema: str, runs: int, worker: asyncio.Task[Any]
+) -> None:
+    """Return once ``runs`` runs of ``schema`` have succeeded, or ``worker`` has ended."""
+    count = f"select count(*) from {schema}.workflow_run where status = 'succeeded'".encode()
+    while not worker.done():
+        row = await (await conn.execute(count)).fetchone()
+        if row is not None and row[0] >= runs:
+            return
+        await asyncio.sleep(0.02)
 
 
 def api_start(url: str, schema: str, runs: int) -> float:
