@@ -20,7 +20,7 @@ from simpleworkflow.backends.records import (
     Subscription,
 )
 from simpleworkflow.client import AsyncClient, Client
-from simpleworkflow.context import Context
+from simpleworkflow.durable.context import Context
 from simpleworkflow.errors import (
     ChildFailed,
     InvalidInput,

@@ -20,8 +20,8 @@ from typing import Any
 
 from worker_app import Ledger
 
+from simpleworkflow import Context
 from simpleworkflow.app import App
-from simpleworkflow.context import Context
 from simpleworkflow.retry import RetryPolicy
 from simpleworkflow.worker import IntentPoller
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from simpleworkflow import Context
 from simpleworkflow.app import App
-from simpleworkflow.context import Context
 
 app = App()
 KEYED = "limits.keyed.v1"

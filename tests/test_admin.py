@@ -18,10 +18,9 @@ import pytest
 from conftest import Store, poller_thread
 from worker_app import wait_until
 
-from simpleworkflow import Client, RunStatus, errors, observe
+from simpleworkflow import Client, Context, RunStatus, errors, observe
 from simpleworkflow.admin import STATES, Admin, AsyncAdmin, unclaimed
 from simpleworkflow.app import App
-from simpleworkflow.context import Context
 from simpleworkflow.models import Run
 from simpleworkflow.retry import RetryPolicy
 

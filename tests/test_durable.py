@@ -22,12 +22,12 @@ import pytest
 from conftest import Store, poller_thread
 from worker_app import wait_until
 
-from simpleworkflow import Client, RunStatus, errors, replaycheck
+from simpleworkflow import Client, Context, RunStatus, errors
+from simpleworkflow.admin import replaycheck
 from simpleworkflow.app import App
 from simpleworkflow.backends import Backend
 from simpleworkflow.backends.records import Claim, Lease, StepRecord
-from simpleworkflow.context import Context
-from simpleworkflow.durable import Durable
+from simpleworkflow.durable.journal import Durable
 from simpleworkflow.models import Run
 from simpleworkflow.retry import RetryPolicy
 from simpleworkflow.worker import IntentPoller

@@ -19,12 +19,11 @@ import pytest
 from conftest import Store, poller_thread
 from worker_app import wait_until
 
-from simpleworkflow import App, Client, RetryPolicy, RunStatus, errors
+from simpleworkflow import App, Client, Context, RetryPolicy, RunStatus, errors
 from simpleworkflow.backends import Backend
 from simpleworkflow.backends.records import Claim, Suspension
-from simpleworkflow.context import Context
 from simpleworkflow.models import Event, Run
-from simpleworkflow.outbox import Outbox
+from simpleworkflow.worker.outbox import Outbox
 
 QUICK = RetryPolicy(backoff="fixed", base=0.2, jitter=0)
 BAD_TEXT = {"nul": "bad\x00byte", "surrogate": "bad\udc80byte"}

@@ -21,9 +21,8 @@ import pytest
 from conftest import Store
 from test_durable import QUICK, wait_suspended, wait_terminal, working
 
-from simpleworkflow import Client, RunStatus, observe
+from simpleworkflow import Client, Context, RunStatus, observe
 from simpleworkflow.app import App
-from simpleworkflow.context import Context
 from simpleworkflow.models import Run
 
 #: What a tracer would make current: the span its ``around_*`` wrapper opened.

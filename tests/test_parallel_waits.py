@@ -20,9 +20,8 @@ from test_cli import run_cli
 from test_durable import QUICK, as_time, journal, lifecycle, wait_terminal, working
 from worker_app import wait_until
 
-from simpleworkflow import Client, RunStatus
+from simpleworkflow import Client, Context, RunStatus
 from simpleworkflow.app import App
-from simpleworkflow.context import Context
 
 
 @pytest.fixture

@@ -22,8 +22,7 @@ from hypothesis import event, example, given
 from hypothesis import strategies as st
 from test_properties_start import same_json
 
-from simpleworkflow import App, Client, RunStatus, durations, errors, names
-from simpleworkflow.context import Context
+from simpleworkflow import App, Client, Context, RunStatus, durations, errors, names
 from simpleworkflow.models import Run
 from simpleworkflow.retry import RetryPolicy
 from simpleworkflow.worker import IntentPoller

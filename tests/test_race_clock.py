@@ -8,7 +8,8 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from simpleworkflow import errors, races
+from simpleworkflow import errors
+from simpleworkflow.durable import races
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 

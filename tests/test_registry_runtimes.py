@@ -22,10 +22,9 @@ from psycopg.rows import dict_row
 from test_seed_sql import CLAIM, LEASE, bind
 from test_worker import Ledger, held_for, wait_terminal, working
 
-from simpleworkflow import Client, RunStatus, config
+from simpleworkflow import Client, Context, RunStatus, config
 from simpleworkflow.app import App
 from simpleworkflow.backends import open_backend
-from simpleworkflow.context import Context
 
 GO_WORKER = "billing-worker-1"
 GO_TYPES = ("billing.invoice.v1", "payment.card.v1")  # what the seed's claim selects

@@ -12,8 +12,7 @@ from typing import Any
 from conftest import Store
 from test_durable import lifecycle, wait_terminal, working
 
-from simpleworkflow import App, RunStatus
-from simpleworkflow.context import Context
+from simpleworkflow import App, Context, RunStatus
 
 SLEEPS = 15
 

@@ -16,10 +16,9 @@ import pytest
 from conftest import Store
 from test_durable import journal, wait_suspended, wait_terminal, working
 
-from simpleworkflow import Client, RunStatus, errors
+from simpleworkflow import Client, Context, RunStatus, errors
 from simpleworkflow.app import App
 from simpleworkflow.backends.records import Claim, StepRecord
-from simpleworkflow.context import Context
 
 
 @pytest.fixture

@@ -20,8 +20,7 @@ from api_helpers import PREFIX, Api, assert_problem
 from conftest import Store, poller_thread
 from worker_app import wait_until
 
-from simpleworkflow import App, Client, RetryPolicy, RunStatus, cli, durations, errors
-from simpleworkflow.context import Context
+from simpleworkflow import App, Client, Context, RetryPolicy, RunStatus, cli, durations, errors
 from simpleworkflow.models import Run
 
 ECHO = "test.range.echo.v1"

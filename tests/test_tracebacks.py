@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from simpleworkflow import errors, tracebacks
+from simpleworkflow import errors
+from simpleworkflow.durable import tracebacks
 
 
 class OrderMissing(Exception):

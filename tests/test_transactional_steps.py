@@ -15,9 +15,8 @@ import pytest
 from conftest import Store
 from test_durable import QUICK, journal, lifecycle, wait_terminal, working
 
-from simpleworkflow import Client, RunStatus, observe
+from simpleworkflow import Client, Context, RunStatus, observe
 from simpleworkflow.app import App
-from simpleworkflow.context import Context
 from simpleworkflow.retry import RetryPolicy
 
 

@@ -18,11 +18,10 @@ import pytest
 from conftest import Store, poller_thread
 from worker_app import wait_until
 
-from simpleworkflow import Client, RunStatus, errors
+from simpleworkflow import Client, Context, RunStatus, errors
 from simpleworkflow.app import App
 from simpleworkflow.backends import Backend
 from simpleworkflow.backends.base import LOST, Claim, Outcomes, Success
-from simpleworkflow.context import Context
 from simpleworkflow.retry import RetryPolicy
 from simpleworkflow.worker import IntentPoller
 

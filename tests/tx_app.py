@@ -18,9 +18,8 @@ import sys
 import time
 from typing import Any
 
-from simpleworkflow import config
+from simpleworkflow import Context, config
 from simpleworkflow.app import App
-from simpleworkflow.context import Context
 from simpleworkflow.retry import RetryPolicy
 from simpleworkflow.worker import IntentPoller
 

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from simpleworkflow import Context
 from simpleworkflow.app import App
-from simpleworkflow.context import Context
 from simpleworkflow.retry import RetryPolicy
 from simpleworkflow.worker import IntentPoller, leases
 

@@ -14,13 +14,13 @@ from datetime import datetime
 
 from simpleworkflow import durations, rates, schema_check
 from simpleworkflow.admin.records import Minute, Queues, SweepReport, TypeStats, Worker
+from simpleworkflow.admin.replaycheck import ReplayReport
 from simpleworkflow.admin.schedules import AsyncSchedules, Schedules
 from simpleworkflow.admin.verbs import DEFAULT_PURGE_BATCH, DEFAULT_SWEEP_BATCH, Verbs
 from simpleworkflow.backends.payload_index import Action, PayloadIndex
 from simpleworkflow.backends.records import JournalEntry, RateLimit, RegistryEntry, Subscription
 from simpleworkflow.handlers import Handlers
 from simpleworkflow.models import Event, Run
-from simpleworkflow.replaycheck import ReplayReport
 
 
 class Admin(schema_check.Checked, Verbs):

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from simpleworkflow import replay
 from simpleworkflow.backends.records import JournalEntry
+from simpleworkflow.durable import replay
 from simpleworkflow.models import Run, RunStatus
 
 #: A wait with no timeout is journaled as lasting until this year.

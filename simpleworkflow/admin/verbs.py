@@ -11,17 +11,8 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from simpleworkflow import (
-    durations,
-    errors,
-    limits,
-    names,
-    observe,
-    rates,
-    replaycheck,
-    retention,
-    schema_check,
-)
+from simpleworkflow import durations, errors, limits, names, observe, rates, retention, schema_check
+from simpleworkflow.admin import replaycheck
 from simpleworkflow.admin.records import (
     STATES,
     Minute,
@@ -31,13 +22,13 @@ from simpleworkflow.admin.records import (
     TypeStats,
     Worker,
 )
+from simpleworkflow.admin.replaycheck import ReplayReport
 from simpleworkflow.backends import Backend, open_backend
 from simpleworkflow.backends.insight_ops import HolderRow
 from simpleworkflow.backends.presence_ops import PresenceRow
 from simpleworkflow.backends.records import Op, RateLimit, RegistryEntry, Subscription
 from simpleworkflow.handlers import Handlers
 from simpleworkflow.models import Run
-from simpleworkflow.replaycheck import ReplayReport
 
 T = TypeVar("T")
 

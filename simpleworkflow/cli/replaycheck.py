@@ -13,11 +13,11 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from simpleworkflow import replaycheck
+from simpleworkflow.admin import replaycheck
+from simpleworkflow.admin.replaycheck import ReplayReport
 from simpleworkflow.app import App
 from simpleworkflow.cli import _common, _output, worker
 from simpleworkflow.handlers import Handlers
-from simpleworkflow.replaycheck import ReplayReport
 from simpleworkflow.wording import plural
 from simpleworkflow.worker import IntentPoller
 

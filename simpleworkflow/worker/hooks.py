@@ -10,12 +10,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from simpleworkflow import execution, observe
+from simpleworkflow import observe
 from simpleworkflow.backends.base import Failure, Lease, Success, Suspension
-from simpleworkflow.durable import FOREVER
+from simpleworkflow.durable import execution
+from simpleworkflow.durable.journal import FOREVER
 
 if TYPE_CHECKING:
-    from simpleworkflow.attempt_state import AttemptState
+    from simpleworkflow.durable.attempt import AttemptState
 
 #: ``LeaseLost.reason``.
 TAKEN = "taken"  # the store says another worker holds the run now

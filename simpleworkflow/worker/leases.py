@@ -26,9 +26,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
 from simpleworkflow import errors, observe
-from simpleworkflow.attempts import Attempt
 from simpleworkflow.backends import Backend
 from simpleworkflow.backends.base import CANCELLED, HELD, LOST
+from simpleworkflow.durable.attempts import Attempt
 from simpleworkflow.outage import Outage
 from simpleworkflow.wording import plural
 from simpleworkflow.worker import hooks

@@ -22,18 +22,18 @@ from dataclasses import replace
 from typing import Any, Unpack
 
 from simpleworkflow import errors, observe, outage
-from simpleworkflow.attempts import Attempt, TrackedExecutor
 from simpleworkflow.backends import Backend, open_backend
 from simpleworkflow.backends.base import CANCELLED, Failure
+from simpleworkflow.durable.attempts import Attempt, TrackedExecutor
+from simpleworkflow.durable.journal_batches import StepJournal
 from simpleworkflow.handlers import Handlers
-from simpleworkflow.journal_writes import StepJournal
-from simpleworkflow.outbox import Outbox
 from simpleworkflow.outcome_log import OutcomeLog
 from simpleworkflow.schema_check import ensure_async
 from simpleworkflow.wording import plural
 from simpleworkflow.worker import hooks, leases, limits, presence, recovery, scheduler, shutdown
 from simpleworkflow.worker.claiming import ClaimLoop
 from simpleworkflow.worker.options import RUNTIME, WorkerOptions, WorkerSettings
+from simpleworkflow.worker.outbox import Outbox
 from simpleworkflow.worker.running import Runner
 from simpleworkflow.worker.supervisor import Loop, Service, Supervisor
 from simpleworkflow.worker.sweeper import Sweeper

@@ -31,10 +31,11 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from simpleworkflow import errors, execution, observe
+from simpleworkflow import errors, observe
 from simpleworkflow.backends import Backend
 from simpleworkflow.backends.base import Failure
 from simpleworkflow.backends.core import read_flag, read_int
+from simpleworkflow.durable import execution
 from simpleworkflow.models import Unreadable
 from simpleworkflow.wording import plural
 

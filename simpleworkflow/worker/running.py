@@ -12,17 +12,18 @@ import functools
 import logging
 import time
 
-from simpleworkflow import execution, logs, observe
-from simpleworkflow.attempt_state import AttemptState
-from simpleworkflow.attempts import Attempt, Threads, TrackedExecutor, charge_to
+from simpleworkflow import logs, observe
 from simpleworkflow.backends import Backend
 from simpleworkflow.backends.base import Failure, Lease
-from simpleworkflow.handler_threads import HandlerThreads
+from simpleworkflow.durable import execution
+from simpleworkflow.durable.attempt import AttemptState
+from simpleworkflow.durable.attempts import Attempt, Threads, TrackedExecutor, charge_to
+from simpleworkflow.durable.handler_threads import HandlerThreads
+from simpleworkflow.durable.journal_batches import StepJournal
 from simpleworkflow.handlers import Definition, Handlers
-from simpleworkflow.journal_writes import StepJournal
-from simpleworkflow.outbox import Outbox
 from simpleworkflow.worker import hooks
 from simpleworkflow.worker.leases import Renewals
+from simpleworkflow.worker.outbox import Outbox
 from simpleworkflow.worker.slots import Pace, Slots
 from simpleworkflow.worker.timer import Bell, due_in
 

@@ -27,12 +27,12 @@ import time
 from collections.abc import Iterable
 
 from simpleworkflow import errors
-from simpleworkflow.attempts import Attempt
 from simpleworkflow.backends import Backend
 from simpleworkflow.backends.base import HELD, Outcomes, Release
+from simpleworkflow.durable.attempts import Attempt
 from simpleworkflow.outage import Outage
-from simpleworkflow.outbox import Outbox
 from simpleworkflow.wording import plural
+from simpleworkflow.worker.outbox import Outbox
 
 _log = logging.getLogger("simpleworkflow.worker")
 

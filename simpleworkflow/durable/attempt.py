@@ -17,9 +17,10 @@ import functools
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from simpleworkflow import observe, unawaited
-from simpleworkflow.durable import Durable
-from simpleworkflow.journal_writes import StepJournal
+from simpleworkflow import observe
+from simpleworkflow.durable import unawaited
+from simpleworkflow.durable.journal import Durable
+from simpleworkflow.durable.journal_batches import StepJournal
 
 if TYPE_CHECKING:
     from simpleworkflow.backends import Backend

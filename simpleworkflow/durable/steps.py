@@ -14,11 +14,12 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from simpleworkflow import durations, errors, logs, observe, payloads, races, tracebacks
-from simpleworkflow.attempt_state import AttemptState
+from simpleworkflow import durations, errors, logs, observe, payloads
 from simpleworkflow.backends.records import JournalEntry
-from simpleworkflow.durable import Durable
-from simpleworkflow.replay import answered, gave_up
+from simpleworkflow.durable import races, tracebacks
+from simpleworkflow.durable.attempt import AttemptState
+from simpleworkflow.durable.journal import Durable
+from simpleworkflow.durable.replay import answered, gave_up
 from simpleworkflow.retry import DEFAULT_STEP_POLICY, RetryPolicy
 
 T = TypeVar("T")

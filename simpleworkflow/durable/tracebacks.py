@@ -19,7 +19,7 @@ import sysconfig
 import traceback
 
 _LIBRARY = (
-    os.path.dirname(__file__) + os.sep,
+    os.path.dirname(os.path.dirname(__file__)) + os.sep,  # the package, not this folder
     os.path.join(sysconfig.get_paths()["stdlib"], ""),
 )
 _CAUSE = "\nThe above exception was the direct cause of the following exception:\n\n"

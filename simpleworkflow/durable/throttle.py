@@ -10,8 +10,9 @@ run gives its lease back, due when the next window opens, and on resume the same
 
 from __future__ import annotations
 
-from simpleworkflow import errors, names, races, rates
-from simpleworkflow.attempt_state import AttemptState
+from simpleworkflow import errors, names, rates
+from simpleworkflow.durable import races
+from simpleworkflow.durable.attempt import AttemptState
 
 
 def check(limit: object, key: object, name: object) -> tuple[str, str | None, str]:

@@ -16,7 +16,7 @@ from simpleworkflow.backends.base import (
     Success,
     Suspension,
 )
-from simpleworkflow.groupcommit import GroupCommit
+from simpleworkflow.durable.groupcommit import GroupCommit
 
 _log = logging.getLogger("simpleworkflow.worker")
 

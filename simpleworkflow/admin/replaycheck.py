@@ -16,12 +16,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from simpleworkflow import errors, execution
-from simpleworkflow.attempt_state import AttemptState
+from simpleworkflow import errors
 from simpleworkflow.backends.records import JournalEntry, Lease, RunQuery
-from simpleworkflow.durable import Durable
-from simpleworkflow.holding import Holding
-from simpleworkflow.replay import answered
+from simpleworkflow.durable import execution
+from simpleworkflow.durable.attempt import AttemptState
+from simpleworkflow.durable.holding import Holding
+from simpleworkflow.durable.journal import Durable
+from simpleworkflow.durable.replay import answered
 
 if TYPE_CHECKING:
     from simpleworkflow.backends import Backend

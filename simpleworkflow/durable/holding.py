@@ -23,7 +23,7 @@ from simpleworkflow.backends.records import CANCELLED, HELD, HOLD_FRESH_FOR, Lea
 
 if TYPE_CHECKING:
     from simpleworkflow.backends import Backend
-    from simpleworkflow.journal_writes import StepJournal
+    from simpleworkflow.durable.journal_batches import StepJournal
 
 
 class Holding:

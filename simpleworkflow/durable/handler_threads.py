@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from simpleworkflow.attempts import Threads, charged
+from simpleworkflow.durable.attempts import Threads, charged
 
 _QUEUED, _RUNNING, _CANCELLED = 0, 1, 2
 

@@ -10,11 +10,12 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
-from simpleworkflow import errors, payloads, tracebacks
-from simpleworkflow.attempt_state import AttemptState
+from simpleworkflow import errors, payloads
 from simpleworkflow.backends.base import Failure, Lease, Success, Suspension
-from simpleworkflow.context import Context
-from simpleworkflow.handler_threads import HandlerThreads
+from simpleworkflow.durable import tracebacks
+from simpleworkflow.durable.attempt import AttemptState
+from simpleworkflow.durable.context import Context
+from simpleworkflow.durable.handler_threads import HandlerThreads
 from simpleworkflow.handlers import Definition
 from simpleworkflow.models import Unreadable
 

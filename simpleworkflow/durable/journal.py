@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from simpleworkflow import errors, names, outage, payloads, races
+from simpleworkflow import errors, names, outage, payloads
 from simpleworkflow.backends.records import (
     JournalEntry,
     Lease,
@@ -34,9 +34,10 @@ from simpleworkflow.backends.records import (
     StepRecord,
     Suspension,
 )
-from simpleworkflow.holding import Holding
-from simpleworkflow.journal_writes import StepJournal
-from simpleworkflow.replay import Replay, answered, check_readable
+from simpleworkflow.durable import races
+from simpleworkflow.durable.holding import Holding
+from simpleworkflow.durable.journal_batches import StepJournal
+from simpleworkflow.durable.replay import Replay, answered, check_readable
 
 if TYPE_CHECKING:
     from simpleworkflow.backends import Backend

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
-from simpleworkflow.attempt_state import AttemptState
 from simpleworkflow.backends.base import Lease
+from simpleworkflow.durable.attempt import AttemptState
 
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from simpleworkflow import outage
 from simpleworkflow.backends.records import HELD, StepRecord
-from simpleworkflow.groupcommit import GroupCommit
+from simpleworkflow.durable.groupcommit import GroupCommit
 
 if TYPE_CHECKING:
     from simpleworkflow.backends import Backend

@@ -30,10 +30,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from simpleworkflow import errors, logs, races, steps
-from simpleworkflow.attempt_state import AttemptState
+from simpleworkflow import errors, logs
 from simpleworkflow.backends.records import StepRecord
-from simpleworkflow.replay import answered
+from simpleworkflow.durable import races, steps
+from simpleworkflow.durable.attempt import AttemptState
+from simpleworkflow.durable.replay import answered
 from simpleworkflow.retry import RetryPolicy
 
 #: What a transactional step's function gives back, with the entry journaled beside it.

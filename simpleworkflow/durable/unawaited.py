@@ -21,7 +21,7 @@ from typing import Any
 
 from simpleworkflow import errors
 
-_PACKAGE = os.path.dirname(__file__) + os.sep
+_PACKAGE = os.path.dirname(os.path.dirname(__file__)) + os.sep  # simpleworkflow/
 #: Past this many noted calls, the ones already started are dropped.
 _PRUNE_AT = 128
 _Coro = Coroutine[Any, Any, Any]

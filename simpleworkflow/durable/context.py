@@ -14,19 +14,10 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from simpleworkflow import (
-    durations,
-    errors,
-    names,
-    observe,
-    payloads,
-    races,
-    steps,
-    throttle,
-    transactional,
-)
-from simpleworkflow.attempt_state import AttemptState
-from simpleworkflow.durable import FOREVER, Durable
+from simpleworkflow import durations, errors, names, observe, payloads
+from simpleworkflow.durable import races, steps, throttle, transactional
+from simpleworkflow.durable.attempt import AttemptState
+from simpleworkflow.durable.journal import FOREVER, Durable
 from simpleworkflow.models import Run
 from simpleworkflow.retry import RetryPolicy
 
