@@ -7,9 +7,9 @@ appends its result to a list, and only the result that finds the list empty wake
 loop, which settles every result listed by then in one turn. Under load, many handlers'
 results cost one wake-up.
 
-Each call is charged to the submitting attempt's :class:`~simpleworkflow.attempts.Threads`
+Each call is charged to the submitting attempt's :class:`~simpleworkflow.durable.attempt.Threads`
 from its submission until it returns, or is cancelled before a thread took it: the worker
-must know which attempts still run code (see ``attempts``).
+must know which attempts still run code (see ``attempt``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from simpleworkflow.durable.attempts import Threads, charged
+from simpleworkflow.durable.attempt import Threads, charged
 
 _QUEUED, _RUNNING, _CANCELLED = 0, 1, 2
 

@@ -28,7 +28,7 @@ from typing import Protocol
 from simpleworkflow import errors, observe
 from simpleworkflow.backends import Backend
 from simpleworkflow.backends.base import CANCELLED, HELD, LOST
-from simpleworkflow.durable.attempts import Attempt
+from simpleworkflow.durable.attempt import Attempt
 from simpleworkflow.outage import Outage
 from simpleworkflow.wording import plural
 from simpleworkflow.worker import hooks

@@ -24,7 +24,7 @@ from typing import Any, Unpack
 from simpleworkflow import errors, observe, outage
 from simpleworkflow.backends import Backend, open_backend
 from simpleworkflow.backends.base import CANCELLED, Failure
-from simpleworkflow.durable.attempts import Attempt, TrackedExecutor
+from simpleworkflow.durable.attempt import Attempt, TrackedExecutor
 from simpleworkflow.durable.journal_batches import StepJournal
 from simpleworkflow.handlers import Handlers
 from simpleworkflow.outcome_log import OutcomeLog

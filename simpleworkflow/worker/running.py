@@ -16,8 +16,13 @@ from simpleworkflow import logs, observe
 from simpleworkflow.backends import Backend
 from simpleworkflow.backends.base import Failure, Lease
 from simpleworkflow.durable import execution
-from simpleworkflow.durable.attempt import AttemptState
-from simpleworkflow.durable.attempts import Attempt, Threads, TrackedExecutor, charge_to
+from simpleworkflow.durable.attempt import (
+    Attempt,
+    AttemptState,
+    Threads,
+    TrackedExecutor,
+    charge_to,
+)
 from simpleworkflow.durable.handler_threads import HandlerThreads
 from simpleworkflow.durable.journal_batches import StepJournal
 from simpleworkflow.handlers import Definition, Handlers

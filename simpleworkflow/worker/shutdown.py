@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from simpleworkflow import errors
 from simpleworkflow.backends import Backend
 from simpleworkflow.backends.base import HELD, Outcomes, Release
-from simpleworkflow.durable.attempts import Attempt
+from simpleworkflow.durable.attempt import Attempt
 from simpleworkflow.outage import Outage
 from simpleworkflow.wording import plural
 from simpleworkflow.worker.outbox import Outbox
