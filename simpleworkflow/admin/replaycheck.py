@@ -22,6 +22,7 @@ from simpleworkflow.durable import execution
 from simpleworkflow.durable.attempt import AttemptState
 from simpleworkflow.durable.holding import Holding
 from simpleworkflow.durable.journal import Durable
+from simpleworkflow.durable.kinds import JournalKind
 from simpleworkflow.durable.replay import answered
 
 if TYPE_CHECKING:
@@ -53,13 +54,13 @@ class _Frontier(BaseException):
 class _CheckingDurable(Durable):
     """Answers from the journal only; stops where the journal ends."""
 
-    async def begin(self, name: str, kind: str, stopped: bool) -> JournalEntry | None:
+    async def begin(self, name: str, kind: JournalKind, stopped: bool) -> JournalEntry | None:
         entry = await super().begin(name, kind, stopped)
-        if not answered(entry) and kind != "race":  # a race's branches go on to their own
+        if not answered(entry) and kind != JournalKind.RACE:  # a race's branches go on to their own
             raise _Frontier(name)
         return entry
 
-    async def journal(self, name: str, kind: str, output: Any, **_: Any) -> None:
+    async def journal(self, name: str, kind: JournalKind, output: Any, **_: Any) -> None:
         raise _Frontier(name)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

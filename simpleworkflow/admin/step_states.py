@@ -16,6 +16,7 @@ from typing import Any
 
 from simpleworkflow.backends.records import JournalEntry
 from simpleworkflow.durable import replay
+from simpleworkflow.durable.kinds import JournalKind
 from simpleworkflow.models import Run, RunStatus
 
 #: A wait with no timeout is journaled as lasting until this year.
@@ -68,7 +69,7 @@ def step_state(entry: JournalEntry, run: Run, now: datetime) -> StepState:
         return _completed(entry, run, now)
     if run.is_terminal:
         return StepState(StepStatus.STOPPED)
-    if entry.kind != "step":
+    if entry.kind != JournalKind.STEP:
         return _waiting(entry)
     if run.status is RunStatus.LEASED:
         return StepState(StepStatus.RUNNING)  # its next try is due, and the run is held
@@ -77,7 +78,7 @@ def step_state(entry: JournalEntry, run: Run, now: datetime) -> StepState:
 
 def _completed(entry: JournalEntry, run: Run, now: datetime) -> StepState:
     """A sleep is journaled complete as it begins, with the time it ends."""
-    if entry.kind == "sleep" and not run.is_terminal:
+    if entry.kind == JournalKind.SLEEP and not run.is_terminal:
         until = journaled_time(
             entry.output.get("until") if isinstance(entry.output, dict) else None
         )

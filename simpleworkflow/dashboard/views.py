@@ -11,6 +11,7 @@ from typing import Any
 
 from simpleworkflow.admin import Minute, step_states
 from simpleworkflow.backends.records import JournalEntry
+from simpleworkflow.durable.kinds import JournalKind
 from simpleworkflow.models import Event, Run, RunStatus, unreadable_fields
 
 #: Audit events that end an attempt: the run finished, failed and will be retried,
@@ -136,7 +137,7 @@ def _calls(
             continue
         state = step_states.step_state(entry, run, now)
         kind, until = entry.kind, entry.completed_at
-        if entry.kind == "sleep" and isinstance(entry.output, dict):
+        if entry.kind == JournalKind.SLEEP and isinstance(entry.output, dict):
             until = step_states.journaled_time(entry.output.get("until")) or until
         if state.status is step_states.StepStatus.FAILED:
             kind, until = "failed", _gave_up_at(events, entry.step_name) or run.updated_at

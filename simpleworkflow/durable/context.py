@@ -18,6 +18,7 @@ from simpleworkflow import durations, errors, names, observe, payloads
 from simpleworkflow.durable import races, steps, throttle, transactional
 from simpleworkflow.durable.attempt import AttemptState
 from simpleworkflow.durable.journal import FOREVER, Durable
+from simpleworkflow.durable.kinds import JournalKind
 from simpleworkflow.models import Run
 from simpleworkflow.retry import RetryPolicy
 
@@ -165,10 +166,12 @@ class Context:
     async def _sleep(self, name: str, when: datetime | None, seconds: float) -> None:
         durable = self._state.durable
         unique = durable.name(name)
-        entry = await durable.begin(unique, "sleep", self.is_cancelled())
+        entry = await durable.begin(unique, JournalKind.SLEEP, self.is_cancelled())
         if entry is None:
             until = _whole_ms(when or durable.db_now() + _seconds(seconds))
-            await durable.journal(unique, "sleep", {"until": until.isoformat()}, events=[])
+            await durable.journal(
+                unique, JournalKind.SLEEP, {"until": until.isoformat()}, events=[]
+            )
         else:
             until = datetime.fromisoformat(entry.output["until"])
         if durable.db_now() >= until:
@@ -229,13 +232,13 @@ class Context:
     ) -> Any:
         durable = self._state.durable
         unique = durable.name(name)
-        entry = await durable.begin(unique, "wait", self.is_cancelled())
+        entry = await durable.begin(unique, JournalKind.WAIT, self.is_cancelled())
         if entry is not None and entry.status == "completed":
             return entry.output.get("signal")
         if entry is None:
             until = FOREVER if timeout is None else _whole_ms(durable.db_now() + _seconds(timeout))
             started = {"until": until.isoformat(), "event": event}
-            await durable.journal(unique, "wait", started, status="retrying", events=[])
+            await durable.journal(unique, JournalKind.WAIT, started, status="retrying", events=[])
         else:
             until = datetime.fromisoformat(entry.output["until"])
         got = await durable.consume_signal(unique, event, match_text)
@@ -244,7 +247,7 @@ class Context:
                 self._state.observers.signal_consumed(observe.SignalConsumed(self.run, event))
             return got["signal"]
         if durable.db_now() >= until:
-            await durable.journal(unique, "wait", {"timeout": True}, events=[])
+            await durable.journal(unique, JournalKind.WAIT, {"timeout": True}, events=[])
             races.note(until)  # the timeout happened then
             return None
         waiting: dict[str, Any] = {"kind": "signal", "step": unique, "event": event}
@@ -284,7 +287,7 @@ class Context:
     ) -> str:
         durable = self._state.durable
         unique = durable.name(name)
-        entry = await durable.begin(unique, "child", self.is_cancelled())
+        entry = await durable.begin(unique, JournalKind.CHILD, self.is_cancelled())
         if entry is not None:
             return str(entry.output["child_id"])
         observers = self._state.observers
@@ -296,7 +299,7 @@ class Context:
         data = {"step": unique, "child_id": child.id, "type": type}
         await durable.journal(
             unique,
-            "child",
+            JournalKind.CHILD,
             {"child_id": child.id, "type": type},
             events=[{"type": "child_started", "data": data}],
         )
@@ -313,7 +316,7 @@ class Context:
     async def _wait_child(self, name: str, child_id: str) -> Any:
         durable = self._state.durable
         unique = durable.name(name)
-        entry = await durable.begin(unique, "child_result", self.is_cancelled())
+        entry = await durable.begin(unique, JournalKind.CHILD_RESULT, self.is_cancelled())
         if entry is None or entry.status != "completed":
             child = await durable.read_run(unique, child_id)
             if child is None:
@@ -343,7 +346,7 @@ class Context:
                 "result": child.result,
                 "error": child.last_error,
             }
-            await durable.journal(unique, "child_result", outcome, events=[])
+            await durable.journal(unique, JournalKind.CHILD_RESULT, outcome, events=[])
         else:
             outcome = entry.output
         if outcome["status"] != "succeeded":
@@ -355,7 +358,7 @@ class Context:
         with self._checking():
             names.validate_step_name(name)
         return self._durable_call(
-            self._recorded(name, "now", lambda d: d.db_now().isoformat()),
+            self._recorded(name, JournalKind.NOW, lambda d: d.db_now().isoformat()),
             "ctx.now()",
             convert=datetime.fromisoformat,
         )
@@ -365,7 +368,7 @@ class Context:
         with self._checking():
             names.validate_step_name(name)
         return self._durable_call(
-            self._recorded(name, "uuid", lambda d: str(_uuid.uuid4())), "ctx.uuid()"
+            self._recorded(name, JournalKind.UUID, lambda d: str(_uuid.uuid4())), "ctx.uuid()"
         )
 
     def random(self, name: str = "@random") -> Any:
@@ -373,10 +376,10 @@ class Context:
         with self._checking():
             names.validate_step_name(name)
         return self._durable_call(
-            self._recorded(name, "random", lambda d: _random.random()), "ctx.random()"
+            self._recorded(name, JournalKind.RANDOM, lambda d: _random.random()), "ctx.random()"
         )
 
-    async def _recorded(self, name: str, kind: str, make: Callable[[Durable], Any]) -> Any:
+    async def _recorded(self, name: str, kind: JournalKind, make: Callable[[Durable], Any]) -> Any:
         durable = self._state.durable
         unique = durable.name(name)
         entry = await durable.begin(unique, kind, self.is_cancelled())
@@ -402,7 +405,7 @@ class Context:
                 raise errors.InvalidArgument("race needs at least one branch")
             unique = durable.name(name)
         with durable.calling():
-            entry = await durable.begin(unique, "race", self.is_cancelled())
+            entry = await durable.begin(unique, JournalKind.RACE, self.is_cancelled())
             if entry is not None:
                 for branch in branches:
                     _discard(branch)
@@ -423,7 +426,7 @@ class Context:
             races.note(race.clocks[index].at)  # for a race this one is a branch of
             value = race.tasks[index].result()
             output = {"winner": index, "value": value, "steps": sorted(recorded)}
-            await durable.journal(unique, "race", output, events=[])
+            await durable.journal(unique, JournalKind.RACE, output, events=[])
             return index, value
 
     # -- plumbing --------------------------------------------------------------------

@@ -37,6 +37,7 @@ from simpleworkflow.backends.records import (
 from simpleworkflow.durable import races
 from simpleworkflow.durable.holding import Holding
 from simpleworkflow.durable.journal_batches import StepJournal
+from simpleworkflow.durable.kinds import JournalKind
 from simpleworkflow.durable.replay import Replay, answered, check_readable
 
 if TYPE_CHECKING:
@@ -160,7 +161,7 @@ class Durable:
 
     # -- step boundaries -------------------------------------------------------------
 
-    async def begin(self, name: str, kind: str, stopped: bool) -> JournalEntry | None:
+    async def begin(self, name: str, kind: JournalKind, stopped: bool) -> JournalEntry | None:
         """The journal entry that answers this call, or ``None``/a retrying entry when
         the call must do its work now. Raises when the attempt must not go on."""
         if stopped:
@@ -174,7 +175,7 @@ class Durable:
             return entry
         # A race is judged by its branches: when one of them suspended, their steps are
         # journaled but the race is not, and they are met only as the branches run again.
-        if kind != "race":
+        if kind != JournalKind.RACE:
             # Parallel branches started in the same tick meet their journaled steps
             # first, before this new step is judged against the journal.
             for _ in range(3):
@@ -213,7 +214,7 @@ class Durable:
     async def journal(
         self,
         name: str,
-        kind: str,
+        kind: JournalKind,
         output: Any,
         *,
         attempts: int = 1,
@@ -246,7 +247,7 @@ class Durable:
     def entry(
         self,
         name: str,
-        kind: str,
+        kind: JournalKind,
         text: str | None,
         attempts: int = 1,
         started_at: datetime | None = None,
@@ -304,7 +305,7 @@ class Durable:
         text) and journal it as wait ``name``'s output, in one fenced transaction.
         Returns that output, or ``None`` when no such signal is stored."""
         replay = await self.load()
-        record = self.entry(name, "wait", None, events=[])
+        record = self.entry(name, JournalKind.WAIT, None, events=[])
         began = time.monotonic()
         got = await self._once(
             name,
@@ -320,14 +321,14 @@ class Durable:
         self.holding.held_since(began)
         races.note(sent_at)  # a race is won by the signal sent first, not read first
         output = {"signal": payload}
-        replay.remember(_entry(name, "wait", record.position, output))
+        replay.remember(_entry(name, JournalKind.WAIT, record.position, output))
         return output
 
     async def take_token(self, name: str, limit: str, key: str | None) -> RateToken:
         """Take a token of rate limit ``limit`` (per ``key``) and journal it as step
         ``name`` in one fenced transaction; or learn when the next window opens."""
         text = self.encode(name, {"rate_limit": limit, "key": key})
-        record = self.entry(name, "rate_limit", text, events=[])
+        record = self.entry(name, JournalKind.RATE_LIMIT, text, events=[])
         began = time.monotonic()
         got = await self._once(
             name,
@@ -483,12 +484,14 @@ class _Call:
             self._durable._exit()
 
 
-def _entry(name: str, kind: str, position: int, output: Any) -> JournalEntry:
+def _entry(name: str, kind: JournalKind, position: int, output: Any) -> JournalEntry:
     return JournalEntry(name, kind, position, "completed", json.loads(json.dumps(output)), 1)
 
 
-def _default_events(name: str, kind: str, started_at: datetime | None) -> list[dict[str, Any]]:
-    if kind != "step":
+def _default_events(
+    name: str, kind: JournalKind, started_at: datetime | None
+) -> list[dict[str, Any]]:
+    if kind != JournalKind.STEP:
         return []
     started = {"type": "step_started", "data": {"step": name}}
     if started_at is not None:

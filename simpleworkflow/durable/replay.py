@@ -10,13 +10,11 @@ from __future__ import annotations
 
 from simpleworkflow import errors
 from simpleworkflow.backends.records import JournalEntry
+from simpleworkflow.durable.kinds import JournalKind
 from simpleworkflow.models import unreadable_fields
 
 #: The kinds of journal entry this version writes, and so can replay.
-KINDS = frozenset(
-    {"step", "sleep", "wait", "child", "child_result", "race", "now", "uuid", "random"}
-    | {"rate_limit"}
-)
+KINDS = frozenset(JournalKind)
 STATUSES = frozenset({"completed", "retrying"})
 
 
@@ -44,7 +42,11 @@ def check_readable(run_id: str, entries: list[JournalEntry]) -> None:
 
 def gave_up(entry: JournalEntry) -> bool:
     """True for a step journaled as out of attempts: replays raise its StepFailed again."""
-    return entry.kind == "step" and isinstance(entry.output, dict) and "gave_up" in entry.output
+    return (
+        entry.kind == JournalKind.STEP
+        and isinstance(entry.output, dict)
+        and "gave_up" in entry.output
+    )
 
 
 def answered(entry: JournalEntry | None) -> bool:
@@ -58,7 +60,7 @@ class Replay:
         self._unmet = {e.step_name for e in entries if answered(e)}
         self._next_position = max((e.position for e in entries), default=-1) + 1
 
-    def lookup(self, name: str, kind: str) -> JournalEntry | None:
+    def lookup(self, name: str, kind: JournalKind) -> JournalEntry | None:
         """The journal entry of this step, if any, marked as met."""
         entry = self._entries.get(name)
         if entry is None:

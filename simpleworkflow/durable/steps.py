@@ -19,6 +19,7 @@ from simpleworkflow.backends.records import JournalEntry
 from simpleworkflow.durable import races, tracebacks
 from simpleworkflow.durable.attempt import AttemptState
 from simpleworkflow.durable.journal import Durable
+from simpleworkflow.durable.kinds import JournalKind
 from simpleworkflow.durable.replay import answered, gave_up
 from simpleworkflow.retry import DEFAULT_STEP_POLICY, RetryPolicy
 
@@ -36,7 +37,7 @@ async def run_async(
     """Step ``name`` of an async body: its journaled output, or ``fn``'s, now journaled."""
     durable = state.durable
     with durable.calling(), logs.in_step(name):
-        entry = await durable.begin(name, "step", state.is_cancelled())
+        entry = await durable.begin(name, JournalKind.STEP, state.is_cancelled())
         if entry is not None and answered(entry):
             return journaled(entry)
         attempt = attempt_of(entry)
@@ -64,7 +65,7 @@ async def run_async(
             notify_failed(state, name, attempt, took, exc, outcome)
             raise outcome from outcome.__cause__  # a StepFailed's: the user's error
         await durable.journal(
-            name, "step", value, attempts=attempt, started_at=started_at, text=text
+            name, JournalKind.STEP, value, attempts=attempt, started_at=started_at, text=text
         )
         notify_completed(state, name, attempt, took)
         return value
@@ -82,7 +83,7 @@ def run_sync(
     on the worker's loop."""
     with logs.in_step(name):
         durable = state.durable
-        entry = state.bridge(durable.begin(name, "step", state.is_cancelled()))
+        entry = state.bridge(durable.begin(name, JournalKind.STEP, state.is_cancelled()))
         if entry is not None and answered(entry):
             return journaled(entry)
         attempt = attempt_of(entry)
@@ -102,7 +103,9 @@ def run_sync(
             notify_failed(state, name, attempt, took, exc, outcome)
             raise outcome from outcome.__cause__  # a StepFailed's: the user's error
         state.bridge(
-            durable.journal(name, "step", value, attempts=attempt, started_at=started_at, text=text)
+            durable.journal(
+                name, JournalKind.STEP, value, attempts=attempt, started_at=started_at, text=text
+            )
         )
         notify_completed(state, name, attempt, took)
         return value
@@ -153,7 +156,7 @@ async def failed(
     # sleep or retry, say) raises the same StepFailed instead of running it again.
     await durable.journal(
         name,
-        "step",
+        JournalKind.STEP,
         {"gave_up": message},
         attempts=attempt,
         status="retrying",
@@ -167,7 +170,9 @@ async def failed(
 async def _retry_later(
     durable: Durable, name: str, attempts: int, event: str, delay: float, data: dict[str, Any]
 ) -> errors.Suspend:
-    await durable.journal(name, "step", None, attempts=attempts, status="retrying", events=[])
+    await durable.journal(
+        name, JournalKind.STEP, None, attempts=attempts, status="retrying", events=[]
+    )
     return durable.suspend(
         errors.Suspend(
             name, event, data=data, waiting_for={"kind": "retry", "step": name}, delay=delay

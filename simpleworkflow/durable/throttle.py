@@ -13,6 +13,7 @@ from __future__ import annotations
 from simpleworkflow import errors, names, rates
 from simpleworkflow.durable import races
 from simpleworkflow.durable.attempt import AttemptState
+from simpleworkflow.durable.kinds import JournalKind
 
 
 def check(limit: object, key: object, name: object) -> tuple[str, str | None, str]:
@@ -29,7 +30,7 @@ async def take(state: AttemptState, unique: str, limit: str, key: str | None) ->
     window; an :class:`~simpleworkflow.errors.InvalidArgument` into the body for a limit
     that does not exist (nothing taken, nothing journaled)."""
     durable = state.durable
-    entry = await durable.begin(unique, "rate_limit", state.is_cancelled())
+    entry = await durable.begin(unique, JournalKind.RATE_LIMIT, state.is_cancelled())
     if entry is not None:
         return  # journaled: the token was taken by an earlier attempt
     # Per key, a call without a key of its own counts under the run's concurrency key,

@@ -34,6 +34,7 @@ from simpleworkflow import errors, logs
 from simpleworkflow.backends.records import StepRecord
 from simpleworkflow.durable import races, steps
 from simpleworkflow.durable.attempt import AttemptState
+from simpleworkflow.durable.kinds import JournalKind
 from simpleworkflow.durable.replay import answered
 from simpleworkflow.retry import RetryPolicy
 
@@ -52,12 +53,12 @@ async def run_async(
     """Transactional step ``name`` of an async body."""
     durable = state.durable
     with durable.calling(), logs.in_step(name):
-        entry = await durable.begin(name, "step", state.is_cancelled())
+        entry = await durable.begin(name, JournalKind.STEP, state.is_cancelled())
         if entry is not None and answered(entry):
             return steps.journaled(entry)
         block = _async_block(state, fn)
         attempt = steps.attempt_of(entry)
-        record = durable.entry(name, "step", None, attempt, durable.db_now())
+        record = durable.entry(name, JournalKind.STEP, None, attempt, durable.db_now())
         began = steps.notify_started(state, name, attempt)
         try:
             with races.not_reading():  # the step's code: what it does happens now
@@ -92,12 +93,12 @@ def run_sync(
     function runs on the worker's loop."""
     with logs.in_step(name):
         durable = state.durable
-        entry = state.bridge(durable.begin(name, "step", state.is_cancelled()))
+        entry = state.bridge(durable.begin(name, JournalKind.STEP, state.is_cancelled()))
         if entry is not None and answered(entry):
             return steps.journaled(entry)
         block = _async_block(state, fn)
         attempt = steps.attempt_of(entry)
-        record = durable.entry(name, "step", None, attempt, durable.db_now())
+        record = durable.entry(name, JournalKind.STEP, None, attempt, durable.db_now())
         began = steps.notify_started(state, name, attempt)
         try:
             if block is not None:
