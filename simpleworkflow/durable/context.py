@@ -114,10 +114,10 @@ class Context:
         state = self._state
         with self._checking():
             unique = state.durable.name(name)
+        step = steps.Plain(state, unique, fn, args, kwargs)
         if state.async_body:
-            coro = steps.run_async(state, unique, fn, args, kwargs, retry)
-            return state.calls.note(coro, f"ctx.step({name!r})")
-        return steps.run_sync(state, unique, fn, args, kwargs, retry)
+            return state.calls.note(steps.run_async(state, step, retry), f"ctx.step({name!r})")
+        return steps.run_sync(state, step, retry)
 
     def transaction(
         self,
@@ -142,10 +142,11 @@ class Context:
         state = self._state
         with self._checking():
             unique = state.durable.name(name)
+        step = transactional.Transactional(state, unique, fn, args, kwargs)
         if state.async_body:
-            coro = transactional.run_async(state, unique, fn, args, kwargs, retry)
+            coro = steps.run_async(state, step, retry)
             return state.calls.note(coro, f"ctx.transaction({name!r})")
-        return transactional.run_sync(state, unique, fn, args, kwargs, retry)
+        return steps.run_sync(state, step, retry)
 
     def sleep(self, name: str, duration: durations.Duration) -> Any:
         """Sleep durably: the run gives its slot back and resumes on any worker afterwards.

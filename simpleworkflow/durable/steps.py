@@ -1,5 +1,15 @@
 """Steps: run a step's function once, journal what it returned, retry it when it raises.
 
+One skeleton serves every step: plain (``ctx.step``) and transactional
+(``ctx.transaction``), of an async body and of a ``def`` one. :func:`_skeleton` is a
+generator, as a backend's op is: it decides, and yields what must be done on the worker's
+loop (a read or write of the journal, as a coroutine) or marks where the step begins
+(:data:`BEGIN`) and where its function runs (:data:`CALL`). Two thin drivers answer
+it: :func:`run_async` awaits on the loop, :func:`run_sync` runs on a ``def`` body's thread
+and hands loop work over with ``AttemptState.bridge``. What differs between a plain step
+and a transactional one (how it waits to begin, calls its function, journals its output)
+is a :class:`Step` object: :class:`Plain` here, ``transactional.Transactional``.
+
 A step's function runs only when the journal does not answer it: on the worker's loop
 (an ``async def`` function of an async body), in the worker's step pool (a plain
 ``def`` of an async body), or on the handler's thread (any step of a ``def`` body). Its
@@ -11,8 +21,9 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Generator
+from datetime import datetime
+from typing import Any, Protocol, TypeVar
 
 from simpleworkflow import durations, errors, logs, observe, payloads
 from simpleworkflow.backends.records import JournalEntry
@@ -26,89 +37,192 @@ from simpleworkflow.retry import DEFAULT_STEP_POLICY, RetryPolicy
 T = TypeVar("T")
 
 
-async def run_async(
-    state: AttemptState,
-    name: str,
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    retry: RetryPolicy | None,
-) -> Any:
-    """Step ``name`` of an async body: its journaled output, or ``fn``'s, now journaled."""
+class _Mark:
+    """A point of the skeleton where the driver acts through the :class:`Step`."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __repr__(self) -> str:
+        return self._name
+
+
+#: The step is about to begin: wait until it may (see ``holding``), note when it starts.
+BEGIN = _Mark("BEGIN")
+#: Call the step's function; its value (or exception) goes back into the skeleton.
+CALL = _Mark("CALL")
+#: What the skeleton yields: work for the worker's loop, or one of the marks.
+Request = Coroutine[Any, Any, Any] | _Mark
+
+
+class Step(Protocol):
+    """What differs between kinds of step; one object per call of a step, made by
+    ``Context``. The ``*_async`` methods run on the worker's loop (an async body), the
+    ``*_sync`` ones on a ``def`` body's thread."""
+
+    name: str
+
+    def prepare(self, attempt: int) -> None:
+        """Get ready to run attempt ``attempt`` (from 1) of the function; no I/O."""
+
+    async def begin_async(self) -> None: ...
+
+    def begin_sync(self) -> None: ...
+
+    async def call_async(self) -> Any: ...
+
+    def call_sync(self) -> Any: ...
+
+    def encode(self, value: Any) -> None:
+        """Check that ``value`` can be journaled (raising makes the step fail)."""
+
+    def journal(self, value: Any) -> Coroutine[Any, Any, None] | None:
+        """Journal the step's ``value``: the loop's work to do, or ``None`` if done."""
+
+
+def _skeleton(
+    state: AttemptState, step: Step, retry: RetryPolicy | None
+) -> Generator[Request, Any, Any]:
+    """Step ``step.name``: its journaled output, or its function's, now journaled."""
+    durable, name = state.durable, step.name
+    entry = yield durable.begin(name, JournalKind.STEP, state.is_cancelled())
+    if entry is not None and answered(entry):
+        return journaled(entry)
+    attempt = attempt_of(entry)
+    step.prepare(attempt)
+    yield BEGIN
+    began = notify_started(state, name, attempt)
+    try:
+        value = yield CALL
+        took = time.monotonic() - began
+        step.encode(value)
+    except Exception as exc:
+        took = time.monotonic() - began
+        outcome = yield failed(durable, name, entry, retry, exc)
+        notify_failed(state, name, attempt, took, exc, outcome)
+        raise outcome from outcome.__cause__  # a StepFailed's: the user's error
+    write = step.journal(value)
+    if write is not None:
+        yield write
+    notify_completed(state, name, attempt, took)
+    return value
+
+
+async def run_async(state: AttemptState, step: Step, retry: RetryPolicy | None) -> Any:
+    """Drive the skeleton in an async body, on the worker's loop."""
     durable = state.durable
-    with durable.calling(), logs.in_step(name):
-        entry = await durable.begin(name, JournalKind.STEP, state.is_cancelled())
-        if entry is not None and answered(entry):
-            return journaled(entry)
-        attempt = attempt_of(entry)
-        if inspect.iscoroutinefunction(fn):  # else it begins on a thread: see beginning()
-            while not may_begin(state):  # no await from here to the function's call
-                await durable.holding.confirm()
-        started_at = durable.db_now()
-        began = notify_started(state, name, attempt)
-        try:
-            with races.not_reading():  # the step's code: what it does happens now
-                if inspect.iscoroutinefunction(fn):
-                    with state.observers.around_step(state.run, name, attempt):
-                        value = await fn(*args, **kwargs)
+    with durable.calling(), logs.in_step(step.name):
+        core = _skeleton(state, step, retry)
+        reply: Any = None
+        failure: BaseException | None = None
+        while True:
+            try:
+                request = core.send(reply) if failure is None else core.throw(failure)
+            except StopIteration as stop:
+                return stop.value
+            reply = failure = None
+            try:
+                if request is BEGIN:
+                    await step.begin_async()
+                elif request is CALL:
+                    try:
+                        with races.not_reading():  # the step's code: what it does happens now
+                            reply = await step.call_async()
+                    finally:
+                        races.note_now(durable.db_now)
                 else:
-                    value = await state.in_thread(
-                        beginning(state, enclosed(state, name, attempt, fn)), *args, **kwargs
-                    )
-            took = time.monotonic() - began
-            races.note_now(durable.db_now)
-            text = durable.encode(name, value)
-        except Exception as exc:
-            took = time.monotonic() - began
-            races.note_now(durable.db_now)
-            outcome = await failed(durable, name, entry, retry, exc)
-            notify_failed(state, name, attempt, took, exc, outcome)
-            raise outcome from outcome.__cause__  # a StepFailed's: the user's error
-        await durable.journal(
-            name, JournalKind.STEP, value, attempts=attempt, started_at=started_at, text=text
-        )
-        notify_completed(state, name, attempt, took)
-        return value
+                    assert not isinstance(request, _Mark)
+                    reply = await request
+            except BaseException as exc:  # back into the skeleton, where it was yielded
+                failure = exc
 
 
-def run_sync(
-    state: AttemptState,
-    name: str,
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    retry: RetryPolicy | None,
-) -> Any:
-    """Step ``name`` of a ``def`` body, on its thread; the journal is read and written
-    on the worker's loop."""
-    with logs.in_step(name):
-        durable = state.durable
-        entry = state.bridge(durable.begin(name, JournalKind.STEP, state.is_cancelled()))
-        if entry is not None and answered(entry):
-            return journaled(entry)
-        attempt = attempt_of(entry)
-        begin_on_thread(state)
-        started_at = durable.db_now()
-        began = notify_started(state, name, attempt)
-        try:
-            with state.observers.around_step(state.run, name, attempt):
-                value = fn(*args, **kwargs)
-                if inspect.isawaitable(value):
-                    value = state.bridge(_awaited(value))
-            took = time.monotonic() - began
-            text = durable.encode(name, value)
-        except Exception as exc:
-            took = time.monotonic() - began
-            outcome = state.bridge(failed(durable, name, entry, retry, exc))
-            notify_failed(state, name, attempt, took, exc, outcome)
-            raise outcome from outcome.__cause__  # a StepFailed's: the user's error
-        state.bridge(
-            durable.journal(
-                name, JournalKind.STEP, value, attempts=attempt, started_at=started_at, text=text
-            )
-        )
-        notify_completed(state, name, attempt, took)
+def run_sync(state: AttemptState, step: Step, retry: RetryPolicy | None) -> Any:
+    """Drive the skeleton in a ``def`` body, on its thread; the journal is read and
+    written on the worker's loop."""
+    with logs.in_step(step.name):
+        core = _skeleton(state, step, retry)
+        reply: Any = None
+        failure: BaseException | None = None
+        while True:
+            try:
+                request = core.send(reply) if failure is None else core.throw(failure)
+            except StopIteration as stop:
+                return stop.value
+            reply = failure = None
+            try:
+                if request is BEGIN:
+                    step.begin_sync()
+                elif request is CALL:
+                    reply = step.call_sync()
+                else:
+                    assert not isinstance(request, _Mark)
+                    reply = state.bridge(request)
+            except BaseException as exc:
+                failure = exc
+
+
+class Plain:
+    """A plain step (``ctx.step``): its function runs, then its output is journaled in a
+    write of its own (the worker's group commit)."""
+
+    __slots__ = ("args", "attempt", "fn", "kwargs", "name", "started_at", "state", "text")
+
+    def __init__(
+        self,
+        state: AttemptState,
+        name: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> None:
+        self.state, self.name, self.fn, self.args, self.kwargs = state, name, fn, args, kwargs
+        self.attempt = 1
+        self.started_at: datetime | None = None
+        self.text: str | None = None
+
+    def prepare(self, attempt: int) -> None:
+        self.attempt = attempt
+
+    async def begin_async(self) -> None:
+        state = self.state
+        if inspect.iscoroutinefunction(self.fn):  # else it begins on a thread: see beginning()
+            while not may_begin(state):  # no await from here to the function's call
+                await state.durable.holding.confirm()
+        self.started_at = state.durable.db_now()
+
+    def begin_sync(self) -> None:
+        begin_on_thread(self.state)
+        self.started_at = self.state.durable.db_now()
+
+    async def call_async(self) -> Any:
+        state, fn = self.state, self.fn
+        if inspect.iscoroutinefunction(fn):
+            with state.observers.around_step(state.run, self.name, self.attempt):
+                return await fn(*self.args, **self.kwargs)
+        call = beginning(state, enclosed(state, self.name, self.attempt, fn))
+        return await state.in_thread(call, *self.args, **self.kwargs)
+
+    def call_sync(self) -> Any:
+        state = self.state
+        with state.observers.around_step(state.run, self.name, self.attempt):
+            value = self.fn(*self.args, **self.kwargs)
+            if inspect.isawaitable(value):
+                value = state.bridge(_awaited(value))
         return value
+
+    def encode(self, value: Any) -> None:
+        self.text = self.state.durable.encode(self.name, value)
+
+    def journal(self, value: Any) -> Coroutine[Any, Any, None]:
+        return self.state.durable.journal(
+            self.name,
+            JournalKind.STEP,
+            value,
+            attempts=self.attempt,
+            started_at=self.started_at,
+            text=self.text,
+        )
 
 
 def journaled(entry: JournalEntry) -> Any:

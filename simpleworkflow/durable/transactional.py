@@ -30,92 +30,77 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from simpleworkflow import errors, logs
+from simpleworkflow import errors
 from simpleworkflow.backends.records import StepRecord
-from simpleworkflow.durable import races, steps
+from simpleworkflow.durable import steps
 from simpleworkflow.durable.attempt import AttemptState
 from simpleworkflow.durable.kinds import JournalKind
-from simpleworkflow.durable.replay import answered
-from simpleworkflow.retry import RetryPolicy
 
 #: What a transactional step's function gives back, with the entry journaled beside it.
 Committed = tuple[Any, StepRecord]
 
 
-async def run_async(
-    state: AttemptState,
-    name: str,
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    retry: RetryPolicy | None,
-) -> Any:
-    """Transactional step ``name`` of an async body."""
-    durable = state.durable
-    with durable.calling(), logs.in_step(name):
-        entry = await durable.begin(name, JournalKind.STEP, state.is_cancelled())
-        if entry is not None and answered(entry):
-            return steps.journaled(entry)
-        block = _async_block(state, fn)
-        attempt = steps.attempt_of(entry)
-        record = durable.entry(name, JournalKind.STEP, None, attempt, durable.db_now())
-        began = steps.notify_started(state, name, attempt)
-        try:
-            with races.not_reading():  # the step's code: what it does happens now
-                if block is not None:
-                    value, record = await _committed_async(state, block, record, fn, args, kwargs)
-                else:
-                    value, record = await state.in_thread(
-                        _committed, state, record, fn, args, kwargs
-                    )
-            took = time.monotonic() - began
-            races.note_now(durable.db_now)
-        except Exception as exc:
-            took = time.monotonic() - began
-            races.note_now(durable.db_now)
-            outcome = await steps.failed(durable, name, entry, retry, exc)
-            steps.notify_failed(state, name, attempt, took, exc, outcome)
-            raise outcome from outcome.__cause__  # a StepFailed's: the user's error
-        durable.remember(record)
-        steps.notify_completed(state, name, attempt, took)
+class Transactional:
+    """A transactional step (``ctx.transaction``): its function runs on a connection in a
+    transaction of the store's, which also journals its output (see the module's doc)."""
+
+    __slots__ = ("args", "block", "fn", "kwargs", "name", "record", "state")
+
+    def __init__(
+        self,
+        state: AttemptState,
+        name: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> None:
+        self.state, self.name, self.fn, self.args, self.kwargs = state, name, fn, args, kwargs
+        self.block: contextlib.AbstractAsyncContextManager[Any] | None = None
+        self.record: StepRecord | None = None
+
+    def prepare(self, attempt: int) -> None:
+        durable = self.state.durable
+        self.block = _async_block(self.state, self.fn)
+        self.record = durable.entry(self.name, JournalKind.STEP, None, attempt, durable.db_now())
+
+    async def begin_async(self) -> None:
+        """Nothing to wait for: it begins inside its transaction (see :func:`_committed`)."""
+
+    def begin_sync(self) -> None:
+        """As :meth:`begin_async`."""
+
+    async def call_async(self) -> Any:
+        assert self.record is not None
+        state, fn, args, kwargs = self.state, self.fn, self.args, self.kwargs
+        if self.block is not None:
+            value, self.record = await _committed_async(
+                state, self.block, self.record, fn, args, kwargs
+            )
+        else:
+            value, self.record = await state.in_thread(
+                _committed, state, self.record, fn, args, kwargs
+            )
         return value
 
-
-def run_sync(
-    state: AttemptState,
-    name: str,
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    retry: RetryPolicy | None,
-) -> Any:
-    """Transactional step ``name`` of a ``def`` body, on its thread; an ``async def``
-    function runs on the worker's loop."""
-    with logs.in_step(name):
-        durable = state.durable
-        entry = state.bridge(durable.begin(name, JournalKind.STEP, state.is_cancelled()))
-        if entry is not None and answered(entry):
-            return steps.journaled(entry)
-        block = _async_block(state, fn)
-        attempt = steps.attempt_of(entry)
-        record = durable.entry(name, JournalKind.STEP, None, attempt, durable.db_now())
-        began = steps.notify_started(state, name, attempt)
-        try:
-            if block is not None:
-                value, record = state.bridge(
-                    _committed_async(state, block, record, fn, args, kwargs)
-                )
-            else:
-                value, record = _committed(state, record, fn, args, kwargs)
-            took = time.monotonic() - began
-        except Exception as exc:
-            took = time.monotonic() - began
-            outcome = state.bridge(steps.failed(durable, name, entry, retry, exc))
-            steps.notify_failed(state, name, attempt, took, exc, outcome)
-            raise outcome from outcome.__cause__  # a StepFailed's: the user's error
-        durable.remember(record)
-        steps.notify_completed(state, name, attempt, took)
+    def call_sync(self) -> Any:
+        """The function on this thread (an ``async def`` one on the worker's loop)."""
+        assert self.record is not None
+        state, fn, args, kwargs = self.state, self.fn, self.args, self.kwargs
+        if self.block is not None:
+            value, self.record = state.bridge(
+                _committed_async(state, self.block, self.record, fn, args, kwargs)
+            )
+        else:
+            value, self.record = _committed(state, self.record, fn, args, kwargs)
         return value
+
+    def encode(self, value: Any) -> None:
+        """Encoded already: its entry is committed with the function's writes."""
+
+    def journal(self, value: Any) -> None:
+        """Journaled already, in the step's transaction: note the entry for later lookups."""
+        assert self.record is not None
+        self.state.durable.remember(self.record)
 
 
 def _async_block(
