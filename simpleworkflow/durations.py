@@ -21,7 +21,7 @@ from simpleworkflow import errors
 #: whatever time zone the session has (offsets up to ±14 hours, more for historical local
 #: times); SQLite's date functions stop at year 9999 too. A year of margin at each end
 #: keeps every such reading inside Python's range, and the latest time stays below the
-#: engine's "no wake-up" time (``durable.FOREVER``, the start of year 9999).
+#: engine's "no wake-up" time (``durable.suspension.FOREVER``, the start of year 9999).
 EARLIEST = datetime(2, 1, 1, tzinfo=UTC)
 LATEST = datetime(9998, 12, 31, 23, 59, 59, tzinfo=UTC)
 #: The range as messages and docs write it.

@@ -11,13 +11,21 @@ import inspect
 import random as _random
 import uuid as _uuid
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, TypeVar
 
-from simpleworkflow import durations, errors, names, observe, payloads
-from simpleworkflow.durable import races, steps, throttle, transactional
+from simpleworkflow import durations, errors, names, payloads
+from simpleworkflow.durable import (
+    children,
+    races,
+    signals,
+    sleeps,
+    steps,
+    throttle,
+    transactional,
+)
 from simpleworkflow.durable.attempt import AttemptState
-from simpleworkflow.durable.journal import FOREVER, Durable
+from simpleworkflow.durable.journal import Durable
 from simpleworkflow.durable.kinds import JournalKind
 from simpleworkflow.models import Run
 from simpleworkflow.retry import RetryPolicy
@@ -155,37 +163,17 @@ class Context:
         with self._checking():
             names.validate_step_name(name)
             seconds = durations.to_seconds(duration, what="sleep duration")
-        return self._durable_call(self._sleep(name, None, seconds), f"ctx.sleep({name!r})")
+        return self._durable_call(
+            sleeps.sleep(self._state, name, None, seconds), f"ctx.sleep({name!r})"
+        )
 
     def sleep_until(self, name: str, when: datetime) -> Any:
         """Sleep durably until ``when`` (a timezone-aware datetime)."""
         with self._checking():
             names.validate_step_name(name)
             when = durations.check_time(when, what="sleep_until's time")
-        return self._durable_call(self._sleep(name, when, 0.0), f"ctx.sleep_until({name!r})")
-
-    async def _sleep(self, name: str, when: datetime | None, seconds: float) -> None:
-        durable = self._state.durable
-        unique = durable.name(name)
-        entry = await durable.begin(unique, JournalKind.SLEEP, self.is_cancelled())
-        if entry is None:
-            until = _whole_ms(when or durable.db_now() + _seconds(seconds))
-            await durable.journal(
-                unique, JournalKind.SLEEP, {"until": until.isoformat()}, events=[]
-            )
-        else:
-            until = datetime.fromisoformat(entry.output["until"])
-        if durable.db_now() >= until:
-            races.note(until)  # it ended then, however late this replay comes
-            return
-        raise durable.suspend(
-            errors.Suspend(
-                unique,
-                "sleeping",
-                data={"until": until.isoformat()},
-                waiting_for={"kind": "sleep", "step": unique, "until": until.isoformat()},
-                run_at=until,
-            )
+        return self._durable_call(
+            sleeps.sleep(self._state, name, when, 0.0), f"ctx.sleep_until({name!r})"
         )
 
     def rate_limit(self, limit: str, key: str | None = None, *, name: str | None = None) -> Any:
@@ -225,41 +213,8 @@ class Context:
             match_text = None if match is None else payloads.encode(match, what="match")
             seconds = None if timeout is None else durations.to_seconds(timeout, what="timeout")
         return self._durable_call(
-            self._wait(name, event, match, match_text, seconds), f"ctx.wait_for_event({name!r})"
-        )
-
-    async def _wait(
-        self, name: str, event: str, match: Any, match_text: str | None, timeout: float | None
-    ) -> Any:
-        durable = self._state.durable
-        unique = durable.name(name)
-        entry = await durable.begin(unique, JournalKind.WAIT, self.is_cancelled())
-        if entry is not None and entry.status == "completed":
-            return entry.output.get("signal")
-        if entry is None:
-            until = FOREVER if timeout is None else _whole_ms(durable.db_now() + _seconds(timeout))
-            started = {"until": until.isoformat(), "event": event}
-            await durable.journal(unique, JournalKind.WAIT, started, status="retrying", events=[])
-        else:
-            until = datetime.fromisoformat(entry.output["until"])
-        got = await durable.consume_signal(unique, event, match_text)
-        if got is not None:
-            if self._state.observers:
-                self._state.observers.signal_consumed(observe.SignalConsumed(self.run, event))
-            return got["signal"]
-        if durable.db_now() >= until:
-            await durable.journal(unique, JournalKind.WAIT, {"timeout": True}, events=[])
-            races.note(until)  # the timeout happened then
-            return None
-        waiting: dict[str, Any] = {"kind": "signal", "step": unique, "event": event}
-        if match is not None:
-            waiting["match"] = match
-        if timeout is not None:
-            waiting["until"] = until.isoformat()
-        raise durable.suspend(
-            errors.Suspend(
-                unique, "waiting", data={"event": event}, waiting_for=waiting, run_at=until
-            )
+            signals.wait_for_event(self._state, name, event, match, match_text, seconds),
+            f"ctx.wait_for_event({name!r})",
         )
 
     def start_child(
@@ -279,32 +234,9 @@ class Context:
             priority = names.check_priority(priority)
             max_attempts = names.check_max_attempts(max_attempts)
         return self._durable_call(
-            self._start_child(step, type, text, priority, max_attempts),
+            children.start_child(self._state, step, type, text, priority, max_attempts),
             f"ctx.start_child({type!r})",
         )
-
-    async def _start_child(
-        self, name: str, type: str, payload: str, priority: int, max_attempts: int | None
-    ) -> str:
-        durable = self._state.durable
-        unique = durable.name(name)
-        entry = await durable.begin(unique, JournalKind.CHILD, self.is_cancelled())
-        if entry is not None:
-            return str(entry.output["child_id"])
-        observers = self._state.observers
-        with observers.around_start(type, self.run):
-            trace = observers.trace_context()
-            child = await durable.create_child(unique, type, payload, priority, max_attempts, trace)
-            if observers:
-                observers.run_created(observe.RunCreated(child, bool(child.created)))
-        data = {"step": unique, "child_id": child.id, "type": type}
-        await durable.journal(
-            unique,
-            JournalKind.CHILD,
-            {"child_id": child.id, "type": type},
-            events=[{"type": "child_started", "data": data}],
-        )
-        return child.id
 
     def wait_child(self, child_id: str, *, name: str | None = None) -> Any:
         """Wait durably for a child run; return its result, or raise
@@ -312,47 +244,9 @@ class Context:
         child_id = names.normalize_run_id(child_id)
         with self._checking():
             step = names.validate_step_name(name or f"child-result:{child_id}")
-        return self._durable_call(self._wait_child(step, child_id), f"ctx.wait_child({child_id!r})")
-
-    async def _wait_child(self, name: str, child_id: str) -> Any:
-        durable = self._state.durable
-        unique = durable.name(name)
-        entry = await durable.begin(unique, JournalKind.CHILD_RESULT, self.is_cancelled())
-        if entry is None or entry.status != "completed":
-            child = await durable.read_run(unique, child_id)
-            if child is None:
-                raise errors.RunNotFound(child_id)
-            if child.parent_id != self.run.id:
-                # Only a run's own children wake it when they finish: waiting for any
-                # other run would never end.
-                raise durable.refuse(
-                    errors.InvalidArgument(
-                        f"run {child_id} is not a child of this run; wait_child waits only "
-                        "for runs started with ctx.start_child in this workflow"
-                    )
-                )
-            if not child.is_terminal:
-                raise durable.suspend(
-                    errors.Suspend(
-                        unique,
-                        "waiting",
-                        data={"child_id": child_id},
-                        waiting_for={"kind": "child", "step": unique, "child_id": child_id},
-                        run_at=FOREVER,
-                    )
-                )
-            races.note(child.updated_at)  # when it finished
-            outcome = {
-                "status": child.status.value,
-                "result": child.result,
-                "error": child.last_error,
-            }
-            await durable.journal(unique, JournalKind.CHILD_RESULT, outcome, events=[])
-        else:
-            outcome = entry.output
-        if outcome["status"] != "succeeded":
-            raise errors.ChildFailed(child_id, outcome["status"], outcome.get("error"))
-        return outcome["result"]
+        return self._durable_call(
+            children.wait_child(self._state, step, child_id), f"ctx.wait_child({child_id!r})"
+        )
 
     def now(self, name: str = "@now") -> Any:
         """The database's current time, recorded on first execution and replayed after."""
@@ -422,8 +316,8 @@ class Context:
                 await race.close(index)
                 durable.stop_recording(recorded)
             if index is None:
-                raise race.suspensions()[0]  # every wait is recorded (Durable.suspension)
-            durable.withdraw(race.suspensions())  # the losers' waits are over
+                raise race.suspensions()[0]  # every wait is recorded (Durable.waits)
+            durable.waits.withdraw(race.suspensions())  # the losers' waits are over
             races.note(race.clocks[index].at)  # for a race this one is a branch of
             value = race.tasks[index].result()
             output = {"winner": index, "value": value, "steps": sorted(recorded)}
@@ -468,15 +362,3 @@ async def _counted(
 def _discard(branch: Awaitable[Any]) -> None:
     if inspect.iscoroutine(branch):
         branch.close()
-
-
-def _seconds(seconds: float) -> timedelta:
-    return timedelta(seconds=seconds)
-
-
-def _whole_ms(when: datetime) -> datetime:
-    """``when`` rounded up to the millisecond. SQLite keeps times to the millisecond,
-    rounding to the nearest: a wake-up time finer than that could be stored early, and the
-    run claimed before its sleep ends, only to suspend again."""
-    spare = when.microsecond % 1000
-    return when if spare == 0 else when + timedelta(microseconds=1000 - spare)

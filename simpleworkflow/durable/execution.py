@@ -64,12 +64,12 @@ async def _outcome(
     except (errors.Cancelled, errors.LeaseLost):
         return None
     except Exception as exc:
-        if durable.suspended:
+        if durable.waits.suspended:
             return await _suspended(state)  # a parallel branch suspended first
         # A durable call that refused its arguments would refuse them on every retry.
         retryable = not durable.refused(exc)
         return failure(definition, lease, exc, state.worker_id, retryable=retryable)
-    if durable.suspended:
+    if durable.waits.suspended:
         # The body swallowed a suspension (gather(return_exceptions=True) ...): it has
         # not really finished, so it waits and replays like any other.
         return await _suspended(state)
@@ -95,7 +95,7 @@ def _returned(
 
 async def _suspended(state: AttemptState) -> Suspension | None:
     await state.durable.settle()
-    return None if state.is_cancelled() else state.durable.suspension()
+    return None if state.is_cancelled() else state.durable.waits.suspension()
 
 
 async def call(

@@ -15,15 +15,15 @@ of short steps needs no read of its own: each step's journal write is one.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING
 
 from simpleworkflow import errors, outage
 from simpleworkflow.backends.records import CANCELLED, HELD, HOLD_FRESH_FOR, Lease, Op
+from simpleworkflow.durable.groupcommit import GroupCommit
 
 if TYPE_CHECKING:
     from simpleworkflow.backends import Backend
-    from simpleworkflow.durable.journal_batches import StepJournal
 
 
 class Holding:
@@ -33,12 +33,12 @@ class Holding:
         self,
         lease: Lease,
         backend: Backend,
-        steps: StepJournal | None,
+        checks: LeaseCheck | None,
         stop: Callable[[str], None] | None,
     ) -> None:
         self._lease = (lease.run.id, lease.token)
         self._backend = backend
-        self._steps = steps
+        self._checks = checks  # the worker's batched reads, if any
         self._stop = stop  # asks the attempt to stop, with a reason (AttemptState.request_stop)
         self._held_at: float | None = None
 
@@ -62,7 +62,7 @@ class Holding:
 
     async def _read(self) -> None:
         began = time.monotonic()
-        if self._steps is not None and await self._steps.checks.record(self._lease):
+        if self._checks is not None and await self._checks.record(self._lease):
             self.held_since(began)
             return
         states = await outage.until_available(  # alone, or to learn why it is not held
@@ -88,3 +88,22 @@ class Holding:
         if stop is not None:
             stop(reason)
         raise errors.Cancelled(reason)
+
+
+class LeaseCheck(GroupCommit[tuple[str, str]]):
+    """Whether runs are still leased, ``(run id, token)`` each, read a batch at a time: the
+    checks of many runs' next steps share one read (and one hop to the store's thread)."""
+
+    what = "the lease check"
+
+    def __init__(self, backend: Backend, unavailable: outage.Outage | None = None) -> None:
+        super().__init__(unavailable)
+        self._backend = backend
+
+    def key(self, item: tuple[str, str]) -> Hashable:
+        return item[0]
+
+    async def write(self, items: list[tuple[str, str]]) -> set[Hashable]:
+        op = self._backend.lease_states(items)
+        states = await self._backend.execute_async(op, readonly=True)
+        return {run_id for run_id, state in states.items() if state == HELD}

@@ -1,17 +1,18 @@
-"""The durable calls of one attempt: journal look-ups and writes, and suspensions.
+"""The journal of one attempt: its look-ups, its writes, and the attempt's bookkeeping.
 
-Each call first asks the replay state whether its step is journaled; a journaled step
-returns its recorded output at once. Otherwise the step runs and its output is written
-to the journal in one fenced transaction before the body continues. A call that must
-wait (a sleep, a signal, a child, a step's backoff) raises ``Suspend``; the worker then
-gives the run back with ``run_at`` at the earliest wake-up time and ``waiting_for``
-holding every wait the body is suspended in (parallel branches may wait for several
-things at once), so that whichever comes first wakes it.
+Each durable call first asks the replay state whether its step is journaled
+(:meth:`Durable.begin`); a journaled step returns its recorded output at once. Otherwise
+the call does its work and its output is written to the journal in one fenced
+transaction (:meth:`Durable.journal`) before the body continues. A call that must wait
+notes its wait in :attr:`Durable.waits` (see ``suspension``) and raises it.
 
-Every write an attempt makes goes through :class:`Durable` (journal entries, the signal
-a wait takes, the child run a workflow starts; a transactional step's entry as an op run
-on the step's own transaction, :meth:`Durable.journal_op`), so that the lease checks live
-in one place; :class:`~simpleworkflow.context.Context` decides what to ask for.
+Every write an attempt makes goes through :class:`Durable` (journal entries here; the
+signal a wait takes, a rate limit's token and a child run through :meth:`Durable.once`
+and :meth:`Durable.until_available`, from ``signals``, ``throttle`` and ``children``; a
+transactional step's entry as an op run on the step's own transaction,
+:meth:`Durable.journal_op`), so that the lease checks live in one place;
+:class:`~simpleworkflow.durable.context.Context` and the modules of each durable call
+decide what to ask for.
 """
 
 from __future__ import annotations
@@ -28,25 +29,20 @@ from simpleworkflow import errors, names, outage, payloads
 from simpleworkflow.backends.records import (
     JournalEntry,
     Lease,
-    NewRun,
     Op,
-    RateToken,
     StepRecord,
-    Suspension,
 )
 from simpleworkflow.durable import races
 from simpleworkflow.durable.holding import Holding
 from simpleworkflow.durable.journal_batches import StepJournal
 from simpleworkflow.durable.kinds import JournalKind
 from simpleworkflow.durable.replay import Replay, answered, check_readable
+from simpleworkflow.durable.suspension import Waits
 
 if TYPE_CHECKING:
     from simpleworkflow.backends import Backend
-    from simpleworkflow.models import Run
 
 T = TypeVar("T")
-#: Far enough to mean "no timeout", and storable in every backend.
-FOREVER = datetime(9999, 1, 1, tzinfo=UTC)
 
 
 class Durable:
@@ -71,17 +67,17 @@ class Durable:
         self._inflight = 0
         self._settled = asyncio.Event()
         self._settled.set()
-        # Each wait with the race branch it was met in: a lost branch's waits are over.
-        self._waits: list[tuple[errors.Suspend, races.Clock | None]] = []
         self._uses: dict[str, int] = {}
         self._order: dict[str, int] = {}  # the order in which the code called each name
+        #: The waits the body met, and the suspension they make.
+        self.waits = Waits(lease, self._order, self.db_now)
         self._recordings: list[set[str]] = []
         # The lease was lost, or given up before it could end unrenewed: another worker
         # may hold the run, so this attempt writes nothing more, not even a fenced write.
         self._fenced = False
         self._lease_ended = lease_ended
         self._outage = steps.unavailable if steps is not None else None
-        self.holding = Holding(lease, backend, steps, stop)
+        self.holding = Holding(lease, backend, None if steps is None else steps.checks, stop)
         self._refused: list[errors.InvalidInput] = []
 
     @property
@@ -298,95 +294,13 @@ class Durable:
         """A step's output as JSON, or :class:`~simpleworkflow.errors.InvalidPayload`."""
         return payloads.encode(output, what=f"output of step {name!r}")
 
-    async def consume_signal(
-        self, name: str, event: str, match: str | None
-    ) -> dict[str, Any] | None:
-        """Take the oldest stored signal ``event`` whose payload contains ``match`` (JSON
-        text) and journal it as wait ``name``'s output, in one fenced transaction.
-        Returns that output, or ``None`` when no such signal is stored."""
-        replay = await self.load()
-        record = self.entry(name, JournalKind.WAIT, None, events=[])
-        began = time.monotonic()
-        got = await self._once(
-            name,
-            lambda: self.backend.execute_async(self.backend.consume_signal(record, event, match)),
-        )
-        if isinstance(got, JournalEntry):
-            return dict(got.output)
-        if got is None:
-            return None
-        held, payload, sent_at = got
-        if not held:
-            raise errors.LeaseLost(name)
-        self.holding.held_since(began)
-        races.note(sent_at)  # a race is won by the signal sent first, not read first
-        output = {"signal": payload}
-        replay.remember(_entry(name, JournalKind.WAIT, record.position, output))
-        return output
-
-    async def take_token(self, name: str, limit: str, key: str | None) -> RateToken:
-        """Take a token of rate limit ``limit`` (per ``key``) and journal it as step
-        ``name`` in one fenced transaction; or learn when the next window opens."""
-        text = self.encode(name, {"rate_limit": limit, "key": key})
-        record = self.entry(name, JournalKind.RATE_LIMIT, text, events=[])
-        began = time.monotonic()
-        got = await self._once(
-            name,
-            lambda: self.backend.execute_async(self.backend.take_rate_token(record, limit, key)),
-        )
-        if isinstance(got, JournalEntry):
-            return RateToken(True)
-        if not got.held:
-            raise errors.LeaseLost(name)
-        self.holding.held_since(began)
-        if got.granted:
-            self.remember(record)
-        return got
-
-    async def create_child(
-        self,
-        name: str,
-        type: str,
-        payload: str,
-        priority: int,
-        max_attempts: int | None,
-        trace_context: dict[str, str] | None = None,
-    ) -> Run:
-        """Create the child run that step ``name`` starts, and wake this process's workers.
-
-        Keyed by the parent and the step: a replay that finds no journal entry (the
-        attempt ended between this write and its journal's) gets the same child back,
-        with ``created`` False, instead of a second one."""
-        new = NewRun(
-            type=type,
-            payload=payload,
-            idempotency_key=f"child:{self.lease.run.id}:{name}",
-            priority=priority,
-            max_attempts=max_attempts,
-            parent_id=self.lease.run.id,
-            trace_context=None if trace_context is None else json.dumps(trace_context),
-        )
-        # The key makes a second try after a broken connection find the child the first
-        # created, if it did.
-        child = await self._until_available(
-            name, lambda: self.backend.execute_async(self.backend.create_run(new))
-        )
-        self.backend.notify_local("wake", type)
-        return child
-
-    async def read_run(self, name: str, run_id: str) -> Run | None:
-        """A run as it stands now (a child waited for), or ``None`` if there is none."""
-        return await self._until_available(
-            name, lambda: self.backend.execute_async(self.backend.get_run(run_id), readonly=True)
-        )
-
     async def _journaled(self, name: str) -> JournalEntry | None:
         """Step ``name``'s completed journal entry as the store has it, if it has one."""
         run_id = self.lease.run.id
         entries = await self.backend.execute_async(self.backend.load_journal(run_id), readonly=True)
         return next((e for e in entries if e.step_name == name and e.status == "completed"), None)
 
-    async def _once(self, name: str, call: Callable[[], Awaitable[T]]) -> T | JournalEntry:
+    async def once(self, name: str, call: Callable[[], Awaitable[T]]) -> T | JournalEntry:
         """``call()``, which takes something (a signal, a token) and journals it as step
         ``name``, again while the store is unreachable; but the step's entry once the store
         did commit it before the connection broke: taking again would take a second one."""
@@ -402,9 +316,9 @@ class Durable:
             tried = True
             return await call()
 
-        return await self._until_available(name, take)
+        return await self.until_available(name, take)
 
-    async def _until_available(self, name: str, call: Callable[[], Awaitable[T]]) -> T:
+    async def until_available(self, name: str, call: Callable[[], Awaitable[T]]) -> T:
         """``call()`` (idempotent) again while the store cannot be reached: an outage is
         not the handler's failure, and must not cost an attempt. Gives up with
         ``LeaseLost`` once the worker has given the lease up meanwhile."""
@@ -415,54 +329,6 @@ class Durable:
             return await call()
 
         return await outage.until_available(attempt, self._outage)
-
-    # -- suspension ------------------------------------------------------------------
-
-    def suspend(self, exc: errors.Suspend) -> errors.Suspend:
-        self._waits.append((exc, races.current()))
-        return exc
-
-    def withdraw(self, suspensions: list[errors.Suspend]) -> None:
-        """Forget these waits: the branches of a race that lost. (Those met on a losing
-        branch's clock are forgotten anyway; this also covers tasks the branch did not
-        start itself, such as those of an ``asyncio.gather(...)`` passed as a branch.)"""
-        self._waits = [(exc, clock) for exc, clock in self._waits if exc not in suspensions]
-
-    @property
-    def suspended(self) -> bool:
-        """True when the body waits for something (in a branch that has not lost a race)."""
-        return bool(self._live_waits())
-
-    def _live_waits(self) -> list[errors.Suspend]:
-        live = [exc for exc, clock in self._waits if clock is None or not clock.given_up()]
-        return sorted(live, key=lambda exc: self._order.get(exc.step, len(self._order)))
-
-    def suspension(self) -> Suspension:
-        """The suspension to record: every wait of this attempt, due at the earliest."""
-        waits = self._live_waits() or [exc for exc, _ in self._waits]
-        times = [self._wake_time(exc) for exc in waits]
-        first = waits[times.index(min(times))]
-        waiting_for = first.waiting_for
-        if len(waits) > 1:
-            waiting_for = {"kind": "any", "waits": [exc.waiting_for for exc in waits]}
-            if min(times) < FOREVER:
-                waiting_for["until"] = min(times).isoformat()
-        return Suspension(
-            run_id=self.lease.run.id,
-            token=self.lease.token,
-            events=[{"type": exc.event, "data": {"step": exc.step, **exc.data}} for exc in waits],
-            run_at=first.run_at,
-            delay=first.delay,
-            waiting_for=waiting_for,
-        )
-
-    def _wake_time(self, exc: errors.Suspend) -> datetime:
-        if exc.run_at is not None:
-            return exc.run_at
-        # Delays are bounded where they are given (durations.MAX_SECONDS); past FOREVER
-        # one would overflow the datetime, so clamp all the same.
-        now = self.db_now()
-        return now + timedelta(seconds=min(exc.delay, (FOREVER - now).total_seconds()))
 
 
 class _Call:
@@ -482,10 +348,6 @@ class _Call:
             self._reads.__exit__(None, None, None)
         finally:
             self._durable._exit()
-
-
-def _entry(name: str, kind: JournalKind, position: int, output: Any) -> JournalEntry:
-    return JournalEntry(name, kind, position, "completed", json.loads(json.dumps(output)), 1)
 
 
 def _default_events(

@@ -1,6 +1,7 @@
-"""The journal's group commits on a worker: the steps of every run written a batch at a
-time, and (on a store without notifications) the lease checks before steps read a batch
-at a time. Every attempt's :class:`~simpleworkflow.durable.Durable` queues into them.
+"""The journal's group commit on a worker: the entries of every run's steps written a
+batch at a time. Every attempt's :class:`~simpleworkflow.durable.journal.Durable` queues
+into it, and its lease checks into the :class:`~simpleworkflow.durable.holding.LeaseCheck`
+it carries (``checks``).
 """
 
 from __future__ import annotations
@@ -9,8 +10,9 @@ from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
 from simpleworkflow import outage
-from simpleworkflow.backends.records import HELD, StepRecord
+from simpleworkflow.backends.records import StepRecord
 from simpleworkflow.durable.groupcommit import GroupCommit
+from simpleworkflow.durable.holding import LeaseCheck
 
 if TYPE_CHECKING:
     from simpleworkflow.backends import Backend
@@ -35,22 +37,3 @@ class StepJournal(GroupCommit[StepRecord]):
 
     async def write(self, items: list[StepRecord]) -> set[Hashable]:
         return set(await self._backend.execute_async(self._backend.record_steps(items)))
-
-
-class LeaseCheck(GroupCommit[tuple[str, str]]):
-    """Whether runs are still leased, ``(run id, token)`` each, read a batch at a time: the
-    checks of many runs' next steps share one read (and one hop to the store's thread)."""
-
-    what = "the lease check"
-
-    def __init__(self, backend: Backend, unavailable: outage.Outage | None = None) -> None:
-        super().__init__(unavailable)
-        self._backend = backend
-
-    def key(self, item: tuple[str, str]) -> Hashable:
-        return item[0]
-
-    async def write(self, items: list[tuple[str, str]]) -> set[Hashable]:
-        op = self._backend.lease_states(items)
-        states = await self._backend.execute_async(op, readonly=True)
-        return {run_id for run_id, state in states.items() if state == HELD}

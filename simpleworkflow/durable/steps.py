@@ -287,7 +287,7 @@ async def _retry_later(
     await durable.journal(
         name, JournalKind.STEP, None, attempts=attempts, status="retrying", events=[]
     )
-    return durable.suspend(
+    return durable.waits.suspend(
         errors.Suspend(
             name, event, data=data, waiting_for={"kind": "retry", "step": name}, delay=delay
         )

@@ -10,9 +10,13 @@ run gives its lease back, due when the next window opens, and on resume the same
 
 from __future__ import annotations
 
+import time
+
 from simpleworkflow import errors, names, rates
+from simpleworkflow.backends.records import JournalEntry, RateToken
 from simpleworkflow.durable import races
 from simpleworkflow.durable.attempt import AttemptState
+from simpleworkflow.durable.journal import Durable
 from simpleworkflow.durable.kinds import JournalKind
 
 
@@ -36,7 +40,7 @@ async def take(state: AttemptState, unique: str, limit: str, key: str | None) ->
     # Per key, a call without a key of its own counts under the run's concurrency key,
     # as the run's claims do.
     key = state.run.concurrency_key if key is None else key
-    token = await durable.take_token(unique, limit, key)
+    token = await take_token(durable, unique, limit, key)
     if not token.known:
         raise errors.InvalidArgument(
             f"there is no rate limit named {limit!r}; create it first "
@@ -48,7 +52,7 @@ async def take(state: AttemptState, unique: str, limit: str, key: str | None) ->
     assert token.until is not None
     until = token.until.isoformat()
     data = {"rate_limit": limit} if key is None else {"rate_limit": limit, "key": key}
-    raise durable.suspend(
+    raise durable.waits.suspend(
         errors.Suspend(
             unique,
             "throttled",
@@ -57,3 +61,23 @@ async def take(state: AttemptState, unique: str, limit: str, key: str | None) ->
             run_at=token.until,
         )
     )
+
+
+async def take_token(durable: Durable, name: str, limit: str, key: str | None) -> RateToken:
+    """Take a token of rate limit ``limit`` (per ``key``) and journal it as step
+    ``name`` in one fenced transaction; or learn when the next window opens."""
+    text = durable.encode(name, {"rate_limit": limit, "key": key})
+    record = durable.entry(name, JournalKind.RATE_LIMIT, text, events=[])
+    backend = durable.backend
+    began = time.monotonic()
+    got = await durable.once(
+        name, lambda: backend.execute_async(backend.take_rate_token(record, limit, key))
+    )
+    if isinstance(got, JournalEntry):
+        return RateToken(True)
+    if not got.held:
+        raise errors.LeaseLost(name)
+    durable.holding.held_since(began)
+    if got.granted:
+        durable.remember(record)
+    return got

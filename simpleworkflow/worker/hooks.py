@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from simpleworkflow import observe
 from simpleworkflow.backends.base import Failure, Lease, Success, Suspension
 from simpleworkflow.durable import execution
-from simpleworkflow.durable.journal import FOREVER
+from simpleworkflow.durable.suspension import FOREVER
 
 if TYPE_CHECKING:
     from simpleworkflow.durable.attempt import AttemptState
