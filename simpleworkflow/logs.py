@@ -1,7 +1,7 @@
 """Logs from inside a run: every record says which run, attempt and step it came from.
 
 The worker sets a context variable for each attempt and, around each step's code, the
-step's name (see ``worker.running`` and ``steps``). Context variables follow the code into
+step's name (see ``worker.running`` and ``durable.steps``). Context variables follow the code into
 the handler's task, its threads and its durable calls, so :class:`RunContextFilter`, on a
 logging handler, can copy them onto every record that passes, as ``run_id``,
 ``run_type``, ``attempt`` (from 1) and ``step``: the handler's own ``logging`` calls, on

@@ -254,7 +254,7 @@ class Admin(schema_check.Checked, Verbs):
 
     def replay_check(self, app: Handlers) -> builtins.list[ReplayReport]:
         """Replay the journal of every unfinished run of ``app``'s types against its code,
-        calling no step and writing nothing; see :mod:`simpleworkflow.replaycheck`."""
+        calling no step and writing nothing; see :mod:`simpleworkflow.admin.replaycheck`."""
         return asyncio.run(self._replays(app, close=True))
 
     def close(self) -> None:

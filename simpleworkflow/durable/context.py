@@ -43,7 +43,7 @@ class Context:
     async handler is also interrupted with ``asyncio.CancelledError``. Durable calls
     (``step``, ``sleep``, ``wait_for_event`` ...) check it at every step boundary.
 
-    The handler's view of the worker's :class:`~simpleworkflow.attempt_state.AttemptState`:
+    The handler's view of the worker's :class:`~simpleworkflow.durable.attempt.AttemptState`:
     it reads the attempt's state and asks its journal, and changes neither itself.
     """
 
