@@ -2,6 +2,8 @@
 
 In an ``async def`` body every durable call is awaited (``await ctx.step(...)``); in a
 ``def`` body, which runs in a worker thread, the same calls return their value directly.
+:class:`Context` checks each call's arguments, then hands it to the module of that call
+(``steps``, ``transactional``, ``sleeps``, ``signals``, ``children``, ``throttle``).
 """
 
 from __future__ import annotations
