@@ -28,23 +28,21 @@ import simpleworkflow
 from simpleworkflow import observe
 from simpleworkflow.client import AsyncClient
 from simpleworkflow.server import (
-    guard,
     health,
     insight,
     limits,
-    problems,
-    routing,
     runs,
     schedules,
     swagger,
     topics,
     types_index,
 )
-from simpleworkflow.server.auth import Auth, is_loopback
-from simpleworkflow.server.origins import AllowedHosts
-from simpleworkflow.server.routing import DEFAULT_MAX_BODY_BYTES
-from simpleworkflow.server.source import ClientSource
 from simpleworkflow.server.start_lane import StartLane
+from simpleworkflow.web import guard, problems, routing
+from simpleworkflow.web.auth import Auth, is_loopback
+from simpleworkflow.web.origins import AllowedHosts
+from simpleworkflow.web.routing import DEFAULT_MAX_BODY_BYTES
+from simpleworkflow.web.source import ClientSource
 
 #: Where the versioned endpoints live.
 API_PREFIX = "/api/v1"
@@ -145,7 +143,7 @@ def create_app(
     (:mod:`simpleworkflow.dashboard`) at ``/`` when ``dashboard`` and its extra is
     installed. What ``simpleworkflow serve`` runs.
 
-    :mod:`~simpleworkflow.server.guard` stands in front of it all: it answers only the
+    :mod:`~simpleworkflow.web.guard` stands in front of it all: it answers only the
     ``allowed_hosts`` (the loopback names, and those given; ``["*"]`` for any), refuses
     writes from other sites, limits every body and turns any error into a problem.
     Behind it, :mod:`~simpleworkflow.server.start_lane` answers ``POST /api/v1/runs``

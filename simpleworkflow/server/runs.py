@@ -14,9 +14,7 @@ from fastapi import APIRouter, Body, Path, Query
 from starlette.responses import Response
 
 from simpleworkflow import durations
-from simpleworkflow.server import bodies, routing
-from simpleworkflow.server.auth import Auth
-from simpleworkflow.server.problems import responses
+from simpleworkflow.server import bodies
 from simpleworkflow.server.schemas import (
     Cancelled,
     CancelRun,
@@ -33,7 +31,10 @@ from simpleworkflow.server.schemas import (
     StartRuns,
     StepOut,
 )
-from simpleworkflow.server.source import ClientSource
+from simpleworkflow.web import routing
+from simpleworkflow.web.auth import Auth
+from simpleworkflow.web.problems import responses
+from simpleworkflow.web.source import ClientSource
 
 State = Literal[
     "pending",

@@ -2,7 +2,7 @@
 serve`` and inside a user's app (whose exception handlers are not ours):
 
 - a request that changes state is refused when a browser says it came from another site
-  (403, :func:`~simpleworkflow.server.origins.cross_site`), then authenticated, then its
+  (403, :func:`~simpleworkflow.web.origins.cross_site`), then authenticated, then its
   body must be JSON by its ``Content-Type`` (415 otherwise: no other site's form can send
   that without the browser asking first), all before a byte of the body is read;
 - a body is read up to a limit (413 past it, before it is parsed);
@@ -26,8 +26,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from simpleworkflow import errors
-from simpleworkflow.server import origins, problems
-from simpleworkflow.server.auth import Auth
+from simpleworkflow.web import origins, problems
+from simpleworkflow.web.auth import Auth
 
 #: A request body's default limit: room for a batch of runs with large payloads. Each
 #: payload is held to the client's ``max_payload_bytes`` (1 MiB) besides.
