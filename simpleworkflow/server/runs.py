@@ -241,9 +241,9 @@ def _add_actions(api: APIRouter, source: ClientSource, writer: list[Any]) -> Non
     ) -> Response:
         """Cancel a pending or leased run and its unfinished children; ``cancelled`` is
         false for a run that had already finished."""
-        client = source.client
-        done = await client.cancel(run_id, reason=None if request is None else request.reason)
-        return bodies.respond({"cancelled": done, "run": bodies.run(await client.get(run_id))})
+        reason = None if request is None else request.reason
+        done, run = await source.client.cancel_and_get(run_id, reason=reason)
+        return bodies.respond({"cancelled": done, "run": bodies.run(run)})
 
     @api.post(
         "/{run_id}/retry",

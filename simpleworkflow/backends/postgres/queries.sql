@@ -179,8 +179,9 @@ order by created_at desc, id desc
 limit %(limit)s
 
 -- name: cancel_run
--- Cancels the run and, through parent_id, every unfinished descendant; returns the ids
--- that were cancelled (the run's own id first when it was).
+-- Cancels the run and, through parent_id, every unfinished descendant; returns the rows
+-- that were cancelled, as the cancel left them (the run's own first when it was), else
+-- the run's own row as it stands (cancelled false); no row when there is no such run.
 with recursive tree (id) as (
     select %(id)s::uuid
     union all
@@ -192,7 +193,7 @@ with recursive tree (id) as (
     set status = 'cancelled', updated_at = now(),
         logged_changes = logged_changes + 1
     where id in (select id from tree) and status in ('pending', 'leased')
-    returning id, parent_id, lease_token is not null as leased
+    returning *, lease_token is not null as leased
 ), cancelled_events as (
     insert into {schema}workflow_event (workflow_id, event_type, data)
     select id, 'cancelled',
@@ -213,7 +214,13 @@ with recursive tree (id) as (
       and not exists (select 1 from cancelled x where x.id = p.id)
 )
 -- A run released by its worker has no lease token: one that has was leased.
-select id, leased from cancelled order by id = %(id)s::uuid desc
+select * from (
+    select *, true as cancelled from cancelled
+    union all
+    select *, false, false from {schema}workflow_run
+    where id = %(id)s::uuid and not exists (select 1 from cancelled where id = %(id)s::uuid)
+) as answer
+order by id = %(id)s::uuid desc
 
 -- name: delete_run
 with deleted as (
