@@ -30,13 +30,11 @@ HOLD_FRESH_FOR = 0.2
 
 @dataclass(frozen=True, slots=True)
 class CancelledRuns:
-    """What a cancel did: the ids it cancelled (the run's own first when it was),
-    whether one of them was leased, so that a worker may be about to begin a step, and
-    the run as the cancel left it (read in the cancel's transaction)."""
+    """What a cancel did: the ids it cancelled (the run's own first when it was), and
+    whether one of them was leased, so that a worker may be about to begin a step."""
 
     ids: list[str]
     leased: bool
-    run: Run
 
 
 @dataclass(frozen=True, slots=True)

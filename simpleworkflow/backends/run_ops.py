@@ -150,12 +150,12 @@ class RunOps(StoreCore):
         )
         return [self.run_from_row(row) for row in rows]
 
-    def cancel_run(self, run_id: str, reason: str | None) -> Op[CancelledRuns | None]:
+    def cancel_run(self, run_id: str, reason: str | None) -> Op[tuple[CancelledRuns, Run] | None]:
         """Cancel a pending or leased run and its unfinished descendants, and read the
         run as the cancel left it, in the same transaction.
 
-        Returns the ids cancelled (none: the run had already finished), whether one was
-        leased, and the run; ``None`` when there is no such run.
+        Returns the ids cancelled (none: the run had already finished) and whether one
+        was leased, with the run; ``None`` when there is no such run.
         """
         data = json.dumps({"reason": reason} if reason else {})
         rows = yield self.stmt("cancel_run", id=run_id, data=data)
@@ -167,7 +167,7 @@ class RunOps(StoreCore):
         run = self.run_from_row(own) if own is not None else (yield from self.get_run(run_id))
         if run is None:
             return None
-        return CancelledRuns(cancelled, any(row["leased"] for row in done), run)
+        return CancelledRuns(cancelled, any(row["leased"] for row in done)), run
 
     def delete_run(self, run_id: str) -> Op[bool | None]:
         """Soft-delete a run, with its ``deleted`` event. ``None``: no such run;

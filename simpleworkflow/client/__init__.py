@@ -159,9 +159,9 @@ class Client(schema_check.Checked, Requests):
         run_id = names.normalize_run_id(run_id)
         committed = connection is None
         op = self._cancel_op(run_id, reason)
-        cancelled = self._cancelled(run_id, self._call(op, connection), committed)
+        cancelled, run = self._cancelled(run_id, self._call(op, connection), committed)
         time.sleep(self._settle_for(cancelled, committed))
-        return run_id in cancelled.ids, cancelled.run
+        return run_id in cancelled.ids, run
 
     def signal(
         self, run_id: str, event: str, payload: Any = None, *, connection: Any = None
@@ -320,9 +320,9 @@ class AsyncClient(schema_check.AsyncChecked, Requests):
         run_id = names.normalize_run_id(run_id)
         committed = connection is None
         op = self._cancel_op(run_id, reason)
-        cancelled = self._cancelled(run_id, await self._call(op, connection), committed)
+        cancelled, run = self._cancelled(run_id, await self._call(op, connection), committed)
         await asyncio.sleep(self._settle_for(cancelled, committed))
-        return run_id in cancelled.ids, cancelled.run
+        return run_id in cancelled.ids, run
 
     async def signal(
         self, run_id: str, event: str, payload: Any = None, *, connection: Any = None
