@@ -123,7 +123,7 @@ def create_app(
     allowed_hosts: Iterable[str] = (),
 ) -> FastAPI:
     """A FastAPI application serving only the dashboard, to mount under a prefix:
-    ``app.mount("/workflows", create_app(client))``. The API's guard stands in front
+    ``app.mount("/workflows", create_app(client))``. The guard of the API stands in front
     (:mod:`simpleworkflow.web.guard`): it answers the loopback names and
     ``allowed_hosts`` (``["*"]`` for any), limits bodies, and answers any error with its
     id."""

@@ -1,7 +1,10 @@
-"""The HTTP API: a FastAPI router over ``AsyncClient`` and its ``admin`` facade.
+"""The HTTP API: a FastAPI router over ``AsyncClient`` and its ``admin`` facade; and
+:func:`create_app`, the one place where the API, the web dashboard and ``/metrics`` are
+served together, behind the guard.
 
-Needs the ``server`` extra (``pip install 'simpleworkflow[server]'``); nothing else in the
-package imports this one. Three ways to use it:
+Needs the ``server`` extra (``pip install 'simpleworkflow[server]'``); in the package only
+the CLI imports this one (the dashboard and the API share :mod:`simpleworkflow.web`).
+Three ways to use it:
 
 - ``simpleworkflow serve`` runs :func:`create_app` under uvicorn;
 - ``app.include_router(simpleworkflow.server.router(client))`` adds the endpoints to an

@@ -11,6 +11,8 @@ serve`` and inside a user's app (whose exception handlers are not ours):
   "There was an error parsing the body", or fail);
 - the engine's errors and failed validations become problem documents, and any other
   error a 500 problem whose id the server logs with the traceback.
+
+The dashboard's forms parse what they carry as JSON with the same :func:`parse_json`.
 """
 
 from __future__ import annotations
