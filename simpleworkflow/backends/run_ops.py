@@ -159,15 +159,16 @@ class RunOps(StoreCore):
         """
         data = json.dumps({"reason": reason} if reason else {})
         rows = yield self.stmt("cancel_run", id=run_id, data=data)
-        done = [row for row in rows if row["cancelled"]]
-        cancelled = [str(row["id"]) for row in done]
+        cancelled = [str(row["id"]) for row in rows]
         if cancelled:
             yield from self.then("cancel_run", id=run_id, ids=cancelled, data=data)
+        # The cancelled row as the statement left it; a run it did not change (finished,
+        # or none) is read by a statement of its own, which sees what committed since.
         own = next((row for row in rows if str(row["id"]) == run_id), None)
         run = self.run_from_row(own) if own is not None else (yield from self.get_run(run_id))
         if run is None:
             return None
-        return CancelledRuns(cancelled, any(row["leased"] for row in done)), run
+        return CancelledRuns(cancelled, any(row["leased"] for row in rows)), run
 
     def delete_run(self, run_id: str) -> Op[bool | None]:
         """Soft-delete a run, with its ``deleted`` event. ``None``: no such run;

@@ -155,7 +155,8 @@ class Client(schema_check.Checked, Requests):
     def cancel_and_get(
         self, run_id: str, *, reason: str | None = None, connection: Any = None
     ) -> tuple[bool, Run]:
-        """:meth:`cancel`, and the run as the cancel left it, read in its transaction."""
+        """:meth:`cancel`, and the run: as the cancel left it (read in its transaction),
+        or as it stands if it had already finished."""
         run_id = names.normalize_run_id(run_id)
         committed = connection is None
         op = self._cancel_op(run_id, reason)
@@ -316,7 +317,8 @@ class AsyncClient(schema_check.AsyncChecked, Requests):
     async def cancel_and_get(
         self, run_id: str, *, reason: str | None = None, connection: Any = None
     ) -> tuple[bool, Run]:
-        """:meth:`cancel`, and the run as the cancel left it, read in its transaction."""
+        """:meth:`cancel`, and the run: as the cancel left it (read in its transaction),
+        or as it stands if it had already finished."""
         run_id = names.normalize_run_id(run_id)
         committed = connection is None
         op = self._cancel_op(run_id, reason)

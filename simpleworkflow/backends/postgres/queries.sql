@@ -180,8 +180,7 @@ limit %(limit)s
 
 -- name: cancel_run
 -- Cancels the run and, through parent_id, every unfinished descendant; returns the rows
--- that were cancelled, as the cancel left them (the run's own first when it was), else
--- the run's own row as it stands (cancelled false); no row when there is no such run.
+-- that were cancelled, as the cancel left them (the run's own first when it was).
 with recursive tree (id) as (
     select %(id)s::uuid
     union all
@@ -214,13 +213,7 @@ with recursive tree (id) as (
       and not exists (select 1 from cancelled x where x.id = p.id)
 )
 -- A run released by its worker has no lease token: one that has was leased.
-select * from (
-    select *, true as cancelled from cancelled
-    union all
-    select *, false, false from {schema}workflow_run
-    where id = %(id)s::uuid and not exists (select 1 from cancelled where id = %(id)s::uuid)
-) as answer
-order by id = %(id)s::uuid desc
+select * from cancelled order by id = %(id)s::uuid desc
 
 -- name: delete_run
 with deleted as (
