@@ -4,6 +4,7 @@ process: test_api_process.py; bad input: test_api_input.py; tokens: test_api_aut
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import subprocess
@@ -14,6 +15,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import httpx
 import pytest
 from api_helpers import PREFIX, Api, assert_problem
 from conftest import Store, poller_thread
@@ -350,6 +352,36 @@ def test_cancel_retry_and_signal_follow_the_runs_state(store: Store, api: Api) -
     for verb in ("cancel", "retry", "signals"):
         body = {"event": "x"} if verb == "signals" else None
         assert_problem(api.post(f"{RUNS}/{uuid.uuid4()}/{verb}", json=body), 404, "no workflow run")
+
+
+def test_a_cancel_answers_the_run_as_its_own_transaction_left_it(store: Store) -> None:
+    """The run in a cancel's answer is read in the cancel's transaction: another
+    operator's retry, committed while the cancel of a leased run waits out its 0.2 s
+    before answering, is not in it (a read after the cancel's commit would show the run
+    pending again)."""
+    with store.client() as client:
+        run_id = client.start(TYPE).id
+    store.sql(
+        "update workflow_run set status = 'leased', leased_by = 'w', lease_token = ?, "
+        "lease_until = '2999-01-01 00:00:00' where id = ?",
+        str(uuid.uuid4()),
+        run_id,
+    )
+
+    async def cancel_then_retry_at_once() -> tuple[httpx.Response, str]:
+        async with store.async_client() as client, store.async_client() as other:
+            transport = httpx.ASGITransport(app=create_app(client))
+            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
+                cancel = asyncio.ensure_future(http.post(f"{RUNS}/{run_id}/cancel"))
+                while not cancel.done() and (await other.get(run_id)).status.value != "cancelled":
+                    await asyncio.sleep(0.002)
+                retried = await other.admin.retry(run_id)
+                return await cancel, retried.status.value
+
+    answer, status_after_retry = asyncio.run(cancel_then_retry_at_once())
+    assert status_after_retry == "pending"
+    assert answer.status_code == 200 and answer.json()["cancelled"] is True
+    assert answer.json()["run"]["status"] == "cancelled", answer.json()["run"]
 
 
 # -- types ------------------------------------------------------------------------------

@@ -16,7 +16,8 @@ from api_helpers import PREFIX, READ_TOKEN, TOKEN, Api, assert_problem, served
 from conftest import Store
 
 from simpleworkflow import errors
-from simpleworkflow.server import AllowedHosts, Auth, create_app, guard
+from simpleworkflow.server import AllowedHosts, Auth, create_app
+from simpleworkflow.web import guard
 
 TYPE = "content.thumbnail.v1"
 SCHEDULE = "content.thumbnail.nightly"

@@ -12,8 +12,8 @@ from conftest import Store
 from pydantic import TypeAdapter
 
 from simpleworkflow.server import schedule_schemas
-from simpleworkflow.server.auth import Auth
 from simpleworkflow.server.schemas import StartedRun
+from simpleworkflow.web.auth import Auth
 
 INVOICE = "billing.invoice.v1"
 SCHEDULES = f"{PREFIX}/schedules"

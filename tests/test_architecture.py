@@ -115,3 +115,20 @@ def test_importing_the_package_pulls_in_no_metrics_or_tracing_library() -> None:
 def test_the_cycle_finder_finds_a_cycle() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_the_dashboard_and_the_api_meet_only_in_web_and_in_the_app_that_serves_both() -> None:
+    """``web`` (tokens, the client source, problems, the guard) is below both faces; the
+    dashboard never imports the API, so that only ``server.create_app`` puts them together."""
+    modules = _modules()
+    below = {"simpleworkflow.web": ("simpleworkflow.server", "simpleworkflow.dashboard")}
+    below["simpleworkflow.dashboard"] = ("simpleworkflow.server",)
+    upward = {
+        f"{name} -> {target}"
+        for name, path in modules.items()
+        for package, above in below.items()
+        if name == package or name.startswith(package + ".")
+        for target in _imports(name, path, modules)
+        if target.startswith(above)
+    }
+    assert upward == set()

@@ -150,20 +150,25 @@ class RunOps(StoreCore):
         )
         return [self.run_from_row(row) for row in rows]
 
-    def cancel_run(self, run_id: str, reason: str | None) -> Op[CancelledRuns | None]:
-        """Cancel a pending or leased run and its unfinished descendants.
+    def cancel_run(self, run_id: str, reason: str | None) -> Op[tuple[CancelledRuns, Run] | None]:
+        """Cancel a pending or leased run and its unfinished descendants, and read the
+        run as the cancel left it, in the same transaction.
 
         Returns the ids cancelled (none: the run had already finished) and whether one
-        was leased, or ``None`` when there is no such run.
+        was leased, with the run; ``None`` when there is no such run.
         """
         data = json.dumps({"reason": reason} if reason else {})
         rows = yield self.stmt("cancel_run", id=run_id, data=data)
         cancelled = [str(row["id"]) for row in rows]
         if cancelled:
             yield from self.then("cancel_run", id=run_id, ids=cancelled, data=data)
-        if run_id not in cancelled and not (yield from self._exists(run_id)):
+        # The cancelled row as the statement left it; a run it did not change (finished,
+        # or none) is read by a statement of its own, which sees what committed since.
+        own = next((row for row in rows if str(row["id"]) == run_id), None)
+        run = self.run_from_row(own) if own is not None else (yield from self.get_run(run_id))
+        if run is None:
             return None
-        return CancelledRuns(cancelled, any(row["leased"] for row in rows))
+        return CancelledRuns(cancelled, any(row["leased"] for row in rows)), run
 
     def delete_run(self, run_id: str) -> Op[bool | None]:
         """Soft-delete a run, with its ``deleted`` event. ``None``: no such run;

@@ -150,12 +150,19 @@ class Client(schema_check.Checked, Requests):
 
         No step of the run begins once this has returned: a leased run's cancel returns
         0.2 s after its commit (see docs/durable.md#cancellation)."""
+        return self.cancel_and_get(run_id, reason=reason, connection=connection)[0]
+
+    def cancel_and_get(
+        self, run_id: str, *, reason: str | None = None, connection: Any = None
+    ) -> tuple[bool, Run]:
+        """:meth:`cancel`, and the run: as the cancel left it (read in its transaction),
+        or as it stands if it had already finished."""
         run_id = names.normalize_run_id(run_id)
         committed = connection is None
         op = self._cancel_op(run_id, reason)
-        cancelled = self._cancelled(run_id, self._call(op, connection), committed)
+        cancelled, run = self._cancelled(run_id, self._call(op, connection), committed)
         time.sleep(self._settle_for(cancelled, committed))
-        return run_id in cancelled.ids
+        return run_id in cancelled.ids, run
 
     def signal(
         self, run_id: str, event: str, payload: Any = None, *, connection: Any = None
@@ -305,12 +312,19 @@ class AsyncClient(schema_check.AsyncChecked, Requests):
 
         No step of the run begins once this has returned: a leased run's cancel returns
         0.2 s after its commit (see docs/durable.md#cancellation)."""
+        return (await self.cancel_and_get(run_id, reason=reason, connection=connection))[0]
+
+    async def cancel_and_get(
+        self, run_id: str, *, reason: str | None = None, connection: Any = None
+    ) -> tuple[bool, Run]:
+        """:meth:`cancel`, and the run: as the cancel left it (read in its transaction),
+        or as it stands if it had already finished."""
         run_id = names.normalize_run_id(run_id)
         committed = connection is None
         op = self._cancel_op(run_id, reason)
-        cancelled = self._cancelled(run_id, await self._call(op, connection), committed)
+        cancelled, run = self._cancelled(run_id, await self._call(op, connection), committed)
         await asyncio.sleep(self._settle_for(cancelled, committed))
-        return run_id in cancelled.ids
+        return run_id in cancelled.ids, run
 
     async def signal(
         self, run_id: str, event: str, payload: Any = None, *, connection: Any = None

@@ -128,7 +128,7 @@ class Requests:
         self._started_many(published.runs, committed)
         return published
 
-    def _cancel_op(self, run_id: str, reason: str | None) -> Op[CancelledRuns | None]:
+    def _cancel_op(self, run_id: str, reason: str | None) -> Op[tuple[CancelledRuns, Run] | None]:
         if reason is not None and (not isinstance(reason, str) or names.unstorable(reason)):
             raise errors.InvalidArgument(
                 "a cancel's reason must be text without NUL characters or lone surrogates, "
@@ -137,10 +137,10 @@ class Requests:
         return self.backend.cancel_run(names.normalize_run_id(run_id), reason)
 
     def _cancelled(
-        self, run_id: str, cancelled: CancelledRuns | None, committed: bool = True
-    ) -> CancelledRuns:
-        found = self._found(run_id, cancelled)
-        for cancelled_id in found.ids if committed else ():
+        self, run_id: str, outcome: tuple[CancelledRuns, Run] | None, committed: bool = True
+    ) -> tuple[CancelledRuns, Run]:
+        found = self._found(run_id, outcome)
+        for cancelled_id in found[0].ids if committed else ():
             self.backend.notify_local("cancel", cancelled_id)
         return found
 

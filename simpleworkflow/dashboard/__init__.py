@@ -12,7 +12,7 @@ from elsewhere. Three ways to use it:
 - ``app.include_router(simpleworkflow.dashboard.router(client))`` adds its routes.
 
 Every page reads, and every button acts, through ``AsyncClient`` and its ``admin``
-facade; tokens are the API's (:class:`~simpleworkflow.server.auth.Auth`). See
+facade; tokens are the API's (:class:`~simpleworkflow.web.auth.Auth`). See
 docs/dashboard.md.
 """
 
@@ -29,10 +29,10 @@ from starlette.responses import Response
 from simpleworkflow.client import AsyncClient
 from simpleworkflow.dashboard import actions, controls, pages
 from simpleworkflow.dashboard.site import Options, Site, route_class, static_file
-from simpleworkflow.server.auth import Auth
-from simpleworkflow.server.guard import FORM_MAX_BODY_BYTES, Guard
-from simpleworkflow.server.origins import AllowedHosts
-from simpleworkflow.server.source import ClientSource
+from simpleworkflow.web.auth import Auth
+from simpleworkflow.web.guard import FORM_MAX_BODY_BYTES, Guard
+from simpleworkflow.web.origins import AllowedHosts
+from simpleworkflow.web.source import ClientSource
 
 __all__ = ["Options", "create_app", "router"]
 
@@ -61,7 +61,7 @@ def router(
     ``client`` is the ``AsyncClient`` it acts through (yours to close); without one it
     opens its own on first use, on ``database_url`` and ``schema`` (else the
     environment), and closes it when the app shuts down. ``source``, a
-    :class:`~simpleworkflow.server.source.ClientSource` shared with the API's router,
+    :class:`~simpleworkflow.web.source.ClientSource` shared with the API's router,
     stands for all three (its owner closes it). ``auth`` holds the API's tokens (none:
     no login, as on the loopback default); ``options`` default to the environment's
     (:meth:`Options.from_env`).
@@ -123,8 +123,8 @@ def create_app(
     allowed_hosts: Iterable[str] = (),
 ) -> FastAPI:
     """A FastAPI application serving only the dashboard, to mount under a prefix:
-    ``app.mount("/workflows", create_app(client))``. The API's guard stands in front
-    (:mod:`simpleworkflow.server.guard`): it answers the loopback names and
+    ``app.mount("/workflows", create_app(client))``. The guard of the API stands in front
+    (:mod:`simpleworkflow.web.guard`): it answers the loopback names and
     ``allowed_hosts`` (``["*"]`` for any), limits bodies, and answers any error with its
     id."""
     app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)

@@ -20,8 +20,8 @@ from simpleworkflow.dashboard import sessions
 from simpleworkflow.dashboard.pages import RunFilter, run_context
 from simpleworkflow.dashboard.site import Site
 from simpleworkflow.models import Run, RunStatus
-from simpleworkflow.server.problems import ApiProblem
-from simpleworkflow.server.routing import parse_json
+from simpleworkflow.web.problems import ApiProblem
+from simpleworkflow.web.routing import parse_json
 
 #: The most runs one bulk action touches; the confirmation says when more match.
 BULK_LIMIT = 500

@@ -16,8 +16,8 @@ from simpleworkflow.admin import STATES
 from simpleworkflow.dashboard import views
 from simpleworkflow.dashboard.site import Site
 from simpleworkflow.models import Run
-from simpleworkflow.server.problems import ApiProblem
-from simpleworkflow.server.routing import parse_json
+from simpleworkflow.web.problems import ApiProblem
+from simpleworkflow.web.routing import parse_json
 
 #: Runs per page of the runs list.
 PAGE_SIZE = 50

@@ -1,6 +1,6 @@
 """Who is asking, and whether a form that changes state really came from the dashboard.
 
-The dashboard takes the API's tokens (:class:`~simpleworkflow.server.auth.Auth`): a
+The dashboard takes the API's tokens (:class:`~simpleworkflow.web.auth.Auth`): a
 browser logs in once with a token and gets a session cookie (HttpOnly, SameSite=Strict,
 Secure over https); a script may send ``Authorization: Bearer <token>`` instead. The
 cookie holds no token: it is ``level.issued.nonce.mac``, signed with a key derived from
@@ -41,7 +41,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from simpleworkflow.admin.verbs import SESSION_CLOCK_SKEW
-from simpleworkflow.server.auth import Auth
+from simpleworkflow.web.auth import Auth
 
 COOKIE = "simpleworkflow_dashboard"
 CSRF_FIELD = "csrf_token"

@@ -21,10 +21,10 @@ from starlette.templating import Jinja2Templates
 from simpleworkflow import errors
 from simpleworkflow.dashboard import sessions, views
 from simpleworkflow.dashboard.sessions import Refused, Session, Sessions
-from simpleworkflow.server.auth import Auth
-from simpleworkflow.server.problems import detail as public_detail
-from simpleworkflow.server.problems import log_unexpected
-from simpleworkflow.server.source import ClientSource
+from simpleworkflow.web.auth import Auth
+from simpleworkflow.web.problems import detail as public_detail
+from simpleworkflow.web.problems import log_unexpected
+from simpleworkflow.web.source import ClientSource
 
 #: What a page may load and run: its own files only. Every script is a static file, so
 #: text that slipped through into the page could still not run.

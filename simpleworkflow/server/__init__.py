@@ -1,7 +1,10 @@
-"""The HTTP API: a FastAPI router over ``AsyncClient`` and its ``admin`` facade.
+"""The HTTP API: a FastAPI router over ``AsyncClient`` and its ``admin`` facade; and
+:func:`create_app`, the one place where the API, the web dashboard and ``/metrics`` are
+served together, behind the guard.
 
-Needs the ``server`` extra (``pip install 'simpleworkflow[server]'``); nothing else in the
-package imports this one. Three ways to use it:
+Needs the ``server`` extra (``pip install 'simpleworkflow[server]'``); in the package only
+the CLI imports this one (the dashboard and the API share :mod:`simpleworkflow.web`).
+Three ways to use it:
 
 - ``simpleworkflow serve`` runs :func:`create_app` under uvicorn;
 - ``app.include_router(simpleworkflow.server.router(client))`` adds the endpoints to an
@@ -28,23 +31,21 @@ import simpleworkflow
 from simpleworkflow import observe
 from simpleworkflow.client import AsyncClient
 from simpleworkflow.server import (
-    guard,
     health,
     insight,
     limits,
-    problems,
-    routing,
     runs,
     schedules,
     swagger,
     topics,
     types_index,
 )
-from simpleworkflow.server.auth import Auth, is_loopback
-from simpleworkflow.server.origins import AllowedHosts
-from simpleworkflow.server.routing import DEFAULT_MAX_BODY_BYTES
-from simpleworkflow.server.source import ClientSource
 from simpleworkflow.server.start_lane import StartLane
+from simpleworkflow.web import guard, problems, routing
+from simpleworkflow.web.auth import Auth, is_loopback
+from simpleworkflow.web.origins import AllowedHosts
+from simpleworkflow.web.routing import DEFAULT_MAX_BODY_BYTES
+from simpleworkflow.web.source import ClientSource
 
 #: Where the versioned endpoints live.
 API_PREFIX = "/api/v1"
@@ -145,7 +146,7 @@ def create_app(
     (:mod:`simpleworkflow.dashboard`) at ``/`` when ``dashboard`` and its extra is
     installed. What ``simpleworkflow serve`` runs.
 
-    :mod:`~simpleworkflow.server.guard` stands in front of it all: it answers only the
+    :mod:`~simpleworkflow.web.guard` stands in front of it all: it answers only the
     ``allowed_hosts`` (the loopback names, and those given; ``["*"]`` for any), refuses
     writes from other sites, limits every body and turns any error into a problem.
     Behind it, :mod:`~simpleworkflow.server.start_lane` answers ``POST /api/v1/runs``

@@ -18,11 +18,11 @@ from fastapi import APIRouter
 from starlette.requests import Request
 
 from simpleworkflow import errors
-from simpleworkflow.server import problems, routing
-from simpleworkflow.server.auth import Auth
-from simpleworkflow.server.problems import responses
 from simpleworkflow.server.schemas import Health, Ready
-from simpleworkflow.server.source import ClientSource
+from simpleworkflow.web import problems, routing
+from simpleworkflow.web.auth import Auth
+from simpleworkflow.web.problems import responses
+from simpleworkflow.web.source import ClientSource
 
 _log = logging.getLogger("simpleworkflow.server")
 #: What an unidentified caller is told, by the kind of failure.

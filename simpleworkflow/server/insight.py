@@ -12,10 +12,11 @@ from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 from simpleworkflow.admin import verbs
-from simpleworkflow.server import bodies, routing
-from simpleworkflow.server.auth import Auth
-from simpleworkflow.server.problems import responses
-from simpleworkflow.server.source import ClientSource
+from simpleworkflow.server import bodies
+from simpleworkflow.web import routing
+from simpleworkflow.web.auth import Auth
+from simpleworkflow.web.problems import responses
+from simpleworkflow.web.source import ClientSource
 
 
 class WorkerOut(BaseModel):

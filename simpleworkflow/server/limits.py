@@ -8,9 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path
 from starlette.responses import Response
 
-from simpleworkflow.server import bodies, routing
-from simpleworkflow.server.auth import Auth
-from simpleworkflow.server.problems import responses
+from simpleworkflow.server import bodies
 from simpleworkflow.server.schemas import (
     LimitDeleted,
     RateLimitIn,
@@ -18,7 +16,10 @@ from simpleworkflow.server.schemas import (
     RegistryOut,
     TypeRateLimitIn,
 )
-from simpleworkflow.server.source import ClientSource
+from simpleworkflow.web import routing
+from simpleworkflow.web.auth import Auth
+from simpleworkflow.web.problems import responses
+from simpleworkflow.web.source import ClientSource
 
 LimitName = Annotated[str, Path(description="a rate limit, e.g. partner-api", max_length=100)]
 TypeName = Annotated[str, Path(description="a workflow type", max_length=300)]

@@ -14,9 +14,7 @@ from fastapi import APIRouter, Body, Path, Query
 from starlette.responses import Response
 
 from simpleworkflow import durations
-from simpleworkflow.server import bodies, routing
-from simpleworkflow.server.auth import Auth
-from simpleworkflow.server.problems import responses
+from simpleworkflow.server import bodies
 from simpleworkflow.server.schemas import (
     Cancelled,
     CancelRun,
@@ -33,7 +31,10 @@ from simpleworkflow.server.schemas import (
     StartRuns,
     StepOut,
 )
-from simpleworkflow.server.source import ClientSource
+from simpleworkflow.web import routing
+from simpleworkflow.web.auth import Auth
+from simpleworkflow.web.problems import responses
+from simpleworkflow.web.source import ClientSource
 
 State = Literal[
     "pending",
@@ -240,9 +241,9 @@ def _add_actions(api: APIRouter, source: ClientSource, writer: list[Any]) -> Non
     ) -> Response:
         """Cancel a pending or leased run and its unfinished children; ``cancelled`` is
         false for a run that had already finished."""
-        client = source.client
-        done = await client.cancel(run_id, reason=None if request is None else request.reason)
-        return bodies.respond({"cancelled": done, "run": bodies.run(await client.get(run_id))})
+        reason = None if request is None else request.reason
+        done, run = await source.client.cancel_and_get(run_id, reason=reason)
+        return bodies.respond({"cancelled": done, "run": bodies.run(run)})
 
     @api.post(
         "/{run_id}/retry",

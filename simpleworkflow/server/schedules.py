@@ -9,12 +9,13 @@ from fastapi import APIRouter, Path, Query
 from starlette.responses import Response
 
 from simpleworkflow.admin import unclaimed
-from simpleworkflow.server import bodies, routing
-from simpleworkflow.server.auth import Auth
-from simpleworkflow.server.problems import responses
+from simpleworkflow.server import bodies
 from simpleworkflow.server.schedule_schemas import CreateSchedule, ScheduleDeleted, ScheduleOut
 from simpleworkflow.server.schemas import StartedRun
-from simpleworkflow.server.source import ClientSource
+from simpleworkflow.web import routing
+from simpleworkflow.web.auth import Auth
+from simpleworkflow.web.problems import responses
+from simpleworkflow.web.source import ClientSource
 
 Name = Annotated[
     str, Path(description="the schedule's name, e.g. billing.invoice.nightly", max_length=200)

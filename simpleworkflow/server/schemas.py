@@ -360,20 +360,6 @@ class Ready(BaseModel):
     schema_version: int
 
 
-class Problem(BaseModel):
-    """An error, as RFC 9457 problem details (``application/problem+json``)."""
-
-    model_config = ConfigDict(extra="allow")
-
-    type: str = Field(description="names the problem, e.g. urn:simpleworkflow:run-not-found")
-    title: str
-    status: int
-    detail: str = Field(description="what was wrong, and what to do about it")
-    errors: list[dict[str, Any]] | None = Field(
-        default=None, description="for a request that failed validation: each error found"
-    )
-
-
 class Subscribe(_Request):
     """A workflow type to start for every event published on a topic the pattern matches."""
 

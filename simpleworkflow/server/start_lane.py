@@ -3,9 +3,9 @@ most: the same checks and the same answer as the route, at a fraction of its cos
 
 FastAPI's path to a route (its nested routers matched twice, the dependencies solved,
 the request object, its middleware) costs a start over HTTP more CPU than the start
-itself. This ASGI middleware, behind :mod:`~simpleworkflow.server.guard` (which has
+itself. This ASGI middleware, behind :mod:`~simpleworkflow.web.guard` (which has
 checked the host, the site and the body's size by then), takes a start whose caller may
-write (:func:`~simpleworkflow.server.routing.check_writer`: the token, a JSON content
+write (:func:`~simpleworkflow.web.routing.check_writer`: the token, a JSON content
 type) and whose body is JSON that :class:`~simpleworkflow.server.schemas.StartRun`
 accepts, and starts it as the route does (:func:`~simpleworkflow.server.runs.start_one`).
 Any other request goes on to the app, the body already read handed on with it, so that
@@ -20,10 +20,11 @@ from pydantic import ValidationError
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from simpleworkflow.server import guard, problems, routing, runs
-from simpleworkflow.server.auth import Auth
+from simpleworkflow.server import runs
 from simpleworkflow.server.schemas import StartRun
-from simpleworkflow.server.source import ClientSource
+from simpleworkflow.web import guard, problems, routing
+from simpleworkflow.web.auth import Auth
+from simpleworkflow.web.source import ClientSource
 
 
 class StartLane:

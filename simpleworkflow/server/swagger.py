@@ -16,7 +16,7 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
-from simpleworkflow.server import problems
+from simpleworkflow.web import problems
 
 #: The files of the bundle that the page loads, with their media types.
 ASSETS = {

@@ -7,9 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query
 from starlette.responses import Response
 
-from simpleworkflow.server import bodies, routing
-from simpleworkflow.server.auth import Auth
-from simpleworkflow.server.problems import responses
+from simpleworkflow.server import bodies
 from simpleworkflow.server.schemas import (
     Publish,
     PublishedOut,
@@ -17,7 +15,10 @@ from simpleworkflow.server.schemas import (
     SubscriptionOut,
     Unsubscribed,
 )
-from simpleworkflow.server.source import ClientSource
+from simpleworkflow.web import routing
+from simpleworkflow.web.auth import Auth
+from simpleworkflow.web.problems import responses
+from simpleworkflow.web.source import ClientSource
 
 Topic = Annotated[str, Path(description="a topic, e.g. orders.created", max_length=200)]
 

@@ -8,11 +8,12 @@ from typing import Annotated
 from fastapi import APIRouter, Path
 from starlette.responses import Response
 
-from simpleworkflow.server import bodies, routing
-from simpleworkflow.server.auth import Auth
-from simpleworkflow.server.problems import responses
+from simpleworkflow.server import bodies
 from simpleworkflow.server.schemas import ConcurrencyIn, RegistryOut, TypeOut
-from simpleworkflow.server.source import ClientSource
+from simpleworkflow.web import routing
+from simpleworkflow.web.auth import Auth
+from simpleworkflow.web.problems import responses
+from simpleworkflow.web.source import ClientSource
 
 TypeName = Annotated[
     str, Path(description="a workflow type, e.g. billing.invoice.v1", max_length=300)

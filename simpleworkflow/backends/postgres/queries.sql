@@ -179,8 +179,8 @@ order by created_at desc, id desc
 limit %(limit)s
 
 -- name: cancel_run
--- Cancels the run and, through parent_id, every unfinished descendant; returns the ids
--- that were cancelled (the run's own id first when it was).
+-- Cancels the run and, through parent_id, every unfinished descendant; returns the rows
+-- that were cancelled, as the cancel left them (the run's own first when it was).
 with recursive tree (id) as (
     select %(id)s::uuid
     union all
@@ -192,7 +192,7 @@ with recursive tree (id) as (
     set status = 'cancelled', updated_at = now(),
         logged_changes = logged_changes + 1
     where id in (select id from tree) and status in ('pending', 'leased')
-    returning id, parent_id, lease_token is not null as leased
+    returning *, lease_token is not null as leased
 ), cancelled_events as (
     insert into {schema}workflow_event (workflow_id, event_type, data)
     select id, 'cancelled',
@@ -213,7 +213,7 @@ with recursive tree (id) as (
       and not exists (select 1 from cancelled x where x.id = p.id)
 )
 -- A run released by its worker has no lease token: one that has was leased.
-select id, leased from cancelled order by id = %(id)s::uuid desc
+select * from cancelled order by id = %(id)s::uuid desc
 
 -- name: delete_run
 with deleted as (

@@ -178,7 +178,8 @@ order by created_at desc, rowid desc
 limit :limit
 
 -- name: cancel_run
--- Cancels the run and every unfinished descendant.
+-- Cancels the run and every unfinished descendant; returns the rows that were cancelled,
+-- as the cancel left them.
 update workflow_run
 -- waiting_for is kept: what a suspended run was waiting for, and the sign that an
 -- attempt was under way (Run.attempts_made counts it)
@@ -194,7 +195,7 @@ where status in ('pending', 'leased')
       select id from tree
   )
 -- A run released by its worker has no lease token: one that has was leased.
-returning id, lease_token is not null as leased
+returning *, lease_token is not null as leased
 
 -- name: cancel_run_then_1_events
 -- A descendant's event names the parent it was cancelled through, as on Postgres.

@@ -2,7 +2,7 @@
 serve`` and inside a user's app (whose exception handlers are not ours):
 
 - a request that changes state is refused when a browser says it came from another site
-  (403, :func:`~simpleworkflow.server.origins.cross_site`), then authenticated, then its
+  (403, :func:`~simpleworkflow.web.origins.cross_site`), then authenticated, then its
   body must be JSON by its ``Content-Type`` (415 otherwise: no other site's form can send
   that without the browser asking first), all before a byte of the body is read;
 - a body is read up to a limit (413 past it, before it is parsed);
@@ -11,6 +11,8 @@ serve`` and inside a user's app (whose exception handlers are not ours):
   "There was an error parsing the body", or fail);
 - the engine's errors and failed validations become problem documents, and any other
   error a 500 problem whose id the server logs with the traceback.
+
+The dashboard's forms parse what they carry as JSON with the same :func:`parse_json`.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from simpleworkflow import errors
-from simpleworkflow.server import origins, problems
-from simpleworkflow.server.auth import Auth
+from simpleworkflow.web import origins, problems
+from simpleworkflow.web.auth import Auth
 
 #: A request body's default limit: room for a batch of runs with large payloads. Each
 #: payload is held to the client's ``max_payload_bytes`` (1 MiB) besides.

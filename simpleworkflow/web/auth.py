@@ -21,7 +21,7 @@ from fastapi import Depends
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from simpleworkflow import errors
-from simpleworkflow.server.problems import ApiProblem
+from simpleworkflow.web.problems import ApiProblem
 
 TOKEN_ENV = "SIMPLEWORKFLOW_API_TOKEN"
 READ_TOKEN_ENV = "SIMPLEWORKFLOW_API_READ_TOKEN"

@@ -1,6 +1,6 @@
-"""Where the API's endpoints get their client: one given by the application, or one the
-server opens itself, on first use, in the event loop that serves (an ``AsyncClient``'s
-connections belong to the loop that opened them)."""
+"""Where the API's endpoints and the dashboard's pages get their client: one given by the
+application, or one the server opens itself, on first use, in the event loop that serves
+(an ``AsyncClient``'s connections belong to the loop that opened them)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 route, the API's and the dashboard's alike.
 
 - a ``Host`` that is not one of the server's names is refused (421), against DNS
-  rebinding (:mod:`~simpleworkflow.server.origins`);
+  rebinding (:mod:`~simpleworkflow.web.origins`);
 - a request that changes state from another site is refused (403) before its body is
   read;
 - a body is counted as it arrives, and refused (413) past the limit of its path: the
@@ -21,8 +21,8 @@ from starlette.datastructures import Headers
 from starlette.responses import HTMLResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from simpleworkflow.server import origins, problems
-from simpleworkflow.server.origins import AllowedHosts
+from simpleworkflow.web import origins, problems
+from simpleworkflow.web.origins import AllowedHosts
 
 #: The dashboard's forms: a signal's JSON payload (at most 1 MiB) percent-encoded, with
 #: room to spare; the API's bodies have their own limit.

@@ -18,10 +18,10 @@ from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
 from simpleworkflow import errors
-from simpleworkflow.server.schemas import Problem
 
 MEDIA_TYPE = "application/problem+json"
 #: What a client is told when the database fails: the cause (a SQLite file's path, a
@@ -57,6 +57,20 @@ _EXTENSIONS = {
 }
 
 
+class Problem(BaseModel):
+    """An error, as RFC 9457 problem details (``application/problem+json``)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str = Field(description="names the problem, e.g. urn:simpleworkflow:run-not-found")
+    title: str
+    status: int
+    detail: str = Field(description="what was wrong, and what to do about it")
+    errors: list[dict[str, Any]] | None = Field(
+        default=None, description="for a request that failed validation: each error found"
+    )
+
+
 class ApiProblem(Exception):
     """A refusal of the API itself (a body too large, a bad token ...), as a problem."""
 
@@ -79,7 +93,7 @@ class ApiProblem(Exception):
 
 class BodyTooLarge(Exception):
     """Raised from an app's ``receive`` once a body passes its limit
-    (:mod:`~simpleworkflow.server.guard` answers 413); no route should answer it."""
+    (:mod:`~simpleworkflow.web.guard` answers 413); no route should answer it."""
 
 
 def problem_response(
@@ -167,7 +181,7 @@ def of_validation(exc: RequestValidationError) -> JSONResponse:
 def install(app: FastAPI) -> None:
     """Answer Starlette's own errors (an unknown path, a method not allowed) with problem
     documents too, so that a client of the standalone app sees one error format. The
-    API's routes convert their errors themselves (:mod:`~simpleworkflow.server.routing`),
+    API's routes convert their errors themselves (:mod:`~simpleworkflow.web.routing`),
     so that they do so in a user's app as well."""
 
     async def http_error(request: Request, exc: Exception) -> JSONResponse:
