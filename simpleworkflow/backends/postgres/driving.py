@@ -38,6 +38,9 @@ T = TypeVar("T")
 #: commit at its end instead.
 _OPEN = b"select 1"
 
+#: The status of a statement's result that holds rows (a ``select``, a ``returning``).
+_ROWS = pq.ExecStatus.TUPLES_OK
+
 
 def execute(conn: Any, op: base.Op[T]) -> T:
     """Drive ``op`` on a connection of the sync pool (autocommit)."""
@@ -128,6 +131,14 @@ def schema_missing(where: str) -> Iterator[None]:
         ) from exc
 
 
+def returned_rows(cursor: Any) -> bool:
+    """Whether the statement just run on ``cursor`` returned rows (possibly none): read
+    from its result's status, which costs nothing, where ``cursor.description`` builds a
+    ``Column`` per column."""
+    result = cursor.pgresult
+    return result is not None and result.status == _ROWS
+
+
 def _pool_cursor(conn: Any) -> Any:
     return conn.cursor(row_factory=dict_row)
 
@@ -152,7 +163,7 @@ def drive(
     def run(statement: base.Statement) -> base.Rows:
         sent = cursor(conn)
         sent.execute(statement.sql, statement.params)
-        return sent.fetchall() if sent.description else []
+        return sent.fetchall() if returned_rows(sent) else []
 
     def stream(batch: base.Stream) -> None:
         with conn.pipeline():
@@ -200,7 +211,7 @@ async def drive_async(
                 continue
             sent = cursor(conn)
             await sent.execute(statement.sql, statement.params)
-            rows = await sent.fetchall() if sent.description else []
+            rows = await sent.fetchall() if returned_rows(sent) else []
             statement = op.send(rows)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
