@@ -17,6 +17,7 @@ caller's connection needs no setting of ours.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -64,6 +65,30 @@ async def execute_async(conn: Any, op: base.Op[T]) -> T:
             return await drive_async(conn, op, statement)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
+
+
+async def ended_within(call: asyncio.Future[Any], timeout: float) -> bool:
+    """Wait until ``call`` ends or ``timeout`` seconds pass; True if it ended.
+
+    Cancelling the caller cancels only its wait and leaves ``call`` running, as
+    ``asyncio.wait_for(asyncio.shield(call), timeout)`` does, at a third of its cost: one
+    future, one timer and one callback, where those two make another future, a second
+    task and their callbacks on every call."""
+    loop = asyncio.get_running_loop()
+    waiter = loop.create_future()
+
+    def wake(_: object = None) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    call.add_done_callback(wake)
+    timer = loop.call_later(timeout, wake)
+    try:
+        await waiter
+    finally:
+        timer.cancel()
+        call.remove_done_callback(wake)
+    return call.done()
 
 
 def execute_joined(conn: Any, op: base.Op[T]) -> T:
