@@ -1,0 +1,91 @@
+"""One measurement of ``python -m benchmarks.start_cpu``, run by the interpreter of the
+side being measured: ``python benchmarks/start_cpu_case.py URL SCHEMA``.
+
+Like ``compare_case.py`` it runs as a script, so that the ``simpleworkflow`` it imports is
+the side's, and it touches only the public API every version has had. It prints one JSON
+line: for ``start``, ``start_many`` (per run of batches of 100) and ``async_start``
+(``AsyncClient.start`` on uvloop, as ``simpleworkflow serve`` runs it), the client's CPU
+(this process's ``time.process_time``) and the Postgres server's (every other backend's
+``/proc/<pid>/schedstat``, so only for a server on this machine), in µs per run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import uvloop
+
+from simpleworkflow import AsyncClient, Client
+
+TYPE = "bench.start.v1"
+STARTS = 4000
+BATCHES = 50
+ASYNC_STARTS = 3000
+
+
+def _server_ns(admin: psycopg.Connection[Any]) -> int:
+    """CPU nanoseconds every other backend of the server has run so far."""
+    total = 0
+    pids = admin.execute("select pid from pg_stat_activity where pid <> pg_backend_pid()")
+    for (pid,) in pids.fetchall():
+        try:
+            with open(f"/proc/{pid}/schedstat") as stat:
+                total += int(stat.read().split()[0])
+        except OSError:  # a backend that ended meanwhile
+            pass
+    return total
+
+
+def _per_run(admin: psycopg.Connection[Any], call: Callable[[], None], runs: int) -> list[float]:
+    server, client = _server_ns(admin), time.process_time()
+    call()
+    client_us = (time.process_time() - client) / runs * 1e6
+    return [round(client_us, 1), round((_server_ns(admin) - server) / runs / 1e3, 1)]
+
+
+async def _async_starts(url: str, schema: str, admin: psycopg.Connection[Any]) -> list[float]:
+    async with AsyncClient(url, schema=schema) as client:
+        for number in range(300):  # the pool's connections, prepared statements
+            await client.start(TYPE, {"n": number})
+        server, began = _server_ns(admin), time.process_time()
+        for number in range(ASYNC_STARTS):
+            await client.start(TYPE, {"n": number})
+        client_us = (time.process_time() - began) / ASYNC_STARTS * 1e6
+        server_us = (_server_ns(admin) - server) / ASYNC_STARTS / 1e3
+        return [round(client_us, 1), round(server_us, 1)]
+
+
+def measure(url: str, schema: str) -> dict[str, list[float]]:
+    figures = {}
+    with psycopg.connect(url, autocommit=True) as admin, Client(url, schema=schema) as client:
+        (getattr(client, "migrate", None) or client.admin.migrate)()
+        for number in range(500):
+            client.start(TYPE, {"n": number})
+
+        def starts() -> None:
+            for number in range(STARTS):
+                client.start(TYPE, {"n": number})
+
+        figures["start"] = _per_run(admin, starts, STARTS)
+        batches = [[(TYPE, {"n": b * 100 + i}) for i in range(100)] for b in range(BATCHES + 10)]
+        for batch in batches[:10]:
+            client.start_many(batch)
+
+        def many() -> None:
+            for batch in batches[10:]:
+                client.start_many(batch)
+
+        figures["start_many"] = _per_run(admin, many, BATCHES * 100)
+        runner: Any = getattr(uvloop, "run", None) or asyncio.run
+        figures["async_start"] = runner(_async_starts(url, schema, admin))
+    return figures
+
+
+if __name__ == "__main__":
+    print(json.dumps(measure(sys.argv[1], sys.argv[2])))
