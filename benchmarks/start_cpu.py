@@ -25,9 +25,9 @@ CASE_SCRIPT = Path(__file__).resolve().with_name("start_cpu_case.py")
 CALLS = ("start", "start_many", "async_start")
 
 
-def _measure(side: compare.Side, url: str, schema: str) -> dict[str, list[float]]:
+def _measure(side: compare.Side, url: str, schema: str, starts: int) -> dict[str, list[float]]:
     done = subprocess.run(
-        [side.python, str(CASE_SCRIPT), url, schema],
+        [side.python, str(CASE_SCRIPT), url, schema, str(starts)],
         env=side.env,
         capture_output=True,
         text=True,
@@ -39,7 +39,9 @@ def _measure(side: compare.Side, url: str, schema: str) -> dict[str, list[float]
     return figures
 
 
-def run(ref: str, rounds: int, url: str | None) -> dict[str, dict[str, list[list[float]]]]:
+def run(
+    ref: str, rounds: int, url: str | None, starts: int = 4000
+) -> dict[str, dict[str, list[list[float]]]]:
     """Every round's ``[client µs, server µs]`` per call, by side name."""
     found: dict[str, dict[str, list[list[float]]]] = {}
     with tempfile.TemporaryDirectory(prefix="simpleworkflow-start-cpu-") as tmp:
@@ -48,7 +50,7 @@ def run(ref: str, rounds: int, url: str | None) -> dict[str, dict[str, list[list
             for number in range(rounds):
                 for turn, side in enumerate(sides if number % 2 == 0 else sides[::-1]):
                     schema = f"start_cpu_{os.getpid()}_{number}_{turn}"
-                    figures = _measure(side, pg, schema)
+                    figures = _measure(side, pg, schema, starts)
                     compare._drop(pg, schema)
                     for call, pair in figures.items():
                         found.setdefault(side.name, {}).setdefault(call, []).append(pair)
@@ -77,9 +79,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.start_cpu", description=__doc__)
     parser.add_argument("ref", help="the git ref to compare the working tree against")
     parser.add_argument("--rounds", type=int, default=5, help="measurements of each side (5)")
+    parser.add_argument(
+        "--starts", type=int, default=4000, help="timed Client.start calls per round (4000)"
+    )
     parser.add_argument("--postgres-url", help="use this server instead of starting one")
     args = parser.parse_args(argv)
-    print(table(run(args.ref, args.rounds, args.postgres_url)))
+    print(table(run(args.ref, args.rounds, args.postgres_url, args.starts)))
 
 
 if __name__ == "__main__":
