@@ -261,3 +261,18 @@ def test_floors_measure_each_start_case_beside_its_psycopg_floor(postgres_url: s
     assert [row.split("|")[1].strip() for row in rows] == ["start", "start_many"]
     assert all("≥ 0." in row and ("✓" in row or "✗" in row) for row in rows)
     assert done.stderr.count("client:") == done.stderr.count("floor:") == 4
+
+
+def test_start_cpu_measures_each_call_on_both_sides(postgres_url: str) -> None:
+    """``python -m benchmarks.start_cpu HEAD``: the client's and the server's CPU per run
+    of each start call, for the ref and the working tree."""
+    command = [
+        sys.executable, "-m", "benchmarks.start_cpu", "HEAD",
+        "--starts", "100", "--rounds", "2", "--postgres-url", postgres_url,
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    rows = [line.split("|")[1:-1] for line in done.stdout.splitlines()[2:]]
+    assert [row[0].strip() for row in rows] == ["start", "start_many", "async_start"]
+    assert all(float(cell) > 0 for row in rows for cell in row[1:])
+    assert done.stderr.count("round ") == 4

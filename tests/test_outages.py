@@ -382,6 +382,55 @@ def test_a_blocking_call_gives_up_at_its_deadline_while_the_network_is_silent(
         backend.close()
 
 
+def test_an_async_call_gives_up_at_its_deadline_while_the_network_is_silent(
+    pg_store: Store, proxy: SilentableProxy
+) -> None:
+    """An async call waiting on a silent network fails at its deadline with
+    ``StoreUnavailable`` saying so, and the next call, once the network is back, works."""
+    backend = PostgresBackend(proxy.url, schema=pg_store.schema, call_timeout=2.0)
+
+    async def scenario() -> None:
+        try:
+            await backend.execute_async(_sleep(0))
+            proxy.silence()
+            with pytest.raises(errors.StoreUnavailable, match="did not answer within 2s"):
+                await asyncio.wait_for(backend.execute_async(_sleep(0)), 30)
+            proxy.unsilence()
+            assert await backend.execute_async(_sleep(0)) == [{"slept": ""}]
+        finally:
+            await backend.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_an_async_call_cancelled_while_the_network_is_silent_ends_its_caller_at_once(
+    pg_store: Store, proxy: SilentableProxy
+) -> None:
+    """Cancelling the caller of a call stuck on a silent socket does not wait for that
+    socket (far from the call's deadline): the caller ends cancelled while the network is
+    still silent, and the call left behind is ended by ``aclose``."""
+    backend = PostgresBackend(proxy.url, schema=pg_store.schema, call_timeout=600)
+
+    async def scenario() -> None:
+        try:
+            await backend.execute_async(_sleep(0))
+            proxy.silence()
+            caller = asyncio.ensure_future(backend.execute_async(_sleep(0)))
+            await asyncio.sleep(0.3)
+            assert not caller.done()
+            caller.cancel()
+            done, _ = await asyncio.wait({caller}, timeout=30)
+            assert caller in done and caller.cancelled()
+            # before the call it left, which is still waiting on its silent socket
+            left = list(backend._abandoned)
+            assert len(left) == 1 and not left[0].done()
+        finally:
+            await backend.aclose()
+            proxy.unsilence()
+
+    asyncio.run(scenario())
+
+
 def test_a_shorter_deadline_is_kept_while_calls_with_longer_ones_come_and_go(
     pg_store: Store, proxy: SilentableProxy
 ) -> None:

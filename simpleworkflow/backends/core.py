@@ -15,6 +15,8 @@ from simpleworkflow.models import Event, Run, RunStatus, Unreadable
 
 #: What the schema gives a run started without ``max_attempts`` (``coalesce(..., 3)``).
 DEFAULT_MAX_ATTEMPTS = 3
+#: ``created_run``'s default: parse the request's payload text.
+_PARSE: Any = object()
 
 
 class StoreCore(abc.ABC):
@@ -102,19 +104,23 @@ class StoreCore(abc.ABC):
             concurrency_key=row.get("concurrency_key"),
         )
 
-    def created_run(self, run_id: str, new: NewRun, row: Mapping[str, Any]) -> Run:
+    def created_run(
+        self, run_id: str, new: NewRun, row: Mapping[str, Any], payload: Any = _PARSE
+    ) -> Run:
         """The run ``run_id`` just inserted for ``new``: the store sends back only the
-        times it decided (``updated_at`` only when it differs from ``created_at``); the
-        rest is what the client asked for and the defaults."""
+        times it decided (``updated_at`` only when it differs from ``created_at``,
+        ``run_at`` null when it is ``created_at``); the rest is what the client asked for
+        and the defaults. ``payload`` is ``new.payload`` parsed, when the caller has it."""
         created_at = self.decode_time(row["created_at"])
         updated_at = row.get("updated_at")
+        run_at = row["run_at"]
         return Run(
             id=run_id,
             type=new.type,
-            payload=json.loads(new.payload),
+            payload=json.loads(new.payload) if payload is _PARSE else payload,
             status=RunStatus.PENDING,
             priority=new.priority,
-            run_at=self.decode_time(row["run_at"]),
+            run_at=created_at if run_at is None else self.decode_time(run_at),
             idempotency_key=new.idempotency_key,
             attempt=0,
             max_attempts=DEFAULT_MAX_ATTEMPTS if new.max_attempts is None else new.max_attempts,

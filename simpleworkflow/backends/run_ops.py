@@ -61,8 +61,11 @@ class RunOps(StoreCore):
         by_id: dict[str, Run] = {}
 
         def take(rows: Rows) -> None:
-            for row in rows:
-                by_id[row["id"]] = self.created_run(row["id"], requests[row["id"]], row)
+            news = [requests[row["id"]] for row in rows]
+            # the payloads in one parse: far cheaper than one json.loads per run
+            parsed = json.loads(f"[{','.join(new.payload for new in news)}]")
+            for row, new, payload in zip(rows, news, parsed, strict=True):
+                by_id[row["id"]] = self.created_run(row["id"], new, row, payload)
 
         def chunk(batch: list[tuple[str, NewRun]]) -> Statement:
             requests.update(batch)

@@ -120,6 +120,7 @@ def new_runs(
 ) -> Iterator[tuple[str, NewRun]]:
     """``(new run id, checked request)`` for each of ``start_many``'s requests, each
     with the batch's ``trace_context``."""
+    ids = names.new_run_ids()
     for request in requests:
         if isinstance(request, tuple):
             type_name, payload = request
@@ -141,7 +142,7 @@ def new_runs(
                 f"not {type(request).__name__}"
             )
         yield (
-            names.new_run_id(),
+            next(ids),
             new_run(
                 type_name,
                 payload,

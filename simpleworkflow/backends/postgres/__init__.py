@@ -232,16 +232,13 @@ class PostgresBackend(base.Backend):
         caller gets ``StoreUnavailable`` and the pool is replaced, while the task is
         cancelled and left to end when its socket does."""
         began = time.monotonic()
-        call = asyncio.ensure_future(self._execute_async(op, wait_for_disk))
+        call = asyncio.get_running_loop().create_task(self._execute_async(op, wait_for_disk))
         try:
-            return await asyncio.wait_for(asyncio.shield(call), self.call_timeout)
+            ended = await driving.ended_within(call, self.call_timeout)
         except asyncio.CancelledError:
             self._abandon(call)
             raise
-        except errors.StoreUnavailable as exc:
-            exc.began = began
-            raise
-        except TimeoutError:
+        if not ended:
             self._abandon(call)
             self._drop_current_async_pool()
             late = errors.StoreUnavailable(
@@ -249,10 +246,17 @@ class PostgresBackend(base.Backend):
                 "or may not have been applied; check the network and the server, then retry"
             )
             late.began = began
-            raise late from None
+            raise late
+        try:
+            return call.result()
+        except errors.StoreUnavailable as exc:
+            exc.began = began
+            raise
 
     def _abandon(self, call: asyncio.Future[Any]) -> None:
-        """Cancel ``call`` without waiting for it; ``aclose`` makes sure it ends."""
+        """Cancel ``call`` without waiting for it; ``aclose`` makes sure it ends. Its
+        outcome is read when it comes, so that asyncio logs no error nobody retrieved."""
+        call.add_done_callback(_retrieved)
         if not call.done():
             call.cancel()
             self._abandoned.add(call)
@@ -417,6 +421,11 @@ class PostgresBackend(base.Backend):
 
 async def _guard_async(conn: Any) -> None:
     loading.guard(conn)
+
+
+def _retrieved(call: asyncio.Future[Any]) -> None:
+    if not call.cancelled():
+        call.exception()
 
 
 @contextlib.contextmanager

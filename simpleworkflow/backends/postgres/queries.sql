@@ -47,6 +47,8 @@ returning created_at, run_at, deadline, extract(epoch from retention)::float8 as
 
 -- name: create_runs
 -- Many runs in one statement; ids come from the client so rows can be matched to items.
+-- run_at comes back null when it is created_at (a run due at once): one time fewer to
+-- read per row.
 insert into {schema}workflow_run
     (id, type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline,
      trace_context, retention, concurrency_key, retention_fixed)
@@ -66,7 +68,7 @@ from jsonb_to_recordset(%(items)s::jsonb)
          deadline timestamptz, deadline_in float8, trace_context text, retention float8,
          concurrency_key text)
 on conflict (idempotency_key) do nothing
-returning id::text as id, created_at, run_at, deadline,
+returning id::text as id, created_at, nullif(run_at, created_at) as run_at, deadline,
           extract(epoch from retention)::float8 as retention
 
 -- name: debounce_run

@@ -65,7 +65,7 @@ def _run(conn: Any, statement: base.Statement) -> base.Rows:
         conn.execute(NO_WAIT)
         cursor = driving._pool_cursor(conn)  # the cursor the op would get otherwise
         cursor.execute(statement.sql, statement.params)
-    return cursor.fetchall() if cursor.description else []
+    return cursor.fetchall() if driving.returned_rows(cursor) else []
 
 
 async def _run_async(conn: Any, statement: base.Statement) -> base.Rows:
@@ -73,4 +73,4 @@ async def _run_async(conn: Any, statement: base.Statement) -> base.Rows:
         await conn.execute(NO_WAIT)
         cursor = driving._pool_cursor(conn)
         await cursor.execute(statement.sql, statement.params)
-    return await cursor.fetchall() if cursor.description else []
+    return await cursor.fetchall() if driving.returned_rows(cursor) else []
