@@ -37,6 +37,17 @@ from simpleworkflow.backends import Backend, open_backend
 # the variable (SIMPLEWORKFLOW_SWEEP_EVERY=5m) to run the whole suite with it on.
 os.environ.setdefault("SIMPLEWORKFLOW_SWEEP_EVERY", "off")
 
+# The folders whose tests start real processes or break the database (docs/architecture.md,
+# "Tests"): their tests are marked ``slow``, so that ``pytest -m "not slow"`` runs the
+# in-process rest (tests/unit, tests/stores, tests/http) in a fraction of the time.
+SLOW_FOLDERS = frozenset({"processes", "faults"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.parent.name in SLOW_FOLDERS:
+            item.add_marker(pytest.mark.slow)
+
 _schema_numbers = itertools.count()
 _database_numbers = itertools.count()
 
