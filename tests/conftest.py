@@ -48,6 +48,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if item.path.parent.name in SLOW_FOLDERS:
             item.add_marker(pytest.mark.slow)
 
+
 _schema_numbers = itertools.count()
 _database_numbers = itertools.count()
 
