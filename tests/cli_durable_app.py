@@ -1,4 +1,4 @@
-"""Apps for ``tests/test_cli_durable.py``: one workflow as deployed, and changed three ways.
+"""Apps for ``tests/stores/test_cli_durable.py``: one workflow as deployed, and changed three ways.
 
 ``replay-check`` imports them by ``MODULE:APP`` like any user's code; the store comes from
 the command line.

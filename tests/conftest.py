@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,9 +33,43 @@ from simpleworkflow.backends import Backend, open_backend
 # Workers run the retention sweeper by default. The suite's workers do not (nor the
 # worker processes its tests start, which inherit this): a sweep at each worker's start
 # would delete runs that tests make look old, and take SQLite's write lock beside the
-# work a test times. The tests of the sweeper turn it on (tests/test_retention.py); set
+# work a test times. The tests of the sweeper turn it on (tests/stores/test_retention.py); set
 # the variable (SIMPLEWORKFLOW_SWEEP_EVERY=5m) to run the whole suite with it on.
 os.environ.setdefault("SIMPLEWORKFLOW_SWEEP_EVERY", "off")
+
+# The folders whose tests start real processes or break the database (docs/architecture.md,
+# "Tests"): their tests are marked ``slow``, so that ``pytest -m "not slow"`` runs the
+# in-process rest (tests/unit, tests/stores, tests/http) in a fraction of the time.
+SLOW_FOLDERS = frozenset({"processes", "faults"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.parent.name in SLOW_FOLDERS:
+            item.add_marker(pytest.mark.slow)
+
+
+def _sendable(text: str) -> str:
+    """``text`` with each lone surrogate written as its escape: tests of bad values log
+    some (tests/stores/test_error_paths.py), and a report sent from a worker process of
+    ``pytest -n`` must be UTF-8 (else that worker dies and the session with it)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode()
+    return text
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport() -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    report.sections = [(title, _sendable(text)) for title, text in report.sections]
+    if report.longrepr is not None:
+        text = str(report.longrepr)
+        if _sendable(text) != text:
+            report.longrepr = _sendable(text)
+    return report
+
 
 _schema_numbers = itertools.count()
 _database_numbers = itertools.count()

@@ -1,4 +1,5 @@
-"""The handlers of tests/test_metrics.py, run by ``simpleworkflow worker metrics_app:app``.
+"""The handlers of tests/processes/test_metrics.py, run by ``simpleworkflow worker
+metrics_app:app``.
 
 Each fails or blocks in a way the test can count on: a run of FLAKY fails its first
 attempt, DOOMED fails for good, the workflow STEPS retries one step once, sleeps and

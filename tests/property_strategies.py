@@ -1,5 +1,5 @@
 """Hypothesis strategies for every public input of simpleworkflow, shared by the property
-suites (tests/test_properties*.py), and the settings that keep them reproducible in CI.
+suites (tests/*/test_properties*.py), and the settings that keep them reproducible in CI.
 
 The strategies lean on what breaks stores and parsers: NUL and lone surrogates, text
 longer than any limit, integers past every column, NaN and infinities, nesting deeper

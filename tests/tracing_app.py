@@ -1,4 +1,5 @@
-"""A traced app: the workflow tests/test_tracing.py follows, in its process or in a worker's.
+"""A traced app: the workflow tests/processes/test_tracing.py follows, in its process or
+in a worker's.
 
 ``python -m simpleworkflow worker tracing_app:app`` (with ``tests`` on the path) runs it in
 a worker process; with ``SIMPLEWORKFLOW_TEST_SPANS`` set, that process installs the

@@ -5,7 +5,7 @@ The verbs in ``run_ops``, ``worker_ops`` and ``journal_ops`` are shared; where a
 lacks something they choose another way by asking the backend's :class:`Dialect`. Both
 ``queries.sql`` files define the same statements apart from the follow-ups of a store
 without chained writes and the ``own_statements`` each dialect names, with its reason
-(``tests/test_dialects.py`` holds them to that).
+(``tests/unit/test_dialects.py`` holds them to that).
 """
 
 from __future__ import annotations

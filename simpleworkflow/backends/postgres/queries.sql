@@ -159,7 +159,7 @@ limit %(limit)s
 -- name: list_runs_containing
 -- list_runs with payload_contains given: the filter stands alone, not behind an `is null
 -- or`, so that every plan, generic ones too, may serve it from idx_workflow_run_payload.
--- Otherwise the same statement (tests/test_payload_filter.py holds them to it).
+-- Otherwise the same statement (tests/stores/test_payload_filter.py holds them to it).
 select * from {schema}workflow_run
 where (%(type_like)s::text is null or type like %(type_like)s)
   and (not %(filtered)s

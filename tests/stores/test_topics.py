@@ -22,7 +22,7 @@ from test_client import AsyncFace, Producer
 from simpleworkflow import App, Client, Published, RunStatus, Subscription, errors, observe
 from simpleworkflow.admin import Admin, AsyncAdmin
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 INVOICE = "billing.invoice.v1"
 LABEL = "shipping.label.v1"
 AUDIT = "audit.record.v1"

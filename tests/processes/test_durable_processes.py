@@ -24,7 +24,7 @@ from worker_app import Ledger, wait_until
 
 from simpleworkflow import Client, RunStatus
 
-DURABLE_APP = Path(__file__).with_name("durable_app.py")
+DURABLE_APP = Path(__file__).parents[1] / "durable_app.py"
 
 
 class Worker:

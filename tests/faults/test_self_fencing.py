@@ -28,7 +28,7 @@ from worker_app import DEAF_TYPE, TICKING_TYPE, Ledger, wait_until
 
 from simpleworkflow import RunStatus, config
 
-WORKER_APP = Path(__file__).with_name("worker_app.py")
+WORKER_APP = Path(__file__).parents[1] / "worker_app.py"
 LEASE = 3.0
 
 

@@ -43,7 +43,7 @@ if CHROMIUM is not None:
         sync_playwright,
     )
 
-TESTS = Path(__file__).parent
+TESTS = Path(__file__).parents[1]
 SCREENSHOTS = TESTS.parent / "docs" / "img"
 WRITE_DOCS = os.environ.get("SIMPLEWORKFLOW_WRITE_DOCS") == "1"
 

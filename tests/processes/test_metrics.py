@@ -30,7 +30,7 @@ from worker_app import wait_until
 from simpleworkflow import Client, RunStatus, observe
 from simpleworkflow.metrics import OTHER, Metrics, MetricsObserver
 
-TESTS = Path(__file__).parent
+TESTS = Path(__file__).parents[1]
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 

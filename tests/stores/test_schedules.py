@@ -480,7 +480,7 @@ def test_a_worker_starts_the_ticks_of_a_seconds_schedule(store: Store) -> None:
 def documented_sql(store: Store) -> list[str]:
     """The statements of docs/schedules.md for other runtimes, for this store: on SQLite
     without the schema prefix and with SQLite's clock, as the page says."""
-    text = (Path(__file__).resolve().parent.parent / "docs" / "schedules.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "schedules.md").read_text()
     blocks = re.findall(r"```sql\n(.*?)```", text, flags=re.S)
     statements = [s.strip() for block in blocks for s in block.split(";") if s.strip()]
     statements = [

@@ -29,7 +29,7 @@ from worker_app import BLOCKING_TYPE, Ledger, wait_until
 from simpleworkflow import Client, RunStatus, names
 from simpleworkflow.backends import open_backend
 
-WORKER_APP = Path(__file__).with_name("worker_app.py")
+WORKER_APP = Path(__file__).parents[1] / "worker_app.py"
 
 
 class WorkerProcess:

@@ -15,7 +15,7 @@ from pathlib import Path
 from benchmarks.peers import report, systems
 from benchmarks.peers.measure import database_url
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 OURS_METRICS = {
     "start_one", "start_batch", "drain_1", "drain_2", "drain_tuned", "drain_sync", "steps",
     "pickup_p50_ms", "pickup_p99_ms", "client_start", "api_start",

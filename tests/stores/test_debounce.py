@@ -351,7 +351,7 @@ def test_the_api_debounces(store: Store) -> None:
 
 def documented_sql() -> dict[str, str]:
     """The plain SQL of docs/flow-control.md's "From other languages", by store."""
-    doc = (Path(__file__).parent.parent / "docs" / "flow-control.md").read_text()
+    doc = (Path(__file__).parents[2] / "docs" / "flow-control.md").read_text()
     section = doc.split("### From other languages", 1)[1]
     postgres, sqlite = re.findall(r"```sql\n(.*?)```", section, re.S)
     return {"postgres": postgres, "sqlite": sqlite}

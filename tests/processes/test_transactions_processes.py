@@ -25,7 +25,7 @@ from worker_app import wait_until
 
 from simpleworkflow import Client, RunStatus, config, errors
 
-TX_APP = Path(__file__).with_name("tx_app.py")
+TX_APP = Path(__file__).parents[1] / "tx_app.py"
 
 
 class Pool:

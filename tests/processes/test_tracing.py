@@ -32,7 +32,7 @@ from worker_app import wait_until
 from simpleworkflow import App, Client, RunStatus
 from simpleworkflow.tracing import TracingObserver
 
-TESTS = Path(__file__).parent
+TESTS = Path(__file__).parents[1]
 Span = dict[str, Any]
 
 

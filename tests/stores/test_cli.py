@@ -27,7 +27,7 @@ from simpleworkflow import __version__, cli
 from simpleworkflow.cli import migrate
 
 THUMBNAIL = "content.thumbnail.v1"
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Result:

@@ -46,7 +46,7 @@ import pytest
 
 from simpleworkflow import config
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 #: The working directory of the samples; the test's own stands for it.
 SHOWN_DIR = "/home/ada/shop"

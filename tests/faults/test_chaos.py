@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # Every count the checker reports, each of which must be zero. Named here, not imported:
 # pytest run as README.md says does not put the checkout's benchmarks package on the path.
 COUNTS = (

@@ -27,7 +27,7 @@ from conftest import Store
 from simpleworkflow import demo_app
 from simpleworkflow.models import Event, RunStatus
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 DOCS = ROOT / "docs"
 #: Events of the worker's bookkeeping, left out to compare what the workflow did.
