@@ -25,17 +25,11 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from simpleworkflow import errors, names, outage, payloads, races
-from simpleworkflow.backends.records import (
-    JournalEntry,
-    Lease,
-    NewRun,
-    Op,
-    RateToken,
-    StepRecord,
-    Suspension,
-)
+from simpleworkflow.backends.ops import Op
+from simpleworkflow.backends.records import Lease, NewRun, RateToken, StepRecord, Suspension
 from simpleworkflow.holding import Holding
 from simpleworkflow.journal_writes import StepJournal
+from simpleworkflow.models import JournalEntry
 from simpleworkflow.replay import Replay, answered, check_readable
 
 if TYPE_CHECKING:

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from simpleworkflow import errors, execution
 from simpleworkflow.attempt_state import AttemptState
-from simpleworkflow.backends.records import JournalEntry, Lease, RunQuery
+from simpleworkflow.backends.records import Lease, RunQuery
 from simpleworkflow.durable import Durable
 from simpleworkflow.holding import Holding
+from simpleworkflow.models import JournalEntry
 from simpleworkflow.replay import answered
 
 if TYPE_CHECKING:

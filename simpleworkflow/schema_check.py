@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from simpleworkflow import errors
 from simpleworkflow.backends import Backend
-from simpleworkflow.backends.records import Op
+from simpleworkflow.backends.ops import Op
 
 T = TypeVar("T")
 

@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 
 from simpleworkflow import durations, errors, logs, observe, payloads, races, tracebacks
 from simpleworkflow.attempt_state import AttemptState
-from simpleworkflow.backends.records import JournalEntry
 from simpleworkflow.durable import Durable
+from simpleworkflow.models import JournalEntry
 from simpleworkflow.replay import answered, gave_up
 from simpleworkflow.retry import DEFAULT_STEP_POLICY, RetryPolicy
 

@@ -16,10 +16,17 @@ from simpleworkflow import durations, rates, schema_check
 from simpleworkflow.admin.records import Minute, Queues, SweepReport, TypeStats, Worker
 from simpleworkflow.admin.schedules import AsyncSchedules, Schedules
 from simpleworkflow.admin.verbs import DEFAULT_PURGE_BATCH, DEFAULT_SWEEP_BATCH, Verbs
-from simpleworkflow.backends.payload_index import Action, PayloadIndex
-from simpleworkflow.backends.records import JournalEntry, RateLimit, RegistryEntry, Subscription
+from simpleworkflow.backends.payload_index import Action
 from simpleworkflow.handlers import Handlers
-from simpleworkflow.models import Event, Run
+from simpleworkflow.models import (
+    Event,
+    JournalEntry,
+    PayloadIndex,
+    RateLimit,
+    RegistryEntry,
+    Run,
+    Subscription,
+)
 from simpleworkflow.replaycheck import ReplayReport
 
 

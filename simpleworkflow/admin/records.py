@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from simpleworkflow.backends.records import RegistryEntry
-from simpleworkflow.models import WAITING_STATES, RunStatus, Unreadable
+from simpleworkflow.models import WAITING_STATES, RegistryEntry, RunStatus, Unreadable
 
 #: The states counted for every type, in this order: the statuses, then the waiting
 #: states of pending runs (a refinement of ``pending``; a run may be in several).

@@ -16,8 +16,9 @@ from typing import Any
 
 from simpleworkflow import errors, names, observe, schedule_runs, schedules, schema_check
 from simpleworkflow.backends import Backend
-from simpleworkflow.backends.records import NewRun, Op, Schedule
-from simpleworkflow.models import Run, unreadable_fields
+from simpleworkflow.backends.ops import Op
+from simpleworkflow.backends.records import NewRun
+from simpleworkflow.models import Run, Schedule, unreadable_fields
 
 #: A schedule's fields a run started by hand is built from: none may be unreadable.
 _RUN_FIELDS = ("payload", "priority", "max_attempts")

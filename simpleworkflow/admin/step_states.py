@@ -15,8 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from simpleworkflow import replay
-from simpleworkflow.backends.records import JournalEntry
-from simpleworkflow.models import Run, RunStatus
+from simpleworkflow.models import JournalEntry, Run, RunStatus
 
 #: A wait with no timeout is journaled as lasting until this year.
 _FOREVER_YEAR = 9999

@@ -33,10 +33,10 @@ from simpleworkflow.admin.records import (
 )
 from simpleworkflow.backends import Backend, open_backend
 from simpleworkflow.backends.insight_ops import HolderRow
+from simpleworkflow.backends.ops import Op
 from simpleworkflow.backends.presence_ops import PresenceRow
-from simpleworkflow.backends.records import Op, RateLimit, RegistryEntry, Subscription
 from simpleworkflow.handlers import Handlers
-from simpleworkflow.models import Run
+from simpleworkflow.models import RateLimit, RegistryEntry, Run, Subscription
 from simpleworkflow.replaycheck import ReplayReport
 
 T = TypeVar("T")

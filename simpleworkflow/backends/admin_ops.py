@@ -9,10 +9,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simpleworkflow import errors
-from simpleworkflow.backends.core import DEFAULT_MAX_ATTEMPTS, StoreCore
+from simpleworkflow.backends.core import StoreCore
+from simpleworkflow.backends.ops import ATOMIC, Op
 from simpleworkflow.backends.presence_ops import FORGET_AFTER
-from simpleworkflow.backends.records import ATOMIC, Op, RateLimit, RegistryEntry, ServiceLease
-from simpleworkflow.models import WAITING_STATES, Run, RunStatus
+from simpleworkflow.backends.records import ServiceLease
+from simpleworkflow.models import (
+    DEFAULT_MAX_ATTEMPTS,
+    WAITING_STATES,
+    RateLimit,
+    RegistryEntry,
+    Run,
+    RunStatus,
+)
 
 _STATE_OF_WAIT = {kind: state for state, kind in WAITING_STATES.items()}
 RETRYABLE = frozenset({RunStatus.FAILED, RunStatus.CANCELLED})

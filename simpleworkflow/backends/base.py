@@ -21,41 +21,39 @@ from typing import Any, Protocol, TypeVar
 from simpleworkflow.backends.admin_ops import AdminOps
 from simpleworkflow.backends.insight_ops import InsightOps
 from simpleworkflow.backends.journal_ops import JournalOps
-from simpleworkflow.backends.payload_index import Action, PayloadIndex, unsupported
+from simpleworkflow.backends.ops import ATOMIC, Op, Rows, Statement, Stream, drive
+from simpleworkflow.backends.payload_index import Action, unsupported
 from simpleworkflow.backends.presence_ops import PresenceOps
 from simpleworkflow.backends.records import (
-    ATOMIC,
     CANCELLED,
     HELD,
     LOST,
     Claim,
     Claimed,
     Failure,
-    JournalEntry,
     Lease,
     NewRun,
-    Op,
     Outcomes,
-    RegistryEntry,
     Release,
-    Rows,
     RunQuery,
-    Schedule,
     ServiceLease,
-    SignalSent,
-    Statement,
     StepRecord,
-    Stream,
-    Subscription,
     Success,
     Suspension,
-    drive,
 )
 from simpleworkflow.backends.run_ops import RunOps
 from simpleworkflow.backends.schedule_ops import ScheduleOps
 from simpleworkflow.backends.session_ops import SessionOps
 from simpleworkflow.backends.topic_ops import TopicOps
 from simpleworkflow.backends.worker_ops import WorkerOps
+from simpleworkflow.models import (
+    JournalEntry,
+    PayloadIndex,
+    RegistryEntry,
+    Schedule,
+    SignalSent,
+    Subscription,
+)
 
 T = TypeVar("T")
 

@@ -12,8 +12,8 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from simpleworkflow.backends.core import StoreCore
+from simpleworkflow.backends.ops import ATOMIC, Op, Rows, Stream
 from simpleworkflow.backends.records import (
-    ATOMIC,
     CANCELLED,
     HELD,
     LOST,
@@ -21,14 +21,11 @@ from simpleworkflow.backends.records import (
     Claimed,
     Failure,
     Lease,
-    Op,
     Outcomes,
-    RegistryEntry,
     Release,
-    Rows,
-    Stream,
     Success,
 )
+from simpleworkflow.models import RegistryEntry
 
 OutcomeT = TypeVar("OutcomeT", Success, Failure, Release)
 

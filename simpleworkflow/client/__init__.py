@@ -19,7 +19,7 @@ from typing import Any, TypeVar, Unpack
 
 from simpleworkflow import durations, names, schema_check
 from simpleworkflow.admin import Admin, AsyncAdmin, AsyncSchedules, Schedules
-from simpleworkflow.backends.records import JournalEntry, Op, SignalSent
+from simpleworkflow.backends.ops import Op
 from simpleworkflow.client import _connections, _listing, _waiting
 from simpleworkflow.client._debounce import Debounce
 from simpleworkflow.client._listing import MAX_PAGE
@@ -31,7 +31,7 @@ from simpleworkflow.client._options import (
     StartRequest,
 )
 from simpleworkflow.client._requests import CLIENT_NAME, Requests
-from simpleworkflow.models import Event, Published, Run, RunPage, Signal
+from simpleworkflow.models import Event, JournalEntry, Published, Run, RunPage, Signal, SignalSent
 from simpleworkflow.schema_check import auto_migrates, needs_migration
 
 T = TypeVar("T")

@@ -12,9 +12,10 @@ from typing import Any, TypeVar
 
 from simpleworkflow import errors, names, observe, payloads, schema_check
 from simpleworkflow.backends import Backend, open_backend
-from simpleworkflow.backends.records import HOLD_FRESH_FOR, CancelledRuns, Op, SignalSent
+from simpleworkflow.backends.ops import Op
+from simpleworkflow.backends.records import HOLD_FRESH_FOR, CancelledRuns
 from simpleworkflow.client import _options, _topics
-from simpleworkflow.models import Published, Run
+from simpleworkflow.models import Published, Run, SignalSent
 
 T = TypeVar("T")
 #: What a start of a client without observers enters: no trace context.

@@ -6,15 +6,26 @@ topic subscriptions, cron schedules, the payload index); ``dicts``: the one help
 turns any of them into the JSON-ready dict the CLI, the API and the dashboard print.
 """
 
+from simpleworkflow.models.operator import (
+    PAYLOAD_INDEX_NAME,
+    PayloadIndex,
+    RateLimit,
+    RegistryEntry,
+    Schedule,
+    Subscription,
+)
 from simpleworkflow.models.runs import (
+    DEFAULT_MAX_ATTEMPTS,
     TERMINAL_STATUSES,
     WAITING_STATES,
     Event,
+    JournalEntry,
     Published,
     Run,
     RunPage,
     RunStatus,
     Signal,
+    SignalSent,
     Unreadable,
     iso,
     shown,
@@ -22,14 +33,23 @@ from simpleworkflow.models.runs import (
 )
 
 __all__ = [
+    "DEFAULT_MAX_ATTEMPTS",
+    "PAYLOAD_INDEX_NAME",
     "TERMINAL_STATUSES",
     "WAITING_STATES",
     "Event",
+    "JournalEntry",
+    "PayloadIndex",
     "Published",
+    "RateLimit",
+    "RegistryEntry",
     "Run",
     "RunPage",
     "RunStatus",
+    "Schedule",
     "Signal",
+    "SignalSent",
+    "Subscription",
     "Unreadable",
     "iso",
     "shown",

@@ -24,6 +24,9 @@ class RunStatus(enum.StrEnum):
         return self in TERMINAL_STATUSES
 
 
+#: What the schema gives a run started without ``max_attempts`` (``coalesce(..., 3)``).
+DEFAULT_MAX_ATTEMPTS = 3
+
 TERMINAL_STATUSES = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED})
 
 #: States of a pending run that say what it waits for, by the kind of wait in its
@@ -315,3 +318,39 @@ class Published:
             "started": len(self.started),
             "runs": [run.to_dict() for run in self.runs],
         }
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    """One row of the step journal: a completed step, or one still retrying.
+
+    ``started_at`` is when the call first started (its first attempt, or the start of a
+    wait), ``completed_at`` when it completed; both by the database's clock, and ``None``
+    on entries the worker has not read back from the store."""
+
+    step_name: str
+    kind: str
+    position: int
+    status: str  # "completed" or "retrying"
+    output: Any
+    attempts: int
+    completed_at: datetime | None = None
+    started_at: datetime | None = None
+
+    @property
+    def duration(self) -> float | None:
+        """Seconds from the call's start to its completion (a step's retries, a wait's
+        waiting included); ``None`` until it completes. A sleep is journaled, with the
+        time it ends (``output["until"]``), as it begins: its duration is about 0."""
+        started, completed = self.started_at, self.completed_at
+        if not isinstance(started, datetime) or not isinstance(completed, datetime):
+            return None  # not completed, or a time that cannot be read
+        return (completed - started).total_seconds()
+
+
+@dataclass(frozen=True, slots=True)
+class SignalSent:
+    """What ``signal()`` did: the stored signal's id, and whether it woke a waiting run."""
+
+    signal_id: int
+    woke: bool
