@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from simpleworkflow import replay
-from simpleworkflow.models import JournalEntry, Run, RunStatus
+from simpleworkflow.models import JournalEntry, Run, RunStatus, to_dict
 
 #: A wait with no timeout is journaled as lasting until this year.
 _FOREVER_YEAR = 9999
@@ -51,12 +51,7 @@ class StepState:
         return text
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "status": self.status.value,
-            "at": None if self.at is None else self.at.isoformat(),
-            "waiting_for": self.waiting_for,
-            "error": self.error,
-        }
+        return to_dict(self)
 
 
 def step_state(entry: JournalEntry, run: Run, now: datetime) -> StepState:

@@ -2,8 +2,9 @@
 
 ``runs``: a run and what is read about it (its events, signals, journal, a page of runs,
 a publish); ``operator``: what operators and apps set up (the registry, rate limits,
-topic subscriptions, cron schedules, the payload index); ``dicts``: the one helper that
-turns any of them into the JSON-ready dict the CLI, the API and the dashboard print.
+topic subscriptions, cron schedules, the payload index); ``values``: a stored value that
+cannot be read, and the one helper (:func:`to_dict`) that turns any record into the
+JSON-ready dict the CLI, the API and the dashboard print.
 """
 
 from simpleworkflow.models.operator import (
@@ -26,9 +27,13 @@ from simpleworkflow.models.runs import (
     RunStatus,
     Signal,
     SignalSent,
+)
+from simpleworkflow.models.values import (
     Unreadable,
     iso,
+    json_ready,
     shown,
+    to_dict,
     unreadable_fields,
 )
 
@@ -52,6 +57,8 @@ __all__ = [
     "Subscription",
     "Unreadable",
     "iso",
+    "json_ready",
     "shown",
+    "to_dict",
     "unreadable_fields",
 ]

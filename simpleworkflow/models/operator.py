@@ -3,16 +3,14 @@ types, rate limits, subscriptions to topics, cron schedules, and the payload ind
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from typing import Any
 
-from simpleworkflow.models.runs import iso, shown
+from simpleworkflow.models.values import to_dict
 
 #: The optional payload index's name, in the store's schema (docs/performance.md).
 PAYLOAD_INDEX_NAME = "idx_workflow_run_payload"
-
-_iso = iso
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,14 +50,7 @@ class RateLimit:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict, times as ISO 8601, as the CLI and API print it."""
-        return {
-            "name": self.name,
-            "max_runs": shown(self.max_runs),
-            "period": shown(self.period),
-            "per_key": self.per_key,
-            "created_at": _iso(self.created_at),
-            "updated_at": _iso(self.updated_at),
-        }
+        return to_dict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,14 +68,7 @@ class Subscription:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict, times as ISO 8601, as the CLI and API print it."""
-        return {
-            "pattern": self.pattern,
-            "workflow_type": self.workflow_type,
-            "priority": shown(self.priority),
-            "max_attempts": shown(self.max_attempts),
-            "created_at": _iso(self.created_at),
-            "updated_at": _iso(self.updated_at),
-        }
+        return to_dict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,23 +100,7 @@ class Schedule:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict, times as ISO 8601, as the CLI and API print it."""
-        return {
-            "name": self.name,
-            "workflow_type": self.workflow_type,
-            "cron": self.cron,
-            "timezone": self.timezone,
-            "payload": shown(self.payload),
-            "missed": self.missed,
-            "priority": shown(self.priority),
-            "max_attempts": shown(self.max_attempts),
-            "paused": self.paused,
-            "next_tick_at": _iso(self.next_tick_at),
-            "last_tick_at": _iso(self.last_tick_at),
-            "in_code": self.in_code,
-            "error": self.error,
-            "created_at": _iso(self.created_at),
-            "updated_at": _iso(self.updated_at),
-        }
+        return to_dict(self)
 
 
 @dataclass(frozen=True)
@@ -153,11 +121,7 @@ class PayloadIndex:
     rebuilt: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "index": PAYLOAD_INDEX_NAME,
-            "present": self.present,
-            "valid": self.valid,
-            "size_bytes": self.size_bytes,
-            "changed": self.changed,
-            "rebuilt": self.rebuilt,
-        }
+        return to_dict(self, ("index", *_INDEX_FIELDS), index=PAYLOAD_INDEX_NAME)
+
+
+_INDEX_FIELDS = tuple(f.name for f in fields(PayloadIndex))
