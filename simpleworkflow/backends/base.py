@@ -5,9 +5,10 @@ generator that yields the SQL statements it needs and receives each one's rows. 
 op is driven by a synchronous connection (:meth:`Backend.execute`) or an asynchronous one
 (:meth:`Backend.execute_async`), always inside one transaction, so the sync ``Client``
 and the ``AsyncClient`` share one implementation of every operation. The verbs live by
-concept in ``run_ops``, ``worker_ops``, ``journal_ops``, ``admin_ops``, ``topic_ops``,
-``schedule_ops``, ``insight_ops``, ``presence_ops`` and ``session_ops``; their data in
-``records``.
+concept in ``run_ops``, ``worker_ops``, ``journal_ops``, ``admin_ops``, ``registry_ops``,
+``topic_ops``, ``schedule_ops``, ``insight_ops``, ``presence_ops`` and ``session_ops``;
+the op protocol in ``ops``, the stores' own records in ``records`` and the public ones in
+:mod:`simpleworkflow.models`.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from simpleworkflow.backends.records import (
     Success,
     Suspension,
 )
+from simpleworkflow.backends.registry_ops import RegistryOps
 from simpleworkflow.backends.run_ops import RunOps
 from simpleworkflow.backends.schedule_ops import ScheduleOps
 from simpleworkflow.backends.session_ops import SessionOps
@@ -104,6 +106,7 @@ class Backend(
     WorkerOps,
     JournalOps,
     AdminOps,
+    RegistryOps,
     TopicOps,
     ScheduleOps,
     InsightOps,
