@@ -12,10 +12,11 @@ import functools
 import time
 from datetime import datetime
 
-from simpleworkflow import durations, rates, schema_check
+from simpleworkflow import durations, rates
 from simpleworkflow.admin.records import Minute, Queues, SweepReport, TypeStats, Worker
 from simpleworkflow.admin.schedules import AsyncSchedules, Schedules
 from simpleworkflow.admin.verbs import DEFAULT_PURGE_BATCH, DEFAULT_SWEEP_BATCH, Verbs
+from simpleworkflow.backends import schema_verdict as schema_check
 from simpleworkflow.backends.payload_index import Action
 from simpleworkflow.handlers import Handlers
 from simpleworkflow.models import (

@@ -14,8 +14,9 @@ from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from simpleworkflow import errors, names, observe, schedule_runs, schedules, schema_check
+from simpleworkflow import errors, names, observe, schedule_runs, schedules
 from simpleworkflow.backends import Backend
+from simpleworkflow.backends import schema_verdict as schema_check
 from simpleworkflow.backends.ops import Op
 from simpleworkflow.backends.records import NewRun
 from simpleworkflow.models import Run, Schedule, unreadable_fields

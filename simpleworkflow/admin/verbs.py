@@ -20,7 +20,6 @@ from simpleworkflow import (
     rates,
     replaycheck,
     retention,
-    schema_check,
 )
 from simpleworkflow.admin.records import (
     STATES,
@@ -32,6 +31,7 @@ from simpleworkflow.admin.records import (
     Worker,
 )
 from simpleworkflow.backends import Backend, open_backend
+from simpleworkflow.backends import schema_verdict as schema_check
 from simpleworkflow.backends.insight_ops import HolderRow
 from simpleworkflow.backends.ops import Op
 from simpleworkflow.backends.presence_ops import PresenceRow

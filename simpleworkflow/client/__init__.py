@@ -17,9 +17,11 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, TypeVar, Unpack
 
-from simpleworkflow import durations, names, schema_check
+from simpleworkflow import durations, names
 from simpleworkflow.admin import Admin, AsyncAdmin, AsyncSchedules, Schedules
+from simpleworkflow.backends import schema_verdict as schema_check
 from simpleworkflow.backends.ops import Op
+from simpleworkflow.backends.schema_verdict import auto_migrates, needs_migration
 from simpleworkflow.client import _connections, _listing, _waiting
 from simpleworkflow.client._debounce import Debounce
 from simpleworkflow.client._listing import MAX_PAGE
@@ -32,7 +34,6 @@ from simpleworkflow.client._options import (
 )
 from simpleworkflow.client._requests import CLIENT_NAME, Requests
 from simpleworkflow.models import Event, JournalEntry, Published, Run, RunPage, Signal, SignalSent
-from simpleworkflow.schema_check import auto_migrates, needs_migration
 
 T = TypeVar("T")
 

@@ -10,8 +10,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any, TypeVar
 
-from simpleworkflow import errors, names, observe, payloads, schema_check
+from simpleworkflow import errors, names, observe, payloads
 from simpleworkflow.backends import Backend, open_backend
+from simpleworkflow.backends import schema_verdict as schema_check
 from simpleworkflow.backends.ops import Op
 from simpleworkflow.backends.records import HOLD_FRESH_FOR, CancelledRuns
 from simpleworkflow.client import _options, _topics
