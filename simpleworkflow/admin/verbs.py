@@ -30,8 +30,7 @@ from simpleworkflow.admin.records import (
     TypeStats,
     Worker,
 )
-from simpleworkflow.backends import Backend, open_backend
-from simpleworkflow.backends import schema_verdict as schema_check
+from simpleworkflow.backends import Backend, open_backend, schema_verdict
 from simpleworkflow.backends.insight_ops import HolderRow
 from simpleworkflow.backends.ops import Op
 from simpleworkflow.backends.presence_ops import PresenceRow
@@ -75,7 +74,7 @@ class Verbs:
         self.backend = backend or open_backend(
             database_url, schema=schema, application_name=ADMIN_NAME
         )
-        self._auto_migrate = schema_check.auto_migrates(self.backend, auto_migrate)
+        self._auto_migrate = schema_verdict.auto_migrates(self.backend, auto_migrate)
         self._schema_ok = False
         #: Told of the runs a purge deletes (``runs_deleted``, once per type and batch);
         #: an ``Observers`` given (an app's, say) is shared, not copied.
@@ -315,7 +314,7 @@ class Verbs:
         # pointed at the wrong database must not pass.
         try:
             version = await self.backend.execute_async(self.backend.schema_version(), readonly=True)
-            schema_check.needs_migration(self.backend, version, auto_migrate=False)
+            schema_verdict.needs_migration(self.backend, version, auto_migrate=False)
             return await replaycheck.check_runs(app, self.backend)
         finally:
             if close:  # the event loop ends with this call: its connections go with it

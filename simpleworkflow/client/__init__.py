@@ -19,7 +19,7 @@ from typing import Any, TypeVar, Unpack
 
 from simpleworkflow import durations, names
 from simpleworkflow.admin import Admin, AsyncAdmin, AsyncSchedules, Schedules
-from simpleworkflow.backends import schema_verdict as schema_check
+from simpleworkflow.backends import op_runner
 from simpleworkflow.backends.ops import Op
 from simpleworkflow.backends.schema_verdict import auto_migrates, needs_migration
 from simpleworkflow.client import _connections, _listing, _waiting
@@ -53,7 +53,7 @@ __all__ = [
 ]
 
 
-class Client(schema_check.Checked, Requests):
+class Client(op_runner.Checked, Requests):
     """A blocking producer client. Thread-safe; close it (or use ``with``) when done."""
 
     def start(
@@ -230,7 +230,7 @@ class Client(schema_check.Checked, Requests):
         self.close()
 
 
-class AsyncClient(schema_check.AsyncChecked, Requests):
+class AsyncClient(op_runner.AsyncChecked, Requests):
     """The asyncio producer client. Use one per event loop; ``aclose`` it when done."""
 
     async def start(
