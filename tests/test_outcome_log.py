@@ -12,8 +12,8 @@ import pytest
 
 from simpleworkflow import observe
 from simpleworkflow.models import Run, RunStatus
-from simpleworkflow.outcome_log import OutcomeLog
 from simpleworkflow.wording import plural
+from simpleworkflow.worker.log_observer import OutcomeLog
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 INVOICE = "billing.invoice.v1"

@@ -29,10 +29,10 @@ from simpleworkflow.backends.schema_verdict import ensure_async
 from simpleworkflow.handlers import Handlers
 from simpleworkflow.journal_writes import StepJournal
 from simpleworkflow.outbox import Outbox
-from simpleworkflow.outcome_log import OutcomeLog
 from simpleworkflow.wording import plural
 from simpleworkflow.worker import hooks, leases, limits, presence, recovery, scheduler, shutdown
 from simpleworkflow.worker.claiming import ClaimLoop
+from simpleworkflow.worker.log_observer import OutcomeLog
 from simpleworkflow.worker.options import RUNTIME, WorkerOptions, WorkerSettings
 from simpleworkflow.worker.running import Runner
 from simpleworkflow.worker.supervisor import Loop, Service, Supervisor
