@@ -11,8 +11,8 @@ from datetime import UTC, datetime
 import pytest
 
 from simpleworkflow import observe
+from simpleworkflow.errors import plural
 from simpleworkflow.models import Run, RunStatus
-from simpleworkflow.wording import plural
 from simpleworkflow.worker.log_observer import OutcomeLog
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)

@@ -16,9 +16,9 @@ from typing import Any
 from simpleworkflow import replaycheck
 from simpleworkflow.app import App
 from simpleworkflow.cli import _common, _output, worker
+from simpleworkflow.errors import plural
 from simpleworkflow.handlers import Handlers
 from simpleworkflow.replaycheck import ReplayReport
-from simpleworkflow.wording import plural
 from simpleworkflow.worker import IntentPoller
 
 #: Verdicts that stop a deploy. An ``error`` too: a replay that crashed proves nothing.

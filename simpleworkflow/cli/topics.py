@@ -13,8 +13,8 @@ from typing import Any
 from simpleworkflow import names
 from simpleworkflow.cli import _common, _output
 from simpleworkflow.cli.start import parse_payload, read_payload_text
+from simpleworkflow.errors import plural
 from simpleworkflow.models import DEFAULT_MAX_ATTEMPTS, Published, Subscription
-from simpleworkflow.wording import plural
 
 SUBSCRIPTION_COLUMNS = ("PATTERN", "TYPE", "PRIORITY", "MAX ATTEMPTS", "CREATED (UTC)")
 

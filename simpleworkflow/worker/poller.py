@@ -26,10 +26,10 @@ from simpleworkflow.attempts import Attempt, TrackedExecutor
 from simpleworkflow.backends import Backend, open_backend
 from simpleworkflow.backends.base import CANCELLED, Failure
 from simpleworkflow.backends.schema_verdict import ensure_async
+from simpleworkflow.errors import plural
 from simpleworkflow.handlers import Handlers
 from simpleworkflow.journal_writes import StepJournal
 from simpleworkflow.outbox import Outbox
-from simpleworkflow.wording import plural
 from simpleworkflow.worker import hooks, leases, limits, presence, recovery, scheduler, shutdown
 from simpleworkflow.worker.claiming import ClaimLoop
 from simpleworkflow.worker.log_observer import OutcomeLog

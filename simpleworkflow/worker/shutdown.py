@@ -30,9 +30,9 @@ from simpleworkflow import errors
 from simpleworkflow.attempts import Attempt
 from simpleworkflow.backends import Backend
 from simpleworkflow.backends.base import HELD, Outcomes, Release
+from simpleworkflow.errors import plural
 from simpleworkflow.outage import Outage
 from simpleworkflow.outbox import Outbox
-from simpleworkflow.wording import plural
 
 _log = logging.getLogger("simpleworkflow.worker")
 
