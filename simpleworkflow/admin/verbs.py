@@ -69,10 +69,11 @@ class Verbs:
         auto_migrate: bool | None = None,
         backend: Backend | None = None,
         observers: Iterable[observe.Observer] = (),
+        application_name: str = ADMIN_NAME,
     ) -> None:
         self._owns_backend = backend is None
         self.backend = backend or open_backend(
-            database_url, schema=schema, application_name=ADMIN_NAME
+            database_url, schema=schema, application_name=application_name
         )
         self._auto_migrate = schema_verdict.auto_migrates(self.backend, auto_migrate)
         self._schema_ok = False
