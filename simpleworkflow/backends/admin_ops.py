@@ -1,6 +1,6 @@
-"""Operator verbs: runs counted by state, how late each queue is, a retry, a purge, and
-the sweep of runs past their retention, and the lease of its service (a type's retention
-is a registry verb, in ``registry_ops``)."""
+"""Operator verbs: runs counted by state, how late each queue is, a retry, a purge, the
+sweep of runs past their retention and the lease of its service (a type's retention is a
+registry verb, in ``registry_ops``)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Plain, typed data: runs, events and pages of runs, as read back from a store, and what
-a publish did."""
+"""A run and what is read about it: its status, events, signals and journal, pages of
+runs, and what a publish or a signal did."""
 
 from __future__ import annotations
 
