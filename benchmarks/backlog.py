@@ -17,7 +17,7 @@ from benchmarks import stores, workers
 from benchmarks.cases import Sizes
 from benchmarks.stores import BenchStore
 from simpleworkflow.backends.base import Claim
-from simpleworkflow.backends.records import Stream
+from simpleworkflow.backends.ops import Stream
 
 LOAD_CHUNK = 100_000
 

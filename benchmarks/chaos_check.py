@@ -21,8 +21,7 @@ from typing import Any
 
 from benchmarks import chaos_recovery as recovery
 from benchmarks.chaos_faults import Fault
-from simpleworkflow.backends.records import JournalEntry
-from simpleworkflow.models import Event
+from simpleworkflow.models import Event, JournalEntry
 
 COUNTS = (
     "lost",

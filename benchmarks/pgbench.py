@@ -31,7 +31,8 @@ from tqdm import tqdm
 from benchmarks.stores import NOOP
 from simpleworkflow import Client
 from simpleworkflow.backends.base import Statement
-from simpleworkflow.backends.records import ATOMIC, NewRun, Stream
+from simpleworkflow.backends.ops import ATOMIC, Stream
+from simpleworkflow.backends.records import NewRun
 from simpleworkflow.names import new_run_id
 
 _SETUP = [

@@ -21,7 +21,7 @@ from typing import Any
 from benchmarks import stores
 from benchmarks.stores import BenchStore
 from simpleworkflow.admin import Admin
-from simpleworkflow.backends.records import Op
+from simpleworkflow.backends.ops import Op
 
 KEPT = "bench.kept.v1"
 EXPIRED = "bench.expired.v1"

@@ -12,13 +12,6 @@ are importable from here too.
 import logging
 
 from simpleworkflow.app import App
-from simpleworkflow.backends.records import (
-    JournalEntry,
-    RegistryEntry,
-    Schedule,
-    SignalSent,
-    Subscription,
-)
 from simpleworkflow.client import AsyncClient, Client
 from simpleworkflow.durable.context import Context
 from simpleworkflow.errors import (
@@ -32,7 +25,19 @@ from simpleworkflow.errors import (
     StepFailed,
     WaitTimeout,
 )
-from simpleworkflow.models import Event, Published, Run, RunPage, RunStatus, Signal
+from simpleworkflow.models import (
+    Event,
+    JournalEntry,
+    Published,
+    RegistryEntry,
+    Run,
+    RunPage,
+    RunStatus,
+    Schedule,
+    Signal,
+    SignalSent,
+    Subscription,
+)
 from simpleworkflow.observe import Observer
 from simpleworkflow.retry import RetryPolicy
 from simpleworkflow.version import __version__ as __version__

@@ -45,7 +45,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from simpleworkflow.wording import plural
+
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """``count`` and the noun that agrees with it (``nouns`` when adding an s will not do):
+    ``1 run``, ``2 runs``, never ``1 runs``; for every message for people, errors and logs
+    and the CLI's lines alike."""
+    return f"{count} {noun if count == 1 else nouns or noun + 's'}"
 
 
 class SimpleWorkflowError(Exception):

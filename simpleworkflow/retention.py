@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from simpleworkflow import durations, errors, observe
-from simpleworkflow.backends.records import Op
+from simpleworkflow.backends.ops import Op
 
 DAY = 86400.0
 DEFAULT_DAYS = 30

@@ -8,7 +8,8 @@ import json
 from datetime import datetime
 
 from simpleworkflow import schedules
-from simpleworkflow.backends.records import NewRun, Schedule
+from simpleworkflow.backends.records import NewRun
+from simpleworkflow.models import Schedule
 
 
 def tick_run(

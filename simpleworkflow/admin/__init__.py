@@ -39,7 +39,7 @@ from simpleworkflow.admin.records import (
 )
 from simpleworkflow.admin.schedules import AsyncSchedules, Schedules
 from simpleworkflow.admin.verbs import ADMIN_NAME, check_runtime
-from simpleworkflow.backends.payload_index import PayloadIndex
+from simpleworkflow.models import PayloadIndex
 
 __all__ = [
     "ADMIN_NAME",

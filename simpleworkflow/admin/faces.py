@@ -12,18 +12,26 @@ import functools
 import time
 from datetime import datetime
 
-from simpleworkflow import durations, rates, schema_check
+from simpleworkflow import durations, rates
 from simpleworkflow.admin.records import Minute, Queues, SweepReport, TypeStats, Worker
 from simpleworkflow.admin.replaycheck import ReplayReport
 from simpleworkflow.admin.schedules import AsyncSchedules, Schedules
 from simpleworkflow.admin.verbs import DEFAULT_PURGE_BATCH, DEFAULT_SWEEP_BATCH, Verbs
-from simpleworkflow.backends.payload_index import Action, PayloadIndex
-from simpleworkflow.backends.records import JournalEntry, RateLimit, RegistryEntry, Subscription
+from simpleworkflow.backends import op_runner, schema_verdict
+from simpleworkflow.backends.payload_index import Action
 from simpleworkflow.handlers import Handlers
-from simpleworkflow.models import Event, Run
+from simpleworkflow.models import (
+    Event,
+    JournalEntry,
+    PayloadIndex,
+    RateLimit,
+    RegistryEntry,
+    Run,
+    Subscription,
+)
 
 
-class Admin(schema_check.Checked, Verbs):
+class Admin(op_runner.Checked, Verbs):
     """Operator actions, blocking. ``close`` it when done (a no-op for ``client.admin``,
     whose connections are the client's)."""
 
@@ -32,7 +40,7 @@ class Admin(schema_check.Checked, Verbs):
         readiness probe): migrated first where this admin may (an embedded SQLite file),
         else :class:`~simpleworkflow.errors.SchemaError` when it is missing or older than
         this code; :class:`~simpleworkflow.errors.StoreUnavailable` when unreachable."""
-        found = schema_check.ensure(self.backend, auto_migrate=self._auto_migrate)
+        found = schema_verdict.ensure(self.backend, auto_migrate=self._auto_migrate)
         self._schema_ok = True
         return _version_now(self.backend.latest_version, found)
 
@@ -268,12 +276,12 @@ class Admin(schema_check.Checked, Verbs):
         self.close()
 
 
-class AsyncAdmin(schema_check.AsyncChecked, Verbs):
+class AsyncAdmin(op_runner.AsyncChecked, Verbs):
     """Operator actions, awaited; see :class:`Admin` for what each verb does."""
 
     async def schema_version(self) -> int:
         """The schema's version, asked of the database; see :meth:`Admin.schema_version`."""
-        found = await schema_check.ensure_async(self.backend, auto_migrate=self._auto_migrate)
+        found = await schema_verdict.ensure_async(self.backend, auto_migrate=self._auto_migrate)
         self._schema_ok = True
         return _version_now(self.backend.latest_version, found)
 
@@ -458,6 +466,6 @@ class AsyncAdmin(schema_check.AsyncChecked, Verbs):
 
 
 def _version_now(latest: int, found: int | None) -> int:
-    """The version after :func:`schema_check.ensure` found ``found``: an older or missing
+    """The version after :func:`schema_verdict.ensure` found ``found``: an older or missing
     schema was migrated to ``latest`` (or it raised)."""
     return latest if found is None else max(found, latest)

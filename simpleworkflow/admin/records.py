@@ -4,12 +4,11 @@ is under way now, and what a sweep deleted."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from dataclasses import dataclass, field, fields
+from datetime import datetime
 from typing import Any
 
-from simpleworkflow.backends.records import RegistryEntry
-from simpleworkflow.models import WAITING_STATES, RunStatus, Unreadable
+from simpleworkflow.models import WAITING_STATES, RegistryEntry, RunStatus, to_dict
 
 #: The states counted for every type, in this order: the statuses, then the waiting
 #: states of pending runs (a refinement of ``pending``; a run may be in several).
@@ -40,34 +39,18 @@ class TypeStats:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict, as the CLI and API print it."""
-        return {
-            "type": self.type,
-            "counts": dict(self.counts),
-            "total": self.total,
-            "oldest_due_seconds": self.oldest_due,
-            "registry": None if self.registry is None else registry_dict(self.registry),
-        }
+        return to_dict(
+            self,
+            ("type", "counts", "total", "oldest_due_seconds", "registry"),
+            oldest_due_seconds=self.oldest_due,
+            registry=None if self.registry is None else registry_dict(self.registry),
+        )
 
 
 def registry_dict(entry: RegistryEntry) -> dict[str, Any]:
     """A JSON-ready registry entry, times as ISO 8601 like every other JSON output and
     the retention in seconds (``None``: the sweeper's default)."""
-    return {
-        key: _json_ready(value)
-        for key, value in (
-            ("workflow_name", entry.workflow_name),
-            ("intent_type", entry.intent_type),
-            ("runtime", entry.runtime),
-            ("is_enabled", entry.is_enabled),
-            ("description", entry.description),
-            ("created_at", entry.created_at),
-            ("updated_at", entry.updated_at),
-            ("retention", entry.retention),
-            ("concurrency", entry.concurrency),
-            ("key_concurrency", entry.key_concurrency),
-            ("rate_limit", entry.rate_limit),
-        )
-    }
+    return to_dict(entry)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,16 +75,7 @@ class QueueStats:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict, as the CLI and API print it."""
-        return {
-            "type": self.type,
-            "pending": self.pending,
-            "due": self.due,
-            "oldest_due_seconds": self.oldest_due,
-            "leased": self.leased,
-            "expired_leases": self.expired_leases,
-            "registered": self.registered,
-            "paused": self.paused,
-        }
+        return to_dict(self, _QUEUE_KEYS, oldest_due_seconds=self.oldest_due)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,11 +93,9 @@ class Queues:
         return len(self.holders)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "types": [stats.to_dict() for stats in self.types],
-            "holders": dict(self.holders),
-            "workers": self.workers,
-        }
+        return to_dict(
+            self, ("types", "holders", "workers"), types=[stats.to_dict() for stats in self.types]
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,23 +116,13 @@ class SweepReport:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict, as ``simpleworkflow sweep --json`` prints it."""
-        return {
-            "dry_run": self.dry_run,
-            "runs": dict(sorted(self.runs.items())),
-            "total": self.total,
-            "default_retention_seconds": self.default_retention,
-            "max_retention_seconds": self.max_retention,
-        }
-
-
-def _json_ready(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, Unreadable):  # written by hand, shown as such
-        return str(value)
-    return value
+        return to_dict(
+            self,
+            ("dry_run", "runs", "total", "default_retention_seconds", "max_retention_seconds"),
+            runs=dict(sorted(self.runs.items())),
+            default_retention_seconds=self.default_retention,
+            max_retention_seconds=self.max_retention,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,12 +136,7 @@ class Minute:
     retried: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "start": self.start.isoformat(),
-            "succeeded": self.succeeded,
-            "failed": self.failed,
-            "retried": self.retried,
-        }
+        return to_dict(self)
 
 
 #: What a worker is: ``live`` (seen within its lease, or holding a lease that has not run
@@ -226,21 +183,14 @@ class Worker:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict, as the CLI and API print it."""
-        return {
-            "worker_id": self.worker_id,
-            "state": self.state,
-            "runs": dict(self.runs),
-            "held": self.held,
-            "next_expiry": _json_ready(self.next_expiry),
-            "last_renewed": _json_ready(self.last_renewed),
-            "expired": self.expired,
-            "host": self.host,
-            "pid": self.pid,
-            "runtime": self.runtime,
-            "type_prefixes": list(self.type_prefixes),
-            "concurrency": self.concurrency,
-            "version": self.version,
-            "started_at": _json_ready(self.started_at),
-            "last_seen": _json_ready(self.last_seen),
-            "stopped_at": _json_ready(self.stopped_at),
-        }
+        return to_dict(self, _WORKER_KEYS)
+
+
+#: The keys of each record's JSON: its fields, how late its queue is in seconds, and what
+#: a worker holds in all.
+_QUEUE_KEYS = tuple(
+    "oldest_due_seconds" if f.name == "oldest_due" else f.name for f in fields(QueueStats)
+)
+_WORKER_KEYS = tuple(
+    key for f in fields(Worker) for key in ((f.name, "held") if f.name == "runs" else (f.name,))
+)

@@ -17,13 +17,14 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from simpleworkflow import errors
-from simpleworkflow.backends.records import JournalEntry, Lease, RunQuery
+from simpleworkflow.backends.records import Lease, RunQuery
 from simpleworkflow.durable import execution
 from simpleworkflow.durable.attempt import AttemptState
 from simpleworkflow.durable.holding import Holding
 from simpleworkflow.durable.journal import Durable
 from simpleworkflow.durable.kinds import JournalKind
 from simpleworkflow.durable.replay import answered
+from simpleworkflow.models import JournalEntry
 
 if TYPE_CHECKING:
     from simpleworkflow.backends import Backend

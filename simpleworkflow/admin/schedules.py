@@ -14,10 +14,11 @@ from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from simpleworkflow import errors, names, observe, schedule_runs, schedules, schema_check
-from simpleworkflow.backends import Backend
-from simpleworkflow.backends.records import NewRun, Op, Schedule
-from simpleworkflow.models import Run, unreadable_fields
+from simpleworkflow import errors, names, observe, schedule_runs, schedules
+from simpleworkflow.backends import Backend, op_runner
+from simpleworkflow.backends.ops import Op
+from simpleworkflow.backends.records import NewRun
+from simpleworkflow.models import Run, Schedule, unreadable_fields
 
 #: A schedule's fields a run started by hand is built from: none may be unreadable.
 _RUN_FIELDS = ("payload", "priority", "max_attempts")
@@ -113,7 +114,7 @@ class Schedules(ScheduleVerbs):
     """Cron schedules, blocking; see docs/schedules.md."""
 
     def __init__(
-        self, owner: schema_check.Checked, observers: observe.Observers | None = None
+        self, owner: op_runner.Checked, observers: observe.Observers | None = None
     ) -> None:
         super().__init__(owner.backend, observers)
         self._owner = owner
@@ -174,7 +175,7 @@ class AsyncSchedules(ScheduleVerbs):
     """Cron schedules, awaited; see :class:`Schedules` for what each method does."""
 
     def __init__(
-        self, owner: schema_check.AsyncChecked, observers: observe.Observers | None = None
+        self, owner: op_runner.AsyncChecked, observers: observe.Observers | None = None
     ) -> None:
         super().__init__(owner.backend, observers)
         self._owner = owner

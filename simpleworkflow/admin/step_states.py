@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from simpleworkflow.backends.records import JournalEntry
 from simpleworkflow.durable import replay
 from simpleworkflow.durable.kinds import JournalKind
-from simpleworkflow.models import Run, RunStatus
+from simpleworkflow.models import JournalEntry, Run, RunStatus, to_dict
 
 #: A wait with no timeout is journaled as lasting until this year.
 _FOREVER_YEAR = 9999
@@ -53,12 +52,7 @@ class StepState:
         return text
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "status": self.status.value,
-            "at": None if self.at is None else self.at.isoformat(),
-            "waiting_for": self.waiting_for,
-            "error": self.error,
-        }
+        return to_dict(self)
 
 
 def step_state(entry: JournalEntry, run: Run, now: datetime) -> StepState:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from simpleworkflow.admin.faces import AsyncAdmin
-from simpleworkflow.backends.records import RegistryEntry
+from simpleworkflow.models import RegistryEntry
 
 
 def start_warnings(type: str, registry: Iterable[RegistryEntry]) -> list[str]:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from simpleworkflow import durations, errors, limits, names, observe, rates, retention, schema_check
+from simpleworkflow import durations, errors, limits, names, observe, rates, retention
 from simpleworkflow.admin import replaycheck
 from simpleworkflow.admin.records import (
     STATES,
@@ -23,12 +23,12 @@ from simpleworkflow.admin.records import (
     Worker,
 )
 from simpleworkflow.admin.replaycheck import ReplayReport
-from simpleworkflow.backends import Backend, open_backend
+from simpleworkflow.backends import Backend, open_backend, schema_verdict
 from simpleworkflow.backends.insight_ops import HolderRow
+from simpleworkflow.backends.ops import Op
 from simpleworkflow.backends.presence_ops import PresenceRow
-from simpleworkflow.backends.records import Op, RateLimit, RegistryEntry, Subscription
 from simpleworkflow.handlers import Handlers
-from simpleworkflow.models import Run
+from simpleworkflow.models import RateLimit, RegistryEntry, Run, Subscription
 
 T = TypeVar("T")
 
@@ -61,12 +61,13 @@ class Verbs:
         auto_migrate: bool | None = None,
         backend: Backend | None = None,
         observers: Iterable[observe.Observer] = (),
+        application_name: str = ADMIN_NAME,
     ) -> None:
         self._owns_backend = backend is None
         self.backend = backend or open_backend(
-            database_url, schema=schema, application_name=ADMIN_NAME
+            database_url, schema=schema, application_name=application_name
         )
-        self._auto_migrate = schema_check.auto_migrates(self.backend, auto_migrate)
+        self._auto_migrate = schema_verdict.auto_migrates(self.backend, auto_migrate)
         self._schema_ok = False
         #: Told of the runs a purge deletes (``runs_deleted``, once per type and batch);
         #: an ``Observers`` given (an app's, say) is shared, not copied.
@@ -306,7 +307,7 @@ class Verbs:
         # pointed at the wrong database must not pass.
         try:
             version = await self.backend.execute_async(self.backend.schema_version(), readonly=True)
-            schema_check.needs_migration(self.backend, version, auto_migrate=False)
+            schema_verdict.needs_migration(self.backend, version, auto_migrate=False)
             return await replaycheck.check_runs(app, self.backend)
         finally:
             if close:  # the event loop ends with this call: its connections go with it

@@ -5,9 +5,10 @@ generator that yields the SQL statements it needs and receives each one's rows. 
 op is driven by a synchronous connection (:meth:`Backend.execute`) or an asynchronous one
 (:meth:`Backend.execute_async`), always inside one transaction, so the sync ``Client``
 and the ``AsyncClient`` share one implementation of every operation. The verbs live by
-concept in ``run_ops``, ``worker_ops``, ``journal_ops``, ``admin_ops``, ``topic_ops``,
-``schedule_ops``, ``insight_ops``, ``presence_ops`` and ``session_ops``; their data in
-``records``.
+concept in ``run_ops``, ``worker_ops``, ``journal_ops``, ``admin_ops``, ``registry_ops``,
+``topic_ops``, ``schedule_ops``, ``insight_ops``, ``presence_ops`` and ``session_ops``;
+the op protocol in ``ops``, the stores' own records in ``records`` and the public ones in
+:mod:`simpleworkflow.models`.
 """
 
 from __future__ import annotations
@@ -21,41 +22,40 @@ from typing import Any, Protocol, TypeVar
 from simpleworkflow.backends.admin_ops import AdminOps
 from simpleworkflow.backends.insight_ops import InsightOps
 from simpleworkflow.backends.journal_ops import JournalOps
-from simpleworkflow.backends.payload_index import Action, PayloadIndex, unsupported
+from simpleworkflow.backends.ops import ATOMIC, Op, Rows, Statement, Stream, drive
+from simpleworkflow.backends.payload_index import Action, unsupported
 from simpleworkflow.backends.presence_ops import PresenceOps
 from simpleworkflow.backends.records import (
-    ATOMIC,
     CANCELLED,
     HELD,
     LOST,
     Claim,
     Claimed,
     Failure,
-    JournalEntry,
     Lease,
     NewRun,
-    Op,
     Outcomes,
-    RegistryEntry,
     Release,
-    Rows,
     RunQuery,
-    Schedule,
     ServiceLease,
-    SignalSent,
-    Statement,
     StepRecord,
-    Stream,
-    Subscription,
     Success,
     Suspension,
-    drive,
 )
+from simpleworkflow.backends.registry_ops import RegistryOps
 from simpleworkflow.backends.run_ops import RunOps
 from simpleworkflow.backends.schedule_ops import ScheduleOps
 from simpleworkflow.backends.session_ops import SessionOps
 from simpleworkflow.backends.topic_ops import TopicOps
 from simpleworkflow.backends.worker_ops import WorkerOps
+from simpleworkflow.models import (
+    JournalEntry,
+    PayloadIndex,
+    RegistryEntry,
+    Schedule,
+    SignalSent,
+    Subscription,
+)
 
 T = TypeVar("T")
 
@@ -106,6 +106,7 @@ class Backend(
     WorkerOps,
     JournalOps,
     AdminOps,
+    RegistryOps,
     TopicOps,
     ScheduleOps,
     InsightOps,

@@ -10,11 +10,18 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from simpleworkflow.backends.dialect import Dialect, followups
-from simpleworkflow.backends.records import NewRun, Op, RateLimit, RegistryEntry, Statement
-from simpleworkflow.models import Event, Run, RunStatus, Unreadable
+from simpleworkflow.backends.ops import Op, Statement
+from simpleworkflow.backends.records import NewRun
+from simpleworkflow.models import (
+    DEFAULT_MAX_ATTEMPTS,
+    Event,
+    RateLimit,
+    RegistryEntry,
+    Run,
+    RunStatus,
+    Unreadable,
+)
 
-#: What the schema gives a run started without ``max_attempts`` (``coalesce(..., 3)``).
-DEFAULT_MAX_ATTEMPTS = 3
 #: ``created_run``'s default: parse the request's payload text.
 _PARSE: Any = object()
 

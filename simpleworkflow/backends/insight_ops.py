@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from simpleworkflow.backends.core import StoreCore
-from simpleworkflow.backends.records import Op
+from simpleworkflow.backends.ops import Op
 from simpleworkflow.models import Run
 
 #: The audit events counted per minute: runs that finished, attempts that failed and

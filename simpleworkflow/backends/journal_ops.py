@@ -9,7 +9,9 @@ from datetime import datetime
 from typing import Any
 
 from simpleworkflow.backends.core import StoreCore, read_int
-from simpleworkflow.backends.records import ATOMIC, JournalEntry, Op, RateToken, StepRecord
+from simpleworkflow.backends.ops import ATOMIC, Op
+from simpleworkflow.backends.records import RateToken, StepRecord
+from simpleworkflow.models import JournalEntry
 
 
 class JournalOps(StoreCore):

@@ -1,4 +1,5 @@
-"""The optional payload index: what a store says of it, and why SQLite has none.
+"""The optional payload index: what a store may do with it, and why SQLite has none
+(what it says of it, :class:`~simpleworkflow.models.PayloadIndex`, is a public record).
 
 ``payload_contains`` listings (``payload @>``) are served on Postgres by a GIN index an
 operator creates when their listings need it (``simpleworkflow payload-index create``):
@@ -9,43 +10,15 @@ docs/performance.md#payload-filters-and-big-backlogs).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from simpleworkflow import errors
+from simpleworkflow.models.operator import PAYLOAD_INDEX_NAME as NAME
+from simpleworkflow.models.operator import PayloadIndex
 
-#: The index's name, in the store's schema.
-NAME = "idx_workflow_run_payload"
+__all__ = ["NAME", "Action", "PayloadIndex", "unsupported"]
 
 Action = Literal["create", "drop", "status"]
-
-
-@dataclass(frozen=True)
-class PayloadIndex:
-    """The payload index as it stands after an action.
-
-    ``present``: the index exists; ``valid``: it serves queries (a ``create index
-    concurrently`` that was interrupted leaves an invalid index behind, which costs
-    writes and serves nothing); ``size_bytes``: its size on disk (0 when absent);
-    ``changed``: this call created or dropped it; ``rebuilt``: this call found an invalid
-    index and dropped it before building it again.
-    """
-
-    present: bool
-    valid: bool
-    size_bytes: int
-    changed: bool = False
-    rebuilt: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "index": NAME,
-            "present": self.present,
-            "valid": self.valid,
-            "size_bytes": self.size_bytes,
-            "changed": self.changed,
-            "rebuilt": self.rebuilt,
-        }
 
 
 def unsupported(store: str) -> errors.ConfigurationError:

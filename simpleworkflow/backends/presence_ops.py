@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from simpleworkflow.backends.core import StoreCore
-from simpleworkflow.backends.records import Op
+from simpleworkflow.backends.ops import Op
 
 #: How long the rows of gone workers are kept: the retention sweep deletes older ones.
 FORGET_AFTER = 86400.0

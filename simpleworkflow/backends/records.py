@@ -1,20 +1,19 @@
-"""The plain data that crosses the backend interface, and the op protocol itself.
+"""The stores' own records: what the client, the worker and the engine hand a store
+(a run to create, a claim, outcomes, a journal row) and what it hands back to them (a
+lease, a claim's runs, a cancel's runs, a rate limit's token).
 
-An *op* is a generator that yields the SQL statements it needs and receives each one's
-rows; a backend drives it inside one transaction (see :func:`drive`).
+The records users see (runs, the registry, schedules ...) are public, in
+:mod:`simpleworkflow.models`; the op protocol is :mod:`simpleworkflow.backends.ops`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from datetime import datetime
+from typing import Any
 
-from simpleworkflow.models import Run, iso, shown
-
-T = TypeVar("T")
-Rows = list[dict[str, Any]]
+from simpleworkflow.models import Run
 
 #: What a worker learns about a lease it holds.
 HELD, CANCELLED, LOST = "held", "cancelled", "lost"
@@ -35,73 +34,6 @@ class CancelledRuns:
 
     ids: list[str]
     leased: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Statement:
-    """One SQL statement with its named parameters."""
-
-    sql: str
-    params: Mapping[str, Any] = field(default_factory=dict)
-
-
-Op = Generator[Statement, Rows, T]
-
-
-#: Yielded first by an op whose statements must commit together (a row lock held from
-#: one statement to the next, say). Other ops run each statement on its own, which on
-#: Postgres saves the round trips of BEGIN and COMMIT.
-ATOMIC = Statement("-- the statements that follow form one transaction")
-
-
-@dataclass(frozen=True, slots=True)
-class Stream(Statement):
-    """Many statements, yielded as one: each one's rows go to ``take``, in order.
-
-    The op builds each statement only when the driver asks for it, so a driver may send
-    one and let the op build the next and take the rows of the last meanwhile (Postgres
-    pipeline mode): the client's Python and the server's work overlap. The op receives
-    no rows for the stream itself.
-    """
-
-    statements: Iterator[Statement] = field(kw_only=True)
-    take: Callable[[Rows], None] = field(kw_only=True)
-
-
-def stream_in_turn(stream: Stream, run: Callable[[Statement], Rows]) -> None:
-    """Drive a stream one statement at a time, for drivers that cannot overlap."""
-    for statement in stream.statements:
-        stream.take(run(statement))
-
-
-def drive(
-    op: Op[T],
-    run: Callable[[Statement], Rows],
-    first: Statement | None = None,
-    stream: Callable[[Stream], None] | None = None,
-) -> T:
-    """Feed each statement an op yields to ``run`` until the op returns.
-
-    ``first`` is a statement already taken from the op; ``ATOMIC`` markers are answered
-    here, since the caller decided about the transaction before driving. ``stream``
-    drives a :class:`Stream` (by default one statement after the other).
-    """
-    try:
-        statement = next(op) if first is None else first
-        while True:
-            if statement is ATOMIC:
-                rows: Rows = []
-            elif isinstance(statement, Stream):
-                if stream is None:
-                    stream_in_turn(statement, run)
-                else:
-                    stream(statement)
-                rows = []
-            else:
-                rows = run(statement)
-            statement = op.send(rows)
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,53 +236,6 @@ class Outcomes:
 
 
 @dataclass(frozen=True, slots=True)
-class RegistryEntry:
-    """One row of ``workflow_registry``: which runtime may run a type, and whether it may."""
-
-    workflow_name: str
-    intent_type: str
-    runtime: str
-    is_enabled: bool
-    description: str | None
-    created_at: datetime
-    updated_at: datetime
-    #: How long its runs are kept after they finish unless they chose at start; ``None``:
-    #: the sweeper's default.
-    retention: timedelta | None = None
-    #: At most this many of its runs leased at once across the fleet; ``None``: no limit.
-    concurrency: int | None = None
-    #: At most this many leased at once per concurrency key; ``None``: no limit.
-    key_concurrency: int | None = None
-    #: The name of the rate limit its claims obey; ``None``: none.
-    rate_limit: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class RateLimit:
-    """One row of ``workflow_rate_limit``: at most ``max_runs`` claims per ``period``
-    seconds of the types that name it, counted apart for each concurrency key if
-    ``per_key``."""
-
-    name: str
-    max_runs: int
-    period: float
-    per_key: bool
-    created_at: datetime
-    updated_at: datetime
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict, times as ISO 8601, as the CLI and API print it."""
-        return {
-            "name": self.name,
-            "max_runs": shown(self.max_runs),
-            "period": shown(self.period),
-            "per_key": self.per_key,
-            "created_at": _iso(self.created_at),
-            "updated_at": _iso(self.updated_at),
-        }
-
-
-@dataclass(frozen=True, slots=True)
 class ServiceLease:
     """The fleet-wide lease a service (the retention sweeper) holds while it works:
     ``holder`` keeps it by renewing it for ``seconds`` at every transaction."""
@@ -358,110 +243,6 @@ class ServiceLease:
     name: str
     holder: str
     seconds: float
-
-
-@dataclass(frozen=True, slots=True)
-class Subscription:
-    """One row of ``workflow_subscription``: ``workflow_type`` runs once for every event
-    published on a topic that ``pattern`` matches, with these start options."""
-
-    pattern: str
-    workflow_type: str
-    priority: int
-    #: ``None``: the schema's default (3).
-    max_attempts: int | None
-    created_at: datetime
-    updated_at: datetime
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict, times as ISO 8601, as the CLI and API print it."""
-        return {
-            "pattern": self.pattern,
-            "workflow_type": self.workflow_type,
-            "priority": shown(self.priority),
-            "max_attempts": shown(self.max_attempts),
-            "created_at": _iso(self.created_at),
-            "updated_at": _iso(self.updated_at),
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class Schedule:
-    """One row of ``workflow_schedule``: ``workflow_type`` starts at every tick of
-    ``cron`` in ``timezone``, with ``payload`` plus the tick (see docs/schedules.md)."""
-
-    name: str
-    workflow_type: str
-    cron: str
-    timezone: str
-    payload: Any
-    #: What becomes of ticks no scheduler started in time: ``skip``, ``once``, ``each``.
-    missed: str
-    priority: int
-    #: ``None``: the schema's default (3).
-    max_attempts: int | None
-    paused: bool
-    #: The next tick to start (UTC); ``None`` until a scheduler plans a row written by hand.
-    next_tick_at: datetime | None
-    #: The latest tick a run was started for.
-    last_tick_at: datetime | None
-    #: Declared with ``@app.schedule``; workers of the app write it again when they start.
-    in_code: bool
-    #: Why the scheduler paused it, if it did (a cron or time zone it cannot read).
-    error: str | None
-    created_at: datetime
-    updated_at: datetime
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict, times as ISO 8601, as the CLI and API print it."""
-        return {
-            "name": self.name,
-            "workflow_type": self.workflow_type,
-            "cron": self.cron,
-            "timezone": self.timezone,
-            "payload": shown(self.payload),
-            "missed": self.missed,
-            "priority": shown(self.priority),
-            "max_attempts": shown(self.max_attempts),
-            "paused": self.paused,
-            "next_tick_at": _iso(self.next_tick_at),
-            "last_tick_at": _iso(self.last_tick_at),
-            "in_code": self.in_code,
-            "error": self.error,
-            "created_at": _iso(self.created_at),
-            "updated_at": _iso(self.updated_at),
-        }
-
-
-_iso = iso
-
-
-@dataclass(frozen=True, slots=True)
-class JournalEntry:
-    """One row of the step journal: a completed step, or one still retrying.
-
-    ``started_at`` is when the call first started (its first attempt, or the start of a
-    wait), ``completed_at`` when it completed; both by the database's clock, and ``None``
-    on entries the worker has not read back from the store."""
-
-    step_name: str
-    kind: str
-    position: int
-    status: str  # "completed" or "retrying"
-    output: Any
-    attempts: int
-    completed_at: datetime | None = None
-    started_at: datetime | None = None
-
-    @property
-    def duration(self) -> float | None:
-        """Seconds from the call's start to its completion (a step's retries, a wait's
-        waiting included); ``None`` until it completes. A sleep is journaled, with the
-        time it ends (``output["until"]``), as it begins: its duration is about 0."""
-        started, completed = self.started_at, self.completed_at
-        if not isinstance(started, datetime) or not isinstance(completed, datetime):
-            return None  # not completed, or a time that cannot be read
-        return (completed - started).total_seconds()
 
 
 @dataclass(frozen=True, slots=True)
@@ -490,11 +271,3 @@ class RateToken:
     until: datetime | None = None
     known: bool = True
     held: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class SignalSent:
-    """What ``signal()`` did: the stored signal's id, and whether it woke a waiting run."""
-
-    signal_id: int
-    woke: bool

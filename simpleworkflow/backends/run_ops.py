@@ -11,18 +11,9 @@ from typing import TypeVar
 
 from simpleworkflow import errors, names
 from simpleworkflow.backends.core import StoreCore
-from simpleworkflow.backends.records import (
-    ATOMIC,
-    CancelledRuns,
-    NewRun,
-    Op,
-    Rows,
-    RunQuery,
-    SignalSent,
-    Statement,
-    Stream,
-)
-from simpleworkflow.models import Event, Run, Signal
+from simpleworkflow.backends.ops import ATOMIC, Op, Rows, Statement, Stream
+from simpleworkflow.backends.records import CancelledRuns, NewRun, RunQuery
+from simpleworkflow.models import Event, Run, Signal, SignalSent
 
 T = TypeVar("T")
 

@@ -13,7 +13,8 @@ from datetime import datetime
 from typing import Any
 
 from simpleworkflow.backends.core import StoreCore, read_int
-from simpleworkflow.backends.records import ATOMIC, Op, Schedule
+from simpleworkflow.backends.ops import ATOMIC, Op
+from simpleworkflow.models import Schedule
 from simpleworkflow.schedules import ScheduleSpec
 
 

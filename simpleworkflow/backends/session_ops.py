@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from simpleworkflow.backends.core import StoreCore
-from simpleworkflow.backends.records import Op
+from simpleworkflow.backends.ops import Op
 
 
 class SessionOps(StoreCore):

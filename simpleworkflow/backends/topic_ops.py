@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from simpleworkflow.backends.core import StoreCore, read_int
-from simpleworkflow.backends.records import Op, Subscription
+from simpleworkflow.backends.ops import Op
+from simpleworkflow.models import Subscription
 
 
 class TopicOps(StoreCore):

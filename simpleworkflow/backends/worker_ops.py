@@ -1,4 +1,4 @@
-"""Worker verbs: the registry, claims, heartbeats, outcomes and expired leases.
+"""Worker verbs: claims, heartbeats, outcomes and expired leases.
 
 Every write for a leased run is fenced: it matches only while the run still carries the
 lease token its worker was given at the claim.
@@ -12,8 +12,8 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from simpleworkflow.backends.core import StoreCore
+from simpleworkflow.backends.ops import ATOMIC, Op, Rows, Stream
 from simpleworkflow.backends.records import (
-    ATOMIC,
     CANCELLED,
     HELD,
     LOST,
@@ -21,12 +21,8 @@ from simpleworkflow.backends.records import (
     Claimed,
     Failure,
     Lease,
-    Op,
     Outcomes,
-    RegistryEntry,
     Release,
-    Rows,
-    Stream,
     Success,
 )
 
@@ -34,24 +30,6 @@ OutcomeT = TypeVar("OutcomeT", Success, Failure, Release)
 
 
 class WorkerOps(StoreCore):
-    # -- registry --------------------------------------------------------------------
-
-    def register_types(self, types: list[str], runtime: str) -> Op[None]:
-        """Record ``runtime`` for each type that has no registry entry yet."""
-        yield self.stmt("register_types", types=types, runtime=runtime)
-
-    def list_registry(self) -> Op[list[RegistryEntry]]:
-        rows = yield self.stmt("list_registry")
-        return [self.registry_from_row(row) for row in rows]
-
-    def set_registry(self, name: str, runtime: str, description: str | None) -> Op[RegistryEntry]:
-        rows = yield self.stmt("set_registry", name=name, runtime=runtime, description=description)
-        return self.registry_from_row(rows[0])
-
-    def enable_registry(self, name: str, enabled: bool) -> Op[RegistryEntry | None]:
-        rows = yield self.stmt("enable_registry", name=name, enabled=enabled)
-        return self.registry_from_row(rows[0]) if rows else None
-
     # -- claims and leases -----------------------------------------------------------
 
     def claim(self, claim: Claim) -> Op[list[Lease]]:

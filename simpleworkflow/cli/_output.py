@@ -14,10 +14,10 @@ from typing import Any
 
 from simpleworkflow import retention
 from simpleworkflow.admin import TypeStats, step_states
-from simpleworkflow.backends.records import JournalEntry
 from simpleworkflow.models import (
     WAITING_STATES,
     Event,
+    JournalEntry,
     Run,
     RunStatus,
     Signal,

@@ -13,8 +13,8 @@ from typing import Any
 
 from simpleworkflow import names, rates
 from simpleworkflow.admin import registry_dict
-from simpleworkflow.backends.records import RateLimit
 from simpleworkflow.cli import _common, _output
+from simpleworkflow.models import RateLimit
 
 LIMIT_COLUMNS = ("NAME", "RATE", "PER KEY", "UPDATED (UTC)")
 #: What ``limits use`` takes for "obey no rate limit".

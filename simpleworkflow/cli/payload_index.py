@@ -12,8 +12,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from simpleworkflow.backends.payload_index import NAME, PayloadIndex
 from simpleworkflow.cli import _common, _output
+from simpleworkflow.models import PAYLOAD_INDEX_NAME as NAME
+from simpleworkflow.models import PayloadIndex
 
 
 def register(subparsers: Any) -> None:

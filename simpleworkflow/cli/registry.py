@@ -16,8 +16,8 @@ from typing import Any
 from simpleworkflow import durations, errors, names, retention
 from simpleworkflow.admin import check_runtime, registry_dict
 from simpleworkflow.admin.verbs import check_concurrency
-from simpleworkflow.backends.records import RegistryEntry
 from simpleworkflow.cli import _common, _output
+from simpleworkflow.models import RegistryEntry
 
 REGISTRY_COLUMNS = (
     "TYPE",

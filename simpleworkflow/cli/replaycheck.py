@@ -17,8 +17,8 @@ from simpleworkflow.admin import replaycheck
 from simpleworkflow.admin.replaycheck import ReplayReport
 from simpleworkflow.app import App
 from simpleworkflow.cli import _common, _output, worker
+from simpleworkflow.errors import plural
 from simpleworkflow.handlers import Handlers
-from simpleworkflow.wording import plural
 from simpleworkflow.worker import IntentPoller
 
 #: Verdicts that stop a deploy. An ``error`` too: a replay that crashed proves nothing.

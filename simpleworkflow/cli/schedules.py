@@ -9,9 +9,9 @@ import sys
 from typing import Any
 
 from simpleworkflow import names, schedules
-from simpleworkflow.backends.records import Schedule
 from simpleworkflow.cli import _common, _output
 from simpleworkflow.cli.start import parse_payload, read_payload_text
+from simpleworkflow.models import Schedule
 
 COLUMNS = ("NAME", "TYPE", "CRON", "TIME ZONE", "MISSED", "STATE", "NEXT TICK (UTC)")
 

@@ -11,12 +11,10 @@ import argparse
 from typing import Any
 
 from simpleworkflow import names
-from simpleworkflow.backends.core import DEFAULT_MAX_ATTEMPTS
-from simpleworkflow.backends.records import Subscription
 from simpleworkflow.cli import _common, _output
 from simpleworkflow.cli.start import parse_payload, read_payload_text
-from simpleworkflow.models import Published
-from simpleworkflow.wording import plural
+from simpleworkflow.errors import plural
+from simpleworkflow.models import DEFAULT_MAX_ATTEMPTS, Published, Subscription
 
 SUBSCRIPTION_COLUMNS = ("PATTERN", "TYPE", "PRIORITY", "MAX ATTEMPTS", "CREATED (UTC)")
 

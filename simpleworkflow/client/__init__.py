@@ -17,9 +17,11 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, TypeVar, Unpack
 
-from simpleworkflow import durations, names, schema_check
+from simpleworkflow import durations, names
 from simpleworkflow.admin import Admin, AsyncAdmin, AsyncSchedules, Schedules
-from simpleworkflow.backends.records import JournalEntry, Op, SignalSent
+from simpleworkflow.backends import op_runner
+from simpleworkflow.backends.ops import Op
+from simpleworkflow.backends.schema_verdict import auto_migrates, needs_migration
 from simpleworkflow.client import _connections, _listing, _waiting
 from simpleworkflow.client._debounce import Debounce
 from simpleworkflow.client._listing import MAX_PAGE
@@ -31,8 +33,7 @@ from simpleworkflow.client._options import (
     StartRequest,
 )
 from simpleworkflow.client._requests import CLIENT_NAME, Requests
-from simpleworkflow.models import Event, Published, Run, RunPage, Signal
-from simpleworkflow.schema_check import auto_migrates, needs_migration
+from simpleworkflow.models import Event, JournalEntry, Published, Run, RunPage, Signal, SignalSent
 
 T = TypeVar("T")
 
@@ -52,7 +53,7 @@ __all__ = [
 ]
 
 
-class Client(schema_check.Checked, Requests):
+class Client(op_runner.Checked, Requests):
     """A blocking producer client. Thread-safe; close it (or use ``with``) when done."""
 
     def start(
@@ -236,7 +237,7 @@ class Client(schema_check.Checked, Requests):
         self.close()
 
 
-class AsyncClient(schema_check.AsyncChecked, Requests):
+class AsyncClient(op_runner.AsyncChecked, Requests):
     """The asyncio producer client. Use one per event loop; ``aclose`` it when done."""
 
     async def start(

@@ -10,11 +10,12 @@ from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any, TypeVar
 
-from simpleworkflow import errors, names, observe, payloads, schema_check
-from simpleworkflow.backends import Backend, open_backend
-from simpleworkflow.backends.records import HOLD_FRESH_FOR, CancelledRuns, Op, SignalSent
+from simpleworkflow import errors, names, observe, payloads
+from simpleworkflow.backends import Backend, open_backend, schema_verdict
+from simpleworkflow.backends.ops import Op
+from simpleworkflow.backends.records import HOLD_FRESH_FOR, CancelledRuns
 from simpleworkflow.client import _options, _topics
-from simpleworkflow.models import Published, Run
+from simpleworkflow.models import Published, Run, SignalSent
 
 T = TypeVar("T")
 #: What a start of a client without observers enters: no trace context.
@@ -44,7 +45,7 @@ class Requests:
         #: Told of each run started and signal sent, once the write has committed (or,
         #: with ``connection=``, once it is written in the caller's transaction).
         self.observers = observe.Observers(observers)
-        self._auto_migrate = schema_check.auto_migrates(self.backend, auto_migrate)
+        self._auto_migrate = schema_verdict.auto_migrates(self.backend, auto_migrate)
         self._schema_ok = False
         # A store with notifications (Postgres) wakes every worker from its triggers.
         self._wakes_locally = not self.backend.dialect.has_notifications

@@ -15,9 +15,9 @@ from collections.abc import Iterable
 
 from simpleworkflow import names
 from simpleworkflow.backends import Backend
-from simpleworkflow.backends.core import DEFAULT_MAX_ATTEMPTS
-from simpleworkflow.backends.records import ATOMIC, NewRun, Op, Subscription
-from simpleworkflow.models import Published
+from simpleworkflow.backends.ops import ATOMIC, Op
+from simpleworkflow.backends.records import NewRun
+from simpleworkflow.models import DEFAULT_MAX_ATTEMPTS, Published, Subscription
 
 #: What the idempotency key of a published run starts with.
 KEY_PREFIX = "topic:"

@@ -10,9 +10,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from simpleworkflow.admin import Minute, step_states
-from simpleworkflow.backends.records import JournalEntry
 from simpleworkflow.durable.kinds import JournalKind
-from simpleworkflow.models import Event, Run, RunStatus, unreadable_fields
+from simpleworkflow.models import Event, JournalEntry, Run, RunStatus, unreadable_fields
 
 #: Audit events that end an attempt: the run finished, failed and will be retried,
 #: suspended in a sleep or a wait, or was given back or cancelled.

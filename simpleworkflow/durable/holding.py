@@ -19,7 +19,8 @@ from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING
 
 from simpleworkflow import errors, outage
-from simpleworkflow.backends.records import CANCELLED, HELD, HOLD_FRESH_FOR, Lease, Op
+from simpleworkflow.backends.ops import Op
+from simpleworkflow.backends.records import CANCELLED, HELD, HOLD_FRESH_FOR, Lease
 from simpleworkflow.durable.groupcommit import GroupCommit
 
 if TYPE_CHECKING:

@@ -26,18 +26,15 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from simpleworkflow import errors, names, outage, payloads
-from simpleworkflow.backends.records import (
-    JournalEntry,
-    Lease,
-    Op,
-    StepRecord,
-)
+from simpleworkflow.backends.ops import Op
+from simpleworkflow.backends.records import Lease, StepRecord
 from simpleworkflow.durable import races
 from simpleworkflow.durable.holding import Holding
 from simpleworkflow.durable.journal_batches import StepJournal
 from simpleworkflow.durable.kinds import JournalKind
 from simpleworkflow.durable.replay import Replay, answered, check_readable
 from simpleworkflow.durable.suspension import Waits
+from simpleworkflow.models import JournalEntry
 
 if TYPE_CHECKING:
     from simpleworkflow.backends import Backend

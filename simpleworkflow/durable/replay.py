@@ -9,9 +9,8 @@ changed under the run, and :class:`~simpleworkflow.errors.ReplayDivergence` name
 from __future__ import annotations
 
 from simpleworkflow import errors
-from simpleworkflow.backends.records import JournalEntry
 from simpleworkflow.durable.kinds import JournalKind
-from simpleworkflow.models import unreadable_fields
+from simpleworkflow.models import JournalEntry, unreadable_fields
 
 #: The kinds of journal entry this version writes, and so can replay.
 KINDS = frozenset(JournalKind)

@@ -15,12 +15,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from simpleworkflow import errors, observe
-from simpleworkflow.backends.records import JournalEntry
 from simpleworkflow.durable import races
 from simpleworkflow.durable.attempt import AttemptState
 from simpleworkflow.durable.journal import Durable
 from simpleworkflow.durable.kinds import JournalKind
 from simpleworkflow.durable.suspension import FOREVER, whole_ms
+from simpleworkflow.models import JournalEntry
 
 
 async def wait_for_event(

@@ -26,12 +26,12 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from simpleworkflow import durations, errors, logs, observe, payloads
-from simpleworkflow.backends.records import JournalEntry
 from simpleworkflow.durable import races, tracebacks
 from simpleworkflow.durable.attempt import AttemptState
 from simpleworkflow.durable.journal import Durable
 from simpleworkflow.durable.kinds import JournalKind
 from simpleworkflow.durable.replay import answered, gave_up
+from simpleworkflow.models import JournalEntry
 from simpleworkflow.retry import DEFAULT_STEP_POLICY, RetryPolicy
 
 T = TypeVar("T")

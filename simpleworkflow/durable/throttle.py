@@ -13,11 +13,12 @@ from __future__ import annotations
 import time
 
 from simpleworkflow import errors, names, rates
-from simpleworkflow.backends.records import JournalEntry, RateToken
+from simpleworkflow.backends.records import RateToken
 from simpleworkflow.durable import races
 from simpleworkflow.durable.attempt import AttemptState
 from simpleworkflow.durable.journal import Durable
 from simpleworkflow.durable.kinds import JournalKind
+from simpleworkflow.models import JournalEntry
 
 
 def check(limit: object, key: object, name: object) -> tuple[str, str | None, str]:

@@ -21,7 +21,6 @@ from prometheus_client.exposition import choose_encoder
 
 from simpleworkflow import errors
 from simpleworkflow.admin import Admin
-from simpleworkflow.backends import open_backend
 from simpleworkflow.metrics.gauges import StoreGauges
 from simpleworkflow.metrics.observer import MAX_NAMES, MetricsObserver
 
@@ -63,8 +62,9 @@ class Metrics:
         self.observer = MetricsObserver(registry, max_names=max_names)
         self._admin: Admin | None = None
         if gauges:
-            backend = open_backend(database_url, schema=schema, application_name=METRICS_NAME)
-            self._admin = Admin(backend=backend, auto_migrate=False)
+            self._admin = Admin(
+                database_url, schema=schema, auto_migrate=False, application_name=METRICS_NAME
+            )
             registry.register(StoreGauges(self._admin))
 
     def text(self) -> bytes:

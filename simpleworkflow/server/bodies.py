@@ -15,8 +15,16 @@ from typing import Any
 from starlette.responses import Response
 
 from simpleworkflow.admin import TypeStats, registry_dict, step_states
-from simpleworkflow.backends.records import JournalEntry, RegistryEntry, SignalSent
-from simpleworkflow.models import Event, Run, Signal, iso, shown
+from simpleworkflow.models import (
+    Event,
+    JournalEntry,
+    RegistryEntry,
+    Run,
+    Signal,
+    SignalSent,
+    iso,
+    shown,
+)
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 

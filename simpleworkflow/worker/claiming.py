@@ -21,8 +21,8 @@ from typing import Any
 from simpleworkflow import errors, outage
 from simpleworkflow.backends import Backend
 from simpleworkflow.backends.base import Claim, Lease, OpRunner
+from simpleworkflow.errors import plural
 from simpleworkflow.handlers import Definition
-from simpleworkflow.wording import plural
 from simpleworkflow.worker.leases import Renewals
 from simpleworkflow.worker.options import RUNTIME, WorkerOptions
 from simpleworkflow.worker.running import Runner

@@ -29,8 +29,8 @@ from simpleworkflow import errors, observe
 from simpleworkflow.backends import Backend
 from simpleworkflow.backends.base import CANCELLED, HELD, LOST
 from simpleworkflow.durable.attempt import Attempt
+from simpleworkflow.errors import plural
 from simpleworkflow.outage import Outage
-from simpleworkflow.wording import plural
 from simpleworkflow.worker import hooks
 
 _log = logging.getLogger("simpleworkflow.worker")

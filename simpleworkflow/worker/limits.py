@@ -23,8 +23,9 @@ from dataclasses import dataclass
 
 from simpleworkflow import rates
 from simpleworkflow.backends import Backend
-from simpleworkflow.backends.records import ATOMIC, Op, RateLimit
+from simpleworkflow.backends.ops import ATOMIC, Op
 from simpleworkflow.limits import RateSpec, TypeLimits
+from simpleworkflow.models import RateLimit
 
 _log = logging.getLogger("simpleworkflow.worker")
 

@@ -24,14 +24,14 @@ from typing import Any, Unpack
 from simpleworkflow import errors, observe, outage
 from simpleworkflow.backends import Backend, open_backend
 from simpleworkflow.backends.base import CANCELLED, Failure
+from simpleworkflow.backends.schema_verdict import ensure_async
 from simpleworkflow.durable.attempt import Attempt, TrackedExecutor
 from simpleworkflow.durable.journal_batches import StepJournal
+from simpleworkflow.errors import plural
 from simpleworkflow.handlers import Handlers
-from simpleworkflow.outcome_log import OutcomeLog
-from simpleworkflow.schema_check import ensure_async
-from simpleworkflow.wording import plural
 from simpleworkflow.worker import hooks, leases, limits, presence, recovery, scheduler, shutdown
 from simpleworkflow.worker.claiming import ClaimLoop
+from simpleworkflow.worker.log_observer import OutcomeLog
 from simpleworkflow.worker.options import RUNTIME, WorkerOptions, WorkerSettings
 from simpleworkflow.worker.outbox import Outbox
 from simpleworkflow.worker.running import Runner

@@ -36,8 +36,8 @@ from simpleworkflow.backends import Backend
 from simpleworkflow.backends.base import Failure
 from simpleworkflow.backends.core import read_flag, read_int
 from simpleworkflow.durable import execution
+from simpleworkflow.errors import plural
 from simpleworkflow.models import Unreadable
-from simpleworkflow.wording import plural
 
 _log = logging.getLogger("simpleworkflow.worker")
 

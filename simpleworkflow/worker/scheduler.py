@@ -25,8 +25,9 @@ from typing import Any
 
 from simpleworkflow import errors, names, observe, outage, schedules
 from simpleworkflow.backends import Backend
-from simpleworkflow.backends.records import ATOMIC, NewRun, Op, Schedule
-from simpleworkflow.models import Run, Unreadable, unreadable_fields
+from simpleworkflow.backends.ops import ATOMIC, Op
+from simpleworkflow.backends.records import NewRun
+from simpleworkflow.models import Run, Schedule, Unreadable, unreadable_fields
 from simpleworkflow.schedule_runs import tick_run
 from simpleworkflow.schedules import ScheduleSpec
 

@@ -30,8 +30,8 @@ from simpleworkflow import errors
 from simpleworkflow.backends import Backend
 from simpleworkflow.backends.base import HELD, Outcomes, Release
 from simpleworkflow.durable.attempt import Attempt
+from simpleworkflow.errors import plural
 from simpleworkflow.outage import Outage
-from simpleworkflow.wording import plural
 from simpleworkflow.worker.outbox import Outbox
 
 _log = logging.getLogger("simpleworkflow.worker")

@@ -25,9 +25,9 @@ from test_dashboard import Dash
 from simpleworkflow import Client, errors
 from simpleworkflow.admin import Admin
 from simpleworkflow.backends import Backend, postgres, queries, sqlite
-from simpleworkflow.backends.payload_index import PayloadIndex
 from simpleworkflow.backends.sqlite import matching
 from simpleworkflow.client import _listing
+from simpleworkflow.models import PayloadIndex
 
 TYPE = "shop.order.v1"
 MAX_VALUES = _listing.MAX_FILTER_VALUES

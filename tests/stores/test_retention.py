@@ -32,7 +32,7 @@ from worker_app import wait_until
 from simpleworkflow import App, Client, RunStatus, cli, config, errors, observe, retention
 from simpleworkflow.admin import Admin
 from simpleworkflow.backends import Backend
-from simpleworkflow.backends.records import ATOMIC, Op, Rows
+from simpleworkflow.backends.ops import ATOMIC, Op, Rows
 from simpleworkflow.cli import worker as worker_command
 from simpleworkflow.worker import WorkerOptions
 from simpleworkflow.worker.sweeper import Sweeper

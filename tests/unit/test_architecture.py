@@ -29,17 +29,24 @@ def _modules() -> dict[str, Path]:
     return found
 
 
-def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+def _imports(
+    name: str, path: Path, modules: dict[str, Path], *, typing_too: bool = False
+) -> set[str]:
     """The package's modules that ``name`` imports anywhere in its text (not only at the top:
-    a deferred import is still a dependency), except under ``if TYPE_CHECKING:``."""
+    a deferred import is still a dependency), except under ``if TYPE_CHECKING:`` unless
+    ``typing_too``."""
     tree = ast.parse(path.read_text())
-    typing_only = {
-        id(node)
-        for block in ast.walk(tree)
-        if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
-        for stmt in block.body
-        for node in ast.walk(stmt)
-    }
+    typing_only = (
+        set()
+        if typing_too
+        else {
+            id(node)
+            for block in ast.walk(tree)
+            if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+            for stmt in block.body
+            for node in ast.walk(stmt)
+        }
+    )
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
     for node in ast.walk(tree):
@@ -110,6 +117,61 @@ def test_importing_the_package_pulls_in_no_metrics_or_tracing_library() -> None:
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+#: The only modules outside ``backends/`` that may import it (docs/architecture.md, "Who
+#: may touch a store"): the faces that run ops, and the engine, which writes the journal
+#: and the outcomes of attempts. Everything else (the CLI, the HTTP API, the dashboard,
+#: metrics, tracing, the plain data) acts through the client and admin faces and takes its
+#: records from ``models``, so that a store's internals can change under them.
+MAY_IMPORT_BACKENDS = {
+    "simpleworkflow.client": "the producer's face: starts, signals, listings",
+    "simpleworkflow.admin": "the operator's face",
+    "simpleworkflow.worker": "claims, leases, outcomes, the worker's services",
+    "simpleworkflow.durable": "the engine: journal writes, suspensions, lease checks",
+    # Ops that a worker's service and an admin verb share.
+    "simpleworkflow.retention": "the sweep's batch loop (worker/sweeper.py, admin's sweep)",
+    "simpleworkflow.schedule_runs": "a cron tick's run (worker/scheduler.py, admin's trigger)",
+}
+STORES = "simpleworkflow.backends"
+
+
+def _within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def _store_imports(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Modules outside ``backends/`` and :data:`MAY_IMPORT_BACKENDS` that import a store's
+    module, even only for type hints, with what they import."""
+    found = {}
+    for name, path in modules.items():
+        if _within(name, STORES) or any(_within(name, may) for may in MAY_IMPORT_BACKENDS):
+            continue
+        imported = _imports(name, path, modules, typing_too=True)
+        if stores := {target for target in imported if _within(target, STORES)}:
+            found[name] = stores
+    return found
+
+
+def test_only_the_faces_and_the_engine_import_the_stores() -> None:
+    """The CLI, the HTTP API, the dashboard, metrics and tracing import no ``backends.*``."""
+    modules = _modules()
+    assert _store_imports(modules) == {}
+    gone = [name for name in MAY_IMPORT_BACKENDS if name not in modules]
+    assert gone == [], "no such module: take it out of MAY_IMPORT_BACKENDS"
+
+
+def test_the_store_import_check_sees_an_import(tmp_path: Path) -> None:
+    """A surface that imports a store, at the top or deferred or for type hints, is found."""
+    surface = tmp_path / "surface.py"
+    surface.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from simpleworkflow.backends.ops import Op\n"
+        "def f():\n    from simpleworkflow import backends\n"
+    )
+    modules = {**_modules(), "simpleworkflow.cli.surface": surface}
+    found = _store_imports(modules)
+    assert found == {"simpleworkflow.cli.surface": {STORES, f"{STORES}.ops"}}
 
 
 def test_the_cycle_finder_finds_a_cycle() -> None:

@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 import pytest
 
 from simpleworkflow import observe
+from simpleworkflow.errors import plural
 from simpleworkflow.models import Run, RunStatus
-from simpleworkflow.outcome_log import OutcomeLog
-from simpleworkflow.wording import plural
+from simpleworkflow.worker.log_observer import OutcomeLog
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 INVOICE = "billing.invoice.v1"

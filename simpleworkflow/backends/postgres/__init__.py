@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from simpleworkflow import config, errors
 from simpleworkflow.backends import base, queries
 from simpleworkflow.backends.dialect import Dialect
-from simpleworkflow.backends.payload_index import Action, PayloadIndex
+from simpleworkflow.backends.payload_index import Action
 from simpleworkflow.backends.postgres import (
     driving,
     indexing,
@@ -25,6 +25,7 @@ from simpleworkflow.backends.postgres import (
 )
 from simpleworkflow.backends.postgres.deadline import Deadline
 from simpleworkflow.backends.postgres.liveness import PROBE_AFTER, Liveness
+from simpleworkflow.models import PayloadIndex
 
 try:
     import psycopg

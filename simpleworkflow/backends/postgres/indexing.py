@@ -15,7 +15,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from simpleworkflow.backends.payload_index import Action, PayloadIndex
+from simpleworkflow.backends.payload_index import Action
+from simpleworkflow.models import PayloadIndex
 
 #: Seconds between two tries of the lock while another session creates or drops the index.
 LOCK_PAUSE = 0.2

@@ -1,5 +1,5 @@
-"""Plain, typed data: runs, events and pages of runs, as read back from a store, and what
-a publish did."""
+"""A run and what is read about it: its status, events, signals and journal, pages of
+runs, and what a publish or a signal did."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import enum
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+from simpleworkflow.models.values import Unreadable, to_dict, unreadable_fields
 
 
 class RunStatus(enum.StrEnum):
@@ -24,6 +26,9 @@ class RunStatus(enum.StrEnum):
         return self in TERMINAL_STATUSES
 
 
+#: What the schema gives a run started without ``max_attempts`` (``coalesce(..., 3)``).
+DEFAULT_MAX_ATTEMPTS = 3
+
 TERMINAL_STATUSES = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED})
 
 #: States of a pending run that say what it waits for, by the kind of wait in its
@@ -38,22 +43,6 @@ WAITING_STATES = {
     "throttled": "throttle",
 }
 _STATE_OF_WAIT = {kind: state for state, kind in WAITING_STATES.items()}
-
-
-@dataclass(frozen=True, slots=True)
-class Unreadable:
-    """A stored value this library cannot read (a time out of Python's range, JSON text
-    that does not parse), written by plain SQL or another runtime. Listings show it in
-    place of the value, with its raw text; a worker fails the run it belongs to."""
-
-    raw: str
-    reason: str
-
-    def __str__(self) -> str:
-        return f"unreadable: {self.raw}"
-
-    def to_dict(self) -> dict[str, str]:
-        return {"raw": self.raw, "reason": self.reason}
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,10 +175,7 @@ class Run:
         the CLI and API print it: every column, and ``attempts_made``. The stored
         ``attempt`` is named ``failed_attempts`` there, for what it counts: an ``attempt``
         of 0 beside ``attempts_made`` of 1 read as two answers to one question."""
-        out: dict[str, Any] = {}
-        for name in self.__slots__:
-            key = "failed_attempts" if name == "attempt" else name
-            out[key] = _json_ready(getattr(self, name))
+        out = to_dict(self, _RUN_KEYS, failed_attempts=self.attempt)
         if self.created is None:
             del out["created"]  # a run read back, not one a start returned
         unreadable = self.unreadable
@@ -200,39 +186,10 @@ class Run:
         return out
 
 
-def _json_ready(value: Any) -> Any:
-    """A time as ISO 8601 text, a duration as seconds; anything else as it is."""
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, Unreadable):
-        return str(value)
-    return value
-
-
-def shown(value: Any) -> Any:
-    """A stored value as JSON output shows it: one that cannot be read as
-    ``unreadable: <its raw text>``, any other as it is."""
-    return str(value) if isinstance(value, Unreadable) else value
-
-
-def iso(moment: datetime | Unreadable | None) -> str | None:
-    """A stored time as ISO 8601 text (``None`` as ``None``); one that cannot be read as
-    ``unreadable: <its raw text>``."""
-    if moment is None:
-        return None
-    return moment.isoformat() if isinstance(moment, datetime) else str(moment)
-
-
-def unreadable_fields(record: Any) -> dict[str, Unreadable]:
-    """The fields of a record (a run, an event, a journal entry) that hold an
-    :class:`Unreadable`, by name."""
-    return {
-        name: value
-        for name in record.__slots__
-        if isinstance(value := getattr(record, name), Unreadable)
-    }
+#: A run's keys in its JSON: its columns, the stored ``attempt`` as ``failed_attempts``.
+_RUN_KEYS = tuple(
+    "failed_attempts" if f.name == "attempt" else f.name for f in dataclasses.fields(Run)
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,13 +203,7 @@ class Event:
     created_at: datetime
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "workflow_id": self.workflow_id,
-            "event_type": self.event_type,
-            "data": _json_ready(self.data),
-            "created_at": _json_ready(self.created_at),
-        }
+        return to_dict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,15 +223,7 @@ class Signal:
         return self.consumed_at is not None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "run_id": self.run_id,
-            "event": self.event,
-            "payload": _json_ready(self.payload),
-            "created_at": _json_ready(self.created_at),
-            "consumed_at": _json_ready(self.consumed_at),
-            "step_name": self.step_name,
-        }
+        return to_dict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,9 +252,45 @@ class Published:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict, as the CLI and API print it."""
-        return {
-            "topic": self.topic,
-            "event_id": self.event_id,
-            "started": len(self.started),
-            "runs": [run.to_dict() for run in self.runs],
-        }
+        return to_dict(
+            self,
+            ("topic", "event_id", "started", "runs"),
+            started=len(self.started),
+            runs=[run.to_dict() for run in self.runs],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    """One row of the step journal: a completed step, or one still retrying.
+
+    ``started_at`` is when the call first started (its first attempt, or the start of a
+    wait), ``completed_at`` when it completed; both by the database's clock, and ``None``
+    on entries the worker has not read back from the store."""
+
+    step_name: str
+    kind: str
+    position: int
+    status: str  # "completed" or "retrying"
+    output: Any
+    attempts: int
+    completed_at: datetime | None = None
+    started_at: datetime | None = None
+
+    @property
+    def duration(self) -> float | None:
+        """Seconds from the call's start to its completion (a step's retries, a wait's
+        waiting included); ``None`` until it completes. A sleep is journaled, with the
+        time it ends (``output["until"]``), as it begins: its duration is about 0."""
+        started, completed = self.started_at, self.completed_at
+        if not isinstance(started, datetime) or not isinstance(completed, datetime):
+            return None  # not completed, or a time that cannot be read
+        return (completed - started).total_seconds()
+
+
+@dataclass(frozen=True, slots=True)
+class SignalSent:
+    """What ``signal()`` did: the stored signal's id, and whether it woke a waiting run."""
+
+    signal_id: int
+    woke: bool

@@ -25,8 +25,8 @@ from collections import Counter
 from collections.abc import Callable
 
 from simpleworkflow import observe
+from simpleworkflow.errors import plural
 from simpleworkflow.models import Run
-from simpleworkflow.wording import plural
 
 #: Seconds between two lines about successes, at most one line per interval.
 SUMMARY_INTERVAL = 5.0

@@ -1,4 +1,5 @@
-"""Whether a database's schema fits this code: the one place that decides, and says why not.
+"""Whether a database's schema fits this code: the one place that decides, and says why not
+(the faces that run ops once it fits are in ``op_runner``).
 
 Clients, workers and CLI commands all read the applied schema version before their first
 call. Here alone is it compared with the code's, and decided whether to migrate now (an
@@ -9,13 +10,9 @@ embedded SQLite file, or ``auto_migrate=True``) or to refuse with a
 from __future__ import annotations
 
 import asyncio
-from typing import Any, TypeVar
 
 from simpleworkflow import errors
-from simpleworkflow.backends import Backend
-from simpleworkflow.backends.records import Op
-
-T = TypeVar("T")
+from simpleworkflow.backends.base import Backend
 
 
 def auto_migrates(backend: Backend, auto_migrate: bool | None) -> bool:
@@ -72,61 +69,3 @@ def check_joined(backend: Backend, version: int | None) -> None:
             f"{exc}. A call with connection= never migrates: migrate before it "
             "(client.migrate(), or any call without connection=)"
         ) from None
-
-
-class Checked:
-    """Runs ops on ``backend`` once its schema fits: the sync client and admin share it."""
-
-    backend: Backend
-    _auto_migrate: bool
-    _schema_ok: bool
-
-    def _run(self, op: Op[T], *, readonly: bool = False) -> T:
-        if not self._schema_ok:
-            ensure(self.backend, auto_migrate=self._auto_migrate)
-            self._schema_ok = True
-        return self.backend.execute(op, readonly=readonly)
-
-    def _run_on(self, connection: Any, op: Op[T]) -> T:
-        """``op`` inside the caller's transaction on ``connection``, a driver connection
-        :meth:`~simpleworkflow.backends.Backend.joinable` accepted; the schema is checked
-        on this object's own connections."""
-        if not self._schema_ok:
-            version = self.backend.execute(self.backend.schema_version(), readonly=True)
-            check_joined(self.backend, version)
-            self._schema_ok = True
-        return self.backend.execute_on(connection, op)
-
-    def migrate(self) -> list[int]:
-        """Create or upgrade the schema; return the migration versions applied now."""
-        applied = self.backend.migrate()
-        self._schema_ok = True
-        return applied
-
-
-class AsyncChecked:
-    """:class:`Checked`, awaited: the async client and admin share it."""
-
-    backend: Backend
-    _auto_migrate: bool
-    _schema_ok: bool
-
-    async def _run(self, op: Op[T], *, readonly: bool = False) -> T:
-        if not self._schema_ok:
-            await ensure_async(self.backend, auto_migrate=self._auto_migrate)
-            self._schema_ok = True
-        return await self.backend.execute_async(op, readonly=readonly)
-
-    async def _run_on(self, connection: Any, op: Op[T]) -> T:
-        """:meth:`Checked._run_on`, awaited."""
-        if not self._schema_ok:
-            version = await self.backend.execute_async(self.backend.schema_version(), readonly=True)
-            check_joined(self.backend, version)
-            self._schema_ok = True
-        return await self.backend.execute_on_async(connection, op)
-
-    async def migrate(self) -> list[int]:
-        """Create or upgrade the schema; return the migration versions applied now."""
-        applied = await asyncio.to_thread(self.backend.migrate)
-        self._schema_ok = True
-        return applied
