@@ -26,7 +26,7 @@ from simpleworkflow.server import create_app
 
 DOC = ROOT / "docs" / "api.md"
 SHOWN_BASE = "localhost:8000"
-MARK = "skip: run against a server by tests/test_api_docs.py"
+MARK = "skip: run against a server by tests/processes/test_api_docs.py"
 
 
 class ApiShell(Shell):
