@@ -1,3 +1,5 @@
+"""``python -m simpleworkflow``: the same command as ``simpleworkflow``."""
+
 import sys
 
 from simpleworkflow.cli import main

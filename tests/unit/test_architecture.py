@@ -9,6 +9,7 @@ functions: a cycle is what makes a layer impossible to read (or test) alone.
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -194,3 +195,21 @@ def test_the_dashboard_and_the_api_meet_only_in_web_and_in_the_app_that_serves_b
         if target.startswith(above)
     }
     assert upward == set()
+
+
+ARCHITECTURE_DOC = PACKAGE.parent / "docs" / "architecture.md"
+
+
+def _indexed_modules() -> set[str]:
+    """The module paths (relative to the package) that docs/architecture.md's
+    "Every module" section lists, one ``- `path.py`: ...`` line each."""
+    text = ARCHITECTURE_DOC.read_text()
+    section = text.split("\n## Every module\n", 1)[1].split("\n## ", 1)[0]
+    return set(re.findall(r"^- `([\w/]+\.py)`:", section, flags=re.MULTILINE))
+
+
+def test_the_architecture_doc_lists_every_module_and_no_other() -> None:
+    on_disk = {path.relative_to(PACKAGE).as_posix() for path in PACKAGE.rglob("*.py")}
+    listed = _indexed_modules()
+    assert sorted(on_disk - listed) == [], "add these to docs/architecture.md, Every module"
+    assert sorted(listed - on_disk) == [], "gone: take these out of docs/architecture.md"
