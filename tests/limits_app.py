@@ -16,7 +16,9 @@ KEYED = "limits.keyed.v1"
 
 @app.workflow(KEYED)
 async def keyed(payload: dict[str, Any]) -> dict[str, Any]:
-    await asyncio.sleep(0.03)
+    # Long enough that a worker with both slots busy leaves the third key's run to
+    # another process, however fast this one claims again on a loaded machine.
+    await asyncio.sleep(0.15)
     return {}
 
 
