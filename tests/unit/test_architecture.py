@@ -213,3 +213,18 @@ def test_the_architecture_doc_lists_every_module_and_no_other() -> None:
     listed = _indexed_modules()
     assert sorted(on_disk - listed) == [], "add these to docs/architecture.md, Every module"
     assert sorted(listed - on_disk) == [], "gone: take these out of docs/architecture.md"
+
+
+def test_each_backend_verb_is_defined_by_one_mixin_only() -> None:
+    """A verb's name leads to one file: no mixin of ``Backend`` shadows another's."""
+    from simpleworkflow.backends.base import Backend
+
+    mixins = [k for k in Backend.__mro__[1:] if k.__module__.endswith("_ops")]
+    assert len(mixins) >= 8
+    owners: dict[str, list[str]] = {}
+    for mixin in mixins:
+        for name in vars(mixin):
+            if not name.startswith("_"):
+                owners.setdefault(name, []).append(mixin.__name__)
+    shadowed = {name: found for name, found in owners.items() if len(found) > 1}
+    assert shadowed == {}
