@@ -128,7 +128,11 @@ class Context:
         """
         state = self._state
         with self._checking():
-            seconds = timeouts.resolve(timeout, retry)
+            seconds = (
+                None  # no call of its own: a step without a timeout costs what it did
+                if timeout is None and (retry is None or retry.timeout is None)
+                else timeouts.resolve(timeout, retry)
+            )
             unique = state.durable.name(name)
         step = steps.Plain(state, unique, fn, args, kwargs, seconds)
         if state.async_body:

@@ -212,3 +212,22 @@ def test_the_api_and_the_timeline_show_a_patch_as_its_kind(
         {"patched": True},
     )
     assert 'class="bar kind-patch"' in page
+
+
+def test_a_patch_not_awaited_fails_the_run_naming_it(
+    store: Store, client: Client, ledger: Ledger
+) -> None:
+    app = App(store.url, schema=store.schema, retry=QUICK)
+
+    @app.workflow("test.patches.unawaited.v1")
+    async def body(payload: Any, ctx: Context) -> Any:
+        if ctx.patched("tax"):  # a coroutine, never awaited: always true
+            return "new"
+        return "old"
+
+    run_id = client.start("test.patches.unawaited.v1").id
+    with working(app):
+        run = wait_terminal(client, run_id)
+    assert run.status is RunStatus.FAILED
+    assert "NotAwaited" in (run.last_error or "")
+    assert "ctx.patched('tax')" in (run.last_error or "")
