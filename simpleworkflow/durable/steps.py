@@ -12,7 +12,8 @@ is a :class:`Step` object: :class:`Plain` here, ``transactional.Transactional``.
 
 A step's function runs only when the journal does not answer it: on the worker's loop
 (an ``async def`` function of an async body), in the worker's step pool (a plain
-``def`` of an async body), or on the handler's thread (any step of a ``def`` body). Its
+``def`` of an async body), or on the handler's thread (any step of a ``def`` body; one
+with a timeout on the loop or in the step pool instead, see ``timeouts``). Its
 observers' ``around_step`` is entered on that same thread, so that a tracer's span is
 current while the user's code runs; a step answered by the journal fires no hook.
 """

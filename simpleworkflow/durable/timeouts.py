@@ -17,6 +17,7 @@ Either way the try counts as failed under the step's retry policy, exactly as a 
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -51,8 +52,12 @@ async def within(awaitable: Awaitable[T], seconds: float, name: str) -> T:
         raise
 
 
-async def in_thread(state: AttemptState, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+async def in_thread(
+    state: AttemptState, call: Callable[..., Any], *args: Any, **kwargs: Any
+) -> Any:
     """``call`` on a thread of the worker's step pool, awaited on the worker's loop (for a
     ``def`` body, whose own thread then only waits, and can stop waiting)."""
-    value: T = await state.in_thread(call, *args, **kwargs)
+    value = await state.in_thread(call, *args, **kwargs)
+    if inspect.isawaitable(value):  # a ``def`` that returned one, as a def body awaits it
+        value = await value
     return value
