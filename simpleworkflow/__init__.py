@@ -23,6 +23,7 @@ from simpleworkflow.errors import (
     RunNotFound,
     SimpleWorkflowError,
     StepFailed,
+    StepTimeout,
     WaitTimeout,
 )
 from simpleworkflow.models import (
@@ -73,6 +74,7 @@ __all__ = [
     "SignalSent",
     "SimpleWorkflowError",
     "StepFailed",
+    "StepTimeout",
     "Subscription",
     "WaitTimeout",
 ]

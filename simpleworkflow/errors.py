@@ -229,6 +229,17 @@ class StepFailed(PermanentError):
         super().__init__(f"step {step!r} failed after {plural(attempts, 'attempt')}: {message}")
 
 
+class StepTimeout(SimpleWorkflowError, TimeoutError):
+    """A step's try ran past its ``timeout``: a failed try, retried as the step's policy
+    says. An ``async def`` function was cancelled; a ``def`` one's thread cannot be, so it
+    runs on unheeded and whatever it returns late is discarded."""
+
+    def __init__(self, step: str, seconds: float) -> None:
+        self.step = step
+        self.seconds = seconds
+        super().__init__(f"step {step!r} did not finish within its {seconds:g}s timeout")
+
+
 class ChildFailed(PermanentError):
     """A child run this workflow waited for ended failed or cancelled. Retrying the parent
     would meet the same recorded outcome, so it fails the parent unless the body catches it."""

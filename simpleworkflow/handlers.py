@@ -122,6 +122,11 @@ class Handlers:
             raise errors.InvalidArgument("versions must be non-empty strings of at most 64 chars")
         if type in self._definitions:
             raise errors.InvalidArgument(f"a handler for {type!r} is already registered")
+        if (retry or self.retry).timeout is not None:
+            raise errors.InvalidArgument(
+                f"the retry policy of {type!r} has a timeout, which bounds a step's try: "
+                "give it to ctx.step, and bound the whole handler with timeout="
+            )
         definition = Definition(
             type=type,
             fn=fn,

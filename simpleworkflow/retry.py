@@ -25,6 +25,11 @@ class RetryPolicy:
     9 ... minutes. How many attempts a run gets is its ``max_attempts`` column; a step's
     policy sets ``max_attempts`` itself (default for steps: 3, exponential 1 s to 60 s,
     20 % jitter).
+
+    ``timeout`` (steps only) bounds each try of a step given this policy, unless the call
+    gives its own ``timeout=``: a try that runs longer fails with ``StepTimeout``
+    (docs/durable.md, "Step timeouts"). A workflow's own policy refuses it: a whole
+    attempt's limit is the workflow's ``timeout=``.
     """
 
     backoff: Backoff = "quadratic"
@@ -34,6 +39,7 @@ class RetryPolicy:
     jitter: float = 0.1
     non_retryable: tuple[type[BaseException], ...] = field(default=())
     max_attempts: int | None = None
+    timeout: durations.Duration | None = None
 
     def __post_init__(self) -> None:
         if self.backoff not in ("fixed", "linear", "exponential", "quadratic"):
@@ -50,6 +56,8 @@ class RetryPolicy:
             )
         if self.max_attempts is not None and self.max_attempts < 1:
             raise errors.InvalidArgument("max_attempts must be at least 1")
+        if self.timeout is not None:
+            step_timeout(self.timeout, what="retry timeout")
 
     def delay(self, failures: int, rand: Callable[[], float] = random.random) -> float:
         """Seconds to wait after ``failures`` failed attempts (1 after the first failure)."""
@@ -72,6 +80,14 @@ class RetryPolicy:
     def retries(self, exc: BaseException) -> bool:
         """False for errors that no retry can fix."""
         return not isinstance(exc, (errors.PermanentError, *self.non_retryable))
+
+
+def step_timeout(value: durations.Duration, *, what: str = "step timeout") -> float:
+    """``value`` in seconds, if it can bound a step's try: a duration above zero."""
+    seconds = durations.to_seconds(value, what=what)
+    if seconds <= 0:
+        raise errors.InvalidArgument(f"{what} must be more than 0 seconds, not {value!r:.40}")
+    return seconds
 
 
 def _number(value: object) -> bool:

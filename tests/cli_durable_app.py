@@ -17,10 +17,15 @@ def _create(email: str) -> dict[str, str]:
     return {"account": f"acct:{email}"}
 
 
-def _register(app: App, *, step: str = "create-account", **options: Any) -> None:
+def _register(
+    app: App, *, step: str = "create-account", patch: bool = False, **options: Any
+) -> None:
     @app.workflow(SIGNUP, **options)
     async def signup(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
-        account = await ctx.step(step, _create, payload["email"])
+        name = step
+        if patch:  # the rename behind a patch: old runs keep the old name
+            name = "open-account" if await ctx.patched("open-account") else "create-account"
+        account = await ctx.step(name, _create, payload["email"])
         confirmed = await ctx.wait_for_event("confirmed", event="confirm", timeout="1h")
         return {**account, "confirmed": confirmed}
 
@@ -40,3 +45,7 @@ _register(renamed, step="open-account")
 #: A new version that does not declare the old one compatible: old runs are left alone.
 bumped = App()
 _register(bumped, version="2")
+
+#: The same rename behind a patch: old runs keep the old step, so it is safe to deploy.
+patched = App()
+_register(patched, patch=True)

@@ -6,6 +6,10 @@ stops at the first call the journal cannot answer; it passes if every journaled 
 was met on the way, and diverges when the code asks for a step the journal does not
 have while journaled ones are still unmet. Code outside steps does run, as on every
 resume, so keep side effects inside steps.
+
+A patch (``ctx.patched``) is decided as a worker would, and noted instead of written; each
+report lists the patches whose old side the run takes (journaled so, or decided so now),
+so that an operator knows when a patch can be retired: once no run takes its old side.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from simpleworkflow import errors
 from simpleworkflow.backends.records import Lease, RunQuery
-from simpleworkflow.durable import execution
+from simpleworkflow.durable import execution, patches
 from simpleworkflow.durable.attempt import AttemptState
 from simpleworkflow.durable.holding import Holding
 from simpleworkflow.durable.journal import Durable
@@ -46,6 +50,9 @@ class ReplayReport:
     type: str
     verdict: str
     detail: str = ""
+    #: The patches (ids) whose old side this run takes, and whose new side it takes.
+    old_side: tuple[str, ...] = ()
+    new_side: tuple[str, ...] = ()
 
 
 class _Frontier(BaseException):
@@ -62,7 +69,10 @@ class _CheckingDurable(Durable):
         return entry
 
     async def journal(self, name: str, kind: JournalKind, output: Any, **_: Any) -> None:
-        raise _Frontier(name)
+        if kind != JournalKind.PATCH:
+            raise _Frontier(name)
+        # A patch decided: noted as if journaled, and the replay goes on past it.
+        self.remember(self.entry(name, kind, self.encode(name, output)))
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -133,7 +143,20 @@ async def check_run(
     if unmet:
         detail = f"the code no longer reaches journaled steps {', '.join(map(repr, unmet[:5]))}"
         return ReplayReport(run.id, run.type, DIVERGED, detail)
-    return ReplayReport(run.id, run.type, OK)
+    old, new = _sides(entries, replay.patches() if replay is not None else [])
+    detail = f"takes the old side of patch {', '.join(map(repr, old))}" if old else ""
+    return ReplayReport(run.id, run.type, OK, detail, old, new)
+
+
+def _sides(
+    journaled: list[JournalEntry], decided: list[JournalEntry]
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The ids of the patches a run takes the old side of, and the new side of."""
+    sides = {e.step_name: patches.decision(e) for e in journaled if e.kind == JournalKind.PATCH}
+    sides.update((e.step_name, patches.decision(e)) for e in decided)
+    old = tuple(sorted(patches.patch_id(n) for n, new in sides.items() if not new))
+    new = tuple(sorted(patches.patch_id(n) for n, new in sides.items() if new))
+    return old, new
 
 
 async def _unfinished(app: Handlers, backend: Backend, page_size: int) -> Any:

@@ -51,7 +51,14 @@ def run(args: argparse.Namespace) -> int:
         reports = admin.replay_check(app)
     if args.json:
         rows = [
-            {"run_id": r.run_id, "type": r.type, "verdict": r.verdict, "detail": r.detail}
+            {
+                "run_id": r.run_id,
+                "type": r.type,
+                "verdict": r.verdict,
+                "detail": r.detail,
+                "old_side": list(r.old_side),
+                "new_side": list(r.new_side),
+            }
             for r in reports
         ]
         _output.emit_json({"reports": rows, "ok": passed(reports)})
@@ -77,4 +84,17 @@ def report_text(reports: Sequence[ReplayReport]) -> str:
     tally = ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items()))
     verdict = "ok to deploy" if passed(reports) else "NOT safe to deploy"
     checked = plural(len(reports), "run")
-    return f"{_output.table(COLUMNS, rows)}\n\n{checked} checked: {tally}; {verdict}"
+    text = f"{_output.table(COLUMNS, rows)}\n\n{checked} checked: {tally}; {verdict}"
+    return "\n".join([text, *patch_lines(reports)])
+
+
+def patch_lines(reports: Sequence[ReplayReport]) -> list[str]:
+    """One line per patch the replays met: still needed by runs on its old side, or not."""
+    old = Counter(patch for r in reports for patch in r.old_side)
+    met = sorted({patch for r in reports for patch in (*r.old_side, *r.new_side)})
+    return [
+        f"patch {patch!r}: {plural(old[patch], 'run')} on its old side; keep it"
+        if old[patch]
+        else f"patch {patch!r}: no unfinished run on its old side; it can be removed"
+        for patch in met
+    ]

@@ -19,11 +19,13 @@ from typing import Any, TypeVar
 from simpleworkflow import durations, errors, names, payloads
 from simpleworkflow.durable import (
     children,
+    patches,
     races,
     signals,
     sleeps,
     steps,
     throttle,
+    timeouts,
     transactional,
 )
 from simpleworkflow.durable.attempt import AttemptState
@@ -111,6 +113,7 @@ class Context:
         fn: Callable[..., Any],
         *args: Any,
         retry: RetryPolicy | None = None,
+        timeout: durations.Duration | None = None,
         **kwargs: Any,
     ) -> Any:
         """Run ``fn(*args, **kwargs)`` once for this run: its JSON result is journaled and
@@ -119,12 +122,19 @@ class Context:
         On an exception the step is retried as ``retry`` says (default: 3 attempts,
         exponential backoff from 1 s to 60 s, 20 % jitter), with the run suspended in
         between; after the last attempt :class:`~simpleworkflow.errors.StepFailed` is
-        raised in the body, and fails the run unless the body handles it.
+        raised in the body, and fails the run unless the body handles it. A try that runs
+        past ``timeout`` (default: ``retry``'s) fails with
+        :class:`~simpleworkflow.errors.StepTimeout` (see ``durable.timeouts``).
         """
         state = self._state
         with self._checking():
+            seconds = (
+                None  # no call of its own: a step without a timeout costs what it did
+                if timeout is None and (retry is None or retry.timeout is None)
+                else timeouts.resolve(timeout, retry)
+            )
             unique = state.durable.name(name)
-        step = steps.Plain(state, unique, fn, args, kwargs)
+        step = steps.Plain(state, unique, fn, args, kwargs, seconds)
         if state.async_body:
             return state.calls.note(steps.run_async(state, step, retry), f"ctx.step({name!r})")
         return steps.run_sync(state, step, retry)
@@ -151,6 +161,7 @@ class Context:
         """
         state = self._state
         with self._checking():
+            transactional.check_policy(retry)
             unique = state.durable.name(name)
         step = transactional.Transactional(state, unique, fn, args, kwargs)
         if state.async_body:
@@ -350,6 +361,20 @@ class Context:
             return self._state.calls.note(_counted(self._state.durable, coro, convert), what, coro)
         value = self._state.bridge(coro)
         return convert(value) if convert else value
+
+    # -- code changes under runs in flight (see ``patches``) ---------------------------
+
+    def patched(self, patch_id: str) -> Any:
+        """Whether this run takes the new side of code change ``patch_id``: ``True`` for a
+        run that reaches this point on code that has the patch, ``False`` for one whose
+        journal shows it went past this point before the patch was deployed. Journaled the
+        first time, so every replay (and every later call with the same id) answers the
+        same. See docs/durable.md, "Versions and replay-check"."""
+        with self._checking():
+            marker = patches.marker(patch_id)
+        return self._durable_call(
+            patches.patched(self._state, marker), f"ctx.patched({patch_id!r})"
+        )
 
 
 async def _counted(

@@ -24,3 +24,4 @@ class JournalKind(enum.StrEnum):
     UUID = "uuid"
     RANDOM = "random"
     RATE_LIMIT = "rate_limit"
+    PATCH = "patch"  # ctx.patched: which side of a code change the run is on

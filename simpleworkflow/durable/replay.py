@@ -56,7 +56,9 @@ def answered(entry: JournalEntry | None) -> bool:
 class Replay:
     def __init__(self, entries: list[JournalEntry]) -> None:
         self._entries = {entry.step_name: entry for entry in entries}
-        self._unmet = {e.step_name for e in entries if answered(e)}
+        # A patch's marker need not be met again: code that no longer asks (its patch
+        # retired) replays the same steps (see ``patches``).
+        self._unmet = {e.step_name for e in entries if answered(e) and e.kind != JournalKind.PATCH}
         self._next_position = max((e.position for e in entries), default=-1) + 1
 
     def lookup(self, name: str, kind: JournalKind) -> JournalEntry | None:
@@ -98,6 +100,10 @@ class Replay:
     def remember(self, entry: JournalEntry) -> None:
         """Record an entry written during this attempt (so a later lookup finds it)."""
         self._entries[entry.step_name] = entry
+
+    def patches(self) -> list[JournalEntry]:
+        """The patch decisions this replay holds (journaled, or made since)."""
+        return [e for e in self._entries.values() if e.kind == JournalKind.PATCH]
 
     @property
     def unmet(self) -> list[str]:

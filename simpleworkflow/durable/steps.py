@@ -12,7 +12,8 @@ is a :class:`Step` object: :class:`Plain` here, ``transactional.Transactional``.
 
 A step's function runs only when the journal does not answer it: on the worker's loop
 (an ``async def`` function of an async body), in the worker's step pool (a plain
-``def`` of an async body), or on the handler's thread (any step of a ``def`` body). Its
+``def`` of an async body), or on the handler's thread (any step of a ``def`` body; one
+with a timeout on the loop or in the step pool instead, see ``timeouts``). Its
 observers' ``around_step`` is entered on that same thread, so that a tracer's span is
 current while the user's code runs; a step answered by the journal fires no hook.
 """
@@ -26,7 +27,7 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from simpleworkflow import durations, errors, logs, observe, payloads
-from simpleworkflow.durable import races, tracebacks
+from simpleworkflow.durable import races, timeouts, tracebacks
 from simpleworkflow.durable.attempt import AttemptState
 from simpleworkflow.durable.journal import Durable
 from simpleworkflow.durable.kinds import JournalKind
@@ -166,7 +167,17 @@ class Plain:
     """A plain step (``ctx.step``): its function runs, then its output is journaled in a
     write of its own (the worker's group commit)."""
 
-    __slots__ = ("args", "attempt", "fn", "kwargs", "name", "started_at", "state", "text")
+    __slots__ = (
+        "args",
+        "attempt",
+        "fn",
+        "kwargs",
+        "name",
+        "started_at",
+        "state",
+        "text",
+        "timeout",
+    )
 
     def __init__(
         self,
@@ -175,8 +186,11 @@ class Plain:
         fn: Callable[..., Any],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
+        timeout: float | None = None,
     ) -> None:
         self.state, self.name, self.fn, self.args, self.kwargs = state, name, fn, args, kwargs
+        #: Seconds a try may take (see ``timeouts``); ``None``: as long as it takes.
+        self.timeout = timeout
         self.attempt = 1
         self.started_at: datetime | None = None
         self.text: str | None = None
@@ -196,20 +210,39 @@ class Plain:
         self.started_at = self.state.durable.db_now()
 
     async def call_async(self) -> Any:
-        state, fn = self.state, self.fn
+        state, fn, seconds = self.state, self.fn, self.timeout
         if inspect.iscoroutinefunction(fn):
             with state.observers.around_step(state.run, self.name, self.attempt):
-                return await fn(*self.args, **self.kwargs)
+                if seconds is None:
+                    return await fn(*self.args, **self.kwargs)
+                return await timeouts.within(fn(*self.args, **self.kwargs), seconds, self.name)
         call = beginning(state, enclosed(state, self.name, self.attempt, fn))
-        return await state.in_thread(call, *self.args, **self.kwargs)
+        if seconds is None:
+            return await state.in_thread(call, *self.args, **self.kwargs)
+        return await timeouts.within(
+            state.in_thread(call, *self.args, **self.kwargs), seconds, self.name
+        )
 
     def call_sync(self) -> Any:
         state = self.state
+        if self.timeout is not None:
+            return self._timed_sync(self.timeout)
         with state.observers.around_step(state.run, self.name, self.attempt):
             value = self.fn(*self.args, **self.kwargs)
             if inspect.isawaitable(value):
                 value = state.bridge(_awaited(value))
         return value
+
+    def _timed_sync(self, seconds: float) -> Any:
+        """:meth:`call_sync` with a timeout: the function runs on the worker's loop (an
+        ``async def`` one) or in its step pool, so that this thread can stop waiting."""
+        state, fn, args, kwargs = self.state, self.fn, self.args, self.kwargs
+        if inspect.iscoroutinefunction(fn):
+            with state.observers.around_step(state.run, self.name, self.attempt):
+                return state.bridge(timeouts.within(fn(*args, **kwargs), seconds, self.name))
+        call = beginning(state, enclosed(state, self.name, self.attempt, fn))
+        threaded = timeouts.in_thread(state, call, *args, **kwargs)
+        return state.bridge(timeouts.within(threaded, seconds, self.name))
 
     def encode(self, value: Any) -> None:
         self.text = self.state.durable.encode(self.name, value)

@@ -35,6 +35,7 @@ from simpleworkflow.backends.records import StepRecord
 from simpleworkflow.durable import steps
 from simpleworkflow.durable.attempt import AttemptState
 from simpleworkflow.durable.kinds import JournalKind
+from simpleworkflow.retry import RetryPolicy
 
 #: What a transactional step's function gives back, with the entry journaled beside it.
 Committed = tuple[Any, StepRecord]
@@ -101,6 +102,19 @@ class Transactional:
         """Journaled already, in the step's transaction: note the entry for later lookups."""
         assert self.record is not None
         self.state.durable.remember(self.record)
+
+
+def check_policy(retry: RetryPolicy | None) -> None:
+    """Refuse a retry policy with a ``timeout``: a transactional step cannot be abandoned.
+    Its function's thread would go on and commit its writes with the step's journal entry
+    after the step was failed; bound its statements in the database instead (on Postgres,
+    ``set local statement_timeout`` on ``conn``)."""
+    if retry is not None and retry.timeout is not None:
+        raise errors.InvalidArgument(
+            "ctx.transaction takes no timeout (its retry policy has one): a late commit "
+            "could not be discarded; on Postgres, run `set local statement_timeout = ...` "
+            "on the step's connection"
+        )
 
 
 def _async_block(

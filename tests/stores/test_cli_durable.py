@@ -206,6 +206,21 @@ def test_replay_check_passes_the_same_steps_and_blocks_a_renamed_one(
     assert "unknown version" in bumped.out and "NOT safe to deploy" in bumped.out
 
 
+def test_replay_check_passes_a_rename_behind_a_patch_and_says_to_keep_it(
+    store: Store, capsys: pytest.CaptureFixture[str], waiting_run: str
+) -> None:
+    result = replay_check(store, capsys, "patched")
+    assert result.code == 0, result.out + result.err
+    assert "takes the old side of patch 'open-account'" in result.out
+    assert result.out.rstrip().endswith("patch 'open-account': 1 run on its old side; keep it")
+    [report] = replay_check(store, capsys, "patched", "--json").json()["reports"]
+    assert (report["verdict"], report["old_side"], report["new_side"]) == (
+        "ok",
+        ["open-account"],
+        [],
+    )
+
+
 def test_replay_check_with_nothing_to_check_passes(
     store: Store, capsys: pytest.CaptureFixture[str]
 ) -> None:

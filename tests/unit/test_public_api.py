@@ -36,6 +36,7 @@ PUBLIC_NAMES = [
     "SignalSent",
     "SimpleWorkflowError",
     "StepFailed",
+    "StepTimeout",
     "Subscription",
     "WaitTimeout",
 ]
