@@ -153,7 +153,9 @@ def test_a_worker_rides_through_immediate_restarts(pg_store: Store, server: Priv
     witness = Witness()
     app = steps_app(pg_store, witness)
     ids = start(pg_store, 60)
-    with poller_thread(app, concurrency=6, lease_duration=5, poll_interval=1.0):
+    # A lease long enough to outlast a restart on a loaded machine: the worker rides
+    # through it rather than fencing itself (which would rightly run a step again).
+    with poller_thread(app, concurrency=6, lease_duration=15, poll_interval=1.0):
         for restart in range(3):
             enough = 10 * (restart + 1)
             wait_until(lambda n=enough: len(witness.started) >= n, 60, "no progress")

@@ -401,7 +401,8 @@ def test_a_bulk_cancel_of_leased_runs_cancels_them_together(
     took = time.monotonic() - began
     assert 'data-done="32" data-asked="32"' in done.text
     assert {client.get(i).status.value for i in leased} == {"cancelled"}
-    assert took < 3.2, f"the bulk cancel took {took:.1f} s"
+    # One after the other they could not take less than 6.4 s, however fast the machine.
+    assert took < 6.0, f"the bulk cancel took {took:.1f} s: were the cancels one at a time?"
 
 
 # -- auth ---------------------------------------------------------------------------
