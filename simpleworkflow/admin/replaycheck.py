@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from simpleworkflow import errors
 from simpleworkflow.backends.records import Lease, RunQuery
-from simpleworkflow.durable import execution
+from simpleworkflow.durable import execution, scopes
 from simpleworkflow.durable.attempt import AttemptState
 from simpleworkflow.durable.holding import Holding
 from simpleworkflow.durable.journal import Durable
@@ -57,12 +57,15 @@ class _CheckingDurable(Durable):
 
     async def begin(self, name: str, kind: JournalKind, stopped: bool) -> JournalEntry | None:
         entry = await super().begin(name, kind, stopped)
-        if not answered(entry) and kind != JournalKind.RACE:  # a race's branches go on to their own
+        if not answered(entry) and kind not in scopes.CONTAINERS:  # judged by their branches
             raise _Frontier(name)
         return entry
 
     async def journal(self, name: str, kind: JournalKind, output: Any, **_: Any) -> None:
         raise _Frontier(name)
+
+    async def trim(self, names: list[str]) -> None:
+        raise _Frontier(names[0])  # a write: the replay stops before it
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

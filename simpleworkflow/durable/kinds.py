@@ -24,3 +24,7 @@ class JournalKind(enum.StrEnum):
     UUID = "uuid"
     RANDOM = "random"
     RATE_LIMIT = "rate_limit"
+    LOOP = "loop"  # ctx.loop: its result
+    LOOP_STATE = "loop_state"  # ctx.loop: the state committed before an iteration
+    JOIN = "join"  # ctx.join: every branch's result
+    JOIN_BRANCH = "join_branch"  # ctx.join: one branch's result
