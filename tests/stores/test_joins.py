@@ -1,0 +1,148 @@
+"""Joins (``ctx.join``) on both stores: every branch runs, every outcome is collected,
+branches are journaled under the join's path and not run again once finished."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conftest import Store
+from test_durable import QUICK, Ledger, journal, wait_terminal, working
+
+from simpleworkflow import Client, Context, JoinError, PermanentError, RunStatus
+from simpleworkflow.app import App
+
+
+@pytest.fixture
+def app(store: Store) -> App:
+    return App(store.url, schema=store.schema, retry=QUICK)
+
+
+@pytest.fixture
+def ledger() -> Ledger:
+    return Ledger()
+
+
+def test_an_async_join_returns_every_result_and_replays_finished_branches(
+    store: Store, app: App, client: Client, ledger: Ledger
+) -> None:
+    @app.workflow("test.joins.all.v1")
+    async def body(payload: Any, ctx: Context) -> Any:
+        async def branch(source: str) -> Any:
+            ledger.note(f"branch-{source}")
+            value = await ctx.step("fetch", ledger.note, f"fetch-{source}", source.upper())
+            if source == "slow":
+                await ctx.sleep("pause", 0.1)  # the run suspends once the others are done
+            return value
+
+        return await ctx.join("enrich", {s: (lambda s=s: branch(s)) for s in ("a", "b", "slow")})
+
+    run_id = client.start("test.joins.all.v1").id
+    with working(app):
+        run = wait_terminal(client, run_id)
+
+    assert run.status is RunStatus.SUCCEEDED, run.last_error
+    assert run.result == {"a": "A", "b": "B", "slow": "SLOW"}
+    # The finished branches are not run again on the resume after the sleep.
+    assert [ledger.count(f"branch-{s}") for s in ("a", "b", "slow")] == [1, 1, 2]
+    assert [ledger.count(f"fetch-{s}") for s in ("a", "b", "slow")] == [1, 1, 1]
+    rows = {row["name"]: row["kind"] for row in journal(store, run_id)}
+    assert rows == {
+        "enrich/a/fetch": "step",
+        "enrich/b/fetch": "step",
+        "enrich/slow/fetch": "step",
+        "enrich/slow/pause": "sleep",
+        "enrich/a": "join_branch",
+        "enrich/b": "join_branch",
+        "enrich/slow": "join_branch",
+        "enrich": "join",
+    }
+
+
+def fail(why: str) -> None:
+    raise PermanentError(why)
+
+
+@pytest.mark.parametrize("kind", ["async", "def"])
+def test_a_join_error_carries_every_failure_and_the_other_results(
+    store: Store, app: App, client: Client, kind: str
+) -> None:
+    if kind == "async":
+
+        @app.workflow("test.joins.fail.v1")
+        async def body(payload: Any, ctx: Context) -> Any:
+            try:
+                await ctx.join(
+                    "calls",
+                    {
+                        "ok": lambda: ctx.step("call", str.upper, "fine"),
+                        "x": lambda: ctx.step("call", fail, "x is down"),
+                        "y": lambda: ctx.step("call", fail, "y is down"),
+                    },
+                )
+            except JoinError as exc:
+                return {"errors": {b: str(e) for b, e in exc.errors.items()}, **exc.results}
+            return None
+
+    else:
+
+        @app.workflow("test.joins.fail.v1")
+        def body(payload: Any, ctx: Context) -> Any:
+            try:
+                ctx.join(
+                    "calls",
+                    {
+                        "ok": lambda: ctx.step("call", str.upper, "fine"),
+                        "x": lambda: ctx.step("call", fail, "x is down"),
+                        "y": lambda: ctx.step("call", fail, "y is down"),
+                    },
+                )
+            except JoinError as exc:
+                return {"errors": {b: str(e) for b, e in exc.errors.items()}, **exc.results}
+            return None
+
+    run_id = client.start("test.joins.fail.v1").id
+    with working(app):
+        run = wait_terminal(client, run_id)
+
+    assert run.status is RunStatus.SUCCEEDED, run.last_error
+    assert run.result["ok"] == "FINE"
+    assert sorted(run.result["errors"]) == ["x", "y"]
+    assert "x is down" in run.result["errors"]["x"]
+    assert "y is down" in run.result["errors"]["y"]
+    names = {row["name"] for row in journal(store, run_id)}
+    assert {"calls/ok/call", "calls/x/call", "calls/y/call", "calls/ok"} <= names
+    assert "calls" not in names  # a failed join has no result to journal
+
+
+def test_bad_join_arguments_are_refused_naming_the_field(
+    store: Store, app: App, client: Client
+) -> None:
+    @app.workflow("test.joins.bad.v1")
+    async def body(payload: Any, ctx: Context) -> Any:
+        refused = []
+        for name, branches in (
+            ("j", {}),
+            ("j", {"a/b": lambda: None}),
+            ("j", {"": lambda: None}),
+            ("j", {"a": 42}),
+            ("j/k", {"a": lambda: None}),
+        ):
+            try:
+                await ctx.join(name, branches)
+            except Exception as exc:
+                refused.append(f"{type(exc).__name__}: {exc}")
+        return refused
+
+    run_id = client.start("test.joins.bad.v1").id
+    with working(app):
+        run = wait_terminal(client, run_id)
+
+    assert run.status is RunStatus.SUCCEEDED, run.last_error
+    refused = run.result
+    assert len(refused) == 5 and all(r.startswith("InvalidArgument") for r in refused)
+    assert "non-empty mapping" in refused[0]
+    assert "join branch name" in refused[1] and "'/'" in refused[1]
+    assert "join branch name" in refused[2]
+    assert "join branch 'a' must be" in refused[3]
+    assert "join name" in refused[4]
