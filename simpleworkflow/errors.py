@@ -256,9 +256,7 @@ class JoinError(SimpleWorkflowError):
         super().__init__(f"join {join!r}: {len(errors)} of {total} branches failed: {failed}")
 
     @classmethod
-    def of(
-        cls, join: str, errors: dict[str, BaseException], results: dict[str, Any]
-    ) -> JoinError:
+    def of(cls, join: str, errors: dict[str, BaseException], results: dict[str, Any]) -> JoinError:
         """A :class:`PermanentJoinError` when every failure is permanent, else a JoinError."""
         permanent = all(isinstance(e, PermanentError) for e in errors.values())
         return (PermanentJoinError if permanent else JoinError)(join, errors, results)
