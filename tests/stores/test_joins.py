@@ -8,8 +8,10 @@ from typing import Any
 import pytest
 from conftest import Store
 from test_durable import QUICK, Ledger, journal, wait_terminal, working
+from worker_app import wait_until
 
-from simpleworkflow import Client, Context, JoinError, PermanentError, RunStatus
+from simpleworkflow import Break, Client, Context, Continue, JoinError, PermanentError, RunStatus
+from simpleworkflow.admin import replaycheck
 from simpleworkflow.app import App
 
 
@@ -146,3 +148,60 @@ def test_bad_join_arguments_are_refused_naming_the_field(
     assert "join branch name" in refused[2]
     assert "join branch 'a' must be" in refused[3]
     assert "join name" in refused[4]
+
+
+def register_scoped(app: App, *, work: str = "work", branch: str = "a") -> None:
+    """A loop of 5 iterations whose last one joins two branches, one of which waits for
+    a signal: the run is suspended inside both."""
+
+    @app.workflow("test.joins.checked.v1")
+    async def body(payload: Any, ctx: Context) -> Any:
+        async def turn(n: int) -> Any:
+            await ctx.step(work, str, n)
+            if n < 4:
+                return Continue(n + 1)
+            return Break(
+                await ctx.join(
+                    "both",
+                    {
+                        branch: lambda: ctx.step("call", str.upper, "x"),
+                        "b": lambda: ctx.wait_for_event("go", event="go"),
+                    },
+                )
+            )
+
+        return await ctx.loop("items", 0, turn, commit_every=2, history_every=2, history_keep=1)
+
+
+def test_replay_check_replays_a_run_in_a_loop_and_a_join_and_finds_renamed_calls(
+    store: Store, app: App, client: Client
+) -> None:
+    register_scoped(app)
+    run_id = client.start("test.joins.checked.v1").id
+    with working(app):
+        wait_until(
+            lambda: (client.get(run_id).waiting_for or {}).get("event") == "go",
+            20,
+            lambda: f"the run never waited: {client.get(run_id)}",
+        )
+
+    def verdicts(other: App) -> list[tuple[str, str]]:
+        backend = store.backend()
+        try:
+            return [(r.verdict, r.detail) for r in replaycheck.check(other, backend)]
+        finally:
+            backend.close()
+
+    same = App(store.url, schema=store.schema)
+    register_scoped(same)
+    assert verdicts(same) == [("ok", "")]
+
+    renamed_step = App(store.url, schema=store.schema)
+    register_scoped(renamed_step, work="labour")
+    [(verdict, detail)] = verdicts(renamed_step)
+    assert verdict == "diverged" and "'items/~4/labour'" in detail, detail
+
+    renamed_branch = App(store.url, schema=store.schema)
+    register_scoped(renamed_branch, branch="c")
+    [(verdict, detail)] = verdicts(renamed_branch)
+    assert verdict == "diverged" and "'items/~4/both/a/call'" in detail, detail
