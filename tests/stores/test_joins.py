@@ -205,3 +205,26 @@ def test_replay_check_replays_a_run_in_a_loop_and_a_join_and_finds_renamed_calls
     register_scoped(renamed_branch, branch="c")
     [(verdict, detail)] = verdicts(renamed_branch)
     assert verdict == "diverged" and "'items/~4/both/a/call'" in detail, detail
+
+
+def test_an_uncaught_join_of_permanent_failures_fails_the_run_at_once(
+    store: Store, app: App, client: Client
+) -> None:
+    @app.workflow("test.joins.uncaught.v1")
+    async def body(payload: Any, ctx: Context) -> Any:
+        return await ctx.join(
+            "calls",
+            {
+                "ok": lambda: ctx.step("call", str.upper, "fine"),
+                "x": lambda: ctx.step("call", fail, "x is down"),
+            },
+        )
+
+    run_id = client.start("test.joins.uncaught.v1").id
+    with working(app):
+        run = wait_terminal(client, run_id)
+
+    assert run.status is RunStatus.FAILED
+    assert run.attempt == 1, "a PermanentJoinError is not retried by the run's policy"
+    assert "PermanentJoinError" in (run.last_error or "")
+    assert "join 'calls': 1 of 2 branches failed: x: StepFailed" in (run.last_error or "")
