@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from simpleworkflow import errors
@@ -75,8 +75,7 @@ async def _run_async(state: AttemptState, name: str, branches: dict[str, Any]) -
             continue
         context = contextvars.copy_context()
         context.run(scopes.enter, join.scope(branch))
-        awaitable = context.run(run_branch) if callable(run_branch) else run_branch
-        tasks[branch] = asyncio.create_task(join.branch(branch, awaitable), context=context)
+        tasks[branch] = asyncio.create_task(join.branch(branch, run_branch), context=context)
     try:
         if tasks:
             await asyncio.wait(tasks.values())
@@ -138,9 +137,12 @@ class _Join:
         self.results[branch] = row.output
         return True
 
-    async def branch(self, branch: str, awaitable: Awaitable[Any]) -> Any:
-        """Run one branch (a task of an async body) and journal its result."""
-        value = await awaitable
+    async def branch(self, branch: str, run: Callable[[], Any] | Awaitable[Any]) -> Any:
+        """Run one branch (a task of an async body, in the branch's scope) and journal its
+        result; a callable is called here, so that what it raises is the branch's."""
+        value = run() if callable(run) else run
+        if inspect.isawaitable(value):
+            value = await value
         with self._durable.calling():
             return await self.settle(branch, value)
 

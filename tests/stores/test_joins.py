@@ -228,3 +228,34 @@ def test_an_uncaught_join_of_permanent_failures_fails_the_run_at_once(
     assert run.attempt == 1, "a PermanentJoinError is not retried by the run's policy"
     assert "PermanentJoinError" in (run.last_error or "")
     assert "join 'calls': 1 of 2 branches failed: x: StepFailed" in (run.last_error or "")
+
+
+def test_a_branch_that_raises_when_called_is_collected_and_a_plain_value_is_a_result(
+    store: Store, app: App, client: Client, ledger: Ledger
+) -> None:
+    def boom() -> None:
+        raise ValueError("boom")
+
+    @app.workflow("test.joins.mixed.v1")
+    async def body(payload: Any, ctx: Context) -> Any:
+        try:
+            await ctx.join(
+                "mixed",
+                {
+                    "step": lambda: ctx.step("call", ledger.note, "call", 1),
+                    "boom": boom,
+                    "plain": lambda: 5,
+                },
+            )
+        except JoinError as exc:
+            assert type(exc) is JoinError  # a ValueError is not permanent
+            return {"errors": sorted(exc.errors), "results": exc.results}
+        return None
+
+    run_id = client.start("test.joins.mixed.v1").id
+    with working(app):
+        run = wait_terminal(client, run_id)
+
+    assert run.status is RunStatus.SUCCEEDED, run.last_error
+    assert run.result == {"errors": ["boom"], "results": {"step": 1, "plain": 5}}
+    assert ledger.count("call") == 1
