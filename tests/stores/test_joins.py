@@ -259,3 +259,37 @@ def test_a_branch_that_raises_when_called_is_collected_and_a_plain_value_is_a_re
     assert run.status is RunStatus.SUCCEEDED, run.last_error
     assert run.result == {"errors": ["boom"], "results": {"step": 1, "plain": 5}}
     assert ledger.count("call") == 1
+
+
+def test_a_def_body_runs_the_branches_in_turn_and_replays_finished_ones(
+    store: Store, app: App, client: Client, ledger: Ledger
+) -> None:
+    @app.workflow("test.joins.sync.v1")
+    def body(payload: Any, ctx: Context) -> Any:
+        def branch(source: str) -> Any:
+            ledger.note(f"branch-{source}")
+            value = ctx.step("fetch", ledger.note, f"fetch-{source}", source.upper())
+            ctx.sleep("pause", 0.05)  # each branch suspends the run once
+            return value
+
+        return ctx.join("enrich", {s: (lambda s=s: branch(s)) for s in ("a", "b")})
+
+    run_id = client.start("test.joins.sync.v1").id
+    with working(app):
+        run = wait_terminal(client, run_id)
+
+    assert run.status is RunStatus.SUCCEEDED, run.last_error
+    assert run.result == {"a": "A", "b": "B"}
+    # a: run, suspended, run again to its end; b then the same; a is not run a third time.
+    assert [ledger.count(f"branch-{s}") for s in ("a", "b")] == [2, 2]
+    assert [ledger.count(f"fetch-{s}") for s in ("a", "b")] == [1, 1]
+    names = [row["name"] for row in journal(store, run_id)]
+    assert names == [
+        "enrich/a/fetch",
+        "enrich/a/pause",
+        "enrich/a",
+        "enrich/b/fetch",
+        "enrich/b/pause",
+        "enrich/b",
+        "enrich",
+    ]
