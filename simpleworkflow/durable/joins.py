@@ -80,8 +80,13 @@ async def _run_async(state: AttemptState, name: str, branches: dict[str, Any]) -
         if tasks:
             await asyncio.wait(tasks.values())
     finally:
-        for task in tasks.values():
-            task.cancel()  # only those still running: the join itself was cancelled
+        # Still running only when the join itself was cancelled (a race it lost): the
+        # branches end with it.
+        running = [task for task in tasks.values() if not task.done()]
+        for task in running:
+            task.cancel()
+        if running:
+            await asyncio.wait(running)
     join.collect(tasks)
     with durable.calling():
         return await join.finish(list(branches))

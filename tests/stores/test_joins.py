@@ -293,3 +293,24 @@ def test_a_def_body_runs_the_branches_in_turn_and_replays_finished_ones(
         "enrich/b",
         "enrich",
     ]
+
+
+def test_a_join_that_loses_a_race_ends_with_its_branches(
+    store: Store, app: App, client: Client
+) -> None:
+    @app.workflow("test.joins.raced.v1")
+    async def body(payload: Any, ctx: Context) -> Any:
+        index, _ = await ctx.race(
+            "first",
+            ctx.join("both", {"a": lambda: ctx.wait_for_event("never", event="never")}),
+            ctx.sleep("soon", 0.1),
+        )
+        return {"index": index, "after": await ctx.step("after", str.upper, "done")}
+
+    run_id = client.start("test.joins.raced.v1").id
+    with working(app):
+        run = wait_terminal(client, run_id)
+
+    assert run.status is RunStatus.SUCCEEDED, run.last_error
+    assert run.result == {"index": 1, "after": "DONE"}
+    assert "both" not in {row["name"] for row in journal(store, run_id)}
