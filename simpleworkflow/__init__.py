@@ -14,9 +14,11 @@ import logging
 from simpleworkflow.app import App
 from simpleworkflow.client import AsyncClient, Client
 from simpleworkflow.durable.context import Context
+from simpleworkflow.durable.loops import Break, Continue
 from simpleworkflow.errors import (
     ChildFailed,
     InvalidInput,
+    JoinError,
     PermanentError,
     RetryAfter,
     RunFinished,
@@ -51,12 +53,15 @@ logging.getLogger("simpleworkflow").addHandler(logging.NullHandler())
 __all__ = [
     "App",
     "AsyncClient",
+    "Break",
     "ChildFailed",
     "Client",
     "Context",
+    "Continue",
     "Event",
     "IntentPoller",
     "InvalidInput",
+    "JoinError",
     "JournalEntry",
     "Observer",
     "PermanentError",

@@ -252,6 +252,33 @@ class ChildFailed(PermanentError):
         super().__init__(f"child run {child_id} ended {status}{detail}")
 
 
+class JoinError(SimpleWorkflowError):
+    """Branches of a ``ctx.join`` failed. ``errors`` holds each failed branch's exception
+    by branch name, ``results`` the results of the branches that succeeded. Uncaught, it
+    is a failed attempt of the run, retried as the run's policy says (see
+    :class:`PermanentJoinError` for when it is not)."""
+
+    def __init__(self, join: str, errors: dict[str, BaseException], results: dict[str, Any]):
+        self.join = join
+        self.errors = errors
+        self.results = results
+        failed = "; ".join(f"{branch}: {type(e).__name__}: {e}" for branch, e in errors.items())
+        total = len(errors) + len(results)
+        super().__init__(f"join {join!r}: {len(errors)} of {total} branches failed: {failed}")
+
+    @classmethod
+    def of(cls, join: str, errors: dict[str, BaseException], results: dict[str, Any]) -> JoinError:
+        """A :class:`PermanentJoinError` when every failure is permanent, else a JoinError."""
+        permanent = all(isinstance(e, PermanentError) for e in errors.values())
+        return (PermanentJoinError if permanent else JoinError)(join, errors, results)
+
+
+class PermanentJoinError(JoinError, PermanentError):
+    """A :class:`JoinError` whose every failed branch failed for good (a ``StepFailed``, a
+    ``ChildFailed``, a ``PermanentError``): a retry would replay the same failures, so,
+    uncaught, it fails the run at once."""
+
+
 class RetryAfter(SimpleWorkflowError):
     """Raise in a step to run it again after ``delay`` without counting a failure (for a
     provider's rate limit, say). ``delay`` is seconds, a timedelta or a string like "30s"."""

@@ -20,7 +20,7 @@ from typing import Any
 
 from worker_app import Ledger
 
-from simpleworkflow import Context
+from simpleworkflow import Break, Context, Continue
 from simpleworkflow.app import App
 from simpleworkflow.retry import RetryPolicy
 from simpleworkflow.worker import IntentPoller
@@ -153,6 +153,27 @@ async def gated(payload: dict[str, Any], ctx: Context) -> None:
     while not os.path.exists(payload["gate"]):
         await asyncio.sleep(0.01)
     await ctx.step("after", _noted, ctx, "after", 2)
+
+
+@app.workflow("durable.loop.v1")
+async def durable_loop(payload: dict[str, Any], ctx: Context) -> int:
+    """A loop of ``payload["iterations"]`` iterations of one step each, its state committed
+    every 3 and its journal trimmed every 6 to the last 3; the body notes each iteration
+    it runs, and may park one worker after iteration ``park_at``'s step."""
+
+    async def iteration(n: int) -> Any:
+        LEDGER.write("iteration", ctx, iteration=n)
+        if n == payload["iterations"]:
+            return Break(n)
+        await ctx.step("work", _noted, ctx, f"work-{n}", n)
+        if payload.get("park_worker") == ctx.worker_id and payload.get("park_at") == n:
+            LEDGER.write("parked", ctx, iteration=n)
+            await asyncio.sleep(PARK_SECONDS)
+        return Continue(n + 1)
+
+    return int(
+        await ctx.loop("items", 0, iteration, commit_every=3, history_every=6, history_keep=3)
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

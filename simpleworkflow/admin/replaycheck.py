@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from simpleworkflow import errors
 from simpleworkflow.backends.records import Lease, RunQuery
-from simpleworkflow.durable import execution, patches
+from simpleworkflow.durable import execution, patches, scopes
 from simpleworkflow.durable.attempt import AttemptState
 from simpleworkflow.durable.holding import Holding
 from simpleworkflow.durable.journal import Durable
@@ -64,7 +64,7 @@ class _CheckingDurable(Durable):
 
     async def begin(self, name: str, kind: JournalKind, stopped: bool) -> JournalEntry | None:
         entry = await super().begin(name, kind, stopped)
-        if not answered(entry) and kind != JournalKind.RACE:  # a race's branches go on to their own
+        if not answered(entry) and kind not in scopes.CONTAINERS:  # judged by their branches
             raise _Frontier(name)
         return entry
 
@@ -73,6 +73,9 @@ class _CheckingDurable(Durable):
             raise _Frontier(name)
         # A patch decided: noted as if journaled, and the replay goes on past it.
         self.remember(self.entry(name, kind, self.encode(name, output)))
+
+    async def trim(self, names: list[str]) -> None:
+        raise _Frontier(names[0])  # a write: the replay stops before it
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

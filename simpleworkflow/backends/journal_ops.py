@@ -91,6 +91,18 @@ class JournalOps(StoreCore):
             yield from self.then("record_step", run_id=step.run_id, events=events)
         return rows
 
+    def trim_journal(self, run_id: str, token: str, names: list[str]) -> Op[bool]:
+        """Delete these journal entries of the run (a loop's old iterations), fenced by the
+        lease; False when the lease was lost (nothing deleted)."""
+        if not self.dialect.chained_writes:
+            yield ATOMIC  # the lease checked, then the rows deleted, in one transaction
+        params = {"run_id": run_id, "token": token, "names": json.dumps(names)}
+        rows = yield self.stmt("trim_journal", **params)
+        if not (rows and rows[0]["held"]):
+            return False
+        yield from self.then("trim_journal", **params)
+        return True
+
     def consume_signal(
         self, step: StepRecord, event: str, match: str | None
     ) -> Op[tuple[bool, Any, datetime | None] | None]:

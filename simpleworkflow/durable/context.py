@@ -19,8 +19,11 @@ from typing import Any, TypeVar
 from simpleworkflow import durations, errors, names, payloads
 from simpleworkflow.durable import (
     children,
+    joins,
+    loops,
     patches,
     races,
+    scopes,
     signals,
     sleeps,
     steps,
@@ -375,6 +378,42 @@ class Context:
         return self._durable_call(
             patches.patched(self._state, marker), f"ctx.patched({patch_id!r})"
         )
+
+    # -- scopes: loops and joins (see docs/durable.md) -----------------------------------
+
+    def loop(
+        self,
+        name: str,
+        state: Any,
+        body: Callable[[Any], Any],
+        *,
+        commit_every: int = loops.COMMIT_EVERY,
+        history_every: int | None = loops.HISTORY_EVERY,
+        history_keep: int = loops.HISTORY_KEEP,
+    ) -> Any:
+        """Run ``body(state)`` until it returns ``Break(result)`` (each ``Continue(new)``
+        runs it again on ``new``); return ``result``. Iteration ``i``'s durable calls are
+        journaled as ``name/~i/...``; the state is journaled every ``commit_every``
+        iterations and a replay starts from the latest; every ``history_every``
+        iterations (``None``: never) the rows of all but the last ``history_keep``
+        are deleted. See :mod:`~simpleworkflow.durable.loops`."""
+        with self._checking():
+            settings = loops.check_settings(commit_every, history_every, history_keep)
+            if not callable(body):
+                raise errors.InvalidArgument(f"loop's body must be callable, not {body!r:.80}")
+            unique = self._state.durable.name(scopes.check_part(name, "loop name"))
+        return loops.run(self._state, unique, state, body, settings, f"ctx.loop({name!r})")
+
+    def join(self, name: str, branches: dict[str, Any]) -> Any:
+        """Run every branch (an ``async def`` body: concurrently; a ``def`` body: one after
+        the other) and return their results by branch name; when any fails, raise
+        :class:`~simpleworkflow.errors.JoinError` with every failure and the others'
+        results. Branch ``b``'s durable calls are journaled as ``name/b/...``, its
+        result as ``name/b``: a replay does not run a finished branch again."""
+        with self._checking():
+            checked = joins.check(branches, self._state.async_body)
+            unique = self._state.durable.name(scopes.check_part(name, "join name"))
+        return joins.run(self._state, unique, checked, f"ctx.join({name!r})")
 
 
 async def _counted(

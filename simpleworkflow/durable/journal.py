@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from simpleworkflow import errors, names, outage, payloads
 from simpleworkflow.backends.ops import Op
 from simpleworkflow.backends.records import Lease, StepRecord
-from simpleworkflow.durable import races
+from simpleworkflow.durable import races, scopes
 from simpleworkflow.durable.holding import Holding
 from simpleworkflow.durable.journal_batches import StepJournal
 from simpleworkflow.durable.kinds import JournalKind
@@ -91,7 +91,7 @@ class Durable:
         Called when the durable call is made, not when it is awaited, so numbering follows
         the order of the calls in the code, also for parallel steps.
         """
-        names.validate_step_name(name)
+        name = scopes.path(names.validate_step_name(name))
         count = self._uses.get(name, 0) + 1
         self._uses[name] = count
         unique = name if count == 1 else f"{name}#{count}"
@@ -166,9 +166,10 @@ class Durable:
         if entry is not None and answered(entry):
             races.note(entry.completed_at)
             return entry
-        # A race is judged by its branches: when one of them suspended, their steps are
-        # journaled but the race is not, and they are met only as the branches run again.
-        if kind != JournalKind.RACE:
+        # A race (a loop, a join) is judged by its branches: when one of them suspended,
+        # their steps are journaled but the race is not, and they are met only as the
+        # branches run again.
+        if kind not in scopes.CONTAINERS:
             # Parallel branches started in the same tick meet their journaled steps
             # first, before this new step is judged against the journal.
             for _ in range(3):
@@ -262,6 +263,21 @@ class Durable:
             started_at=started_at,
             events=_default_events(name, kind, started_at) if events is None else events,
         )
+
+    async def trim(self, names: list[str]) -> None:
+        """Delete these entries from the journal (a loop's old iterations), fenced by the
+        lease; abandon the attempt if it is lost."""
+        if self.fenced:
+            raise errors.LeaseLost(names[0])
+        run_id, token = self.lease.run.id, self.lease.token
+        held = await self.until_available(
+            names[0],
+            lambda: self.backend.execute_async(self.backend.trim_journal(run_id, token, names)),
+        )
+        if not held:
+            raise errors.LeaseLost(names[0])
+        assert self.replay is not None
+        self.replay.forget(names)
 
     def journal_op(self, record: StepRecord) -> Op[bool]:
         """Journal ``record`` on a transaction of the caller's (a transactional step's),

@@ -25,3 +25,7 @@ class JournalKind(enum.StrEnum):
     RANDOM = "random"
     RATE_LIMIT = "rate_limit"
     PATCH = "patch"  # ctx.patched: which side of a code change the run is on
+    LOOP = "loop"  # ctx.loop: its result
+    LOOP_STATE = "loop_state"  # ctx.loop: the state committed before an iteration
+    JOIN = "join"  # ctx.join: every branch's result
+    JOIN_BRANCH = "join_branch"  # ctx.join: one branch's result

@@ -105,6 +105,16 @@ class Replay:
         """The patch decisions this replay holds (journaled, or made since)."""
         return [e for e in self._entries.values() if e.kind == JournalKind.PATCH]
 
+    def under(self, prefix: str) -> list[JournalEntry]:
+        """The entries whose name starts with ``prefix`` (a loop's or a join's rows)."""
+        return [e for name, e in self._entries.items() if name.startswith(prefix)]
+
+    def forget(self, names: list[str]) -> None:
+        """Drop entries the attempt has deleted from the journal (a loop's trimmed rows)."""
+        for name in names:
+            self._entries.pop(name, None)
+            self._unmet.discard(name)
+
     @property
     def unmet(self) -> list[str]:
         return sorted(self._unmet, key=lambda n: self._entries[n].position)

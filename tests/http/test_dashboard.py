@@ -22,7 +22,7 @@ from conftest import Store, poller_thread
 from fastapi import FastAPI
 from worker_app import wait_until
 
-from simpleworkflow import App, AsyncClient, Client, Context, dashboard, errors
+from simpleworkflow import App, AsyncClient, Break, Client, Context, Continue, dashboard, errors
 from simpleworkflow.backends.presence_ops import Presence
 from simpleworkflow.retry import RetryPolicy
 from simpleworkflow.server import Auth, create_app
@@ -591,3 +591,50 @@ def test_the_api_alone_when_asked_and_its_openapi_document_has_no_page(store: St
     finally:
         loop.run_until_complete(client.aclose())
         loop.close()
+
+
+def test_a_run_page_and_the_api_show_loop_iterations_and_join_branches_by_path(
+    store: Store, client: Client
+) -> None:
+    app = App(store.url, schema=store.schema)
+
+    @app.workflow("shop.batch.v1")
+    async def batch(payload: dict[str, Any], ctx: Context) -> Any:
+        async def page(n: int) -> Any:
+            await ctx.step("fetch", lambda: n)
+            return Break(n) if n == 2 else Continue(n + 1)
+
+        pages = await ctx.loop("pages", 0, page, commit_every=1)
+        both = await ctx.join("checks", {"a": lambda: ctx.step("check", lambda: "A")})
+        return {"pages": pages, **both}
+
+    run_id = client.start("shop.batch.v1").id
+    with poller_thread(app):
+        client.wait(run_id, timeout=30)
+    dash = Dash(store)
+    try:
+        html = dash.get(f"/runs/{run_id}").text
+        steps = dash.get(f"/api/v1/runs/{run_id}/steps").json()
+    finally:
+        dash.close()
+    lanes = re.findall(r'<div class="lane step"><span class="lane-name" title="([^"]+)"', html)
+    assert lanes == [
+        "pages/~0/fetch",
+        "pages/~1",
+        "pages/~1/fetch",
+        "pages/~2",
+        "pages/~2/fetch",
+        "pages",
+        "checks/a/check",
+        "checks/a",
+        "checks",
+    ]
+    assert "kind-loop_state" in html and "<td>loop_state</td>" in html
+    kinds = {step["step_name"]: step["kind"] for step in steps}
+    assert (kinds["pages/~1"], kinds["pages"], kinds["checks/a"], kinds["checks"]) == (
+        "loop_state",
+        "loop",
+        "join_branch",
+        "join",
+    )
+    assert kinds["pages/~2/fetch"] == kinds["checks/a/check"] == "step"

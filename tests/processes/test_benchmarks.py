@@ -276,3 +276,25 @@ def test_start_cpu_measures_each_call_on_both_sides(postgres_url: str) -> None:
     assert [row[0].strip() for row in rows] == ["start", "start_many", "async_start"]
     assert all(float(cell) > 0 for row in rows for cell in row[1:])
     assert done.stderr.count("round ") == 4
+
+
+def test_the_loops_benchmark_counts_rows_and_times_a_replay(postgres_url: str) -> None:
+    """``python -m benchmarks.loops`` at its smallest: on both stores, the trimmed loop's
+    journal keeps the last 100 iterations while the untrimmed one keeps them all."""
+    command = [
+        sys.executable, "-m", "benchmarks.loops",
+        "--iterations", "250",
+        "--repeat", "1",
+        "--postgres-url", postgres_url,
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["iterations"] == 250 and sorted(doc["results"]) == STORES
+    for kind, figures in doc["results"].items():
+        untrimmed, trimmed = figures["untrimmed"], figures["trimmed"]
+        # 250 steps, 25 committed states and the wait's row; trimmed: iterations 100 to
+        # 250 are kept (the trim after iteration 199 drops 0 to 99): 150 steps, 16 states.
+        assert (untrimmed["journal_rows"], trimmed["journal_rows"]) == (276, 167), kind
+        for setting in (untrimmed, trimmed):
+            assert math.isfinite(setting["replay_ms_median"]), kind

@@ -177,6 +177,42 @@ def test_a_worker_killed_at_any_step_boundary_never_reruns_a_journaled_step(
         assert [e.data["reason"] for e in retried] == ["lease_expired"], case
 
 
+# -- a durable loop resumes from its last committed state -------------------------------
+
+
+def test_a_worker_killed_inside_a_loop_resumes_from_the_last_committed_state(
+    store: Store, client: Client, workers: Workers, ledger: Ledger
+) -> None:
+    doomed = workers.start("w-doomed")
+    payload = {"iterations": 12, "park_worker": "w-doomed", "park_at": 8}
+    run_id = client.start("durable.loop.v1", payload).id
+    wait_until(lambda: ledger.entries("parked"), 30, lambda: f"never parked:\n{doomed.log()}")
+    assert doomed.stop(signal.SIGKILL) == -signal.SIGKILL
+    # Iterations 0 to 8 are journaled; the states before 3 and 6 are committed, and the
+    # trim after iteration 5 deleted iterations 0 to 2.
+    journaled = completed_steps(store, run_id)
+    assert journaled == {"items/~3", "items/~6"} | {f"items/~{n}/work" for n in range(3, 9)}
+    rescuer = workers.start("w-rescuer")
+
+    run = wait_until(
+        lambda: client.get(run_id).is_terminal and client.get(run_id),
+        40,
+        lambda: f"run is {client.get(run_id).status}:\n{rescuer.log()}",
+    )
+    assert run.status is RunStatus.SUCCEEDED, run.last_error
+    assert run.result == 12
+    steps = collections.Counter(e["step"] for e in ledger.entries("step"))
+    assert steps == {f"work-{n}": 1 for n in range(12)}, "a journaled step ran again"
+    # The rescuer started from the state committed before iteration 6: iterations 6 to
+    # 8 ran again (their steps replayed), none before.
+    resumed = [e["iteration"] for e in ledger.entries("iteration", worker="w-rescuer")]
+    assert resumed == list(range(6, 13))
+    # The trim after iteration 11 left iterations 9 to 12 (and the result).
+    assert completed_steps(store, run_id) == {"items/~9", "items/~12", "items"} | {
+        f"items/~{n}/work" for n in range(9, 12)
+    }
+
+
 # -- a durable sleep outlives its worker -------------------------------------------------
 
 

@@ -58,7 +58,7 @@ def unique(kind: str) -> str:
 
 
 def test_every_example_has_a_test() -> None:
-    tested = {"onboarding", "order_saga"}
+    tested = {"onboarding", "order_saga", "batch_processor"}
     assert {path.stem for path in EXAMPLES.glob("*.py")} == tested
 
 
@@ -167,6 +167,25 @@ def test_order_saga_ships_or_compensates_in_reverse_order(store: Store) -> None:
     assert shipped_id in saga.inventory.reserved
 
 
+# -- batch processor ----------------------------------------------------------------------
+
+
+def test_batch_processor_indexes_every_item_with_a_trimmed_journal(store: Store) -> None:
+    batch = example("batch_processor")
+    before = len(batch.catalog.indexed)
+    run, journal = asyncio.run(batch.run_batch(store.url, store.schema, page_size=25))
+
+    assert run.status is RunStatus.SUCCEEDED, run.last_error
+    assert run.result == {"processed": 1000}
+    assert batch.catalog.indexed[before:] == batch.catalog.items  # each page once, in order
+    # 40 pages and an empty fetch: the last trim (after iteration 39) kept iterations 30
+    # to 40 (their steps, the states committed before 30, 35 and 40) and the result.
+    names = [entry.step_name for entry in journal]
+    assert len(names) == 25 and names[0] == "process-items/~30" and names[-1] == "process-items"
+    assert {e.kind for e in journal} == {"loop_state", "step", "loop"}
+    assert not any(name.startswith(f"process-items/~{n}/") for n in range(30) for name in names)
+
+
 # -- the demo's copy ----------------------------------------------------------------------
 
 
@@ -204,7 +223,7 @@ def test_the_demo_runs_the_onboarding_example_s_steps() -> None:
 # -- as scripts, and as quoted in the docs ------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["onboarding", "order_saga"])
+@pytest.mark.parametrize("name", ["onboarding", "order_saga", "batch_processor"])
 def test_example_runs_as_a_script(name: str, tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(EXAMPLES / f"{name}.py")],

@@ -21,7 +21,7 @@ import pytest
 from conftest import Store
 from test_durable import QUICK, wait_suspended, wait_terminal, working
 
-from simpleworkflow import Client, Context, RunStatus, observe
+from simpleworkflow import Break, Client, Context, Continue, RunStatus, observe
 from simpleworkflow.app import App
 from simpleworkflow.models import Run
 
@@ -282,4 +282,55 @@ def test_a_step_out_of_attempts_fires_failed_without_a_retry(
         "started charge 2",
         "failed charge 2 retrying=False",
         "attempt end",
+    ]
+
+
+@pytest.mark.parametrize("sync", [False, True], ids=["async_body", "def_body"])
+def test_steps_in_loops_and_joins_fire_their_hooks_and_spans_by_path(
+    store: Store, app: App, client: Client, sync: bool
+) -> None:
+    recorder, witness = Recorder(), Witness()
+    app.observe(recorder)
+
+    if sync:
+
+        @app.workflow("test.observe.scoped.v1")
+        def scoped(payload: Any, ctx: Context) -> Any:
+            def turn(n: int) -> Any:
+                ctx.step("work", witness.step)
+                return Break(n) if n == 1 else Continue(n + 1)
+
+            ctx.loop("items", 0, turn)
+            return ctx.join("both", {"a": lambda: ctx.step("call", witness.step)})
+
+    else:
+
+        @app.workflow("test.observe.scoped.v1")
+        async def scoped(payload: Any, ctx: Context) -> Any:
+            async def turn(n: int) -> Any:
+                await ctx.step("work", witness.step)
+                return Break(n) if n == 1 else Continue(n + 1)
+
+            await ctx.loop("items", 0, turn)
+            return await ctx.join("both", {"a": lambda: ctx.step("call", witness.step)})
+
+    run_id = client.start("test.observe.scoped.v1").id
+    with working(app):
+        run = wait_terminal(client, run_id)
+
+    assert run.status is RunStatus.SUCCEEDED, run.last_error
+    assert recorder.of(run_id) == [
+        "attempt",
+        "started items/~0/work 1",
+        "completed items/~0/work 1",
+        "started items/~1/work 1",
+        "completed items/~1/work 1",
+        "started both/a/call 1",
+        "completed both/a/call 1",
+        "attempt end",
+    ]
+    assert [span for _, span in witness.steps] == [
+        "step items/~0/work 1",
+        "step items/~1/work 1",
+        "step both/a/call 1",
     ]

@@ -1163,6 +1163,23 @@ with lease as (
 )
 select run_id from saved
 
+-- name: trim_journal
+-- Delete journal entries of a run (a durable loop's old iterations), fenced by the lease
+-- under FOR SHARE as in record_step; held is 0 when the lease was lost.
+with lease as (
+    select id from {schema}workflow_run
+    where id = %(run_id)s and lease_token = %(token)s and status = 'leased'
+      and lease_until > now()
+    for share
+), trimmed as (
+    delete from {schema}workflow_step s
+    using lease
+    where s.run_id = lease.id
+      and s.step_name in (select jsonb_array_elements_text(%(names)s::jsonb))
+    returning 1
+)
+select (select count(*) from lease) as held, (select count(*) from trimmed) as trimmed
+
 -- name: record_steps
 -- Journal the steps of many runs at once (group commit), each fenced by its own lease,
 -- checked under FOR SHARE as in record_step. A run whose row is locked by an UPDATE (a

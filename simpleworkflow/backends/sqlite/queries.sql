@@ -789,6 +789,17 @@ set status = excluded.status, output = excluded.output, attempts = excluded.atte
 where workflow_step.status = 'retrying'
 returning run_id as id
 
+-- name: trim_journal
+-- Whether the lease holds, in the transaction whose follow-up deletes a run's journal
+-- entries (a durable loop's old iterations): nothing is deleted when it was lost.
+select 1 as held from workflow_run
+where id = :run_id and lease_token = :token and status = 'leased'
+  and lease_until > strftime('%Y-%m-%d %H:%M:%f', 'now')
+
+-- name: trim_journal_then_delete
+delete from workflow_step
+where run_id = :run_id and step_name in (select value from json_each(:names))
+
 -- name: record_step_then_events
 insert into workflow_event (workflow_id, event_type, data, created_at)
 select :run_id, json_extract(e.value, '$.type'), json(json_extract(e.value, '$.data')),
