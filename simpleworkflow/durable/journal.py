@@ -76,6 +76,11 @@ class Durable:
         self._outage = steps.unavailable if steps is not None else None
         self.holding = Holding(lease, backend, None if steps is None else steps.checks, stop)
         self._refused: list[errors.InvalidInput] = []
+        #: The compensations registered (``ctx.on_rollback``), by journal name: made at
+        #: the first, so that a run that registers none pays nothing.
+        self.rollbacks: dict[str, Any] | None = None
+        #: The compensations are running (see ``compensations``).
+        self.compensating = False
 
     @property
     def fenced(self) -> bool:
@@ -166,6 +171,11 @@ class Durable:
         if entry is not None and answered(entry):
             races.note(entry.completed_at)
             return entry
+        if self.compensating:
+            await self.holding.confirm()
+            return entry  # a compensation runs, even past the run's deadline
+        if replay.rolling_back:
+            raise errors.RollingBack(name)  # the body has registered its compensations
         # A race is judged by its branches: when one of them suspended, their steps are
         # journaled but the race is not, and they are met only as the branches run again.
         if kind != JournalKind.RACE:

@@ -24,3 +24,5 @@ class JournalKind(enum.StrEnum):
     UUID = "uuid"
     RANDOM = "random"
     RATE_LIMIT = "rate_limit"
+    ON_ROLLBACK = "on_rollback"  # ctx.on_rollback: a compensation registered
+    ROLLBACK = "rollback"  # the run failed for good and rolls back: its error, kept
