@@ -29,7 +29,7 @@ from simpleworkflow.backends.records import Failure, Suspension
 from simpleworkflow.durable import steps
 from simpleworkflow.durable.attempt import AttemptState
 from simpleworkflow.durable.kinds import JournalKind
-from simpleworkflow.durable.replay import COMPENSATION_PATH, ROLLBACK_STEP
+from simpleworkflow.durable.replay import COMPENSATION_PATH, ROLLBACK_STEP, Replay
 from simpleworkflow.retry import RetryPolicy
 
 #: The path of a compensation's registration in the journal.
@@ -69,6 +69,15 @@ async def register(state: AttemptState, name: str, compensation: Compensation) -
     if durable.rollbacks is None:
         durable.rollbacks = {}
     durable.rollbacks[name] = compensation
+    replay = durable.replay
+    if replay is not None and replay.rolling_back and _all_again(replay, durable.rollbacks):
+        raise errors.RollingBack(name)
+
+
+def _all_again(replay: Replay, registered: dict[str, Any]) -> bool:
+    """Every journaled compensation is registered again: what the body does next (the
+    work that failed, maybe slowly) is not needed to roll back."""
+    return len(registered) >= replay.count(JournalKind.ON_ROLLBACK)
 
 
 def step_of(registration: str) -> str:
@@ -107,6 +116,7 @@ async def roll_back(state: AttemptState, failed: Failure | None) -> Failure | Su
             await durable.journal(ROLLBACK_STEP, JournalKind.ROLLBACK, kept, events=events)
         except errors.LeaseLost:
             return None
+        replay.rolling_back = True  # a branch of the body still running stops at its next call
     else:
         marker = replay.journaled(ROLLBACK_STEP)
         assert marker is not None
@@ -114,15 +124,11 @@ async def roll_back(state: AttemptState, failed: Failure | None) -> Failure | Su
     if state.is_cancelled():  # a cancelled run stops here; one out of time goes on later
         return _later(state) if state.stop_reason == _TIMED_OUT else None
     outcomes = []
-    durable.compensating = True
-    try:
-        for entry in reversed(replay.of_kind(JournalKind.ON_ROLLBACK)):
-            outcome = await _compensate(state, entry.step_name)
-            if isinstance(outcome, Suspension) or outcome is None:
-                return outcome
-            outcomes.append(outcome)
-    finally:
-        durable.compensating = False
+    for entry in reversed(replay.of_kind(JournalKind.ON_ROLLBACK)):
+        outcome = await _compensate(state, entry.step_name)
+        if isinstance(outcome, Suspension) or outcome is None:
+            return outcome
+        outcomes.append(outcome)
     return _failure(state, kept, outcomes)
 
 

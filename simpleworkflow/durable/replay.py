@@ -70,6 +70,7 @@ class Replay:
         #: The run failed for good and rolls back: its body replays only to register its
         #: compensations again, and the compensations' own entries are not the body's.
         self.rolling_back = ROLLBACK_STEP in self._entries
+        self._counts: dict[JournalKind, int] = {}
         if self.rolling_back:
             self._unmet = {n for n in self._unmet if n != ROLLBACK_STEP and not compensation(n)}
 
@@ -117,6 +118,12 @@ class Replay:
         """The entries of ``kind``, in the order they were first journaled."""
         found = [e for e in self._entries.values() if e.kind == kind]
         return sorted(found, key=lambda e: e.position)
+
+    def count(self, kind: JournalKind) -> int:
+        """How many entries of ``kind`` the journal held when it was read."""
+        if kind not in self._counts:
+            self._counts[kind] = sum(1 for e in self._entries.values() if e.kind == kind)
+        return self._counts[kind]
 
     def remember(self, entry: JournalEntry) -> None:
         """Record an entry written during this attempt (so a later lookup finds it)."""

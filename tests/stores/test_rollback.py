@@ -9,11 +9,15 @@ kept by the test, so that "ran once" is what really ran, not what the engine say
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
+import time
 from typing import Any
 
 import pytest
+from api_helpers import PREFIX, Api
 from conftest import Store, poller_thread
+from test_dashboard import Dash
 from worker_app import wait_until
 
 from simpleworkflow import Client, Context, RunStatus, errors, observe
@@ -398,3 +402,69 @@ def test_replay_check_passes_a_run_halfway_through_its_compensations(
         backend.close()
     assert report.verdict == replaycheck.OK, report.detail
     assert ledger.calls == ["do a", "do b", "do c", "undo c", "undo b"]
+
+
+@pytest.mark.parametrize("sync", [False, True], ids=["async_body", "def_body"])
+def test_an_attempt_out_of_time_leaves_the_compensations_to_the_next_one(
+    app: App, client: Client, ledger: Ledger, sync: bool
+) -> None:
+    """The last attempt runs past the handler's timeout: it journals the rollback and
+    gives the run back; the next replays the body only up to its registrations (not into
+    the slow work again) and runs the compensations."""
+    type_ = f"test.rollback.slow{'sync' if sync else 'async'}.v1"
+    if sync:
+
+        @app.workflow(type_, timeout=1)
+        def slow(payload: Any, ctx: Context) -> Any:
+            ctx.step("reserve", ledger.note, "reserve")
+            ctx.on_rollback("release", ledger.note, "release")
+            ledger.note("slow work")
+            while not ctx.is_cancelled():
+                time.sleep(0.01)
+
+    else:
+
+        @app.workflow(type_, timeout=1)
+        async def slow_async(payload: Any, ctx: Context) -> Any:
+            await ctx.step("reserve", ledger.note, "reserve")
+            await ctx.on_rollback("release", ledger.note, "release")
+            ledger.note("slow work")
+            await asyncio.sleep(60)
+
+    run_id = client.start(type_, max_attempts=1).id
+    with working(app):
+        run = finished(client, run_id)
+
+    assert run.status is RunStatus.FAILED
+    assert "HandlerTimeout" in (run.last_error or "")
+    assert ledger.calls == ["reserve", "slow work", "release"]
+    assert [o["outcome"] for o in failed_event(client, run_id)["rollback"]] == ["completed"]
+
+
+def test_the_api_and_the_dashboard_show_registrations_and_compensations(
+    store: Store, app: App, client: Client, ledger: Ledger
+) -> None:
+    _saga(app, ledger, False, "test.rollback.shown.v1", _roll_back)
+    run_id = client.start("test.rollback.shown.v1").id
+    with working(app):
+        finished(client, run_id)
+
+    api, dash = Api(store), Dash(store)
+    try:
+        steps = api.get(f"{PREFIX}/runs/{run_id}/steps").json()
+        page = dash.get(f"/runs/{run_id}").text
+    finally:
+        api.close()
+        dash.close()
+    shown = [(s["step_name"], s["kind"], s["status"]) for s in steps]
+    assert shown[5:] == [
+        ("on_rollback/c", "on_rollback", "completed"),
+        ("@rollback", "rollback", "completed"),
+        ("rollback/c", "step", "completed"),
+        ("rollback/b", "step", "completed"),
+        ("rollback/a", "step", "completed"),
+    ]
+    assert "<td>on_rollback/a</td><td>on_rollback</td>" in page
+    assert "<td>rollback/a</td><td>step</td>" in page
+    bar = re.search(r'class="bar kind-(\w+)" style="[^"]*" title="rollback/a \(([^"]+)"', page)
+    assert bar and bar.group(1) == "step", page
