@@ -26,6 +26,7 @@ PUBLIC_NAMES = [
     "RegistryEntry",
     "RetryAfter",
     "RetryPolicy",
+    "RollbackError",
     "Run",
     "RunFinished",
     "RunNotFound",
