@@ -124,11 +124,13 @@ async def roll_back(state: AttemptState, failed: Failure | None) -> Failure | Su
     if state.is_cancelled():  # a cancelled run stops here; one out of time goes on later
         return _later(state) if state.stop_reason == _TIMED_OUT else None
     outcomes = []
-    for entry in reversed(replay.of_kind(JournalKind.ON_ROLLBACK)):
-        outcome = await _compensate(state, entry.step_name)
-        if isinstance(outcome, Suspension) or outcome is None:
-            return outcome
-        outcomes.append(outcome)
+    # The compensations are the attempt's code too: a tracer's steps go in its span.
+    with state.observers.around_attempt(state.run, state.worker_id):
+        for entry in reversed(replay.of_kind(JournalKind.ON_ROLLBACK)):
+            outcome = await _compensate(state, entry.step_name)
+            if isinstance(outcome, Suspension) or outcome is None:
+                return outcome
+            outcomes.append(outcome)
     return _failure(state, kept, outcomes)
 
 
