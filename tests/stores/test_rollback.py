@@ -403,6 +403,25 @@ def test_replay_check_passes_a_run_halfway_through_its_compensations(
     assert report.verdict == replaycheck.OK, report.detail
     assert ledger.calls == ["do a", "do b", "do c", "undo c", "undo b"]
 
+    changed = App(store.url, schema=store.schema)  # "b" is no longer registered
+
+    @changed.workflow("test.rollback.checked.v1")
+    async def body(payload: Any, ctx: Context) -> Any:
+        for name in ("a", "b", "c"):
+            await ctx.step(name, ledger.note, f"do {name}")
+            if name != "b":
+                await ctx.on_rollback(name, ledger.note, f"undo {name}")
+        _roll_back(ctx)
+
+    backend = store.backend()
+    try:
+        reports = asyncio.run(replaycheck.check_runs(changed, backend))
+    finally:
+        backend.close()
+    (report,) = [r for r in reports if r.run_id == run_id]
+    assert report.verdict == replaycheck.DIVERGED
+    assert "'on_rollback/b'" in report.detail
+
 
 @pytest.mark.parametrize("sync", [False, True], ids=["async_body", "def_body"])
 def test_an_attempt_out_of_time_leaves_the_compensations_to_the_next_one(
