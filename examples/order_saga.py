@@ -2,20 +2,20 @@
 
 There is no transaction across an inventory service, a payment provider and a carrier.
 A saga replaces it with steps and compensations: each step that succeeded registers the
-step that undoes it, and when a later step fails for good the compensations run in
-reverse order. Each compensation is a journaled step too, so a crash halfway through the
-undoing resumes it instead of refunding twice.
+function that undoes it (``ctx.on_rollback``), and when the run fails for good the
+compensations run in reverse order. Each compensation is a journaled step too
+(``rollback/<name>``), so a crash halfway through the undoing resumes it instead of
+refunding twice.
 
 How the run ends, by design:
 
 - shipped: the run **succeeds** with ``{"status": "shipped", ...}``;
-- shipping failed and everything was undone: the run **succeeds** with
-  ``{"status": "compensated", "reason": ...}``. The workflow did its whole job (the
-  customer is refunded, the stock released), and retrying the run cannot ship the order;
-  the caller reads the outcome from the result;
-- a compensation itself failed for good: the run **fails**, with that error. This is
-  the case a person must look at, and ``failed`` is what alerts and
-  ``simpleworkflow runs list --status failed`` find.
+- shipping failed: the compensations run (refund, then release), and the run **fails**
+  with the shipping error; its ``failed`` event lists each compensation's outcome
+  (``data["rollback"]``). The order was not placed, and ``failed`` is what a caller,
+  an alert and ``simpleworkflow runs list --status failed`` see;
+- a compensation itself failed for good: the others still run, and the run fails with
+  the shipping error plus a line naming that compensation, for a person to look at.
 
 Run it (a worker in this process, on a throw-away SQLite file)::
 
@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import sys
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +75,7 @@ class Carrier:
     def ship(self, order_id: str, country: str) -> dict[str, str]:
         if country not in SERVED_COUNTRIES:
             # No retry can change this: a PermanentError is not retried, so the step
-            # fails at once and StepFailed reaches the workflow.
+            # fails at once, and StepFailed fails the run without a retry.
             raise errors.PermanentError(f"no carrier delivers to {country}")
         return {"tracking": f"trk_{order_id}"}
 
@@ -92,20 +91,15 @@ CHARGE_RETRY = RetryPolicy(backoff="exponential", base="2s", cap="1m", max_attem
 def place_order(order: dict[str, Any], ctx: Context) -> dict[str, Any]:
     # A plain ``def`` body runs in a worker thread; ctx.step returns the value directly.
     order_id = order["order_id"]
-    undo: list[tuple[str, Callable[[str], None]]] = []
-    try:
-        ctx.step("reserve-stock", inventory.reserve, order_id, order["items"])
-        undo.append(("release-stock", inventory.release))
-        ctx.step("charge-card", payments.charge, order_id, order["amount"], retry=CHARGE_RETRY)
-        undo.append(("refund-card", payments.refund))
-        shipment = ctx.step("ship", carrier.ship, order_id, order["country"])
-    except errors.StepFailed as failure:
-        # Undo in reverse order. Compensations are steps with the default retry policy
-        # (3 attempts, 1 s then 2 s apart); one that fails for good raises StepFailed out
-        # of the body, and the run fails: then a person has to step in.
-        for name, compensate in reversed(undo):
-            ctx.step(name, compensate, order_id)
-        return {"status": "compensated", "failed_step": failure.step, "reason": str(failure)}
+    ctx.step("reserve-stock", inventory.reserve, order_id, order["items"])
+    # From here on, a run that fails for good releases the stock. Compensations run in
+    # reverse order of registration, each once, as a step with the default retry policy
+    # (3 attempts, 1 s then 2 s apart) unless given ``retry=``.
+    ctx.on_rollback("release-stock", inventory.release, order_id)
+    ctx.step("charge-card", payments.charge, order_id, order["amount"], retry=CHARGE_RETRY)
+    ctx.on_rollback("refund-card", payments.refund, order_id)
+    # A PermanentError from the carrier fails the step, and then the run, at once.
+    shipment = ctx.step("ship", carrier.ship, order_id, order["country"])
     return {"status": "shipped", "tracking": shipment["tracking"]}
 
 
@@ -136,11 +130,13 @@ async def place_orders(
 
 def print_trail(run: Run, events: list[Event]) -> None:
     """The audit trail, one event a line, with the step it concerns."""
-    print(f"run {run.id} {run.status.value}: {run.result}")
+    failed = (run.last_error or "").strip().splitlines()[-1:]
+    outcome = run.result if run.status.value == "succeeded" else " ".join(failed)
+    print(f"run {run.id} {run.status.value}: {outcome}")
     for event in events:
         data = event.data if isinstance(event.data, dict) else {}
         error = data.get("error", {}).get("message", "")
-        print(f"  {event.event_type:<16} {data.get('step', ''):<14} {error}".rstrip())
+        print(f"  {event.event_type:<16} {data.get('step', ''):<22} {error}".rstrip())
 
 
 def main(database_url: str | None = None) -> None:

@@ -171,7 +171,14 @@ class StoreUnavailable(SimpleWorkflowError):
 
 
 class PermanentError(SimpleWorkflowError):
-    """Raise (or subclass) in a handler for a failure that no retry can fix."""
+    """Raise (or subclass) in a handler for a failure that no retry can fix: from the
+    body or from a step's function, it fails the run at once (seed 004's
+    ``CriticalError``); its compensations then run (see ``Context.on_rollback``)."""
+
+
+class RollbackError(PermanentError):
+    """Raise in a body (or a step's function) to fail the run now, without a retry, and
+    roll it back: its registered compensations run in reverse order."""
 
 
 class HandlerTimeout(SimpleWorkflowError, TimeoutError):
@@ -309,6 +316,11 @@ class Suspend(BaseException):
         self.run_at = run_at
         self.delay = delay
         super().__init__(f"{event} at step {step!r}")
+
+
+class RollingBack(BaseException):
+    """Internal: the run is rolling back, and its replayed body reached a call its
+    journal cannot answer; the body stops there and the compensations run."""
 
 
 class LeaseLost(BaseException):

@@ -20,7 +20,7 @@ from typing import Any
 
 from worker_app import Ledger
 
-from simpleworkflow import Break, Context, Continue
+from simpleworkflow import Break, Context, Continue, errors
 from simpleworkflow.app import App
 from simpleworkflow.retry import RetryPolicy
 from simpleworkflow.worker import IntentPoller
@@ -174,6 +174,39 @@ async def durable_loop(payload: dict[str, Any], ctx: Context) -> int:
     return int(
         await ctx.loop("items", 0, iteration, commit_every=3, history_every=6, history_keep=3)
     )
+
+
+def _undo(ctx: Context, payload: dict[str, Any], k: int) -> None:
+    LEDGER.write("undo", ctx, step=f"u{k}")
+    if payload.get("park_worker") == ctx.worker_id and payload.get("park_step") == k:
+        LEDGER.write("parked", ctx, step=f"u{k}")
+        time.sleep(PARK_SECONDS)
+
+
+@app.workflow("durable.saga.sync.v1")
+def saga(payload: dict[str, Any], ctx: Context) -> None:
+    """Three steps, each registering its compensation, then a ``RollbackError``. The
+    payload may park one worker inside compensation k (``park_step``)."""
+    for k in range(1, 4):
+        ctx.step(f"s{k}", _noted, ctx, f"s{k}", k)
+        ctx.on_rollback(f"u{k}", _undo, ctx, payload, k)
+    raise errors.RollbackError("roll the saga back")
+
+
+async def _undo_async(ctx: Context, payload: dict[str, Any], k: int) -> None:
+    LEDGER.write("undo", ctx, step=f"u{k}")
+    if payload.get("park_worker") == ctx.worker_id and payload.get("park_step") == k:
+        LEDGER.write("parked", ctx, step=f"u{k}")
+        await asyncio.sleep(PARK_SECONDS)
+
+
+@app.workflow("durable.saga.async.v1")
+async def saga_async(payload: dict[str, Any], ctx: Context) -> None:
+    """The async twin of :func:`saga`."""
+    for k in range(1, 4):
+        await ctx.step(f"s{k}", _noted, ctx, f"s{k}", k)
+        await ctx.on_rollback(f"u{k}", _undo_async, ctx, payload, k)
+    raise errors.RollbackError("roll the saga back")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -135,12 +135,14 @@ async def check_run(
     except TimeoutError:
         detail = f"the body did not reach the end of its journal within {timeout:g}s"
         return ReplayReport(run.id, run.type, ERROR, detail)
-    except (_Frontier, errors.Suspend):
-        pass
+    except (_Frontier, errors.Suspend, errors.RollingBack):
+        pass  # a run rolling back replays only until it has registered its compensations
     except errors.ReplayDivergence as exc:
         return ReplayReport(run.id, run.type, DIVERGED, str(exc))
     except Exception as exc:
-        return ReplayReport(run.id, run.type, ERROR, f"{type(exc).__name__}: {exc}")
+        replay = state.durable.replay
+        if replay is None or not replay.rolling_back:  # else: the error it rolls back for
+            return ReplayReport(run.id, run.type, ERROR, f"{type(exc).__name__}: {exc}")
     replay = state.durable.replay
     unmet = replay.unmet if replay is not None else []
     if unmet:

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from simpleworkflow import durations, errors, names, payloads
 from simpleworkflow.durable import (
     children,
+    compensations,
     joins,
     loops,
     patches,
@@ -414,6 +415,31 @@ class Context:
             checked = joins.check(branches, self._state.async_body)
             unique = self._state.durable.name(scopes.check_part(name, "join name"))
         return joins.run(self._state, unique, checked, f"ctx.join({name!r})")
+
+    # -- compensations ----------------------------------------------------------------
+
+    def on_rollback(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        retry: RetryPolicy | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Register ``fn(*args, **kwargs)`` as the compensation of what the run did so far
+        (await it in an async body). If the run fails for good, its compensations run in
+        reverse order of registration, each once, as step ``rollback/<name>`` retried as
+        ``retry`` says; then the run ends ``failed`` with its own error. Journaled: a
+        replay registers the same list again without running anything. A cancelled run
+        runs none. See docs/durable.md."""
+        with self._checking():
+            compensations.check(fn, retry)
+            unique = self._state.durable.name(compensations.REGISTRATION_PATH + name)
+        compensation = compensations.Compensation(fn, args, kwargs, retry)
+        return self._durable_call(
+            compensations.register(self._state, unique, compensation),
+            f"ctx.on_rollback({name!r})",
+        )
 
 
 async def _counted(

@@ -12,7 +12,7 @@ from typing import Any
 
 from simpleworkflow import errors, payloads
 from simpleworkflow.backends.base import Failure, Lease, Success, Suspension
-from simpleworkflow.durable import tracebacks
+from simpleworkflow.durable import compensations, tracebacks
 from simpleworkflow.durable.attempt import AttemptState
 from simpleworkflow.durable.context import Context
 from simpleworkflow.durable.handler_threads import HandlerThreads
@@ -52,10 +52,11 @@ async def _outcome(
     if deadline is not None and lease.claimed_at is not None and lease.claimed_at >= deadline:
         exc = errors.DeadlineExceeded(f"the run's deadline ({deadline.isoformat()}) has passed")
         return failure(definition, lease, exc, state.worker_id)
-    durable = state.durable
     try:
         value = await call(definition, lease.run.payload, state, executor)
     except errors.Suspend:
+        if compensations.rolling_back(state):
+            return await compensations.roll_back(state, None)
         return await _suspended(state)
     except asyncio.CancelledError:
         if state.is_cancelled():
@@ -63,13 +64,37 @@ async def _outcome(
         raise
     except (errors.Cancelled, errors.LeaseLost):
         return None
+    except errors.RollingBack:
+        return await compensations.roll_back(state, None)
     except Exception as exc:
-        if durable.waits.suspended:
-            return await _suspended(state)  # a parallel branch suspended first
-        # A durable call that refused its arguments would refuse them on every retry.
-        retryable = not durable.refused(exc)
-        return failure(definition, lease, exc, state.worker_id, retryable=retryable)
+        return await _raised(definition, state, exc)
+    return await _finished(definition, state, value, max_result_bytes)
+
+
+async def _raised(
+    definition: Definition, state: AttemptState, exc: Exception
+) -> Success | Failure | Suspension | None:
+    """The outcome of a body that raised ``exc``: a failure, rolled back when final."""
+    durable = state.durable
+    if compensations.rolling_back(state):
+        return await compensations.roll_back(state, None)
     if durable.waits.suspended:
+        return await _suspended(state)  # a parallel branch suspended first
+    # A durable call that refused its arguments would refuse them on every retry.
+    retryable = not durable.refused(exc)
+    outcome = failure(definition, state.lease, exc, state.worker_id, retryable=retryable)
+    if outcome.final and compensations.pending(state):
+        return await compensations.roll_back(state, outcome)
+    return outcome
+
+
+async def _finished(
+    definition: Definition, state: AttemptState, value: Any, max_result_bytes: int
+) -> Success | Failure | Suspension | None:
+    """The outcome of a body that returned ``value``."""
+    if compensations.rolling_back(state):
+        return await compensations.roll_back(state, None)
+    if state.durable.waits.suspended:
         # The body swallowed a suspension (gather(return_exceptions=True) ...): it has
         # not really finished, so it waits and replays like any other.
         return await _suspended(state)

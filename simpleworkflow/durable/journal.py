@@ -32,7 +32,7 @@ from simpleworkflow.durable import races, scopes
 from simpleworkflow.durable.holding import Holding
 from simpleworkflow.durable.journal_batches import StepJournal
 from simpleworkflow.durable.kinds import JournalKind
-from simpleworkflow.durable.replay import Replay, answered, check_readable
+from simpleworkflow.durable.replay import Replay, answered, check_readable, compensation
 from simpleworkflow.durable.suspension import Waits
 from simpleworkflow.models import JournalEntry
 
@@ -76,6 +76,9 @@ class Durable:
         self._outage = steps.unavailable if steps is not None else None
         self.holding = Holding(lease, backend, None if steps is None else steps.checks, stop)
         self._refused: list[errors.InvalidInput] = []
+        #: The compensations registered (``ctx.on_rollback``), by journal name: made at
+        #: the first, so that a run that registers none pays nothing.
+        self.rollbacks: dict[str, Any] | None = None
 
     @property
     def fenced(self) -> bool:
@@ -166,6 +169,11 @@ class Durable:
         if entry is not None and answered(entry):
             races.note(entry.completed_at)
             return entry
+        if replay.rolling_back:
+            if not compensation(name):
+                raise errors.RollingBack(name)  # the body has registered its compensations
+            await self.holding.confirm()
+            return entry  # a compensation runs, even past the run's deadline
         # A race (a loop, a join) is judged by its branches: when one of them suspended,
         # their steps are journaled but the race is not, and they are met only as the
         # branches run again.

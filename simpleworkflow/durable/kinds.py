@@ -29,3 +29,5 @@ class JournalKind(enum.StrEnum):
     LOOP_STATE = "loop_state"  # ctx.loop: the state committed before an iteration
     JOIN = "join"  # ctx.join: every branch's result
     JOIN_BRANCH = "join_branch"  # ctx.join: one branch's result
+    ON_ROLLBACK = "on_rollback"  # ctx.on_rollback: a compensation registered
+    ROLLBACK = "rollback"  # the run failed for good and rolls back: its error, kept

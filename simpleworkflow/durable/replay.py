@@ -15,6 +15,10 @@ from simpleworkflow.models import JournalEntry, unreadable_fields
 #: The kinds of journal entry this version writes, and so can replay.
 KINDS = frozenset(JournalKind)
 STATUSES = frozenset({"completed", "retrying"})
+#: The journal entry that says the run failed for good and rolls back (see ``compensations``).
+ROLLBACK_STEP = "@rollback"
+#: The path of the steps that run a run's compensations.
+COMPENSATION_PATH = "rollback/"
 
 
 def check_readable(run_id: str, entries: list[JournalEntry]) -> None:
@@ -53,6 +57,11 @@ def answered(entry: JournalEntry | None) -> bool:
     return entry is not None and (entry.status == "completed" or gave_up(entry))
 
 
+def compensation(name: str) -> bool:
+    """Whether step ``name`` runs a compensation (see ``compensations``)."""
+    return name.startswith(COMPENSATION_PATH)
+
+
 class Replay:
     def __init__(self, entries: list[JournalEntry]) -> None:
         self._entries = {entry.step_name: entry for entry in entries}
@@ -60,6 +69,12 @@ class Replay:
         # retired) replays the same steps (see ``patches``).
         self._unmet = {e.step_name for e in entries if answered(e) and e.kind != JournalKind.PATCH}
         self._next_position = max((e.position for e in entries), default=-1) + 1
+        #: The run failed for good and rolls back: its body replays only to register its
+        #: compensations again, and the compensations' own entries are not the body's.
+        self.rolling_back = ROLLBACK_STEP in self._entries
+        self._counts: dict[JournalKind, int] = {}
+        if self.rolling_back:
+            self._unmet = {n for n in self._unmet if n != ROLLBACK_STEP and not compensation(n)}
 
     def lookup(self, name: str, kind: JournalKind) -> JournalEntry | None:
         """The journal entry of this step, if any, marked as met."""
@@ -96,6 +111,21 @@ class Replay:
     def meet(self, names: list[str]) -> None:
         """Count steps as met without looking them up (the branches a race cancelled)."""
         self._unmet.difference_update(names)
+
+    def journaled(self, name: str) -> JournalEntry | None:
+        """The entry of ``name`` if the journal holds one; marks nothing as met."""
+        return self._entries.get(name)
+
+    def of_kind(self, kind: JournalKind) -> list[JournalEntry]:
+        """The entries of ``kind``, in the order they were first journaled."""
+        found = [e for e in self._entries.values() if e.kind == kind]
+        return sorted(found, key=lambda e: e.position)
+
+    def count(self, kind: JournalKind) -> int:
+        """How many entries of ``kind`` the journal held when it was read."""
+        if kind not in self._counts:
+            self._counts[kind] = sum(1 for e in self._entries.values() if e.kind == kind)
+        return self._counts[kind]
 
     def remember(self, entry: JournalEntry) -> None:
         """Record an entry written during this attempt (so a later lookup finds it)."""

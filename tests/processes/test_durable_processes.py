@@ -213,6 +213,58 @@ def test_a_worker_killed_inside_a_loop_resumes_from_the_last_committed_state(
     }
 
 
+# -- SIGKILL during the compensations ------------------------------------------------------
+
+
+def test_a_worker_killed_during_compensations_never_reruns_a_journaled_one(
+    store: Store, client: Client, workers: Workers, ledger: Ledger
+) -> None:
+    """Parked inside compensation k (they run u3, u2, u1): the rescuer replays the body
+    without running a step or registering anything again, skips the compensations
+    journaled before the kill, runs the rest, and the run fails with its own error."""
+    doomed = workers.start("w-doomed")
+    cases = {
+        client.start(f"durable.saga.{body}.v1", {"park_worker": "w-doomed", "park_step": k}).id: (
+            body,
+            k,
+        )
+        for body in ("sync", "async")
+        for k in (3, 2, 1)
+    }
+    wait_until(
+        lambda: len(ledger.entries("parked")) == len(cases),
+        30,
+        lambda: f"parked: {len(ledger.entries('parked'))} of {len(cases)}\n{doomed.log()}",
+    )
+    assert doomed.stop(signal.SIGKILL) == -signal.SIGKILL
+    journaled = {run_id: completed_steps(store, run_id) for run_id in cases}
+    workers.start("w-rescuer")
+    run_ids = list(cases)
+    wait_until(
+        lambda: statuses(client, run_ids) == {"failed": len(cases)},
+        40,
+        lambda: f"runs by status: {statuses(client, run_ids)}",
+    )
+
+    undone = collections.Counter((e["run"], e["step"], e["worker"]) for e in ledger.entries("undo"))
+    done = collections.Counter((e["run"], e["step"]) for e in ledger.entries("step"))
+    for run_id, (body, k) in cases.items():
+        case = f"{body} body parked in compensation u{k}"
+        before = {f"rollback/u{j}" for j in range(k + 1, 4)}
+        assert {s for s in journaled[run_id] if s.startswith("rollback/")} == before, case
+        run = client.get(run_id)
+        assert "RollbackError: roll the saga back" in (run.last_error or ""), case
+        assert all(done[(run_id, f"s{j}")] == 1 for j in (1, 2, 3)), case
+        assert {f"rollback/u{j}" for j in (1, 2, 3)} <= completed_steps(store, run_id), case
+        for j in (1, 2, 3):
+            by_doomed = undone[(run_id, f"u{j}", "w-doomed")]
+            by_rescuer = undone[(run_id, f"u{j}", "w-rescuer")]
+            assert by_doomed == (1 if j >= k else 0), f"{case}: u{j} on the doomed worker"
+            assert by_rescuer == (1 if j <= k else 0), f"{case}: u{j} on the rescuer"
+        outcomes = next(e for e in client.events(run_id) if e.event_type == "failed").data
+        assert [o["outcome"] for o in outcomes["rollback"]] == ["completed"] * 3, case
+
+
 # -- a durable sleep outlives its worker -------------------------------------------------
 
 

@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanContext
 
-from simpleworkflow import App, Context, RunStatus, cli
+from simpleworkflow import App, Context, RunStatus, cli, errors
 from simpleworkflow.tracing import TracingObserver
 
 PARENT = "trace.parent.v1"
@@ -254,3 +254,23 @@ def test_without_opentelemetry_nothing_breaks_and_tracing_says_what_to_install(
         "succeeded None simpleworkflow.tracing needs OpenTelemetry's API: "
         "pip install 'simpleworkflow[tracing]'"
     )
+
+
+def test_compensations_are_step_spans_of_the_attempt_that_runs_them(
+    store: Store, provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    app = App(store.url, schema=store.schema, observers=[TracingObserver(provider)])
+
+    @app.workflow("trace.saga.v1")
+    async def saga(payload: Any, ctx: Context) -> Any:
+        await ctx.step("reserve", lambda: "reserved")
+        await ctx.on_rollback("release", lambda: None)
+        raise errors.RollbackError("stop")
+
+    with app.client() as client, poller_thread(app, poll_interval=0.05):
+        run_id = client.start("trace.saga.v1").id
+        assert client.wait(run_id, timeout=30).status is RunStatus.FAILED
+
+    (attempt,) = named(exporter, "process trace.saga.v1")
+    (release,) = named(exporter, "step rollback/release")
+    assert release.parent is not None and span_id(release.parent) == span_id(attempt)

@@ -29,6 +29,7 @@ PUBLIC_NAMES = [
     "RegistryEntry",
     "RetryAfter",
     "RetryPolicy",
+    "RollbackError",
     "Run",
     "RunFinished",
     "RunNotFound",
