@@ -122,7 +122,7 @@ async def check_run(
     except TimeoutError:
         detail = f"the body did not reach the end of its journal within {timeout:g}s"
         return ReplayReport(run.id, run.type, ERROR, detail)
-    except (_Frontier, errors.Suspend):
+    except (_Frontier, errors.Suspend, errors.ContinueAsNew):
         pass
     except errors.ReplayDivergence as exc:
         return ReplayReport(run.id, run.type, DIVERGED, str(exc))

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from simpleworkflow import durations, errors, names, payloads
 from simpleworkflow.durable import (
     children,
+    continuation,
     races,
     signals,
     sleeps,
@@ -350,6 +351,16 @@ class Context:
             return self._state.calls.note(_counted(self._state.durable, coro, convert), what, coro)
         value = self._state.bridge(coro)
         return convert(value) if convert else value
+
+    def continue_as_new(self, payload: Any = None) -> Any:
+        """End this run and carry it on in a new run of the same type, with ``payload``
+        and an empty journal; the two are linked both ways (docs/durable.md,
+        "Continue-as-new"). Does not return: the body stops here (await it in an async body)."""
+        with self._checking():
+            text = payloads.encode({} if payload is None else payload)
+        return self._durable_call(
+            continuation.continue_as_new(self._state, text), "ctx.continue_as_new()"
+        )
 
 
 async def _counted(
