@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from conftest import Store
+from test_cli import run_cli
 from test_durable import journal, lifecycle, wait_suspended, wait_terminal, working
 
 from simpleworkflow import Client, Context, RunStatus, observe
@@ -229,3 +230,20 @@ def test_a_payload_that_is_not_json_fails_the_run_and_starts_nothing(
         run = wait_terminal(client, run_id)
     assert run.status is RunStatus.FAILED and "InvalidPayload" in (run.last_error or "")
     assert run.continued_as is None and store.count() == 1
+
+
+def test_runs_show_names_the_runs_of_the_chain(
+    store: Store, app: App, client: Client, capsys: pytest.CaptureFixture[str]
+) -> None:
+    counter(app, "async")
+    first = client.start(COUNTER, {"n": 1, "until": 2})
+    with working(app):
+        last = client.wait(first.id, timeout=20)
+
+    before = run_cli(store, capsys, "runs", "show", first.id).out
+    after = run_cli(store, capsys, "runs", "show", last.id).out
+    assert f"continued_as     {last.id}" in before and "continued_from" not in before
+    assert f"continued_from   {first.id}" in after and "continued_as " not in after
+    assert "continued_as_new" in before  # the event in its audit trail
+    shown = run_cli(store, capsys, "runs", "show", first.id, "--json").json()
+    assert shown["run"]["continued_as"] == last.id
