@@ -122,8 +122,12 @@ async def check_run(
     except TimeoutError:
         detail = f"the body did not reach the end of its journal within {timeout:g}s"
         return ReplayReport(run.id, run.type, ERROR, detail)
-    except (_Frontier, errors.Suspend, errors.ContinueAsNew):
+    except (_Frontier, errors.Suspend):
         pass
+    except errors.ContinueAsNew:
+        # Continuing ends the body: every journaled call must have been met by then (a
+        # body that continued before any durable call has not read its journal yet).
+        await state.durable.load()
     except errors.ReplayDivergence as exc:
         return ReplayReport(run.id, run.type, DIVERGED, str(exc))
     except Exception as exc:

@@ -15,9 +15,10 @@ from test_cli import run_cli
 from test_durable import journal, lifecycle, wait_suspended, wait_terminal, working
 
 from simpleworkflow import Client, Context, RunStatus, observe
+from simpleworkflow.admin import replaycheck
 from simpleworkflow.app import App
 from simpleworkflow.backends import Backend
-from simpleworkflow.backends.records import Claim, Continuation, Outcomes, Release
+from simpleworkflow.backends.records import Claim, Continuation, Outcomes, Release, StepRecord
 from simpleworkflow.models import Run
 from simpleworkflow.retry import RetryPolicy
 
@@ -247,3 +248,31 @@ def test_runs_show_names_the_runs_of_the_chain(
     assert "continued_as_new" in before  # the event in its audit trail
     shown = run_cli(store, capsys, "runs", "show", first.id, "--json").json()
     assert shown["run"]["continued_as"] == last.id
+
+
+def test_replay_check_replays_a_body_up_to_its_continue(
+    store: Store, client: Client, backend: Backend
+) -> None:
+    """A run with "seen" journaled, whose code continues next: it replays. Code that
+    continues before the journaled step never reaches it: diverged."""
+    run_id = client.start(COUNTER, {"n": 1, "until": 2}).id
+    lease = _claim(backend)
+    step = StepRecord(run_id, lease.token, "seen", "step", 0, "1", 1)
+    assert backend.execute(backend.record_steps([step])) == {(run_id, "seen")}
+    backend.execute(backend.finish(Outcomes(released=[Release(run_id, lease.token)]), "w"))
+
+    same = App(store.url, schema=store.schema)
+    counter(same, "async")
+    [report] = asyncio.run(replaycheck.check_runs(same, backend))
+    assert (report.run_id, report.verdict) == (run_id, replaycheck.OK), report.detail
+
+    hasty = App(store.url, schema=store.schema)
+
+    @hasty.workflow(COUNTER)
+    async def continues_first(payload: dict[str, Any], ctx: Context) -> Any:
+        await ctx.continue_as_new(payload)
+
+    [report] = asyncio.run(replaycheck.check_runs(hasty, backend))
+    assert (report.run_id, report.verdict) == (run_id, replaycheck.DIVERGED)
+    assert "'seen'" in report.detail
+    assert store.count() == 1, "replay-check started a successor"
