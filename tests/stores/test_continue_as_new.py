@@ -166,13 +166,16 @@ def test_a_continue_with_a_stale_lease_writes_nothing(
     assert store.count() == 1, "the zombie started a successor"
     assert "continued_as_new" not in lifecycle(client, run_id)
 
-    # The worker that holds the lease can continue it.
+    # The worker that holds the lease can continue it; its attempt's trace context goes
+    # to the successor, for the successor's first attempt to link to.
+    attempt = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
     fresh = Continuation(
-        run_id, current.token, COUNTER, "0190b5a4-0000-7000-8000-000000000002", "{}"
+        run_id, current.token, COUNTER, "0190b5a4-0000-7000-8000-000000000002", "[1]", attempt
     )
     assert backend.execute(backend.finish(Outcomes(continued=[fresh]), "w")) == {run_id}
     successor = client.get(fresh.next_id)
     assert (successor.status, successor.continued_from) == (RunStatus.PENDING, run_id)
+    assert (successor.payload, successor.trace_context) == ([1], {"attempt": attempt})
     assert client.get(run_id).continued_as == fresh.next_id
 
 
@@ -276,3 +279,20 @@ def test_replay_check_replays_a_body_up_to_its_continue(
     assert (report.run_id, report.verdict) == (run_id, replaycheck.DIVERGED)
     assert "'seen'" in report.detail
     assert store.count() == 1, "replay-check started a successor"
+
+
+def test_a_chain_under_a_concurrency_limit_gives_each_lease_back(app: App, client: Client) -> None:
+    """Each run of the chain is counted against its type's limit of one and its key's;
+    a continue gives the lease back, or the successor would never be claimed."""
+
+    @app.workflow("test.cnew.limited.v1", concurrency=1, key_concurrency=1)
+    async def limited(payload: dict[str, Any], ctx: Context) -> Any:
+        if payload["n"] < 3:
+            await ctx.continue_as_new({"n": payload["n"] + 1})
+        return payload["n"]
+
+    first = client.start("test.cnew.limited.v1", {"n": 1}, concurrency_key="customer-7")
+    with working(app):
+        last = client.wait(first.id, timeout=20)
+    assert (last.status, last.result) == (RunStatus.SUCCEEDED, 3), last.last_error
+    assert [run.concurrency_key for run in chain(client, first.id)] == ["customer-7"] * 3
