@@ -27,7 +27,7 @@ from simpleworkflow.backends.records import (
     Success,
 )
 
-OutcomeT = TypeVar("OutcomeT", Success, Failure, Release, Continuation)
+OutcomeT = TypeVar("OutcomeT", Success | Continuation, Failure, Release)
 
 
 class WorkerOps(StoreCore):
@@ -165,7 +165,10 @@ class WorkerOps(StoreCore):
     def finish(self, outcomes: Outcomes, worker_id: str, reason: str = "shutdown") -> Op[set[str]]:
         """Record outcomes of leased runs; return the ids whose lease was still held."""
         batches: list[tuple[str, list[dict[str, Any]], dict[str, Any]]] = []
-        for counted, succeeded in self._by_count(outcomes.succeeded):
+        # A run that continues as new ends as a success does, in the same statement (one
+        # lock order over the counters); its successor follows below.
+        ends: list[Success | Continuation] = [*outcomes.succeeded, *outcomes.continued]
+        for counted, succeeded in self._by_count(ends):
             items: list[dict[str, Any]] = [
                 {"id": s.run_id, "token": s.token, "result": s.result} for s in succeeded
             ]
@@ -180,10 +183,6 @@ class WorkerOps(StoreCore):
             ]
             extra = {"worker_id": worker_id, "reason": reason}
             batches.append(("release_runs" if counted else "release_runs_plain", items, extra))
-        for counted, continued in self._by_count(outcomes.continued):
-            # A run that continues as new ends as a success does; its successor follows.
-            items = [{"id": c.run_id, "token": c.token, "result": c.result} for c in continued]
-            batches.append(("succeed_runs" if counted else "succeed_runs_plain", items, {}))
         # One statement alone commits as one (on Postgres, in autocommit: no BEGIN and
         # COMMIT to wait for); a suspension's wake-up check must see its own update, locked.
         together = outcomes.suspended or outcomes.continued
