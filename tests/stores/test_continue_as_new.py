@@ -18,7 +18,14 @@ from simpleworkflow import Client, Context, RunStatus, observe
 from simpleworkflow.admin import replaycheck
 from simpleworkflow.app import App
 from simpleworkflow.backends import Backend
-from simpleworkflow.backends.records import Claim, Continuation, Outcomes, Release, StepRecord
+from simpleworkflow.backends.records import (
+    Claim,
+    Continuation,
+    Outcomes,
+    Release,
+    StepRecord,
+    Success,
+)
 from simpleworkflow.models import Run
 from simpleworkflow.retry import RetryPolicy
 
@@ -296,3 +303,22 @@ def test_a_chain_under_a_concurrency_limit_gives_each_lease_back(app: App, clien
         last = client.wait(first.id, timeout=20)
     assert (last.status, last.result) == (RunStatus.SUCCEEDED, 3), last.last_error
     assert [run.concurrency_key for run in chain(client, first.id)] == ["customer-7"] * 3
+
+
+def test_successes_and_continues_recorded_together(
+    store: Store, client: Client, backend: Backend
+) -> None:
+    """One flush of the outbox holds both kinds: each run ends, one successor starts."""
+    done, going = client.start(COUNTER, {"n": 1}).id, client.start(COUNTER, {"n": 2}).id
+    claim = Claim(worker_id="w", types=[COUNTER], limit=2, lease_seconds=30)
+    leases = {lease.run.id: lease for lease in backend.execute(backend.claim(claim))}
+    then = "0190b5a4-0000-7000-8000-000000000003"
+    outcomes = Outcomes(
+        succeeded=[Success(done, leases[done].token, '"over"')],
+        continued=[Continuation(going, leases[going].token, COUNTER, then, '{"n": 3}')],
+    )
+    assert backend.execute(backend.finish(outcomes, "w")) == {done, going}
+    assert client.get(done).result == "over" and client.get(done).continued_as is None
+    assert client.get(going).result == {"continued_as": then}
+    assert client.get(then).payload == {"n": 3}
+    assert store.count() == 3
