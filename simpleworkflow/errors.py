@@ -323,5 +323,15 @@ class RollingBack(BaseException):
     journal cannot answer; the body stops there and the compensations run."""
 
 
+class ContinueAsNew(BaseException):
+    """Internal: the body called ``ctx.continue_as_new``; the worker ends the run and
+    starts its successor with ``payload`` (JSON text). A ``BaseException``, so that an
+    ``except Exception:`` in the body cannot swallow it."""
+
+    def __init__(self, payload: str) -> None:
+        self.payload = payload
+        super().__init__("continue as new")
+
+
 class LeaseLost(BaseException):
     """Internal: a fenced write found the lease gone; the attempt is abandoned."""

@@ -45,6 +45,8 @@ SUSPENDED: Final = "suspended"  # waits for a sleep, a signal, a child or a step
 CANCELLED: Final = "cancelled"
 LEASE_LOST: Final = "lease_lost"  # another worker may hold the run now
 STOPPED: Final = "stopped"  # the worker stopped under it: the run is due again
+#: ended ``succeeded`` and carried on by a new run (``AttemptFinished.continued_as``)
+CONTINUED: Final = "continued_as_new"
 
 #: ``RunSuspended.kind``: what a suspended run waits for.
 SLEEP: Final = "sleep"
@@ -103,7 +105,8 @@ class AttemptFinished:
 
     ``error`` is the exception's message for ``failed`` and ``retried``; ``retry_in``
     the seconds until the run is due again for ``retried``; ``waits`` the audit events of
-    what a ``suspended`` run waits for (``"sleeping"``, ``"waiting, sleeping"``)."""
+    what a ``suspended`` run waits for (``"sleeping"``, ``"waiting, sleeping"``);
+    ``continued_as`` the successor of a run that ``continued_as_new``."""
 
     run: Run
     worker_id: str
@@ -112,6 +115,8 @@ class AttemptFinished:
     error: str | None = None
     retry_in: float | None = None
     waits: str | None = None
+    #: For ``continued_as_new``: the id of the run that carries this one on.
+    continued_as: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

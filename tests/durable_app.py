@@ -209,6 +209,40 @@ async def saga_async(payload: dict[str, Any], ctx: Context) -> None:
     raise errors.RollbackError("roll the saga back")
 
 
+def _link(ctx: Context, payload: dict[str, Any]) -> int:
+    LEDGER.write("step", ctx, step=f"n{payload['n']}")
+    if _parks(payload, ctx, "in", payload["n"]):
+        LEDGER.write("parked", ctx, step=f"n{payload['n']}")
+        time.sleep(PARK_SECONDS)
+    return int(payload["n"])
+
+
+@app.workflow("durable.chain.sync.v1")
+def chain(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
+    """One run per number from ``n`` to ``until``: a step, then continue-as-new with the
+    next number. The payload may park one worker inside run k's step or right after it
+    (before the run continues), as ``five_steps`` does."""
+    n = ctx.step("link", _link, ctx, payload)
+    if _parks(payload, ctx, "after", n):
+        LEDGER.write("parked", ctx, step=f"n{n}")
+        time.sleep(PARK_SECONDS)
+    if n < payload["until"]:
+        ctx.continue_as_new({**payload, "n": n + 1})
+    return {"n": n}
+
+
+@app.workflow("durable.chain.async.v1")
+async def chain_async(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
+    """The async twin of :func:`chain`."""
+    n = await ctx.step("link", _link, ctx, payload)
+    if _parks(payload, ctx, "after", n):
+        LEDGER.write("parked", ctx, step=f"n{n}")
+        await asyncio.sleep(PARK_SECONDS)
+    if n < payload["until"]:
+        await ctx.continue_as_new({**payload, "n": n + 1})
+    return {"n": n}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--worker-id", required=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -27,7 +28,7 @@ from simpleworkflow.durable.attempt import AttemptState
 from simpleworkflow.durable.holding import Holding
 from simpleworkflow.durable.journal import Durable
 from simpleworkflow.durable.kinds import JournalKind
-from simpleworkflow.durable.replay import answered
+from simpleworkflow.durable.replay import Replay, answered
 from simpleworkflow.models import JournalEntry
 
 if TYPE_CHECKING:
@@ -113,12 +114,8 @@ async def check_run(
     definition = app.definitions.get(run.type)
     if definition is None:
         return ReplayReport(run.id, run.type, NO_HANDLER, "no handler registered for the type")
-    if run.code_version is not None and run.code_version not in definition.known_versions:
-        detail = (
-            f"started on code version {run.code_version!r}; this code knows "
-            f"{', '.join(definition.known_versions)}"
-        )
-        return ReplayReport(run.id, run.type, UNKNOWN_VERSION, detail)
+    if (unknown := _unknown_version(run, definition.known_versions)) is not None:
+        return unknown
     entries = await backend.execute_async(backend.load_journal(run.id), readonly=True)
     if not entries:
         return None
@@ -137,13 +134,30 @@ async def check_run(
         return ReplayReport(run.id, run.type, ERROR, detail)
     except (_Frontier, errors.Suspend, errors.RollingBack):
         pass  # a run rolling back replays only until it has registered its compensations
+    except errors.ContinueAsNew:
+        # Continuing ends the body: every journaled call must have been met by then (a
+        # body that continued before any durable call has not read its journal yet).
+        await state.durable.load()
     except errors.ReplayDivergence as exc:
         return ReplayReport(run.id, run.type, DIVERGED, str(exc))
     except Exception as exc:
         replay = state.durable.replay
         if replay is None or not replay.rolling_back:  # else: the error it rolls back for
             return ReplayReport(run.id, run.type, ERROR, f"{type(exc).__name__}: {exc}")
-    replay = state.durable.replay
+    return _verdict(run, entries, state.durable.replay)
+
+
+def _unknown_version(run: Run, known: Sequence[str]) -> ReplayReport | None:
+    """The report of a run started on a code version this code does not know, if it was."""
+    if run.code_version is None or run.code_version in known:
+        return None
+    detail = f"started on code version {run.code_version!r}; this code knows {', '.join(known)}"
+    return ReplayReport(run.id, run.type, UNKNOWN_VERSION, detail)
+
+
+def _verdict(run: Run, entries: list[JournalEntry], replay: Replay | None) -> ReplayReport:
+    """What a replay that ended without an error says: journaled calls it never met
+    diverge; otherwise ok, with the sides of the patches it met."""
     unmet = replay.unmet if replay is not None else []
     if unmet:
         detail = f"the code no longer reaches journaled steps {', '.join(map(repr, unmet[:5]))}"

@@ -109,6 +109,8 @@ class StoreCore(abc.ABC):
             trace_context=json_(row.get("trace_context")),
             retention=read_duration(row.get("retention")),
             concurrency_key=row.get("concurrency_key"),
+            continued_as=_id_or_none(row.get("continued_as")),
+            continued_from=_id_or_none(row.get("continued_from")),
         )
 
     def created_run(
@@ -244,3 +246,8 @@ def duration(value: Any) -> timedelta | None:
     if value is None or isinstance(value, timedelta):
         return value
     return timedelta(seconds=float(value))
+
+
+def _id_or_none(value: Any) -> str | None:
+    """A run id column as text (Postgres gives a ``UUID``), or ``None``."""
+    return None if value is None else str(value)

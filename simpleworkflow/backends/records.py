@@ -8,6 +8,7 @@ The records users see (runs, the registry, schedules ...) are public, in
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
@@ -223,6 +224,26 @@ class Suspension:
 
 
 @dataclass(frozen=True, slots=True)
+class Continuation:
+    """A run that continues as new (``ctx.continue_as_new``): it ends ``succeeded`` with
+    result ``{"continued_as": next_id}``, and run ``next_id`` of the same type starts with
+    ``payload`` and an empty journal, in the same transaction, linked both ways."""
+
+    run_id: str
+    token: str
+    type: str
+    next_id: str
+    payload: str  # JSON text
+    trace: dict[str, str] | None = None  # as Failure's: the successor's first attempt links to it
+    counted: bool = True  # as Success's
+
+    @property
+    def result(self) -> str:
+        """The result the run ends with (JSON text)."""
+        return json.dumps({"continued_as": self.next_id})
+
+
+@dataclass(frozen=True, slots=True)
 class Outcomes:
     """Everything a worker has to record, written together in one transaction."""
 
@@ -230,9 +251,12 @@ class Outcomes:
     failed: list[Failure] = field(default_factory=list)
     released: list[Release] = field(default_factory=list)
     suspended: list[Suspension] = field(default_factory=list)
+    continued: list[Continuation] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.succeeded or self.failed or self.released or self.suspended)
+        return bool(
+            self.succeeded or self.failed or self.released or self.suspended or self.continued
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from simpleworkflow.backends.records import (
     LOST,
     Claim,
     Claimed,
+    Continuation,
     Failure,
     Lease,
     Outcomes,
@@ -26,7 +27,7 @@ from simpleworkflow.backends.records import (
     Success,
 )
 
-OutcomeT = TypeVar("OutcomeT", Success, Failure, Release)
+OutcomeT = TypeVar("OutcomeT", Success | Continuation, Failure, Release)
 
 
 class WorkerOps(StoreCore):
@@ -164,7 +165,10 @@ class WorkerOps(StoreCore):
     def finish(self, outcomes: Outcomes, worker_id: str, reason: str = "shutdown") -> Op[set[str]]:
         """Record outcomes of leased runs; return the ids whose lease was still held."""
         batches: list[tuple[str, list[dict[str, Any]], dict[str, Any]]] = []
-        for counted, succeeded in self._by_count(outcomes.succeeded):
+        # A run that continues as new ends as a success does, in the same statement (one
+        # lock order over the counters); its successor follows below.
+        ends: list[Success | Continuation] = [*outcomes.succeeded, *outcomes.continued]
+        for counted, succeeded in self._by_count(ends):
             items: list[dict[str, Any]] = [
                 {"id": s.run_id, "token": s.token, "result": s.result} for s in succeeded
             ]
@@ -181,11 +185,14 @@ class WorkerOps(StoreCore):
             batches.append(("release_runs" if counted else "release_runs_plain", items, extra))
         # One statement alone commits as one (on Postgres, in autocommit: no BEGIN and
         # COMMIT to wait for); a suspension's wake-up check must see its own update, locked.
-        if len(batches) > 1 or outcomes.suspended or not self.dialect.chained_writes:
+        together = outcomes.suspended or outcomes.continued
+        if len(batches) > 1 or together or not self.dialect.chained_writes:
             yield ATOMIC
         accepted: set[str] = set()
         for name, items, extra in batches:
             accepted |= yield from self._fenced(name, items, **extra)
+        if outcomes.continued:
+            yield from self._continue([c for c in outcomes.continued if c.run_id in accepted])
         if outcomes.suspended:
             suspended = [
                 {
@@ -206,6 +213,20 @@ class WorkerOps(StoreCore):
                 yield self.stmt("wake_suspended", ids=sorted(done))
             accepted |= done
         return accepted
+
+    def _continue(self, continued: list[Continuation]) -> Op[None]:
+        """Start the successors of runs that continue as new, which this transaction has
+        just ended (fenced by their lease: a run whose lease was lost starts none)."""
+        if not continued:
+            return
+        items = json.dumps(
+            [
+                {"id": c.run_id, "next": c.next_id, "payload": c.payload, "trace": c.trace}
+                for c in continued
+            ]
+        )
+        yield self.stmt("continue_runs", items=items)
+        yield from self.then("continue_runs", items=items)
 
     def _by_count(self, outcomes: list[OutcomeT]) -> list[tuple[bool, list[OutcomeT]]]:
         """``outcomes`` in up to two batches: those whose lease was counted against a

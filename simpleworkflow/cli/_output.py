@@ -158,6 +158,8 @@ def _durable_fields(run: Run) -> list[tuple[str, str]]:
         ("code_version", run.code_version),
         ("trace_context", None if run.trace_context is None else compact_json(run.trace_context)),
         ("retention", None if kept is None else str(kept)),
+        ("continued_from", run.continued_from),
+        ("continued_as", run.continued_as),
         *((f"unreadable {name}", value.reason) for name, value in run.unreadable.items()),
     ]
     return [(key, value) for key, value in pairs if value is not None]

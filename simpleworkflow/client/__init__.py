@@ -194,11 +194,19 @@ class Client(op_runner.Checked, Requests):
         run_id = names.normalize_run_id(run_id)
         return self._run(self.backend.of_run(run_id, self.backend.list_signals), readonly=True)
 
-    def wait(self, run_id: str, timeout: durations.Duration | None = None) -> Run:
-        """Block until the run is succeeded, failed or cancelled, and return it."""
+    def wait(
+        self, run_id: str, timeout: durations.Duration | None = None, *, follow: bool = True
+    ) -> Run:
+        """Block until the run is succeeded, failed or cancelled, and return it. A run
+        that continued as new is followed along its chain to the last run, which is
+        returned (``follow=False``: the run ``run_id`` itself, once it has ended)."""
         deadline = _waiting.deadline(timeout)
+        current = run_id
         for pause in _waiting.pauses(deadline):
-            run = self.get(run_id)
+            run = self.get(current)
+            while follow and run.continued_as is not None:
+                run = self.get(run.continued_as)
+            current = run.id  # the next look starts where the chain stands
             if run.is_terminal:
                 return run
             if pause is None:
@@ -360,11 +368,18 @@ class AsyncClient(op_runner.AsyncChecked, Requests):
             self.backend.of_run(run_id, self.backend.list_signals), readonly=True
         )
 
-    async def wait(self, run_id: str, timeout: durations.Duration | None = None) -> Run:
-        """Wait until the run is succeeded, failed or cancelled, and return it."""
+    async def wait(
+        self, run_id: str, timeout: durations.Duration | None = None, *, follow: bool = True
+    ) -> Run:
+        """Wait until the run is succeeded, failed or cancelled, and return it; see
+        :meth:`Client.wait` for ``follow``."""
         deadline = _waiting.deadline(timeout)
+        current = run_id
         for pause in _waiting.pauses(deadline):
-            run = await self.get(run_id)
+            run = await self.get(current)
+            while follow and run.continued_as is not None:
+                run = await self.get(run.continued_as)
+            current = run.id  # the next look starts where the chain stands
             if run.is_terminal:
                 return run
             if pause is None:

@@ -5,6 +5,8 @@ A child is created before its journal entry is written: a replay that finds no e
 attempt ended between the two writes) creates it again under the same key, and gets the
 same child back. Waiting suspends the parent until the child finishes (the child's end
 wakes its parent); its outcome is then journaled, so a replay raises or returns the same.
+A child that continues as new is followed along its chain: the parent gets the outcome
+of the chain's last run.
 """
 
 from __future__ import annotations
@@ -67,13 +69,19 @@ async def wait_child(state: AttemptState, name: str, child_id: str) -> Any:
                     "for runs started with ctx.start_child in this workflow"
                 )
             )
+        while child.continued_as is not None:  # a child that continued as new: its chain
+            child = await read_run(durable, unique, child.continued_as)
+            if child is None:
+                raise errors.RunNotFound(child_id)
         if not child.is_terminal:
+            # The run of the chain that is under way now wakes the parent when it ends
+            # (its successor has the same parent_id).
             raise durable.waits.suspend(
                 errors.Suspend(
                     unique,
                     "waiting",
-                    data={"child_id": child_id},
-                    waiting_for={"kind": "child", "step": unique, "child_id": child_id},
+                    data={"child_id": child.id},
+                    waiting_for={"kind": "child", "step": unique, "child_id": child.id},
                     run_at=FOREVER,
                 )
             )

@@ -20,6 +20,7 @@ from simpleworkflow import durations, errors, names, payloads
 from simpleworkflow.durable import (
     children,
     compensations,
+    continuation,
     joins,
     loops,
     patches,
@@ -341,31 +342,6 @@ class Context:
             await durable.journal(unique, JournalKind.RACE, output, events=[])
             return index, value
 
-    # -- plumbing --------------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def _checking(self) -> Iterator[None]:
-        """Around a durable call's checks of its arguments: a refusal is the code's own
-        mistake, which no retry can mend (see :meth:`Durable.refuse`)."""
-        try:
-            yield
-        except errors.InvalidInput as exc:
-            self._state.durable.refuse(exc)
-            raise
-
-    def _durable_call(
-        self,
-        coro: Coroutine[Any, Any, T],
-        what: str,
-        convert: Callable[[Any], Any] | None = None,
-    ) -> Any:
-        """Await ``coro`` in an async body (the durable call ``what``, noted until it is
-        awaited); run it on the worker's loop from a sync one."""
-        if self._state.async_body:
-            return self._state.calls.note(_counted(self._state.durable, coro, convert), what, coro)
-        value = self._state.bridge(coro)
-        return convert(value) if convert else value
-
     # -- code changes under runs in flight (see ``patches``) ---------------------------
 
     def patched(self, patch_id: str) -> Any:
@@ -440,6 +416,43 @@ class Context:
             compensations.register(self._state, unique, compensation),
             f"ctx.on_rollback({name!r})",
         )
+
+    # -- continue-as-new --------------------------------------------------------------
+
+    def continue_as_new(self, payload: Any = None) -> Any:
+        """End this run and carry it on in a new run of the same type, with ``payload``
+        and an empty journal; the two are linked both ways (docs/durable.md,
+        "Continue-as-new"). Does not return: the body stops here (await it in an async body)."""
+        with self._checking():
+            text = payloads.encode({} if payload is None else payload)
+        return self._durable_call(
+            continuation.continue_as_new(self._state, text), "ctx.continue_as_new()"
+        )
+
+    # -- plumbing --------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _checking(self) -> Iterator[None]:
+        """Around a durable call's checks of its arguments: a refusal is the code's own
+        mistake, which no retry can mend (see :meth:`Durable.refuse`)."""
+        try:
+            yield
+        except errors.InvalidInput as exc:
+            self._state.durable.refuse(exc)
+            raise
+
+    def _durable_call(
+        self,
+        coro: Coroutine[Any, Any, T],
+        what: str,
+        convert: Callable[[Any], Any] | None = None,
+    ) -> Any:
+        """Await ``coro`` in an async body (the durable call ``what``, noted until it is
+        awaited); run it on the worker's loop from a sync one."""
+        if self._state.async_body:
+            return self._state.calls.note(_counted(self._state.durable, coro, convert), what, coro)
+        value = self._state.bridge(coro)
+        return convert(value) if convert else value
 
 
 async def _counted(

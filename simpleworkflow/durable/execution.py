@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from simpleworkflow import errors, payloads
-from simpleworkflow.backends.base import Failure, Lease, Success, Suspension
-from simpleworkflow.durable import compensations, tracebacks
+from simpleworkflow.backends.base import Continuation, Failure, Lease, Success, Suspension
+from simpleworkflow.durable import compensations, continuation, tracebacks
 from simpleworkflow.durable.attempt import AttemptState
 from simpleworkflow.durable.context import Context
 from simpleworkflow.durable.handler_threads import HandlerThreads
@@ -28,7 +28,7 @@ async def attempt(
     state: AttemptState,
     executor: HandlerThreads | concurrent.futures.Executor,
     max_result_bytes: int = payloads.DEFAULT_MAX_BYTES,
-) -> Success | Failure | Suspension | None:
+) -> Success | Failure | Suspension | Continuation | None:
     """Run the handler once. ``None`` means there is nothing to record: it was asked to
     stop, or lost its lease. An outcome that gives the run back carries the attempt's
     trace context, for the next attempt to link to."""
@@ -46,7 +46,7 @@ async def _outcome(
     state: AttemptState,
     executor: HandlerThreads | concurrent.futures.Executor,
     max_result_bytes: int,
-) -> Success | Failure | Suspension | None:
+) -> Success | Failure | Suspension | Continuation | None:
     lease = state.lease
     deadline = lease.run.deadline
     if deadline is not None and lease.claimed_at is not None and lease.claimed_at >= deadline:
@@ -58,6 +58,8 @@ async def _outcome(
         if compensations.rolling_back(state):
             return await compensations.roll_back(state, None)
         return await _suspended(state)
+    except errors.ContinueAsNew as exc:
+        return await continuation.outcome(state, exc)
     except asyncio.CancelledError:
         if state.is_cancelled():
             return None

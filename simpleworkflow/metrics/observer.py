@@ -34,7 +34,7 @@ BUCKETS: Final = (
 OTHER: Final = "_other"
 MAX_NAMES: Final = 100
 #: Attempt outcomes that end the run (the ``status`` label of the run duration).
-_TERMINAL = frozenset({observe.SUCCEEDED, observe.FAILED, observe.CANCELLED})
+_TERMINAL = frozenset({observe.SUCCEEDED, observe.FAILED, observe.CANCELLED, observe.CONTINUED})
 
 
 class _Names:

@@ -84,6 +84,11 @@ class Run:
     #: The key whose per-key concurrency limit the run counts against (a customer id,
     #: say; see docs/flow-control.md); ``None``: only its type's limit.
     concurrency_key: str | None = None
+    #: Continue-as-new (docs/durable.md): the run that carried this one on, which ended
+    #: ``succeeded`` with result ``{"continued_as": id}``; ``None`` for any other run.
+    continued_as: str | None = None
+    #: The run this one carries on (it called ``ctx.continue_as_new``); ``None`` if none.
+    continued_from: str | None = None
     #: Set only on what ``start`` and ``start_many`` return: True when the call created
     #: the run, False when its idempotency key was held already and the run that holds it
     #: came back. ``None`` on runs read back. Not part of the run's equality.

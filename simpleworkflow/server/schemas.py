@@ -201,6 +201,14 @@ class RunOut(BaseModel):
     concurrency_key: str | None = Field(
         default=None, description="the key of its type's per-key concurrency limit"
     )
+    continued_as: str | None = Field(
+        default=None,
+        description="continue-as-new: the run that carried this one on (this one ended "
+        'succeeded with result {"continued_as": id}); null for any other run',
+    )
+    continued_from: str | None = Field(
+        default=None, description="continue-as-new: the run this one carries on; null if none"
+    )
     created_at: datetime
     updated_at: datetime
     deleted_at: datetime | None

@@ -34,6 +34,7 @@ _RUN_STATUS = {
     observe.SUSPENDED: "pending",
     observe.CANCELLED: "cancelled",
     observe.STOPPED: "pending",
+    observe.CONTINUED: "succeeded",  # its successor's first attempt links to this one
 }
 _NUMBERED = re.compile(r"#\d+$")  # a repeated step's number, left out of span names
 _NOTHING = contextlib.nullcontext()

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from simpleworkflow import observe
-from simpleworkflow.backends.base import Failure, Lease, Success, Suspension
+from simpleworkflow.backends.base import Continuation, Failure, Lease, Success, Suspension
 from simpleworkflow.durable import execution
 from simpleworkflow.durable.suspension import FOREVER
 
@@ -42,7 +42,7 @@ def claimed(observers: observe.Observer, lease: Lease, worker_id: str) -> None:
 class Ending:
     """How an attempt ended, as the worker saw it."""
 
-    outcome: Success | Failure | Suspension | None
+    outcome: Success | Failure | Suspension | Continuation | None
     stop_reason: str | None  # the attempt's, when it was asked to stop
     recorded: bool  # False: the lease was lost before the outcome was written
     duration: float
@@ -61,7 +61,7 @@ def finished(observers: observe.Observer, lease: Lease, worker_id: str, end: End
 
 def attempt_finished(lease: Lease, worker_id: str, end: Ending) -> observe.AttemptFinished:
     outcome = end.outcome
-    error = waits = None
+    error = waits = continued_as = None
     retry_in = None
     if outcome is None or _stopped(end):
         name = _STOPPED.get(end.stop_reason or "", observe.LEASE_LOST)
@@ -69,6 +69,8 @@ def attempt_finished(lease: Lease, worker_id: str, end: Ending) -> observe.Attem
         name = observe.LEASE_LOST
     elif isinstance(outcome, Success):
         name = observe.SUCCEEDED
+    elif isinstance(outcome, Continuation):
+        name, continued_as = observe.CONTINUED, outcome.next_id
     elif isinstance(outcome, Failure):
         name = observe.FAILED if outcome.final else observe.RETRIED
         error = outcome.data.get("error", {}).get("message", "")
@@ -76,7 +78,14 @@ def attempt_finished(lease: Lease, worker_id: str, end: Ending) -> observe.Attem
     else:
         name, waits = observe.SUSPENDED, outcome.event
     return observe.AttemptFinished(
-        lease.run, worker_id, name, end.duration, error=error, retry_in=retry_in, waits=waits
+        lease.run,
+        worker_id,
+        name,
+        end.duration,
+        error=error,
+        retry_in=retry_in,
+        waits=waits,
+        continued_as=continued_as,
     )
 
 

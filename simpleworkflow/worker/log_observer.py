@@ -73,6 +73,8 @@ class OutcomeLog(observe.Observer):
             )
         elif event.outcome == observe.SUSPENDED:
             self._log.debug("run %s (%s) suspended: %s", run.id, run.type, event.waits)
+        elif event.outcome == observe.CONTINUED:
+            self._log.info("run %s (%s) continued as run %s", run.id, run.type, event.continued_as)
 
     def step_failed(self, event: observe.StepFailed) -> None:
         run, error = event.run, event.error

@@ -10,6 +10,7 @@ from collections.abc import Callable, Hashable
 from simpleworkflow import errors, outage, payloads
 from simpleworkflow.backends.base import (
     Backend,
+    Continuation,
     Failure,
     Outcomes,
     Release,
@@ -20,7 +21,7 @@ from simpleworkflow.durable.groupcommit import GroupCommit
 
 _log = logging.getLogger("simpleworkflow.worker")
 
-Item = Success | Failure | Release | Suspension
+Item = Success | Failure | Release | Suspension | Continuation
 
 
 class Outbox(GroupCommit[Item]):
@@ -79,12 +80,16 @@ class Outbox(GroupCommit[Item]):
             failed=[i for i in items if isinstance(i, Failure)],
             released=[i for i in items if isinstance(i, Release)],
             suspended=[i for i in items if isinstance(i, Suspension)],
+            continued=[i for i in items if isinstance(i, Continuation)],
         )
         # Outcomes are fenced by lease token, so writing them late is safe: a lease lost
         # meanwhile just makes the write a no-op (GroupCommit retries it while the store
         # cannot be reached).
         op = self._backend.finish(outcomes, self._worker_id)
-        return set(await self._backend.execute_async(op))
+        accepted: set[Hashable] = set(await self._backend.execute_async(op))
+        for started in {c.type for c in outcomes.continued if c.run_id in accepted}:
+            self._backend.notify_local("wake", started)  # the successors, due now
+        return accepted
 
 
 def _scrubbed(item: Item) -> Item:
@@ -95,6 +100,8 @@ def _scrubbed(item: Item) -> Item:
         return dataclasses.replace(
             item, error=payloads.storable(item.error), data=payloads.scrub(item.data)
         )
+    if isinstance(item, Continuation):
+        return dataclasses.replace(item, payload=_scrubbed_json(item.payload))
     if isinstance(item, Suspension):
         return dataclasses.replace(
             item,
@@ -108,9 +115,16 @@ def _scrubbed_json(text: str) -> str:
     return json.dumps(payloads.scrub(json.loads(text)), separators=(",", ":"))
 
 
-def _refused(item: Success | Failure | Suspension, refusal: Exception, worker_id: str) -> Failure:
+def _refused(
+    item: Success | Failure | Suspension | Continuation, refusal: Exception, worker_id: str
+) -> Failure:
     """The run's end when the store will not take what its attempt produced."""
-    what = {Success: "result", Failure: "failure", Suspension: "suspension"}[type(item)]
+    what = {
+        Success: "result",
+        Failure: "failure",
+        Suspension: "suspension",
+        Continuation: "continuation",
+    }[type(item)]
     exc = errors.OutcomeRefused(
         payloads.storable(
             f"the store refused to record this attempt's {what}, even with its text made "

@@ -13,7 +13,7 @@ import asyncio
 import heapq
 from datetime import UTC, datetime
 
-from simpleworkflow.backends.base import Failure, Suspension
+from simpleworkflow.backends.base import Continuation, Failure, Suspension
 
 MAX_DUE = 4096  # due times kept at most; beyond, the nearest 1024 are kept
 
@@ -116,4 +116,6 @@ def due_in(outcome: object) -> float:
         if outcome.run_at is not None:
             return max((outcome.run_at - datetime.now(UTC)).total_seconds(), 0.001)
         return max(outcome.delay, 0.001)
+    if isinstance(outcome, Continuation):
+        return 0.001  # its successor is due at once
     return float("inf")

@@ -242,6 +242,16 @@ def test_deleted_runs_are_listed_only_when_asked_for(api: Api) -> None:
 # -- one run ----------------------------------------------------------------------------
 
 
+def test_a_run_shows_the_runs_it_continued_from_and_as(store: Store, api: Api) -> None:
+    first, second = api.start(TYPE)["id"], api.start(TYPE)["id"]
+    store.sql("update workflow_run set continued_as = ? where id = ?", second, first)
+    store.sql("update workflow_run set continued_from = ? where id = ?", first, second)
+    before, after = api.get(f"{RUNS}/{first}").json(), api.get(f"{RUNS}/{second}").json()
+    conforms(schemas.RunOut, before)
+    assert (before["continued_as"], before["continued_from"]) == (second, None)
+    assert (after["continued_as"], after["continued_from"]) == (None, first)
+
+
 def test_a_run_shows_its_lease_holder_and_expiry(store: Store, api: Api) -> None:
     run_id = api.start(TYPE)["id"]
     until = datetime.now(UTC) + timedelta(seconds=30)

@@ -506,6 +506,22 @@ def test_mounted_under_a_prefix_every_link_and_form_follows_the_mount(
         dash.close()
 
 
+def test_a_run_page_links_the_runs_it_continued_from_and_as(store: Store, client: Client) -> None:
+    first, second = client.start(OTHER).id, client.start(OTHER).id
+    store.sql("update workflow_run set continued_as = ? where id = ?", second, first)
+    store.sql("update workflow_run set continued_from = ? where id = ?", first, second)
+    dash = Dash(store)
+    try:
+        before, after = dash.get(f"/runs/{first}").text, dash.get(f"/runs/{second}").text
+        plain = dash.get(f"/runs/{client.start(OTHER).id}").text
+    finally:
+        dash.close()
+    assert re.search(rf'id="continued-as" href="[^"]*/runs/{second}"', before)
+    assert re.search(rf'id="continued-from" href="[^"]*/runs/{first}"', after)
+    assert 'id="continued-from"' not in before and 'id="continued-as"' not in after
+    assert "continued" not in plain
+
+
 def test_a_run_page_shows_its_step_timeline_signals_and_children(
     store: Store, client: Client
 ) -> None:

@@ -311,3 +311,46 @@ def test_a_sleeping_run_is_resumed_by_a_worker_started_later_not_before_its_time
     assert as_time(after_started[0]) >= until
     leased_by = [e.data["worker_id"] for e in events if e.event_type == "leased"]
     assert leased_by == ["w-first", "w-second"]
+
+
+# -- a chain of continue-as-new outlives its worker ----------------------------------------
+
+
+def test_a_worker_killed_mid_chain_loses_no_link_and_starts_none_twice(
+    store: Store, client: Client, workers: Workers, ledger: Ledger
+) -> None:
+    """Chains of continue-as-new (``durable_app.chain``), each parked in the middle of its
+    second run: inside its step, or after it with the continue not yet recorded. The
+    worker is killed; a rescuer finishes every chain, each number once in the chain."""
+    doomed = workers.start("w-doomed")
+    firsts: dict[str, tuple[str, str]] = {}
+    for body in ("sync", "async"):
+        for where in ("in", "after"):
+            payload = {"n": 1, "until": 4, "park_worker": "w-doomed", "park_where": where}
+            firsts[client.start(f"durable.chain.{body}.v1", {**payload, "park_step": 2}).id] = (
+                body,
+                where,
+            )
+    wait_until(
+        lambda: len(ledger.entries("parked")) == len(firsts),
+        30,
+        lambda: f"parked: {len(ledger.entries('parked'))} of {len(firsts)}\n{doomed.log()}",
+    )
+    assert doomed.stop(signal.SIGKILL) == -signal.SIGKILL
+    workers.start("w-rescuer")
+
+    for first, (body, where) in firsts.items():
+        case = f"{body} body parked {where} run 2"
+        last = client.wait(first, timeout=40)
+        assert (last.status, last.result) == (RunStatus.SUCCEEDED, {"n": 4}), case
+        chain = [client.get(first)]
+        while chain[-1].continued_as is not None:
+            chain.append(client.get(chain[-1].continued_as))
+        assert [run.payload["n"] for run in chain] == [1, 2, 3, 4], case
+        assert [run.continued_from for run in chain] == [None, *(r.id for r in chain[:-1])]
+        runs = {run.id for run in chain}
+        # Every link's step ran once, but the one the worker died inside (at least once).
+        done = collections.Counter(e["step"] for e in ledger.entries("step") if e["run"] in runs)
+        assert done == {"n1": 1, "n2": 2 if where == "in" else 1, "n3": 1, "n4": 1}, case
+    # No run was started twice: four per chain, no other.
+    assert store.count() == 4 * len(firsts)

@@ -58,7 +58,7 @@ def unique(kind: str) -> str:
 
 
 def test_every_example_has_a_test() -> None:
-    tested = {"onboarding", "order_saga", "batch_processor"}
+    tested = {"onboarding", "order_saga", "batch_processor", "partner_poller"}
     assert {path.stem for path in EXAMPLES.glob("*.py")} == tested
 
 
@@ -210,6 +210,32 @@ def durable_calls(fn: Any) -> list[tuple[str, str]]:
     return [(node.func.attr, node.args[0].value) for node in calls]  # type: ignore[attr-defined]
 
 
+# -- partner poller (continue-as-new) -------------------------------------------------------
+
+
+def test_partner_poller_continues_as_new_with_the_cursor_and_a_fresh_journal(
+    store: Store,
+) -> None:
+    poller = example("partner_poller")
+    partner = unique(store.kind)
+    chain = asyncio.run(poller.run_poller(store.url, store.schema, partner=partner))
+
+    # Two polls of two items per run, ten items: three runs, the last one closed.
+    assert [run.payload["cursor"] for run in chain] == [0, 4, 8]
+    assert [run.status for run in chain] == [RunStatus.SUCCEEDED] * 3
+    assert [run.result for run in chain[:-1]] == [{"continued_as": r.id} for r in chain[1:]]
+    assert chain[-1].result == {"partner": partner, "cursor": 10}
+    assert [run.continued_from for run in chain] == [None, chain[0].id, chain[1].id]
+    assert [item for item in poller.inbox if item.startswith(f"{partner}:")] == [
+        f"{partner}:{n}" for n in range(1, 11)
+    ]
+    # Each run journals its own polls only: the journal starts empty in every run.
+    two_polls = {"fetch", "store", "next-poll", "fetch#2", "store#2", "next-poll#2"}
+    for run, expected in zip(chain, [two_polls, two_polls, {"fetch", "store"}], strict=True):
+        steps = store.sql("select step_name from workflow_step where run_id = ?", run.id)
+        assert {name for (name,) in steps} == expected
+
+
 def test_the_demo_runs_the_onboarding_example_s_steps() -> None:
     """``simpleworkflow demo`` cannot import examples/ once installed, so it has a short
     copy of the onboarding workflow: it must make the same durable calls."""
@@ -227,7 +253,7 @@ def test_the_demo_runs_the_onboarding_example_s_steps() -> None:
 # -- as scripts, and as quoted in the docs ------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["onboarding", "order_saga", "batch_processor"])
+@pytest.mark.parametrize("name", ["onboarding", "order_saga", "batch_processor", "partner_poller"])
 def test_example_runs_as_a_script(name: str, tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(EXAMPLES / f"{name}.py")],

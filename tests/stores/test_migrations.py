@@ -504,3 +504,25 @@ def test_sqlite_upgrades_an_older_schema_on_first_use(tmp_path: Path) -> None:
         client.start("a.b.v1")
     assert versions(fresh) == all_versions(fresh)
     assert catalog(fresh) == catalog(store)
+
+
+def test_the_chain_migration_leaves_older_runs_unlinked_and_links_new_chains(
+    empty_store: Store,
+) -> None:
+    """Postgres 0026, SQLite 0020 (continue-as-new): runs written before it read as
+    neither continued nor continuing; the links are plain columns, null by default."""
+    store = empty_store
+    script = store.backend().migration_sql()
+    cut = script.index("_continue_as_new")
+    cut = script.rindex("\n", 0, cut)
+    execute_script(store, script[:cut] + "\ncommit;\n")
+    old = store.sql("insert into workflow_run (type) values ('a.b.v1') returning id")[0][0]
+    assert migrate(store) == all_versions(store)[-1:]
+    with store.client() as client:
+        run = client.get(str(old))
+        assert (run.continued_as, run.continued_from) == (None, None)
+        new = client.start("a.b.v1")
+        store.sql("update workflow_run set continued_as = ? where id = ?", new.id, str(old))
+        store.sql("update workflow_run set continued_from = ? where id = ?", str(old), new.id)
+        assert client.get(str(old)).continued_as == new.id
+        assert client.get(new.id).continued_from == str(old)

@@ -842,6 +842,43 @@ with outcomes as (
 )
 select id from done
 
+-- name: continue_runs
+-- Continue-as-new (0026): runs that succeed_runs has just ended, in this transaction, with
+-- result {"continued_as": next}, each carried on by a new run of its type. The new run
+-- starts with the given payload and an empty journal, and keeps the old run's priority,
+-- max_attempts, parent, concurrency key and retention; not its idempotency key (the old run
+-- keeps it), deadline or code version. Its trace context is the old run's start, with the
+-- continuing attempt under 'attempt' for its first attempt to link to. The insert
+-- trigger writes its created event and wakes the workers of its type.
+with items as (
+    select * from jsonb_to_recordset(%(items)s::jsonb)
+        as i(id uuid, next uuid, payload text, trace jsonb)
+), linked as (
+    update {schema}workflow_run r
+    set continued_as = i.next
+    from items i
+    where r.id = i.id and r.status = 'succeeded' and r.continued_as is null
+    returning r.id, r.type, r.priority, r.max_attempts, r.parent_id, r.concurrency_key,
+              r.retention, r.retention_fixed, r.trace_context, i.next, i.payload, i.trace
+), started as (
+    insert into {schema}workflow_run
+        (id, type, payload, priority, max_attempts, parent_id, trace_context, retention,
+         concurrency_key, retention_fixed, continued_from)
+    select l.next, l.type, l.payload::jsonb, l.priority, l.max_attempts, l.parent_id,
+           case when jsonb_typeof(l.trace_context) is distinct from 'object'
+                then case when l.trace is null then null
+                          else jsonb_build_object('attempt', l.trace) end
+                when l.trace is null then l.trace_context - 'attempt'
+                else l.trace_context || jsonb_build_object('attempt', l.trace) end,
+           l.retention, l.concurrency_key, l.retention_fixed, l.id
+    from linked l
+    returning id
+)
+insert into {schema}workflow_event (workflow_id, event_type, data)
+select l.id, 'continued_as_new', jsonb_build_object('continued_as', l.next)
+from linked l
+where l.next in (select id from started)
+
 -- name: fail_runs
 with outcomes as (
     select * from jsonb_to_recordset(%(items)s::jsonb)

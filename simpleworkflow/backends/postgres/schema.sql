@@ -64,7 +64,11 @@ create table {schema}workflow_run (
     retention_fixed boolean not null,
     -- status changes whose event their writer logged itself; the trigger logs the rest
     -- (0023)
-    logged_changes  integer not null default 0
+    logged_changes  integer not null default 0,
+    -- continue-as-new (0026): the run that carried this one on, and the run this one
+    -- carries on; null on every other run, not indexed (followed by primary key)
+    continued_as    uuid,
+    continued_from  uuid
 );
 
 -- Claims read only claimable rows, ordered by priority then by when they became due:

@@ -638,6 +638,41 @@ where workflow_run.id = d.parent_id
       where w.value ->> '$.child_id' = d.id
   )
 
+-- name: continue_runs
+-- Continue-as-new (0020), as Postgres's: link the runs succeed_runs has just ended to
+-- the runs that carry them on; the follow-ups insert those and write the events.
+update workflow_run
+set continued_as = json_extract(i.value, '$.next')
+from json_each(:items) as i
+where workflow_run.id = json_extract(i.value, '$.id')
+  and workflow_run.status = 'succeeded' and workflow_run.continued_as is null
+returning workflow_run.id
+
+-- name: continue_runs_then_1_start
+-- The new run keeps the old one's priority, max_attempts, parent, concurrency key and
+-- retention; its trace context is the old run's start with the continuing attempt under
+-- 'attempt'. The insert triggers write its created event.
+insert into workflow_run
+    (id, type, payload, priority, max_attempts, parent_id, trace_context, retention,
+     concurrency_key, retention_fixed, continued_from)
+select json_extract(i.value, '$.next'), r.type, json_extract(i.value, '$.payload'),
+       r.priority, r.max_attempts, r.parent_id,
+       case when json_type(i.value, '$.trace') is null or json_type(i.value, '$.trace') = 'null'
+            then json_remove(r.trace_context, '$.attempt')
+            else json_set(coalesce(r.trace_context, '{}'), '$.attempt',
+                          json(json_extract(i.value, '$.trace'))) end,
+       r.retention, r.concurrency_key, r.retention_fixed, r.id
+from json_each(:items) as i
+join workflow_run r on r.id = json_extract(i.value, '$.id')
+where r.continued_as = json_extract(i.value, '$.next')
+
+-- name: continue_runs_then_2_events
+insert into workflow_event (workflow_id, event_type, data)
+select r.id, 'continued_as_new', json_object('continued_as', r.continued_as)
+from json_each(:items) as i
+join workflow_run r on r.id = json_extract(i.value, '$.id')
+where r.continued_as = json_extract(i.value, '$.next')
+
 -- name: fail_runs
 update workflow_run
 set status = case when o.final then 'failed' else 'pending' end,

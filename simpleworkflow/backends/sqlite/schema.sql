@@ -47,7 +47,11 @@ create table workflow_run (
     retention_fixed integer not null default 1,
     -- status changes whose event their writer logged itself; the trigger logs the rest
     -- (0018)
-    logged_changes  integer not null default 0
+    logged_changes  integer not null default 0,
+    -- continue-as-new (0020): the run that carried this one on, and the run this one
+    -- carries on; null on every other run, not indexed (followed by primary key)
+    continued_as    text,
+    continued_from  text
 );
 
 create index idx_workflow_run_claim
