@@ -26,7 +26,7 @@ from typing import Any
 
 from simpleworkflow import errors, payloads
 from simpleworkflow.backends.records import Failure, Suspension
-from simpleworkflow.durable import steps
+from simpleworkflow.durable import scopes, steps
 from simpleworkflow.durable.attempt import AttemptState
 from simpleworkflow.durable.kinds import JournalKind
 from simpleworkflow.durable.replay import COMPENSATION_PATH, ROLLBACK_STEP, Replay
@@ -52,6 +52,13 @@ def check(fn: object, retry: object) -> None:
     """Refuse what cannot be a compensation, naming the argument."""
     if not callable(fn):
         raise errors.InvalidArgument(f"on_rollback needs a function to call, not {fn!r:.80}")
+    if scope := scopes.current():
+        # A later attempt answers a finished loop or join from its journal (a loop from
+        # its last committed state) without running the code that registered it.
+        raise errors.InvalidArgument(
+            f"on_rollback inside a loop or join ({scope.rstrip('/')}): register compensations "
+            "in the workflow's body, outside ctx.loop and ctx.join"
+        )
     if retry is not None and not isinstance(retry, RetryPolicy):
         raise errors.InvalidArgument(
             f"on_rollback's retry must be a RetryPolicy, not {retry!r:.80}"

@@ -28,6 +28,11 @@ CONTAINERS = frozenset(
 )
 
 
+def current() -> str:
+    """The prefix of the scope the code runs in (``""`` outside every loop and join)."""
+    return _SCOPE.get()
+
+
 def path(name: str) -> str:
     """``name`` located in the current scope (itself outside every scope)."""
     prefix = _SCOPE.get()

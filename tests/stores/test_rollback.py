@@ -20,7 +20,7 @@ from conftest import Store, poller_thread
 from test_dashboard import Dash
 from worker_app import wait_until
 
-from simpleworkflow import Client, Context, RunStatus, errors, observe
+from simpleworkflow import Break, Client, Context, RunStatus, errors, observe
 from simpleworkflow.admin import replaycheck
 from simpleworkflow.app import App
 from simpleworkflow.models import Run
@@ -347,6 +347,37 @@ def test_on_rollback_refuses_what_is_not_a_function(app: App, client: Client) ->
 
     assert run.status is RunStatus.FAILED and run.attempt == 1
     assert "on_rollback needs a function" in (run.last_error or "")
+
+
+def test_on_rollback_is_refused_inside_a_loop_or_a_join(app: App, client: Client) -> None:
+    """A later attempt answers a finished loop or join from its journal, so it could not
+    register their compensations again: refused at once, rather than lost later."""
+
+    @app.workflow("test.rollback.in_loop.v1")
+    async def in_loop(payload: Any, ctx: Context) -> Any:
+        async def body(n: int) -> Any:
+            await ctx.on_rollback("undo", lambda: None)
+            return Break(n)
+
+        return await ctx.loop("items", 0, body)
+
+    @app.workflow("test.rollback.in_join.v1")
+    async def in_join(payload: Any, ctx: Context) -> Any:
+        async def branch() -> Any:
+            await ctx.on_rollback("undo", lambda: None)
+
+        return await ctx.join("fan", {"a": branch})
+
+    ids = [
+        client.start(t, max_attempts=3).id
+        for t in ("test.rollback.in_loop.v1", "test.rollback.in_join.v1")
+    ]
+    with working(app):
+        runs = [finished(client, run_id) for run_id in ids]
+
+    for run, scope in zip(runs, ("items/~0", "fan/a"), strict=True):
+        assert run.status is RunStatus.FAILED and run.attempt == 1, run
+        assert f"on_rollback inside a loop or join ({scope})" in (run.last_error or ""), run
 
 
 # -- every surface ---------------------------------------------------------------------
