@@ -270,7 +270,7 @@ class Admin(op_runner.Checked, Verbs):
         """A new run of the type of finished run ``run_id``, whose journal holds the
         original's entries before ``from_step`` (a step's name or journal position), with
         ``payload`` or the original's; the original is unchanged (docs/admin.md)."""
-        return self._retried(self._run(self._fork_op(run_id, from_step, payload)))
+        return self._forked(self._run(self._fork_op(run_id, from_step, payload)))
 
     def forks(self, run_id: str, *, limit: int = 100) -> builtins.list[Run]:
         """The runs forked from ``run_id``, oldest first."""
@@ -467,7 +467,7 @@ class AsyncAdmin(op_runner.AsyncChecked, Verbs):
 
     async def fork(self, run_id: str, from_step: str | int, payload: Any = None) -> Run:
         """A run forked from ``run_id`` at ``from_step``; see :meth:`Admin.fork`."""
-        return self._retried(await self._run(self._fork_op(run_id, from_step, payload)))
+        return self._forked(await self._run(self._fork_op(run_id, from_step, payload)))
 
     async def forks(self, run_id: str, *, limit: int = 100) -> builtins.list[Run]:
         """The runs forked from ``run_id``, oldest first."""

@@ -210,6 +210,14 @@ class Verbs:
             )
         )
 
+    def _forked(self, run: Run) -> Run:
+        """After the commit: wake this process's idle workers (stores without triggers),
+        and tell the observers of the new run, as a start does."""
+        self.backend.notify_local("wake", run.type)
+        if self.observers:
+            self.observers.run_created(observe.RunCreated(run))
+        return run
+
     def _forks_op(self, run_id: str, limit: int) -> Op[builtins.list[Run]]:
         size = names.check_int("limit", limit, 1, MAX_CHILDREN)
         return self._of_run(run_id, lambda found: self.backend.list_forks(found, size))

@@ -13,7 +13,7 @@ import pytest
 from conftest import Store
 from test_durable import Ledger, journal, lifecycle, wait_suspended, wait_terminal, working
 
-from simpleworkflow import Client, Context, PermanentError, RunStatus, errors
+from simpleworkflow import Client, Context, PermanentError, RunStatus, errors, observe
 from simpleworkflow.app import App
 from simpleworkflow.retry import RetryPolicy
 
@@ -135,6 +135,24 @@ def test_the_async_admin_forks_too(app: App, store: Store, ledger: Ledger, clien
 
     made, listed = asyncio.run(fork())
     assert made.forked_from == original and [run.id for run in listed] == [made.id]
+
+
+class Created(observe.Observer):
+    def __init__(self) -> None:
+        self.runs: list[str] = []
+
+    def run_created(self, event: observe.RunCreated) -> None:
+        self.runs.append(event.run.id)
+
+
+def test_the_observers_hear_of_a_fork_as_of_a_start(
+    store: Store, app: App, client: Client, ledger: Ledger
+) -> None:
+    original = failed_three(app, client, ledger)
+    created = Created()
+    with store.client(observers=[created]) as watched:
+        fork = watched.admin.fork(original, "a")
+    assert created.runs == [fork.id]
 
 
 def side_rows(app: App, ledger: Ledger) -> None:
