@@ -11,7 +11,9 @@ and each message says what was wrong and what to do about it::
     │   │   └── PayloadTooLarge     over the configured size limit
     │   ├── InvalidArgument         priority, delay, cursor, limit, key, step name, topic ...
     │   │   ├── TypeNotRegistered   pause or resume of a type the registry does not hold
-    │   │   └── ScheduleNotFound    no cron schedule of that name
+    │   │   ├── ScheduleNotFound    no cron schedule of that name
+    │   │   ├── StepNotFound        a fork from a step the run's journal does not hold
+    │   │   └── ForkRefused         a fork of an unfinished run, or from a point it cannot be
     │   └── IdempotencyConflict     the key is held by a run of another workflow type
     ├── RunNotFound (LookupError)   no run with that id
     ├── RunFinished                 a signal to a run that has already finished
@@ -102,6 +104,29 @@ class ScheduleNotFound(InvalidArgument, LookupError):
             f"no schedule named {name!r} (see `simpleworkflow schedules list`); create it "
             "with `simpleworkflow schedules create` or @app.schedule"
         )
+
+
+class StepNotFound(InvalidArgument, LookupError):
+    """A fork named a step (or a position) that the run's journal does not hold."""
+
+    def __init__(self, run_id: str, step: str | int, steps: list[str]) -> None:
+        self.run_id = run_id
+        self.step = step
+        self.steps = steps
+        what = f"position {step}" if isinstance(step, int) else f"step {step!r}"
+        known = ", ".join(repr(name) for name in steps) if steps else "none: it has no journal"
+        super().__init__(f"run {run_id} has no journal entry at {what}; its steps are {known}")
+
+
+class ForkRefused(InvalidArgument):
+    """A fork that would not be safe: the run has not finished, or the fork point is
+    inside a loop, a join or the rollback phase, or the fork would wait for a child that
+    is not its own. Nothing was written; the message says which and what to do."""
+
+    def __init__(self, run_id: str, reason: str) -> None:
+        self.run_id = run_id
+        self.reason = reason
+        super().__init__(f"run {run_id} cannot be forked: {reason}")
 
 
 class IdempotencyConflict(InvalidInput):

@@ -11,6 +11,7 @@ import builtins
 import functools
 import time
 from datetime import datetime
+from typing import Any
 
 from simpleworkflow import durations, rates
 from simpleworkflow.admin.records import Minute, Queues, SweepReport, TypeStats, Worker
@@ -265,6 +266,16 @@ class Admin(op_runner.Checked, Verbs):
         calling no step and writing nothing; see :mod:`simpleworkflow.admin.replaycheck`."""
         return asyncio.run(self._replays(app, close=True))
 
+    def fork(self, run_id: str, from_step: str | int, payload: Any = None) -> Run:
+        """A new run of the type of finished run ``run_id``, whose journal holds the
+        original's entries before ``from_step`` (a step's name or journal position), with
+        ``payload`` or the original's; the original is unchanged (docs/admin.md)."""
+        return self._forked(self._run(self._fork_op(run_id, from_step, payload)))
+
+    def forks(self, run_id: str, *, limit: int = 100) -> builtins.list[Run]:
+        """The runs forked from ``run_id``, oldest first."""
+        return self._run(self._forks_op(run_id, limit), readonly=True)
+
     def close(self) -> None:
         if self._owns_backend:
             self.backend.close()
@@ -453,6 +464,14 @@ class AsyncAdmin(op_runner.AsyncChecked, Verbs):
     async def replay_check(self, app: Handlers) -> builtins.list[ReplayReport]:
         """Replay unfinished runs against ``app``'s code; see :meth:`Admin.replay_check`."""
         return await self._replays(app, close=False)
+
+    async def fork(self, run_id: str, from_step: str | int, payload: Any = None) -> Run:
+        """A run forked from ``run_id`` at ``from_step``; see :meth:`Admin.fork`."""
+        return self._forked(await self._run(self._fork_op(run_id, from_step, payload)))
+
+    async def forks(self, run_id: str, *, limit: int = 100) -> builtins.list[Run]:
+        """The runs forked from ``run_id``, oldest first."""
+        return await self._run(self._forks_op(run_id, limit), readonly=True)
 
     async def aclose(self) -> None:
         if self._owns_backend:

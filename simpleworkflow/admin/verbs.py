@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from simpleworkflow import durations, errors, limits, names, observe, rates, retention
-from simpleworkflow.admin import replaycheck
+from simpleworkflow import durations, errors, limits, names, observe, payloads, rates, retention
+from simpleworkflow.admin import forks, replaycheck
 from simpleworkflow.admin.records import (
     STATES,
     Minute,
@@ -191,6 +191,36 @@ class Verbs:
                 run.id, run.status_text, deleted=run.deleted_at is not None
             )
         return run
+
+    def _fork_op(self, run_id: str, from_step: str | int, payload: Any) -> Op[Run]:
+        original = names.normalize_run_id(run_id)
+        point = forks.check_from_step(from_step)
+        text = None if payload is None else payloads.encode(payload)
+        return self._forking(original, point, text)
+
+    def _forking(self, run_id: str, from_step: str | int, payload: str | None) -> Op[Run]:
+        run = yield from self.backend.lock_run(run_id)
+        if run is None:
+            raise errors.RunNotFound(run_id)
+        journal = yield from self.backend.load_journal(run_id)
+        point = forks.fork_point(run, journal, from_step)
+        return (
+            yield from self.backend.fork_run(
+                run_id, names.new_run_id(), payload, point.step, point.position
+            )
+        )
+
+    def _forked(self, run: Run) -> Run:
+        """After the commit: wake this process's idle workers (stores without triggers),
+        and tell the observers of the new run, as a start does."""
+        self.backend.notify_local("wake", run.type)
+        if self.observers:
+            self.observers.run_created(observe.RunCreated(run))
+        return run
+
+    def _forks_op(self, run_id: str, limit: int) -> Op[builtins.list[Run]]:
+        size = names.check_int("limit", limit, 1, MAX_CHILDREN)
+        return self._of_run(run_id, lambda found: self.backend.list_forks(found, size))
 
     def _retried(self, run: Run) -> Run:
         """After the commit: wake this process's idle workers (stores without triggers)."""

@@ -123,6 +123,36 @@ class AdminOps(StoreCore):
         yield from self.then("retry_run", **params)
         return self.run_from_row(rows[0]), True
 
+    def lock_run(self, run_id: str) -> Op[Run | None]:
+        """Run ``run_id``, locked until the transaction ends (the statements that follow
+        are one transaction with this read); ``None`` when there is none."""
+        yield ATOMIC
+        rows = yield self.stmt("lock_run_row", id=run_id)
+        return self.run_from_row(rows[0]) if rows else None
+
+    def fork_run(
+        self, run_id: str, new_id: str, payload: str | None, step: str, position: int
+    ) -> Op[Run]:
+        """A new run ``new_id`` forked from run ``run_id`` at journal entry ``step``
+        (``admin.fork``; the caller has locked and checked the original): the original's
+        type, ``payload`` (JSON text) or else the original's, and the journal entries
+        before ``position``, copied in SQL. The original is never written."""
+        params: dict[str, Any] = {
+            "id": run_id,
+            "new_id": new_id,
+            "payload": payload,
+            "step": step,
+            "position": position,
+        }
+        rows = yield self.stmt("fork_run", **params)
+        yield from self.then("fork_run", **params)
+        return self.run_from_row(rows[0])
+
+    def list_forks(self, run_id: str, limit: int) -> Op[list[Run]]:
+        """The runs forked from ``run_id``, oldest first."""
+        rows = yield self.stmt("list_forks", id=run_id, limit=limit)
+        return [self.run_from_row(row) for row in rows]
+
     def purge_runs(self, older_than: float, type: str | None, limit: int) -> Op[Counter[str]]:
         """Delete up to ``limit`` finished (or soft-deleted, unleased) runs unchanged for
         ``older_than`` seconds, with their events, journal and signals; return how many

@@ -111,6 +111,8 @@ class StoreCore(abc.ABC):
             concurrency_key=row.get("concurrency_key"),
             continued_as=_id_or_none(row.get("continued_as")),
             continued_from=_id_or_none(row.get("continued_from")),
+            forked_from=_id_or_none(row.get("forked_from")),
+            forked_at_step=row.get("forked_at_step"),
         )
 
     def created_run(

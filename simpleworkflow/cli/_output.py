@@ -160,6 +160,8 @@ def _durable_fields(run: Run) -> list[tuple[str, str]]:
         ("retention", None if kept is None else str(kept)),
         ("continued_from", run.continued_from),
         ("continued_as", run.continued_as),
+        ("forked_from", run.forked_from),
+        ("forked_at_step", run.forked_at_step),
         *((f"unreadable {name}", value.reason) for name, value in run.unreadable.items()),
     ]
     return [(key, value) for key, value in pairs if value is not None]

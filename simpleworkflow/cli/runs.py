@@ -1,5 +1,5 @@
-"""``simpleworkflow runs``: list, show, cancel, delete, wait for, signal and retry runs,
-and a run's timed steps and children."""
+"""``simpleworkflow runs``: list, show, cancel, delete, wait for, signal, retry and fork
+runs, and a run's timed steps and children."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from simpleworkflow.cli import _common, _output, start
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "runs",
-        help="list, show, cancel, delete, wait for, signal and retry runs",
+        help="list, show, cancel, delete, wait for, signal, retry and fork runs",
         description="Look at runs and act on them. Each ACTION has its own --help.",
     )
     commands = _common.add_commands(parser, dest="runs_command", metavar="ACTION")
@@ -28,6 +28,7 @@ def register(subparsers: Any) -> None:
         _add_wait,
         _add_signal,
         _add_retry,
+        _add_fork,
     ):
         add(commands)
 
@@ -192,6 +193,31 @@ def _add_retry(commands: Any) -> None:
     parser.set_defaults(handler=retry)
 
 
+def _add_fork(commands: Any) -> None:
+    parser = commands.add_parser(
+        "fork",
+        help="start a new run of a finished run's type from one of its steps",
+        description="Start a new run of the type of a finished run ID whose journal holds "
+        "ID's entries before the step named by --from-step (or at journal --position): that "
+        "step and every later one run again, with --payload or ID's payload. ID is not "
+        "changed; the new run names it (forked_from). Exit status 2 for an unknown run or "
+        "step, a run that has not finished, or a fork point that is refused.",
+    )
+    parser.add_argument("run_id", metavar="ID")
+    point = parser.add_mutually_exclusive_group(required=True)
+    point.add_argument("--from-step", metavar="NAME", help="the journal entry's name")
+    point.add_argument("--position", type=int, metavar="N", help="the journal entry's position")
+    parser.add_argument(
+        "--payload",
+        "-p",
+        metavar="JSON",
+        help="the new run's payload as JSON text, @file.json, or - for stdin "
+        "(default: the original's)",
+    )
+    _common.add_common_options(parser)
+    parser.set_defaults(handler=fork)
+
+
 def _run_id(args: argparse.Namespace) -> str:
     """The run id given, checked before any database is opened: a malformed id is
     refused as such, even where there is no database."""
@@ -235,6 +261,7 @@ def show(args: argparse.Namespace) -> int:
         steps = client.steps(run.id)
         signals = client.signals(run.id)
         events = client.events(run.id)
+        forks = client.admin.forks(run.id)
     now = datetime.now(UTC)
     if args.json:
         _output.emit_json(
@@ -243,10 +270,14 @@ def show(args: argparse.Namespace) -> int:
                 "steps": [_output.step_dict(step, run, now) for step in steps],
                 "signals": [s.to_dict() for s in signals],
                 "events": [e.to_dict() for e in events],
+                "forks": [fork.id for fork in forks],
             }
         )
         return 0
     print(_output.run_fields(run))
+    if forks:
+        shown = ", ".join(f"{f.id} (at step {f.forked_at_step!r})" for f in forks)
+        print(f"\nforked as {shown}")
     if steps:
         print(f"\n{_output.steps_table(steps, run, now)}")
     if signals:
@@ -360,5 +391,23 @@ def retry(args: argparse.Namespace) -> int:
         print(
             f"run {run.id} retried: pending again and due now, for its attempt "
             f"{run.attempt + 1} of {run.max_attempts}"
+        )
+    return 0
+
+
+def fork(args: argparse.Namespace) -> int:
+    run_id = _run_id(args)
+    payload = (
+        None if args.payload is None else start.parse_payload(start.read_payload_text(args.payload))
+    )
+    point: str | int = args.from_step if args.from_step is not None else args.position
+    with _common.admin_for(args) as admin:
+        run = admin.fork(run_id, point, payload)
+    if args.json:
+        _output.emit_json(run.to_dict())
+    else:
+        print(
+            f"run {run.id} forked from {run_id} at step {run.forked_at_step!r}: pending and "
+            "due now; the steps before it replay from the copied journal"
         )
     return 0

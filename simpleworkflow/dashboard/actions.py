@@ -1,4 +1,4 @@
-"""The forms that change state: cancel, retry and signal a run, cancel or retry many,
+"""The forms that change state: cancel, retry, fork and signal a run, cancel or retry many,
 pause and resume a type, log in and out. Each checks its session first
 (:meth:`Site.writer`: CSRF token, Origin, a token that may write), then makes one call
 of the client or its ``admin`` facade per run."""
@@ -63,6 +63,22 @@ def _add_run_actions(acts: APIRouter, site: Site) -> None:
         await site.writer(request)
         await site.source.client.admin.retry(run_id)
         return site.redirect(request, "dashboard.run", {"done": "retried"}, run_id=run_id)
+
+    @acts.post("/runs/{run_id}/fork", name="dashboard.fork")
+    async def fork(request: Request, run_id: str) -> Response:
+        session, form = await site.writer(request)
+        step = str(form.get("step", ""))
+        text = str(form.get("payload", "")).strip()
+        try:
+            payload = parse_json(text, "the fork's payload") if text else None
+            made = await site.source.client.admin.fork(run_id, step, payload)
+        except (ApiProblem, errors.InvalidInput) as exc:
+            message = exc.detail if isinstance(exc, ApiProblem) else str(exc)
+            context = await run_context(
+                site, request, run_id, fork_error=message, fork_step=step, fork_payload=text
+            )
+            return site.render(request, session, "run.html", context, status=422)
+        return site.redirect(request, "dashboard.run", {"done": "forked"}, run_id=made.id)
 
     @acts.post("/runs/{run_id}/signal", name="dashboard.signal")
     async def signal(request: Request, run_id: str) -> Response:

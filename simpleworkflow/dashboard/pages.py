@@ -27,6 +27,7 @@ DONE_MESSAGES = {
     "cancelled": "The run was cancelled.",
     "not-cancelled": "The run had already finished: nothing was cancelled.",
     "retried": "The run was given a new attempt.",
+    "forked": "This run was forked: it replays the original's journal before its step.",
     "signalled": "The signal was sent.",
     "signalled-woke": "The signal was sent, and woke the run.",
     "paused": "The type was paused: no worker claims its runs until it is resumed.",
@@ -162,6 +163,7 @@ async def run_context(site: Site, request: Request, run_id: str, **extra: Any) -
     steps = await client.admin.steps(found.id)
     signals = await client.signals(found.id)
     children = await client.admin.children(found.id)
+    forks = await client.admin.forks(found.id)
     return {
         "run": found,
         "events": events,
@@ -169,6 +171,13 @@ async def run_context(site: Site, request: Request, run_id: str, **extra: Any) -
         "signals": signals,
         "pending_signals": [s for s in signals if not s.consumed],
         "children": children,
+        "forks": forks,
+        "fork_points": [
+            s.step_name for s in steps if "/" not in s.step_name and s.kind != "rollback"
+        ],
+        "fork_error": None,
+        "fork_step": "",
+        "fork_payload": "",
         "timeline": views.timeline(found, steps, events, datetime.now(UTC)),
         "traceback": views.traceback_of(events),
         "done": DONE_MESSAGES.get(request.query_params.get("done", "")),

@@ -89,6 +89,10 @@ class Run:
     continued_as: str | None = None
     #: The run this one carries on (it called ``ctx.continue_as_new``); ``None`` if none.
     continued_from: str | None = None
+    #: A fork (``admin.fork``, docs/admin.md): the run this one was forked from, and the
+    #: journal entry it was forked at; ``None`` on every other run.
+    forked_from: str | None = None
+    forked_at_step: str | None = None
     #: Set only on what ``start`` and ``start_many`` return: True when the call created
     #: the run, False when its idempotency key was held already and the run that holds it
     #: came back. ``None`` on runs read back. Not part of the run's equality.

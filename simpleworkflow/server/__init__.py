@@ -31,6 +31,7 @@ import simpleworkflow
 from simpleworkflow import observe
 from simpleworkflow.client import AsyncClient
 from simpleworkflow.server import (
+    forks,
     health,
     insight,
     limits,
@@ -54,6 +55,7 @@ API_PREFIX = "/api/v1"
 #: group of endpoints is a module with such a function, added here.
 SECTIONS: tuple[Callable[..., APIRouter], ...] = (
     runs.router,
+    forks.router,
     types_index.router,
     topics.router,
     limits.router,

@@ -209,6 +209,10 @@ class RunOut(BaseModel):
     continued_from: str | None = Field(
         default=None, description="continue-as-new: the run this one carries on; null if none"
     )
+    forked_from: str | None = Field(default=None, description="the run this one was forked from")
+    forked_at_step: str | None = Field(
+        default=None, description="the journal entry it was forked at: it and later ones ran again"
+    )
     created_at: datetime
     updated_at: datetime
     deleted_at: datetime | None

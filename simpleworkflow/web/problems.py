@@ -39,6 +39,8 @@ STATUSES: Sequence[tuple[type[Exception], int, str]] = (
     (errors.IdempotencyConflict, 409, "idempotency-conflict"),
     (errors.RunFinished, 409, "run-finished"),
     (errors.RunNotRetryable, 409, "run-not-retryable"),
+    (errors.StepNotFound, 404, "step-not-found"),
+    (errors.ForkRefused, 409, "fork-refused"),
     (errors.InvalidTypeName, 422, "invalid-type-name"),
     (errors.InvalidPayload, 422, "invalid-payload"),
     (errors.InvalidInput, 422, "invalid-argument"),

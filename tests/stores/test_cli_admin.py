@@ -174,3 +174,48 @@ def test_payload_index_is_created_described_and_dropped_on_postgres_only(
     assert dropped.out == "dropped idx_workflow_run_payload\n"
     gone = run_cli(store, capsys, "payload-index", "drop", "--json").json()
     assert (gone["present"], gone["changed"]) == (False, False)
+
+
+# -- runs fork ----------------------------------------------------------------------------
+
+
+def test_fork_starts_a_linked_run_from_a_step_and_refuses_an_unknown_step(
+    store: Store, capsys: pytest.CaptureFixture[str], waiting_run: str
+) -> None:
+    assert run_cli(store, capsys, "runs", "cancel", waiting_run).code == 0
+    names = [
+        s["step_name"]
+        for s in run_cli(store, capsys, "runs", "steps", waiting_run, "--json").json()["steps"]
+    ]
+    forked = run_cli(
+        store,
+        capsys,
+        "runs",
+        "fork",
+        waiting_run,
+        "--from-step",
+        "confirmed",
+        "--json",
+        "--payload",
+        '{"email": "bob@example.com"}',
+    )
+    assert forked.code == 0, forked.err
+    fork = forked.json()
+    assert (fork["forked_from"], fork["forked_at_step"], fork["status"]) == (
+        waiting_run,
+        "confirmed",
+        "pending",
+    )
+    assert fork["payload"] == {"email": "bob@example.com"}
+    copied = run_cli(store, capsys, "runs", "steps", fork["id"], "--json").json()["steps"]
+    assert [s["step_name"] for s in copied] == names[: names.index("confirmed")]
+    shown = run_cli(store, capsys, "runs", "show", waiting_run, "--json").json()
+    assert shown["forks"] == [fork["id"]] and shown["run"]["status"] == "cancelled"
+    text = run_cli(store, capsys, "runs", "show", waiting_run).out
+    assert f"forked as {fork['id']} (at step 'confirmed')" in text
+    plain = run_cli(store, capsys, "runs", "fork", waiting_run, "--position", "0")
+    assert plain.code == 0 and f"forked from {waiting_run} at step" in plain.out
+    refused = one_line_error(
+        run_cli(store, capsys, "runs", "fork", waiting_run, "--from-step", "nope")
+    )
+    assert "'nope'" in refused and "'confirmed'" in refused

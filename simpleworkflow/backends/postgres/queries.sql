@@ -1571,6 +1571,44 @@ with retried as (
 )
 select * from retried
 
+-- name: fork_run
+-- A fork (0029, admin.fork): a new run of the original's type, with the given payload or
+-- the original's, whose journal is the original's entries before position %(position)s,
+-- copied here rather than through Python. The fork point's own scope (a loop's or a
+-- join's entries under '<step>/') and the rollback phase are left out: they run again.
+-- The original is read, never written. The insert trigger writes the fork's created
+-- event and wakes the workers of its type, as for any start.
+with started as (
+    insert into {schema}workflow_run
+        (id, type, payload, priority, max_attempts, concurrency_key, retention,
+         retention_fixed, forked_from, forked_at_step)
+    select %(new_id)s::uuid, o.type, coalesce(%(payload)s::jsonb, o.payload), o.priority,
+           o.max_attempts, o.concurrency_key, o.retention, o.retention_fixed, o.id,
+           %(step)s::text
+    from {schema}workflow_run o
+    where o.id = %(id)s
+    returning *
+), copied as (
+    insert into {schema}workflow_step
+        (run_id, step_name, kind, position, status, output, attempts, started_at,
+         completed_at)
+    select f.id, s.step_name, s.kind, s.position, s.status, s.output, s.attempts,
+           s.started_at, s.completed_at
+    from {schema}workflow_step s
+    cross join started f
+    where s.run_id = %(id)s and s.position < %(position)s::integer
+      and s.kind <> 'rollback' and left(s.step_name, 9) <> 'rollback/'
+      and left(s.step_name, length(%(step)s::text) + 1) <> %(step)s::text || '/'
+)
+select * from started
+
+-- name: list_forks
+-- The runs forked from a run, oldest first, through idx_workflow_run_forked_from.
+select * from {schema}workflow_run
+where forked_from = %(id)s
+order by created_at, id
+limit %(limit)s
+
 -- name: purge_runs
 -- Up to :limit finished runs (and soft-deleted ones no worker holds) unchanged for
 -- :older_than seconds; their events and journal go by trigger, their signals by cascade.

@@ -1064,6 +1064,38 @@ set output = null
 where run_id = :id
   and status = 'retrying' and kind = 'step' and json_extract(output, '$.gave_up') is not null
 
+-- name: fork_run
+-- A fork (0023, admin.fork), as Postgres's: the new run, with the given payload or the
+-- original's; the follow-up copies the journal. The insert trigger writes its created
+-- event.
+insert into workflow_run
+    (id, type, payload, priority, max_attempts, concurrency_key, retention,
+     retention_fixed, forked_from, forked_at_step)
+select :new_id, o.type, coalesce(:payload, o.payload), o.priority, o.max_attempts,
+       o.concurrency_key, o.retention, o.retention_fixed, o.id, :step
+from workflow_run o
+where o.id = :id
+returning *
+
+-- name: fork_run_then_1_journal
+-- The original's entries before the fork point, copied in one statement; the fork
+-- point's own scope ('<step>/...') and the rollback phase are left out.
+insert into workflow_step
+    (run_id, step_name, kind, position, status, output, attempts, started_at, completed_at)
+select :new_id, s.step_name, s.kind, s.position, s.status, s.output, s.attempts,
+       s.started_at, s.completed_at
+from workflow_step s
+where s.run_id = :id and s.position < :position
+  and s.kind <> 'rollback' and substr(s.step_name, 1, 9) <> 'rollback/'
+  and substr(s.step_name, 1, length(:step) + 1) <> :step || '/'
+
+-- name: list_forks
+-- The runs forked from a run, oldest first, through idx_workflow_run_forked_from.
+select * from workflow_run
+where forked_from = :id
+order by created_at, id
+limit :limit
+
 -- name: purge_runs
 -- Up to :limit finished runs (and soft-deleted ones no worker holds) unchanged for
 -- :older_than seconds; their events, journal and signals go by cascade. A child whose

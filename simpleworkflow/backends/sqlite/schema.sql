@@ -394,3 +394,12 @@ create table workflow_dashboard_logout (
 );
 create index idx_workflow_dashboard_logout_expires_at
     on workflow_dashboard_logout (expires_at);
+
+-- Forks (migration 0023, admin.fork): the run a run was forked from and the journal
+-- entry it was forked at; null on every other run. The partial index holds forked runs
+-- alone: the original's list of its forks.
+alter table workflow_run add column forked_from text;
+alter table workflow_run add column forked_at_step text;
+create index idx_workflow_run_forked_from
+    on workflow_run (forked_from)
+    where forked_from is not null;
