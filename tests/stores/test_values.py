@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from conftest import Store
+from test_cli import run_cli
 from test_durable import journal, wait_terminal, working
 
 from simpleworkflow import Client, Context, RunStatus, errors
@@ -200,3 +201,34 @@ def test_values_are_deleted_with_their_run(store: Store, app: App, client: Clien
     store.sql("update workflow_run set updated_at = '2000-01-01 00:00:00' where id = ?", ids[0])
     assert client.admin.purge("1d") == 1
     assert [str(r) for (r,) in store.sql("select run_id from workflow_value")] == [ids[1]]
+
+
+def test_the_cli_lists_reads_and_waits_for_values(
+    store: Store, client: Client, backend: Backend, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_id = client.start("test.values.cli.v1").id
+    lease = claim(backend, "test.values.cli.v1")
+    none = run_cli(store, capsys, "runs", "values", run_id)
+    assert (none.code, none.out) == (0, f"run {run_id} has published no value\n")
+    unset = run_cli(store, capsys, "runs", "values", run_id, "stage")
+    assert (unset.code, unset.out) == (1, f"run {run_id} has set no value 'stage'\n")
+    backend.execute(
+        backend.set_value(set_record(lease, "value:stage", "stage"), "stage", '{"a":1}')
+    )
+
+    listed = run_cli(store, capsys, "runs", "values", run_id, "--json")
+    assert listed.code == 0, listed.err
+    assert [(v["key"], v["value"], v["version"]) for v in listed.json()] == [("stage", {"a": 1}, 1)]
+    table = run_cli(store, capsys, "runs", "values", run_id, "stage").out.splitlines()
+    assert table[0].split() == ["KEY", "VERSION", "SET", "(UTC)", "STEP", "VALUE"]
+    assert table[1].split()[:2] + table[1].split()[-2:] == ["stage", "1", "value:stage", '{"a":1}']
+    waited = run_cli(store, capsys, "runs", "values", run_id, "stage", "--wait", "5s", "--json")
+    assert [v["version"] for v in waited.json()] == [1]
+    late = run_cli(
+        store, capsys, "runs", "values", run_id, "stage", "--wait", "0.2s", "--after", "1"
+    )
+    assert late.code == 2 and "past version 1" in late.err
+    bad = run_cli(store, capsys, "runs", "values", run_id, "--after", "1")
+    assert bad.code == 2 and "--wait and --after need a KEY" in bad.err
+    unknown = run_cli(store, capsys, "runs", "values", "00000000-0000-4000-8000-000000000000")
+    assert unknown.code == 2 and "no workflow run with id" in unknown.err
