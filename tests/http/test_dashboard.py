@@ -675,6 +675,6 @@ def test_a_run_page_shows_the_values_the_run_published(store: Store, client: Cli
     finally:
         dash.close()
     values = page[page.index("<h2>Values</h2>") : page.index("<h2>Signals</h2>")]
-    assert "<td>stage</td>" in values and '{&#34;paid&#34;: &#34;ch_1&#34;}' in values
+    assert "<td>stage</td>" in values and "{&#34;paid&#34;: &#34;ch_1&#34;}" in values
     assert "<td>2</td>" in values and "<td>value:stage#2</td>" in values
     assert "<h2>Values</h2>" not in other
