@@ -44,6 +44,12 @@ def test_values_listed_read_and_waited_for(store: Store) -> None:
         TypeAdapter(list[RunValueOut]).validate_python(listed.json())
         assert [(v["key"], v["value"]) for v in listed.json()] == [("stage", {"shipped": True})]
 
+        steps = api.get(f"{RUNS}/{run_id}/steps").json()
+        assert [(s["step_name"], s["kind"], s["status"]) for s in steps] == [
+            ("value:stage", "value", "completed"),
+            ("shipping", "sleep", "completed"),
+            ("value:stage#2", "value", "completed"),
+        ]
         none = api.get(f"{RUNS}/{run_id}/values/other")
         assert_problem(none, 404, "has set no value 'other'")
         assert none.json()["type"].endswith("value-not-set")
