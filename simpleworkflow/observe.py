@@ -212,16 +212,6 @@ class RunsDeleted:
     count: int
 
 
-@dataclass(frozen=True, slots=True)
-class ValueSet:
-    """``run`` published value ``key`` (``ctx.set_value``) as journal entry ``step``; a
-    replay that finds the entry journaled fires nothing."""
-
-    run: Run
-    key: str
-    step: str
-
-
 class Observer:
     """Hooks the engine calls; each does nothing until a subclass overrides it."""
 
@@ -268,9 +258,6 @@ class Observer:
         pass
 
     def runs_deleted(self, event: RunsDeleted) -> None:
-        pass
-
-    def value_set(self, event: ValueSet) -> None:
         pass
 
     def around_attempt(self, run: Run, worker_id: str) -> ContextManager[None]:
@@ -390,9 +377,6 @@ class Observers(Observer):
 
     def runs_deleted(self, event: RunsDeleted) -> None:
         self._each("runs_deleted", event)
-
-    def value_set(self, event: ValueSet) -> None:
-        self._each("value_set", event)
 
     def around_attempt(self, run: Run, worker_id: str) -> ContextManager[None]:
         enclosing = self._enclosing("around_attempt")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 
-from simpleworkflow import errors, observe
+from simpleworkflow import errors
 from simpleworkflow.durable.attempt import AttemptState
 from simpleworkflow.durable.kinds import JournalKind
 from simpleworkflow.models import JournalEntry
@@ -39,5 +39,3 @@ async def set_value(state: AttemptState, unique: str, key: str, text: str) -> No
         raise errors.LeaseLost(unique)
     durable.holding.held_since(began)
     durable.remember(record)
-    if state.observers:
-        state.observers.value_set(observe.ValueSet(state.run, key, unique))

@@ -188,7 +188,6 @@ def test_every_hook_fires_in_order_for_a_step_a_sleep_a_signal_a_child_and_a_ret
     assert recorder.other == []
     fired = {entry.split(":")[0] for run in (run_id, child_id) for entry in recorder.seen(run)}
     # The three left need a lost lease, a crashed worker or a purge: see
-    # tests/test_observe_worker.py and tests/test_admin.py; value_set, a published value:
-    # tests/stores/test_values.py.
-    assert set(HOOKS) - fired == {"lease_lost", "leases_reaped", "runs_deleted", "value_set"}
+    # tests/test_observe_worker.py and tests/test_admin.py.
+    assert set(HOOKS) - fired == {"lease_lost", "leases_reaped", "runs_deleted"}
     assert len(charges) == 2
