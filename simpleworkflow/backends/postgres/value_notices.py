@@ -11,6 +11,8 @@ from typing import Any
 
 import psycopg
 
+from simpleworkflow import errors
+
 CHANNEL = "simpleworkflow_value"
 
 #: ``notices(seconds)``: whether a set of the run was heard within that time.
@@ -22,13 +24,16 @@ AsyncNotices = Callable[[float], Awaitable[bool]]
 def listening(conninfo: str, run_id: str) -> Iterator[Notices]:
     """Listen for sets of ``run_id``'s values until the block ends. Listening starts
     before the block's first read, so a set committed after that read is heard."""
-    conn: psycopg.Connection[Any] = psycopg.connect(conninfo, autocommit=True)
+    with _translated():
+        conn: psycopg.Connection[Any] = psycopg.connect(conninfo, autocommit=True)
     try:
-        conn.execute(f"listen {CHANNEL}")
+        with _translated():
+            conn.execute(f"listen {CHANNEL}")
 
         def notices(seconds: float) -> bool:
-            heard = conn.notifies(timeout=max(seconds, 0.0))
-            return any(note.payload == run_id for note in heard)
+            with _translated():
+                heard = conn.notifies(timeout=max(seconds, 0.0))
+                return any(note.payload == run_id for note in heard)
 
         yield notices
     finally:
@@ -38,16 +43,31 @@ def listening(conninfo: str, run_id: str) -> Iterator[Notices]:
 @contextlib.asynccontextmanager
 async def listening_async(conninfo: str, run_id: str) -> AsyncIterator[AsyncNotices]:
     """:func:`listening`, awaited."""
-    conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
+    with _translated():
+        conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
     try:
-        await conn.execute(f"listen {CHANNEL}")
+        with _translated():
+            await conn.execute(f"listen {CHANNEL}")
 
         async def notices(seconds: float) -> bool:
-            async for note in conn.notifies(timeout=max(seconds, 0.0)):
-                if note.payload == run_id:
-                    return True
-            return False
+            with _translated():
+                async for note in conn.notifies(timeout=max(seconds, 0.0)):
+                    if note.payload == run_id:
+                        return True
+                return False
 
         yield notices
     finally:
         await conn.close()
+
+
+@contextlib.contextmanager
+def _translated() -> Iterator[None]:
+    """A broken listening connection is the store's outage, as on the pool's."""
+    try:
+        yield
+    except psycopg.OperationalError as exc:
+        raise errors.StoreUnavailable(
+            f"lost or could not open the connection that waits for a run's values: {exc}; "
+            "check that Postgres is up, then wait again"
+        ) from exc
