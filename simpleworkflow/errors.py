@@ -360,3 +360,8 @@ class ContinueAsNew(BaseException):
 
 class LeaseLost(BaseException):
     """Internal: a fenced write found the lease gone; the attempt is abandoned."""
+
+
+class ValueNotSet(SimpleWorkflowError, LookupError):
+    """A run has set no value of this key (or, waited for, no newer one in time): the
+    HTTP API's answer for a value it cannot give (``ctx.set_value``)."""

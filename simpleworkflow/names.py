@@ -370,3 +370,18 @@ def check_max_attempts(max_attempts: object) -> int | None:
     return (
         None if max_attempts is None else check_int("max_attempts", max_attempts, 1, MAX_ATTEMPTS)
     )
+
+
+MAX_VALUE_KEY_LENGTH = 100
+_VALUE_KEY_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
+
+
+def validate_value_key(key: object) -> str:
+    """Return ``key`` if it can name a value a run publishes (``ctx.set_value``): 1 to 100
+    letters, digits or ``_.:-``, so that it reads the same in a URL, a shell and SQL."""
+    if not isinstance(key, str) or not _VALUE_KEY_RE.fullmatch(key):
+        raise errors.InvalidArgument(
+            f"invalid value key {key!r:.80}: use 1 to {MAX_VALUE_KEY_LENGTH} letters, "
+            "digits or '_.:-', like 'status' or 'payment.state'"
+        )
+    return key

@@ -48,6 +48,7 @@ from simpleworkflow.backends.run_ops import RunOps
 from simpleworkflow.backends.schedule_ops import ScheduleOps
 from simpleworkflow.backends.session_ops import SessionOps
 from simpleworkflow.backends.topic_ops import TopicOps
+from simpleworkflow.backends.value_ops import ValueOps
 from simpleworkflow.backends.worker_ops import WorkerOps
 from simpleworkflow.models import (
     JournalEntry,
@@ -106,6 +107,7 @@ __all__ = [
 class Backend(
     RunOps,
     WorkerOps,
+    ValueOps,
     JournalOps,
     AdminOps,
     RegistryOps,
@@ -210,6 +212,16 @@ class Backend(
 
     def notify_local(self, kind: str, value: str) -> None:
         """Wake this process's listeners after a commit (for stores without triggers)."""
+
+    def value_notices(self, run_id: str) -> contextlib.AbstractContextManager[Any]:
+        """A way to hear of sets of ``run_id``'s values while the block runs:
+        ``notices(seconds) -> bool`` (see ``postgres.value_notices``), or ``None`` for a
+        store without notifications, whose readers poll."""
+        return contextlib.nullcontext(None)
+
+    def value_notices_async(self, run_id: str) -> contextlib.AbstractAsyncContextManager[Any]:
+        """:meth:`value_notices`, awaited."""
+        return contextlib.nullcontext(None)
 
     # -- schema ----------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from simpleworkflow import durations, models, names
-from simpleworkflow.cli import _common, _output, start
+from simpleworkflow.cli import _common, _output, start, values
 
 
 def register(subparsers: Any) -> None:
@@ -29,6 +29,7 @@ def register(subparsers: Any) -> None:
         _add_signal,
         _add_retry,
         _add_fork,
+        values.add_values,
     ):
         add(commands)
 

@@ -22,7 +22,7 @@ from simpleworkflow.admin import Admin, AsyncAdmin, AsyncSchedules, Schedules
 from simpleworkflow.backends import op_runner
 from simpleworkflow.backends.ops import Op
 from simpleworkflow.backends.schema_verdict import auto_migrates, needs_migration
-from simpleworkflow.client import _connections, _listing, _waiting
+from simpleworkflow.client import _connections, _listing, _values, _waiting
 from simpleworkflow.client._debounce import Debounce
 from simpleworkflow.client._listing import MAX_PAGE
 from simpleworkflow.client._options import (
@@ -33,7 +33,16 @@ from simpleworkflow.client._options import (
     StartRequest,
 )
 from simpleworkflow.client._requests import CLIENT_NAME, Requests
-from simpleworkflow.models import Event, JournalEntry, Published, Run, RunPage, Signal, SignalSent
+from simpleworkflow.models import (
+    Event,
+    JournalEntry,
+    Published,
+    Run,
+    RunPage,
+    RunValue,
+    Signal,
+    SignalSent,
+)
 
 T = TypeVar("T")
 
@@ -244,6 +253,39 @@ class Client(op_runner.Checked, Requests):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # -- values a run publishes (docs/durable.md, "Values a run publishes") ------------
+
+    def values(self, run_id: str) -> builtins.list[RunValue]:
+        """The values the run has published (``ctx.set_value``), the last of each key."""
+        return self._run(_values.read_all(self.backend, run_id), readonly=True)
+
+    def value(self, run_id: str, key: str) -> RunValue | None:
+        """The run's value ``key``, or ``None`` while it has set none."""
+        return self._run(_values.read_one(self.backend, run_id, key), readonly=True)
+
+    def wait_value(
+        self,
+        run_id: str,
+        key: str,
+        timeout: durations.Duration | None = None,
+        *,
+        after: int | None = None,
+    ) -> RunValue:
+        """Block until the run has set value ``key`` (with ``after``: a version newer than
+        ``after``, so pass the last one read to wait for the next change); raise
+        :class:`~simpleworkflow.errors.WaitTimeout` past ``timeout``."""
+        wait = _values.ValueWait(run_id, key, timeout, after)
+        with self.backend.value_notices(wait.run_id) as notices:
+            while True:
+                got = self.value(wait.run_id, wait.key)
+                if wait.answers(got):
+                    assert got is not None
+                    return got
+                pause = wait.next_pause(notices is not None)
+                if pause is None:
+                    raise wait.timed_out()
+                _values.sleep_or_hear_sync(notices, pause)
+
 
 class AsyncClient(op_runner.AsyncChecked, Requests):
     """The asyncio producer client. Use one per event loop; ``aclose`` it when done."""
@@ -415,3 +457,34 @@ class AsyncClient(op_runner.AsyncChecked, Requests):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+    # -- values a run publishes ----------------------------------------------------------
+
+    async def values(self, run_id: str) -> builtins.list[RunValue]:
+        """The run's values; see :meth:`Client.values`."""
+        return await self._run(_values.read_all(self.backend, run_id), readonly=True)
+
+    async def value(self, run_id: str, key: str) -> RunValue | None:
+        """The run's value ``key``, or ``None``; see :meth:`Client.value`."""
+        return await self._run(_values.read_one(self.backend, run_id, key), readonly=True)
+
+    async def wait_value(
+        self,
+        run_id: str,
+        key: str,
+        timeout: durations.Duration | None = None,
+        *,
+        after: int | None = None,
+    ) -> RunValue:
+        """Wait until the run has set value ``key``; see :meth:`Client.wait_value`."""
+        wait = _values.ValueWait(run_id, key, timeout, after)
+        async with self.backend.value_notices_async(wait.run_id) as notices:
+            while True:
+                got = await self.value(wait.run_id, wait.key)
+                if wait.answers(got):
+                    assert got is not None
+                    return got
+                pause = wait.next_pause(notices is not None)
+                if pause is None:
+                    raise wait.timed_out()
+                await _values.sleep_or_hear(notices, pause)

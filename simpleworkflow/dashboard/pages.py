@@ -156,7 +156,7 @@ def router(site: Site, route_class: type[Any]) -> APIRouter:
 
 async def run_context(site: Site, request: Request, run_id: str, **extra: Any) -> dict[str, Any]:
     """What a run's page shows: the run, its journal as a timeline, its audit trail, its
-    signals, parent and children."""
+    signals, the values it published, parent and children."""
     client = site.source.client
     found: Run = await client.get(run_id)
     events = await client.admin.events(found.id)
@@ -164,11 +164,13 @@ async def run_context(site: Site, request: Request, run_id: str, **extra: Any) -
     signals = await client.signals(found.id)
     children = await client.admin.children(found.id)
     forks = await client.admin.forks(found.id)
+    published = any(step.kind == "value" for step in steps)  # read only for runs that did
     return {
         "run": found,
         "events": events,
         "steps": steps,
         "signals": signals,
+        "values": await client.values(found.id) if published else [],
         "pending_signals": [s for s in signals if not s.consumed],
         "children": children,
         "forks": forks,

@@ -32,6 +32,7 @@ from simpleworkflow.durable import (
     throttle,
     timeouts,
     transactional,
+    values,
 )
 from simpleworkflow.durable.attempt import AttemptState
 from simpleworkflow.durable.journal import Durable
@@ -427,6 +428,22 @@ class Context:
             text = payloads.encode({} if payload is None else payload)
         return self._durable_call(
             continuation.continue_as_new(self._state, text), "ctx.continue_as_new()"
+        )
+
+    # -- values ----------------------------------------------------------------------
+
+    def set_value(self, key: str, value: Any, *, name: str | None = None) -> Any:
+        """Publish ``value`` (JSON) as the run's value ``key``, readable by clients the
+        moment it commits (``client.value``, ``client.wait_value``); a later set of the
+        same key replaces it, and each set is logged as a ``value_set`` event. Journaled
+        (as step ``name``, default ``value:<key>``): a replay publishes nothing again.
+        See docs/durable.md, "Values a run publishes"."""
+        with self._checking():
+            key = names.validate_value_key(key)
+            text = payloads.encode(value, what=f"value {key!r}")
+            unique = self._state.durable.name(f"value:{key}" if name is None else name)
+        return self._durable_call(
+            values.set_value(self._state, unique, key, text), f"ctx.set_value({key!r})"
         )
 
     # -- plumbing --------------------------------------------------------------------

@@ -25,6 +25,7 @@ from simpleworkflow.models.runs import (
     Run,
     RunPage,
     RunStatus,
+    RunValue,
     Signal,
     SignalSent,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "Run",
     "RunPage",
     "RunStatus",
+    "RunValue",
     "Schedule",
     "Signal",
     "SignalSent",

@@ -303,3 +303,20 @@ class SignalSent:
 
     signal_id: int
     woke: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RunValue:
+    """A value a run published (``ctx.set_value``): the last one set for ``key``.
+    ``version`` counts the sets of the key (1 for the first), so a reader can wait for
+    the next one; ``step_name`` is the journal entry of the set that wrote it."""
+
+    run_id: str
+    key: str
+    value: Any
+    version: int
+    step_name: str
+    updated_at: datetime
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_dict(self)

@@ -40,6 +40,7 @@ from simpleworkflow.server import (
     swagger,
     topics,
     types_index,
+    values,
 )
 from simpleworkflow.server.start_lane import StartLane
 from simpleworkflow.web import guard, problems, routing
@@ -61,6 +62,7 @@ SECTIONS: tuple[Callable[..., APIRouter], ...] = (
     limits.router,
     schedules.router,
     insight.router,
+    values.router,
 )
 
 __all__ = [

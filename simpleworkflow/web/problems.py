@@ -34,6 +34,7 @@ _log = logging.getLogger("simpleworkflow.server")
 STATUSES: Sequence[tuple[type[Exception], int, str]] = (
     (errors.TypeNotRegistered, 404, "type-not-registered"),
     (errors.RunNotFound, 404, "run-not-found"),
+    (errors.ValueNotSet, 404, "value-not-set"),
     (errors.ScheduleNotFound, 404, "schedule-not-found"),
     (errors.PayloadTooLarge, 413, "payload-too-large"),
     (errors.IdempotencyConflict, 409, "idempotency-conflict"),

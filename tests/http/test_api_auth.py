@@ -37,7 +37,7 @@ def endpoints(api: Api, run_id: str | None = None) -> list[tuple[str, str]]:
         if not path.startswith(PREFIX):
             continue
         filled = path.replace("{run_id}", run_id).replace("{type}", TYPE)
-        filled = filled.replace("{name}", SCHEDULE)
+        filled = filled.replace("{name}", SCHEDULE).replace("{key}", "stage")
         found += [(method.upper(), filled) for method in operations]
     return found
 
@@ -75,7 +75,8 @@ def test_the_read_only_token_reads_and_is_refused_every_write(store: Store, api:
     for method, path in endpoints(api, run_id):
         if method == "GET":
             response = api.request(method, path, headers=READ)
-            assert response.status_code == 200, (path, response.text)
+            unset = "/values/" in path and response.status_code == 404  # the run set none
+            assert response.status_code == 200 or unset, (path, response.text)
 
 
 def test_the_full_token_writes(api: Api) -> None:

@@ -654,3 +654,27 @@ def test_a_run_page_and_the_api_show_loop_iterations_and_join_branches_by_path(
         "join",
     )
     assert kinds["pages/~2/fetch"] == kinds["checks/a/check"] == "step"
+
+
+def test_a_run_page_shows_the_values_the_run_published(store: Store, client: Client) -> None:
+    app = App(store.url, schema=store.schema)
+
+    @app.workflow("shop.stages.v1")
+    def stages(payload: Any, ctx: Context) -> Any:
+        ctx.set_value("stage", "charging")
+        ctx.set_value("stage", {"paid": "ch_1"})
+        return "done"
+
+    run_id = client.start("shop.stages.v1").id
+    plain = client.start(OTHER).id
+    with poller_thread(app):
+        wait_until(lambda: client.get(run_id).is_terminal, 20, "the run did not finish")
+    dash = Dash(store)
+    try:
+        page, other = dash.get(f"/runs/{run_id}").text, dash.get(f"/runs/{plain}").text
+    finally:
+        dash.close()
+    values = page[page.index("<h2>Values</h2>") : page.index("<h2>Signals</h2>")]
+    assert "<td>stage</td>" in values and "{&#34;paid&#34;: &#34;ch_1&#34;}" in values
+    assert "<td>2</td>" in values and "<td>value:stage#2</td>" in values
+    assert "<h2>Values</h2>" not in other

@@ -22,6 +22,7 @@ from simpleworkflow.backends.postgres import (
     loading,
     settings,
     unflushed,
+    value_notices,
 )
 from simpleworkflow.backends.postgres.deadline import Deadline
 from simpleworkflow.backends.postgres.liveness import PROBE_AFTER, Liveness
@@ -327,6 +328,12 @@ class PostgresBackend(base.Backend):
             on_message,
             after,
         )
+
+    def value_notices(self, run_id: str) -> contextlib.AbstractContextManager[Any]:
+        return value_notices.listening(self._conninfo(), run_id)
+
+    def value_notices_async(self, run_id: str) -> contextlib.AbstractAsyncContextManager[Any]:
+        return value_notices.listening_async(self._conninfo(), run_id)
 
     def close(self) -> None:
         if self._pool is not None:

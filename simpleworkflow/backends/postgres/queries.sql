@@ -2009,3 +2009,29 @@ create index concurrently if not exists idx_workflow_run_payload
 
 -- name: drop_payload_index
 drop index concurrently if exists {schema}idx_workflow_run_payload
+
+-- Values a run publishes (0027, ctx.set_value).
+
+-- name: set_value
+-- A run's value, replacing its key's last one (version counts the sets). Run after the
+-- set's journal entry, in its transaction (JournalOps.set_value): written only with it.
+-- The notification reaches readers waiting for the run's values (client.wait_value) as
+-- the transaction commits.
+with stored as (
+    insert into {schema}workflow_value as v (run_id, key, value, step_name)
+    values (%(run_id)s, %(key)s, %(value)s::jsonb, %(name)s)
+    on conflict (run_id, key) do update
+    set value = excluded.value, version = v.version + 1, step_name = excluded.step_name,
+        updated_at = now()
+    returning v.run_id, v.version
+)
+select s.version, pg_notify('simpleworkflow_value', s.run_id::text)::text as notified
+from stored s
+
+-- name: list_values
+select run_id, key, value, version, step_name, updated_at
+from {schema}workflow_value where run_id = %(id)s order by key
+
+-- name: get_value
+select run_id, key, value, version, step_name, updated_at
+from {schema}workflow_value where run_id = %(id)s and key = %(key)s

@@ -583,6 +583,19 @@ create table {schema}workflow_dashboard_logout (
 create index idx_workflow_dashboard_logout_expires_at
     on {schema}workflow_dashboard_logout (expires_at);
 
+-- Values a run publishes (migration 0027, ctx.set_value): one row per run and key,
+-- replaced by a later set of the same key; version counts the sets. The foreign key
+-- deletes them with their run.
+create table {schema}workflow_value (
+    run_id     uuid not null references {schema}workflow_run (id) on delete cascade,
+    key        text not null,
+    value      jsonb not null,
+    version    integer not null default 1,
+    step_name  text not null,
+    updated_at timestamptz not null default now(),
+    primary key (run_id, key)
+);
+
 -- Forks (migration 0029, admin.fork): the run a run was forked from and the journal
 -- entry it was forked at; null on every other run. The partial index holds forked runs
 -- alone: the original's list of its forks.

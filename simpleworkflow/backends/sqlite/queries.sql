@@ -1484,3 +1484,23 @@ select 1 as ended from workflow_dashboard_logout where nonce = :nonce
 -- name: forget_ended_sessions
 delete from workflow_dashboard_logout
 where expires_at < strftime('%Y-%m-%d %H:%M:%f', julianday('now') - :grace / 86400.0)
+
+-- Values a run publishes (0021, ctx.set_value).
+
+-- name: set_value
+-- A run's value, replacing its key's last one (version counts the sets). Run after the
+-- set's journal entry, in its transaction (JournalOps.set_value): written only with it.
+insert into workflow_value as v (run_id, key, value, step_name)
+values (:run_id, :key, :value, :name)
+on conflict (run_id, key) do update
+set value = excluded.value, version = v.version + 1, step_name = excluded.step_name,
+    updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+returning version
+
+-- name: list_values
+select run_id, key, value, version, step_name, updated_at
+from workflow_value where run_id = :id order by key
+
+-- name: get_value
+select run_id, key, value, version, step_name, updated_at
+from workflow_value where run_id = :id and key = :key

@@ -395,6 +395,18 @@ create table workflow_dashboard_logout (
 create index idx_workflow_dashboard_logout_expires_at
     on workflow_dashboard_logout (expires_at);
 
+-- Values a run publishes (migration 0021, ctx.set_value): one row per run and key,
+-- replaced by a later set of the same key; version counts the sets.
+create table workflow_value (
+    run_id     text not null references workflow_run (id) on delete cascade,
+    key        text not null,
+    value      text not null check (json_valid(value)),
+    version    integer not null default 1,
+    step_name  text not null,
+    updated_at text not null default (strftime('%Y-%m-%d %H:%M:%f', 'now')),
+    primary key (run_id, key)
+);
+
 -- Forks (migration 0023, admin.fork): the run a run was forked from and the journal
 -- entry it was forked at; null on every other run. The partial index holds forked runs
 -- alone: the original's list of its forks.
