@@ -47,6 +47,7 @@ from simpleworkflow.backends.registry_ops import RegistryOps
 from simpleworkflow.backends.run_ops import RunOps
 from simpleworkflow.backends.schedule_ops import ScheduleOps
 from simpleworkflow.backends.session_ops import SessionOps
+from simpleworkflow.backends.stream_ops import StreamOps
 from simpleworkflow.backends.topic_ops import TopicOps
 from simpleworkflow.backends.worker_ops import WorkerOps
 from simpleworkflow.models import (
@@ -107,6 +108,7 @@ class Backend(
     RunOps,
     WorkerOps,
     JournalOps,
+    StreamOps,
     AdminOps,
     RegistryOps,
     TopicOps,

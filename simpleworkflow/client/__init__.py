@@ -13,7 +13,7 @@ import asyncio
 import builtins
 import functools
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
 from datetime import datetime
 from typing import Any, TypeVar, Unpack
 
@@ -22,7 +22,7 @@ from simpleworkflow.admin import Admin, AsyncAdmin, AsyncSchedules, Schedules
 from simpleworkflow.backends import op_runner
 from simpleworkflow.backends.ops import Op
 from simpleworkflow.backends.schema_verdict import auto_migrates, needs_migration
-from simpleworkflow.client import _connections, _listing, _waiting
+from simpleworkflow.client import _connections, _listing, _streams, _waiting
 from simpleworkflow.client._debounce import Debounce
 from simpleworkflow.client._listing import MAX_PAGE
 from simpleworkflow.client._options import (
@@ -34,6 +34,7 @@ from simpleworkflow.client._options import (
 )
 from simpleworkflow.client._requests import CLIENT_NAME, Requests
 from simpleworkflow.models import Event, JournalEntry, Published, Run, RunPage, Signal, SignalSent
+from simpleworkflow.models.streams import StreamInfo, StreamItem
 
 T = TypeVar("T")
 
@@ -244,6 +245,21 @@ class Client(op_runner.Checked, Requests):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def read_stream(
+        self, run_id: str, key: str, *, after: int | None = None
+    ) -> Iterator[StreamItem]:
+        """The items of the run's stream ``key`` after offset ``after`` (``None``: from
+        the first), as they are written, until the stream is closed or the run has
+        ended. Resume a reading with ``after=`` the last offset seen."""
+        run_id, key, start = _streams.checked(run_id, key, after)
+        read = _streams.reader(self.backend, run_id, key)
+        return _streams.follow(lambda op: self._run(op, readonly=True), read, run_id, start)
+
+    def streams(self, run_id: str) -> builtins.list[StreamInfo]:
+        """The run's streams: each key, its item count, whether it was closed."""
+        run_id = names.normalize_run_id(run_id)
+        return self._run(self.backend.of_run(run_id, self.backend.list_streams), readonly=True)
+
 
 class AsyncClient(op_runner.AsyncChecked, Requests):
     """The asyncio producer client. Use one per event loop; ``aclose`` it when done."""
@@ -415,3 +431,19 @@ class AsyncClient(op_runner.AsyncChecked, Requests):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+    def read_stream(
+        self, run_id: str, key: str, *, after: int | None = None
+    ) -> AsyncIterator[StreamItem]:
+        """The stream's items as they are written (``async for``); see
+        :meth:`Client.read_stream`."""
+        run_id, key, start = _streams.checked(run_id, key, after)
+        read = _streams.reader(self.backend, run_id, key)
+        return _streams.follow_async(lambda op: self._run(op, readonly=True), read, run_id, start)
+
+    async def streams(self, run_id: str) -> builtins.list[StreamInfo]:
+        """The run's streams; see :meth:`Client.streams`."""
+        run_id = names.normalize_run_id(run_id)
+        return await self._run(
+            self.backend.of_run(run_id, self.backend.list_streams), readonly=True
+        )

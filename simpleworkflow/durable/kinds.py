@@ -31,3 +31,4 @@ class JournalKind(enum.StrEnum):
     JOIN_BRANCH = "join_branch"  # ctx.join: one branch's result
     ON_ROLLBACK = "on_rollback"  # ctx.on_rollback: a compensation registered
     ROLLBACK = "rollback"  # the run failed for good and rolls back: its error, kept
+    STREAM = "stream"  # ctx.stream_append / ctx.stream_close from the body

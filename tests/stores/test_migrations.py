@@ -517,7 +517,8 @@ def test_the_chain_migration_leaves_older_runs_unlinked_and_links_new_chains(
     cut = script.rindex("\n", 0, cut)
     execute_script(store, script[:cut] + "\ncommit;\n")
     old = store.sql("insert into workflow_run (type) values ('a.b.v1') returning id")[0][0]
-    assert migrate(store) == all_versions(store)[-1:]
+    chain = 26 if store.kind == "postgres" else 20
+    assert migrate(store) == [v for v in all_versions(store) if v >= chain]
     with store.client() as client:
         run = client.get(str(old))
         assert (run.continued_as, run.continued_from) == (None, None)

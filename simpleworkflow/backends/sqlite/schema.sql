@@ -394,3 +394,18 @@ create table workflow_dashboard_logout (
 );
 create index idx_workflow_dashboard_logout_expires_at
     on workflow_dashboard_logout (expires_at);
+
+-- Streams (migration 0022).
+create table workflow_stream_item (
+    run_id      text not null references workflow_run (id) on delete cascade,
+    stream_key  text not null,
+    position    integer not null,
+    origin      text not null,
+    origin_seq  integer not null,
+    value       text check (value is null or json_valid(value)),
+    closed      integer not null default 0,
+    created_at  text not null default (strftime('%Y-%m-%d %H:%M:%f', 'now')),
+    primary key (run_id, stream_key, position)
+);
+create unique index idx_workflow_stream_item_origin
+    on workflow_stream_item (run_id, stream_key, origin, origin_seq);
