@@ -36,6 +36,7 @@ from simpleworkflow.server import (
     limits,
     runs,
     schedules,
+    streams,
     swagger,
     topics,
     types_index,
@@ -59,6 +60,7 @@ SECTIONS: tuple[Callable[..., APIRouter], ...] = (
     limits.router,
     schedules.router,
     insight.router,
+    streams.router,
 )
 
 __all__ = [
