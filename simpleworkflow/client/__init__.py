@@ -260,6 +260,14 @@ class Client(op_runner.Checked, Requests):
         run_id = names.normalize_run_id(run_id)
         return self._run(self.backend.of_run(run_id, self.backend.list_streams), readonly=True)
 
+    def stream_items(
+        self, run_id: str, key: str, *, after: int | None = None, limit: int = 100
+    ) -> builtins.list[StreamItem]:
+        """Up to ``limit`` items of the stream stored now, after ``after``; no waiting."""
+        run_id, key, start = _streams.checked(run_id, key, after)
+        page = self._run(self.backend.read_stream(run_id, key, start, limit), readonly=True)
+        return self._found(run_id, page).items
+
 
 class AsyncClient(op_runner.AsyncChecked, Requests):
     """The asyncio producer client. Use one per event loop; ``aclose`` it when done."""
@@ -447,3 +455,11 @@ class AsyncClient(op_runner.AsyncChecked, Requests):
         return await self._run(
             self.backend.of_run(run_id, self.backend.list_streams), readonly=True
         )
+
+    async def stream_items(
+        self, run_id: str, key: str, *, after: int | None = None, limit: int = 100
+    ) -> builtins.list[StreamItem]:
+        """The stream's items stored now; see :meth:`Client.stream_items`."""
+        run_id, key, start = _streams.checked(run_id, key, after)
+        page = await self._run(self.backend.read_stream(run_id, key, start, limit), readonly=True)
+        return self._found(run_id, page).items

@@ -155,13 +155,17 @@ def router(site: Site, route_class: type[Any]) -> APIRouter:
 
 async def run_context(site: Site, request: Request, run_id: str, **extra: Any) -> dict[str, Any]:
     """What a run's page shows: the run, its journal as a timeline, its audit trail, its
-    signals, parent and children."""
+    signals, streams (their first items), parent and children."""
     client = site.source.client
     found: Run = await client.get(run_id)
     events = await client.admin.events(found.id)
     steps = await client.admin.steps(found.id)
     signals = await client.signals(found.id)
     children = await client.admin.children(found.id)
+    streams = [
+        (s, await client.stream_items(found.id, s.key, limit=50))
+        for s in await client.streams(found.id)
+    ]
     return {
         "run": found,
         "events": events,
@@ -169,6 +173,7 @@ async def run_context(site: Site, request: Request, run_id: str, **extra: Any) -
         "signals": signals,
         "pending_signals": [s for s in signals if not s.consumed],
         "children": children,
+        "streams": streams,
         "timeline": views.timeline(found, steps, events, datetime.now(UTC)),
         "traceback": views.traceback_of(events),
         "done": DONE_MESSAGES.get(request.query_params.get("done", "")),

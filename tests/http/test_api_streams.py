@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from api_helpers import PREFIX, READ_TOKEN, TOKEN, Api, assert_problem
 from conftest import Store, poller_thread
+from test_dashboard import Dash
 from worker_app import wait_until
 
 from simpleworkflow import App, Client, Context
@@ -91,3 +92,18 @@ def test_bad_stream_requests_are_refused_with_a_problem(api: Api, written: str) 
     bad_id = {**READ, "Last-Event-ID": "soon"}
     assert_problem(api.get(f"{RUNS}/{written}/streams/words", headers=bad_id), 422, "Last-Event")
     assert api.get(f"{RUNS}/{written}/streams/words").status_code == 401
+
+
+def test_the_run_page_lists_the_runs_streams_with_their_items(
+    store: Store, client: Client, written: str
+) -> None:
+    dash = Dash(store)
+    try:
+        page = dash.get(f"/runs/{written}").text
+        plain = dash.get(f"/runs/{client.start(WRITER).id}").text
+    finally:
+        dash.close()
+    row = page[page.index('id="stream-words"') :].split("</tr>")[0]
+    assert ">5<" in row and "closed" in row
+    assert all(word in row for word in ["to", "be", "or", "not", "été"])
+    assert "<h2>Streams</h2>" not in plain, "a run without streams shows no section"

@@ -247,3 +247,23 @@ def test_readers_refuse_bad_arguments_and_unknown_runs(client: Client) -> None:
         next(iter(client.read_stream("0193b0c0-0000-7000-8000-000000000000", "k")))
     with pytest.raises(errors.RunNotFound):
         client.streams("0193b0c0-0000-7000-8000-000000000000")
+
+
+def test_stream_items_reads_what_is_stored_now_without_waiting(
+    store: Store, client: Client, ledger: Ledger
+) -> None:
+    app = chat_app(store, ledger, sync=True)
+    run_id = client.start(CHAT).id
+    assert client.stream_items(run_id, "tokens") == [], "nothing written yet: no wait"
+    with working(app):
+        wait_terminal(client, run_id)
+    first = client.stream_items(run_id, "tokens", limit=3)
+    assert [(i.offset, i.value) for i in first] == [
+        (0, "start"),
+        (1, {"n": 0, "try": 1}),
+        (2, {"n": 1, "try": 1}),
+    ]
+    last = client.stream_items(run_id, "tokens", after=TOKENS)
+    assert [(i.offset, i.value) for i in last] == [(TOKENS + 1, "end")]
+    with pytest.raises(errors.RunNotFound):
+        client.stream_items("0193b0c0-0000-7000-8000-000000000000", "tokens")
