@@ -6,11 +6,12 @@ written. Two ways in:
 - From the body, outside a step, an append or a close is a durable call: its item is
   inserted, then it is journaled (``stream`` entry ``@stream:<key>``); a replay meets
   the entry and writes nothing.
-- From a step's function (an LLM's tokens), appends are buffered and written in batches
-  of at most :data:`BATCH_ITEMS` items, or whatever is buffered :data:`BATCH_SECONDS`
-  after the first item of a batch, and the rest when the function returns (or raises),
+- From a step's function (an LLM's tokens), appends are buffered and written in batches:
+  a write is asked for once :data:`BATCH_ITEMS` items wait, or :data:`BATCH_SECONDS`
+  after a batch's first item, and for the rest when the function returns (or raises),
   before the step is journaled: a completed step's items are all stored, and a replay
-  does not run it. Appending never waits for the database.
+  does not run it. A write takes whatever waits when its turn comes, so batches grow
+  while the database is busy. Appending never waits for the database.
 
 Exactly once: each item carries its origin (the step's or the call's journal name) and
 its seq among that origin's items of the stream, unique per run and stream. A step run
@@ -35,8 +36,10 @@ from simpleworkflow.durable.kinds import JournalKind
 
 #: A batch of a step's items is written once it holds this many ...
 BATCH_ITEMS = 64
-#: ... or this many seconds after its first item was appended.
+#: ... or this many seconds after its first item was appended; a write takes what has
+#: been buffered by its turn, up to this many items.
 BATCH_SECONDS = 0.05
+MOST_ITEMS = 1000
 #: A body's append or close is journaled as ``@stream:<key>`` (numbered when repeated).
 PREFIX = "@stream:"
 
@@ -85,8 +88,10 @@ DONE = Done()
 class Writer:
     """One attempt's stream writes: the steps' buffers, and the writes under way.
 
-    Buffers are filled from any thread; batches are taken from them and written only on
-    the worker's loop, in the order they were taken."""
+    Buffers are filled from any thread; writes run on the worker's loop one at a time,
+    in the order they were asked for. A write takes everything its stream's buffer holds
+    when its turn comes (up to :data:`MOST_ITEMS`): while the database is busy, batches
+    grow, so a fast producer costs fewer transactions rather than a longer queue."""
 
     def __init__(self, state: AttemptState) -> None:
         self._state = state
@@ -94,6 +99,7 @@ class Writer:
         self._mutex = threading.Lock()
         self._buffers: dict[tuple[str, str], list[Append]] = {}
         self._seqs: dict[tuple[str, str], int] = {}
+        self._asked: set[tuple[str, str]] = set()  # a write asked for, not yet taking
         self._writes: dict[str, list[asyncio.Task[None]]] = {}
         self._turn: asyncio.Lock | None = None
         #: Keys this attempt closed (or met closed in the journal).
@@ -119,10 +125,13 @@ class Writer:
             items = self._buffers.setdefault(pair, [])
             items.append((seq, text, False))
             count = len(items)
-        if count >= BATCH_ITEMS:
-            self._on_loop(self._take, pair)
+            now = count >= BATCH_ITEMS and pair not in self._asked
+            if now:
+                self._asked.add(pair)
+        if now:
+            self._on_loop(self._start, pair)
         elif count == 1:
-            self._on_loop(self._take_later, pair)
+            self._on_loop(self._start_later, pair)
         return DONE
 
     def _on_loop(self, fn: Any, *args: Any) -> None:
@@ -137,46 +146,68 @@ class Writer:
 
     # -- on the worker's loop ----------------------------------------------------------
 
-    def _take_later(self, pair: tuple[str, str]) -> None:
-        self._loop.call_later(BATCH_SECONDS, self._take, pair)
+    def _start_later(self, pair: tuple[str, str]) -> None:
+        self._loop.call_later(BATCH_SECONDS, self._start_if_due, pair)
 
-    def _take(self, pair: tuple[str, str]) -> None:
+    def _start_if_due(self, pair: tuple[str, str]) -> None:
         with self._mutex:
-            items = self._buffers.pop(pair, None)
-        if items:
-            task = self._loop.create_task(self._write(pair[0], pair[1], items))
-            task.add_done_callback(_retrieved)
-            self._writes.setdefault(pair[0], []).append(task)
+            if pair in self._asked or not self._buffers.get(pair):
+                return
+            self._asked.add(pair)
+        self._start(pair)
+
+    def _start(self, pair: tuple[str, str]) -> None:
+        task = self._loop.create_task(self._write_buffered(pair))
+        task.add_done_callback(_retrieved)
+        self._writes.setdefault(pair[0], []).append(task)
+
+    async def _write_buffered(self, pair: tuple[str, str]) -> None:
+        async with self._turn_of_writes():
+            with self._mutex:
+                self._asked.discard(pair)
+                items = self._buffers.pop(pair, [])
+                if len(items) > MOST_ITEMS:
+                    self._buffers[pair], items = items[MOST_ITEMS:], items[:MOST_ITEMS]
+                    self._asked.add(pair)
+                    self._start(pair)  # the rest, next
+            if items:
+                await self._append(pair[0], pair[1], items)
 
     async def finish(self, origin: str) -> None:
         """Write what step ``origin`` has buffered, and wait for all its writes."""
         with self._mutex:
-            pairs = [p for p in self._buffers if p[0] == origin]
+            pairs = [p for p in self._buffers if p[0] == origin and p not in self._asked]
+            self._asked.update(pairs)
         for pair in pairs:
-            self._take(pair)
-        writes = self._writes.pop(origin, [])
-        for write in writes:
-            await write
+            self._start(pair)
+        writes = self._writes.get(origin, [])
+        while writes:
+            await writes.pop(0)
+        self._writes.pop(origin, None)
 
     def pending(self, origin: str) -> bool:
         with self._mutex:
             return origin in self._writes or any(p[0] == origin for p in self._buffers)
 
     async def write_now(self, origin: str, key: str, items: list[Append]) -> None:
-        await self._write(origin, key, items)
+        async with self._turn_of_writes():
+            await self._append(origin, key, items)
 
-    async def _write(self, origin: str, key: str, items: list[Append]) -> None:
+    def _turn_of_writes(self) -> asyncio.Lock:
+        """FIFO: the writes go one at a time, in the order they were asked for."""
         if self._turn is None:
             self._turn = asyncio.Lock()
+        return self._turn
+
+    async def _append(self, origin: str, key: str, items: list[Append]) -> None:
         durable, lease = self._state.durable, self._state.lease
         backend = durable.backend
-        async with self._turn:  # FIFO: batches are written in the order they were taken
-            held = await durable.until_available(
-                origin,
-                lambda: backend.execute_async(
-                    backend.append_stream(lease.run.id, lease.token, key, origin, items)
-                ),
-            )
+        held = await durable.until_available(
+            origin,
+            lambda: backend.execute_async(
+                backend.append_stream(lease.run.id, lease.token, key, origin, items)
+            ),
+        )
         if not held:
             raise errors.LeaseLost(origin)
 
