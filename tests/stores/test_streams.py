@@ -17,6 +17,8 @@ from conftest import Store
 from test_durable import Ledger, wait_terminal, working
 
 from simpleworkflow import App, Client, Context, RetryPolicy, RunStatus, errors
+from simpleworkflow.backends import Backend
+from simpleworkflow.backends.records import Claim
 from simpleworkflow.durable import streams
 from simpleworkflow.models.streams import StreamItem
 
@@ -267,3 +269,26 @@ def test_stream_items_reads_what_is_stored_now_without_waiting(
     assert [(i.offset, i.value) for i in last] == [(TOKENS + 1, "end")]
     with pytest.raises(errors.RunNotFound):
         client.stream_items("0193b0c0-0000-7000-8000-000000000000", "tokens")
+
+
+def test_appends_are_fenced_by_the_lease_and_numbered_after_the_last_item(
+    client: Client, backend: Backend
+) -> None:
+    """At the store: a writer without the lease writes nothing; a batch goes after the
+    stream's last item; items an origin wrote already are left out, leaving no gap."""
+    run_id = client.start("test.streams.fenced.v1").id
+    claim = Claim(worker_id="w", types=("test.streams.fenced.v1",), limit=1, lease_seconds=30)
+    (lease,) = backend.execute(backend.claim(claim))
+    assert lease.run.id == run_id
+
+    def append(token: str, origin: str, seqs: range) -> bool:
+        items = [(seq, f'"{origin}{seq}"', False) for seq in seqs]
+        return backend.execute(backend.append_stream(run_id, token, "k", origin, items))
+
+    assert not append("0193b0c0-0000-7000-8000-000000000000", "a", range(3))
+    assert client.stream_items(run_id, "k") == []
+    assert append(lease.token, "a", range(3))
+    assert append(lease.token, "b", range(2))
+    assert append(lease.token, "a", range(5))  # a re-run of a: 0-2 stored, 3-4 new
+    values = [(i.offset, i.value) for i in client.stream_items(run_id, "k")]
+    assert values == [(0, "a0"), (1, "a1"), (2, "a2"), (3, "b0"), (4, "b1"), (5, "a3"), (6, "a4")]
