@@ -129,6 +129,16 @@ class Backend(
         """Whether :meth:`listen` hears about every write in every process."""
         return self.dialect.has_notifications
 
+    def stream_waker(self, run_id: str) -> Any:
+        """Something whose ``wait(seconds)`` returns early once the run's streams are
+        written, and ``close()``; ``None`` where the store has no notifications (readers
+        poll). See ``postgres.stream_wakeups``."""
+        return None
+
+    async def stream_waker_async(self, run_id: str) -> Any:
+        """:meth:`stream_waker` with awaited ``wait`` and ``close``."""
+        return None
+
     # -- execution -------------------------------------------------------------------
 
     @abc.abstractmethod

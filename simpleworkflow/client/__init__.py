@@ -253,7 +253,8 @@ class Client(op_runner.Checked, Requests):
         ended. Resume a reading with ``after=`` the last offset seen."""
         run_id, key, start = _streams.checked(run_id, key, after)
         read = _streams.reader(self.backend, run_id, key)
-        return _streams.follow(lambda op: self._run(op, readonly=True), read, run_id, start)
+        run = lambda op: self._run(op, readonly=True)  # noqa: E731
+        return _streams.follow(run, read, run_id, start, lambda: self.backend.stream_waker(run_id))
 
     def streams(self, run_id: str) -> builtins.list[StreamInfo]:
         """The run's streams: each key, its item count, whether it was closed."""
@@ -447,7 +448,9 @@ class AsyncClient(op_runner.AsyncChecked, Requests):
         :meth:`Client.read_stream`."""
         run_id, key, start = _streams.checked(run_id, key, after)
         read = _streams.reader(self.backend, run_id, key)
-        return _streams.follow_async(lambda op: self._run(op, readonly=True), read, run_id, start)
+        run = lambda op: self._run(op, readonly=True)  # noqa: E731
+        waker = lambda: self.backend.stream_waker_async(run_id)  # noqa: E731
+        return _streams.follow_async(run, read, run_id, start, waker)
 
     async def streams(self, run_id: str) -> builtins.list[StreamInfo]:
         """The run's streams; see :meth:`Client.streams`."""

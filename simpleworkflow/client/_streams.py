@@ -1,17 +1,21 @@
 """Reading a run's stream as it is written: pages of items, polled until it ends.
 
 Each poll is one indexed read of the items after the last offset seen (and the run's
-status, to know when it has ended); a poll that finds nothing waits a little longer
-before the next (10 ms, growing to :data:`LONGEST_PAUSE`), one that finds items goes on
-at once. Readers only read: they never hold a lock a writer waits for.
+status, to know when it has ended); one that finds items goes on at once, one that finds
+nothing waits before the next. On Postgres the reader then listens (a connection of its
+own, opened at the first empty poll): the writer's notification, one per batch, wakes
+it at once, and it polls anyway every :data:`LISTENING_PAUSE` at most. Elsewhere it
+sleeps 10 ms, growing to :data:`LONGEST_PAUSE`. Readers only read: they never hold a lock
+a writer waits for.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from simpleworkflow import errors, names
 from simpleworkflow.backends.ops import Op
@@ -22,8 +26,13 @@ if TYPE_CHECKING:
 
 #: Items read by one poll at most.
 PAGE = 500
-#: The longest pause between two polls that found nothing.
+#: The first pause after a poll that found nothing, and the longest: polling alone ...
+FIRST_PAUSE = 0.01
 LONGEST_PAUSE = 0.25
+#: ... and while a notification wakes the reader (Postgres): a lost one costs this much.
+LISTENING_PAUSE = 1.0
+
+_log = logging.getLogger("simpleworkflow.client")
 
 Reader = Callable[[int], Op[StreamPage | None]]
 
@@ -41,23 +50,37 @@ def checked(run_id: str, key: str, after: int | None) -> tuple[str, str, int]:
 
 
 def follow(
-    run: Callable[[Op[StreamPage | None]], StreamPage | None], read: Reader, run_id: str, after: int
+    run: Callable[[Op[StreamPage | None]], StreamPage | None],
+    read: Reader,
+    run_id: str,
+    after: int,
+    waker: Callable[[], Any] | None = None,
 ) -> Iterator[StreamItem]:
-    pause = 0.01
-    while True:
-        page = run(read(after))
-        if page is None:
-            raise errors.RunNotFound(run_id)
-        for item in page.items:
-            after = item.offset
-            yield item
-        if page.ended:
-            return
-        if page.items:
-            pause = 0.01
-        else:
-            time.sleep(pause)
-            pause = min(pause * 1.5, LONGEST_PAUSE)
+    pause, woken = FIRST_PAUSE, None
+    try:
+        while True:
+            page = run(read(after))
+            if page is None:
+                raise errors.RunNotFound(run_id)
+            for item in page.items:
+                after = item.offset
+                yield item
+            if page.ended:
+                return
+            if page.items:
+                pause = FIRST_PAUSE
+            elif woken is None and waker is not None:
+                woken, waker = _opened(waker), None
+                continue  # listening now: read once more, what came meanwhile was not heard
+            else:
+                if woken is not None:
+                    woken.wait(pause)
+                else:
+                    time.sleep(pause)
+                pause = min(pause * 1.5, LONGEST_PAUSE if woken is None else LISTENING_PAUSE)
+    finally:
+        if woken is not None:
+            woken.close()
 
 
 async def follow_async(
@@ -65,19 +88,47 @@ async def follow_async(
     read: Reader,
     run_id: str,
     after: int,
+    waker: Callable[[], Awaitable[Any]] | None = None,
 ) -> AsyncIterator[StreamItem]:
-    pause = 0.01
-    while True:
-        page = await run(read(after))
-        if page is None:
-            raise errors.RunNotFound(run_id)
-        for item in page.items:
-            after = item.offset
-            yield item
-        if page.ended:
-            return
-        if page.items:
-            pause = 0.01
-        else:
-            await asyncio.sleep(pause)
-            pause = min(pause * 1.5, LONGEST_PAUSE)
+    pause, woken = FIRST_PAUSE, None
+    try:
+        while True:
+            page = await run(read(after))
+            if page is None:
+                raise errors.RunNotFound(run_id)
+            for item in page.items:
+                after = item.offset
+                yield item
+            if page.ended:
+                return
+            if page.items:
+                pause = FIRST_PAUSE
+            elif woken is None and waker is not None:
+                woken, waker = await _opened_async(waker), None
+                continue
+            else:
+                if woken is not None:
+                    await woken.wait(pause)
+                else:
+                    await asyncio.sleep(pause)
+                pause = min(pause * 1.5, LONGEST_PAUSE if woken is None else LISTENING_PAUSE)
+    finally:
+        if woken is not None:
+            await woken.close()
+
+
+def _opened(waker: Callable[[], Any]) -> Any:
+    """The store's waker, or ``None`` (polling alone) where it cannot listen."""
+    try:
+        return waker()
+    except Exception as exc:  # a reader polls on rather than fail: the waker only speeds it
+        _log.debug("cannot listen for stream writes (%s); polling", exc)
+        return None
+
+
+async def _opened_async(waker: Callable[[], Awaitable[Any]]) -> Any:
+    try:
+        return await waker()
+    except Exception as exc:
+        _log.debug("cannot listen for stream writes (%s); polling", exc)
+        return None

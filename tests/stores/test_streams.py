@@ -12,6 +12,7 @@ import asyncio
 import threading
 from typing import Any
 
+import psycopg
 import pytest
 from conftest import Store
 from test_durable import Ledger, wait_terminal, working
@@ -292,3 +293,21 @@ def test_appends_are_fenced_by_the_lease_and_numbered_after_the_last_item(
     assert append(lease.token, "a", range(5))  # a re-run of a: 0-2 stored, 3-4 new
     values = [(i.offset, i.value) for i in client.stream_items(run_id, "k")]
     assert values == [(0, "a0"), (1, "a1"), (2, "a2"), (3, "b0"), (4, "b1"), (5, "a3"), (6, "a4")]
+
+
+def test_on_postgres_each_batch_notifies_the_runs_readers_once(
+    store: Store, client: Client, ledger: Ledger
+) -> None:
+    """A notification per batch written, not per item: a reader waits on it (and polls
+    anyway, now and then) rather than polling every few milliseconds."""
+    if store.kind != "postgres":
+        pytest.skip("SQLite has no notifications: its readers poll")
+    app = chat_app(store, ledger, sync=True)
+    run_id = client.start(CHAT).id
+    with psycopg.connect(store.url, autocommit=True) as listener:
+        listener.execute("listen simpleworkflow_stream")
+        with working(app):
+            wait_terminal(client, run_id)
+        heard = [n.payload for n in listener.notifies(timeout=0.5)]
+    # start, the step's few batches, end, the close
+    assert 4 <= heard.count(run_id) <= TOKENS // streams.BATCH_ITEMS + 6, heard

@@ -1976,7 +1976,7 @@ drop index concurrently if exists {schema}idx_workflow_run_payload
 -- Append items to one of a run's streams, fenced by the lease (checked under FOR SHARE as
 -- in record_step): numbered after the stream's last item, in the order of their seq;
 -- items already written by the same origin and seq (a step run again after a crash) are
--- left out. Returns whether the lease held.
+-- left out. Returns whether the lease held; readers of the run are notified.
 with lease as (
     select id from {schema}workflow_run
     where id = %(run_id)s and lease_token = %(token)s and status = 'leased'
@@ -1999,8 +1999,13 @@ with lease as (
            %(origin)s, items.seq, items.value::jsonb, items.closed
     from lease, items
     returning position
+), woken as (
+    -- one notification per batch, for the run's readers (client.read_stream)
+    select pg_notify('simpleworkflow_stream', %(run_id)s::text)
+    where exists (select 1 from saved)
 )
-select exists (select 1 from lease) as held, (select count(*) from saved) as saved
+select exists (select 1 from lease) as held, (select count(*) from saved) as saved,
+       (select count(*) from woken) as woken
 
 -- name: read_stream
 -- A page of a stream's items after position :after, and whether the run has ended (read
