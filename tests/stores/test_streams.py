@@ -311,3 +311,35 @@ def test_on_postgres_each_batch_notifies_the_runs_readers_once(
         heard = [n.payload for n in listener.notifies(timeout=0.5)]
     # start, the step's few batches, end, the close
     assert 4 <= heard.count(run_id) <= TOKENS // streams.BATCH_ITEMS + 6, heard
+
+
+@pytest.mark.parametrize("sync", [True, False], ids=["def", "async"])
+def test_a_def_step_on_a_pool_thread_appends_in_order(
+    store: Store, client: Client, sync: bool
+) -> None:
+    """A plain ``def`` step of an async body runs in the worker's step pool, and one with
+    a timeout of a ``def`` body off the body's thread: their appends arrive all the same."""
+    app = App(store.url, schema=store.schema, retry=QUICK)
+
+    def count(ctx: Context) -> int:
+        for n in range(150):
+            ctx.stream_append("numbers", n)
+        return 150
+
+    if sync:
+
+        @app.workflow("test.streams.pool.v1")
+        def body(payload: Any, ctx: Context) -> Any:
+            return ctx.step("count", count, ctx, timeout="30s")
+
+    else:
+
+        @app.workflow("test.streams.pool.v1")
+        async def body(payload: Any, ctx: Context) -> Any:
+            return await ctx.step("count", count, ctx)
+
+    run_id = client.start("test.streams.pool.v1").id
+    with working(app):
+        run = wait_terminal(client, run_id)
+    assert run.status is RunStatus.SUCCEEDED, run.last_error
+    assert read_all(client, run_id, "numbers") == [(n, n) for n in range(150)]
