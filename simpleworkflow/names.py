@@ -385,3 +385,25 @@ def validate_value_key(key: object) -> str:
             "digits or '_.:-', like 'status' or 'payment.state'"
         )
     return key
+#: A run's stream key: what a URL path and an SSE client carry as they are.
+_STREAM_KEY = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
+
+
+def check_stream_key(key: object) -> str:
+    """Return ``key`` if it can name one of a run's streams."""
+    if not isinstance(key, str) or not _STREAM_KEY.fullmatch(key):
+        raise errors.InvalidArgument(
+            f"stream key must be 1 to 100 letters, digits, '_', '.', ':' or '-', not {key!r:.80}"
+        )
+    return key
+
+
+def check_stream_offset(after: object) -> int:
+    """Return ``after`` (an item's offset; ``-1`` or ``None``: before the first)."""
+    if after is None:
+        return -1
+    if isinstance(after, bool) or not isinstance(after, int) or after < -1:
+        raise errors.InvalidArgument(
+            f"after must be an item's offset (an integer from -1), not {after!r:.80}"
+        )
+    return after

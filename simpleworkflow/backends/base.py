@@ -47,6 +47,7 @@ from simpleworkflow.backends.registry_ops import RegistryOps
 from simpleworkflow.backends.run_ops import RunOps
 from simpleworkflow.backends.schedule_ops import ScheduleOps
 from simpleworkflow.backends.session_ops import SessionOps
+from simpleworkflow.backends.stream_ops import StreamOps
 from simpleworkflow.backends.topic_ops import TopicOps
 from simpleworkflow.backends.value_ops import ValueOps
 from simpleworkflow.backends.worker_ops import WorkerOps
@@ -109,6 +110,7 @@ class Backend(
     WorkerOps,
     ValueOps,
     JournalOps,
+    StreamOps,
     AdminOps,
     RegistryOps,
     TopicOps,
@@ -128,6 +130,16 @@ class Backend(
     def has_notifications(self) -> bool:
         """Whether :meth:`listen` hears about every write in every process."""
         return self.dialect.has_notifications
+
+    def stream_waker(self, run_id: str) -> Any:
+        """Something whose ``wait(seconds)`` returns early once the run's streams are
+        written, and ``close()``; ``None`` where the store has no notifications (readers
+        poll). See ``postgres.stream_wakeups``."""
+        return None
+
+    async def stream_waker_async(self, run_id: str) -> Any:
+        """:meth:`stream_waker` with awaited ``wait`` and ``close``."""
+        return None
 
     # -- execution -------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ import asyncio
 import builtins
 import functools
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
 from datetime import datetime
 from typing import Any, TypeVar, Unpack
 
@@ -22,7 +22,7 @@ from simpleworkflow.admin import Admin, AsyncAdmin, AsyncSchedules, Schedules
 from simpleworkflow.backends import op_runner
 from simpleworkflow.backends.ops import Op
 from simpleworkflow.backends.schema_verdict import auto_migrates, needs_migration
-from simpleworkflow.client import _connections, _listing, _values, _waiting
+from simpleworkflow.client import _connections, _listing, _streams, _values, _waiting
 from simpleworkflow.client._debounce import Debounce
 from simpleworkflow.client._listing import MAX_PAGE
 from simpleworkflow.client._options import (
@@ -43,6 +43,7 @@ from simpleworkflow.models import (
     Signal,
     SignalSent,
 )
+from simpleworkflow.models.streams import StreamInfo, StreamItem
 
 T = TypeVar("T")
 
@@ -285,6 +286,29 @@ class Client(op_runner.Checked, Requests):
                 if pause is None:
                     raise wait.timed_out()
                 _values.sleep_or_hear_sync(notices, pause)
+    def read_stream(
+        self, run_id: str, key: str, *, after: int | None = None
+    ) -> Iterator[StreamItem]:
+        """The items of the run's stream ``key`` after offset ``after`` (``None``: from
+        the first), as they are written, until the stream is closed or the run has
+        ended. Resume a reading with ``after=`` the last offset seen."""
+        run_id, key, start = _streams.checked(run_id, key, after)
+        read = _streams.reader(self.backend, run_id, key)
+        run = lambda op: self._run(op, readonly=True)  # noqa: E731
+        return _streams.follow(run, read, run_id, start, lambda: self.backend.stream_waker(run_id))
+
+    def streams(self, run_id: str) -> builtins.list[StreamInfo]:
+        """The run's streams: each key, its item count, whether it was closed."""
+        run_id = names.normalize_run_id(run_id)
+        return self._run(self.backend.of_run(run_id, self.backend.list_streams), readonly=True)
+
+    def stream_items(
+        self, run_id: str, key: str, *, after: int | None = None, limit: int = 100
+    ) -> builtins.list[StreamItem]:
+        """Up to ``limit`` items of the stream stored now, after ``after``; no waiting."""
+        run_id, key, start = _streams.checked(run_id, key, after)
+        page = self._run(self.backend.read_stream(run_id, key, start, limit), readonly=True)
+        return self._found(run_id, page).items
 
 
 class AsyncClient(op_runner.AsyncChecked, Requests):
@@ -488,3 +512,28 @@ class AsyncClient(op_runner.AsyncChecked, Requests):
                 if pause is None:
                     raise wait.timed_out()
                 await _values.sleep_or_hear(notices, pause)
+    def read_stream(
+        self, run_id: str, key: str, *, after: int | None = None
+    ) -> AsyncIterator[StreamItem]:
+        """The stream's items as they are written (``async for``); see
+        :meth:`Client.read_stream`."""
+        run_id, key, start = _streams.checked(run_id, key, after)
+        read = _streams.reader(self.backend, run_id, key)
+        run = lambda op: self._run(op, readonly=True)  # noqa: E731
+        waker = lambda: self.backend.stream_waker_async(run_id)  # noqa: E731
+        return _streams.follow_async(run, read, run_id, start, waker)
+
+    async def streams(self, run_id: str) -> builtins.list[StreamInfo]:
+        """The run's streams; see :meth:`Client.streams`."""
+        run_id = names.normalize_run_id(run_id)
+        return await self._run(
+            self.backend.of_run(run_id, self.backend.list_streams), readonly=True
+        )
+
+    async def stream_items(
+        self, run_id: str, key: str, *, after: int | None = None, limit: int = 100
+    ) -> builtins.list[StreamItem]:
+        """The stream's items stored now; see :meth:`Client.stream_items`."""
+        run_id, key, start = _streams.checked(run_id, key, after)
+        page = await self._run(self.backend.read_stream(run_id, key, start, limit), readonly=True)
+        return self._found(run_id, page).items

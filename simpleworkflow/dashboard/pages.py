@@ -156,7 +156,7 @@ def router(site: Site, route_class: type[Any]) -> APIRouter:
 
 async def run_context(site: Site, request: Request, run_id: str, **extra: Any) -> dict[str, Any]:
     """What a run's page shows: the run, its journal as a timeline, its audit trail, its
-    signals, the values it published, parent and children."""
+    signals, the values it published, streams (their first items), parent and children."""
     client = site.source.client
     found: Run = await client.get(run_id)
     events = await client.admin.events(found.id)
@@ -165,6 +165,10 @@ async def run_context(site: Site, request: Request, run_id: str, **extra: Any) -
     children = await client.admin.children(found.id)
     forks = await client.admin.forks(found.id)
     published = any(step.kind == "value" for step in steps)  # read only for runs that did
+    streams = [
+        (s, await client.stream_items(found.id, s.key, limit=50))
+        for s in await client.streams(found.id)
+    ]
     return {
         "run": found,
         "events": events,
@@ -180,6 +184,7 @@ async def run_context(site: Site, request: Request, run_id: str, **extra: Any) -
         "fork_error": None,
         "fork_step": "",
         "fork_payload": "",
+        "streams": streams,
         "timeline": views.timeline(found, steps, events, datetime.now(UTC)),
         "traceback": views.traceback_of(events),
         "done": DONE_MESSAGES.get(request.query_params.get("done", "")),

@@ -92,6 +92,8 @@ class AttemptState:
         self._on_stop: list[Callable[[], Any]] = []
         #: Whether observers were told of the lease's loss (see ``worker.hooks.lease_lost``).
         self.lease_loss_reported = False
+        #: The attempt's stream writer (``streams.Writer``), made at its first append.
+        self.streams: object | None = None
         self.durable = durable_class(
             lease, backend, steps, stop=self.request_stop, lease_ended=lease_ended
         )

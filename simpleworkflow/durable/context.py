@@ -29,6 +29,7 @@ from simpleworkflow.durable import (
     signals,
     sleeps,
     steps,
+    streams,
     throttle,
     timeouts,
     transactional,
@@ -445,6 +446,29 @@ class Context:
         return self._durable_call(
             values.set_value(self._state, unique, key, text), f"ctx.set_value({key!r})"
         )
+    # -- streams (see ``streams``) ---------------------------------------------------
+
+    def stream_append(self, key: str, value: Any) -> Any:
+        """Append JSON ``value`` to this run's stream ``key``, read live with
+        ``client.read_stream``. From the body: a durable call (awaited in an async body).
+        From a step's function: returns at once (awaiting it is allowed), the items are
+        written in batches before the step is journaled. See docs/durable.md, "Streams"."""
+        with self._checking():
+            key, text = streams.check_key(key), streams.encode(key, value)
+            step = streams.current_step()
+            unique = None if step else self._state.durable.name(streams.PREFIX + key)
+        if step is not None:
+            return streams.writer(self._state).buffer(step, key, text)
+        coro = streams.from_body(self._state, unique or "", key, text)
+        return self._durable_call(coro, f"ctx.stream_append({key!r})")
+
+    def stream_close(self, key: str) -> Any:
+        """Close this run's stream ``key`` (from the body): its readers stop after its
+        last item. Every stream also ends when the run does."""
+        with self._checking():
+            unique = self._state.durable.name(streams.PREFIX + streams.closable(key))
+        coro = streams.from_body(self._state, unique, key, None)
+        return self._durable_call(coro, f"ctx.stream_close({key!r})")
 
     # -- plumbing --------------------------------------------------------------------
 

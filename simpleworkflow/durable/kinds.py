@@ -32,3 +32,4 @@ class JournalKind(enum.StrEnum):
     ON_ROLLBACK = "on_rollback"  # ctx.on_rollback: a compensation registered
     ROLLBACK = "rollback"  # the run failed for good and rolls back: its error, kept
     VALUE = "value"  # ctx.set_value: a value the run published
+    STREAM = "stream"  # ctx.stream_append / ctx.stream_close from the body

@@ -27,7 +27,7 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from simpleworkflow import durations, errors, logs, observe, payloads
-from simpleworkflow.durable import races, timeouts, tracebacks
+from simpleworkflow.durable import races, streams, timeouts, tracebacks
 from simpleworkflow.durable.attempt import AttemptState
 from simpleworkflow.durable.journal import Durable
 from simpleworkflow.durable.kinds import JournalKind
@@ -94,11 +94,19 @@ def _skeleton(
     yield BEGIN
     began = notify_started(state, name, attempt)
     try:
-        value = yield CALL
+        appending = streams.starting(state, name)
+        try:
+            value = yield CALL
+        finally:
+            streams.leaving(appending)
         took = time.monotonic() - began
+        if (written := streams.finishing(state, name)) is not None:
+            yield written  # the step's stream items, all stored before it is journaled
         step.encode(value)
     except Exception as exc:
         took = time.monotonic() - began
+        if (written := streams.finishing(state, name)) is not None:
+            yield written  # what the failed try appended stays: a retry leaves it out
         outcome = yield failed(durable, name, entry, retry, exc)
         notify_failed(state, name, attempt, took, exc, outcome)
         raise outcome from outcome.__cause__  # a StepFailed's: the user's error

@@ -37,6 +37,7 @@ from simpleworkflow.server import (
     limits,
     runs,
     schedules,
+    streams,
     swagger,
     topics,
     types_index,
@@ -63,6 +64,7 @@ SECTIONS: tuple[Callable[..., APIRouter], ...] = (
     schedules.router,
     insight.router,
     values.router,
+    streams.router,
 )
 
 __all__ = [

@@ -298,3 +298,25 @@ def test_the_loops_benchmark_counts_rows_and_times_a_replay(postgres_url: str) -
         assert (untrimmed["journal_rows"], trimmed["journal_rows"]) == (276, 167), kind
         for setting in (untrimmed, trimmed):
             assert math.isfinite(setting["replay_ms_median"]), kind
+
+
+def test_the_streams_benchmark_delivers_every_item_and_reports_rates_and_latency(
+    postgres_url: str,
+) -> None:
+    """``python -m benchmarks.streams`` at its smallest, on both stores."""
+    command = [
+        sys.executable, "-m", "benchmarks.streams",
+        "--items", "300",
+        "--paced", "10",
+        "--pace-ms", "2",
+        "--postgres-url", postgres_url,
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = json.loads(done.stdout)
+    assert sorted(doc["results"]) == STORES
+    for kind, cases in doc["results"].items():
+        assert (cases["burst"]["items"], cases["paced"]["items"]) == (300, 10), kind
+        for case in cases.values():
+            assert case["items_per_second"] > 0, kind
+            assert 0 <= case["latency_p50_ms"] <= case["latency_p99_ms"], kind

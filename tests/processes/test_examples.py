@@ -58,7 +58,7 @@ def unique(kind: str) -> str:
 
 
 def test_every_example_has_a_test() -> None:
-    tested = {"onboarding", "order_saga", "batch_processor", "partner_poller"}
+    tested = {"onboarding", "order_saga", "batch_processor", "partner_poller", "token_stream"}
     assert {path.stem for path in EXAMPLES.glob("*.py")} == tested
 
 
@@ -236,6 +236,24 @@ def test_partner_poller_continues_as_new_with_the_cursor_and_a_fresh_journal(
         assert {name for (name,) in steps} == expected
 
 
+# -- token stream (streams) -------------------------------------------------------------------
+
+
+def test_token_stream_reads_the_answer_live_and_each_token_once(store: Store) -> None:
+    tokens = example("token_stream")
+    run, got = asyncio.run(tokens.ask(store.url, store.schema, question="Why?"))
+
+    assert run.status is RunStatus.SUCCEEDED, run.last_error
+    assert "".join(got).strip() == run.result["answer"]
+    assert got[:2] == ["You ", "asked: "]
+    with store.client() as client:
+        assert [(s.key, s.closed) for s in client.streams(run.id)] == [
+            ("status", False),
+            ("tokens", True),
+        ]
+        assert [i.value for i in client.read_stream(run.id, "status")] == ["thinking", "done"]
+
+
 def test_the_demo_runs_the_onboarding_example_s_steps() -> None:
     """``simpleworkflow demo`` cannot import examples/ once installed, so it has a short
     copy of the onboarding workflow: it must make the same durable calls."""
@@ -253,7 +271,9 @@ def test_the_demo_runs_the_onboarding_example_s_steps() -> None:
 # -- as scripts, and as quoted in the docs ------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["onboarding", "order_saga", "batch_processor", "partner_poller"])
+@pytest.mark.parametrize(
+    "name", ["onboarding", "order_saga", "batch_processor", "partner_poller", "token_stream"]
+)
 def test_example_runs_as_a_script(name: str, tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(EXAMPLES / f"{name}.py")],

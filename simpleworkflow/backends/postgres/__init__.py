@@ -21,6 +21,7 @@ from simpleworkflow.backends.postgres import (
     listening,
     loading,
     settings,
+    stream_wakeups,
     unflushed,
     value_notices,
 )
@@ -314,6 +315,12 @@ class PostgresBackend(base.Backend):
                 stack.enter_context(self._liveness.standing(conn))  # no deadline here
                 await stack.enter_async_context(conn.transaction())
             yield conn
+
+    def stream_waker(self, run_id: str) -> stream_wakeups.Waker:
+        return stream_wakeups.Waker(self._conninfo(), run_id)
+
+    async def stream_waker_async(self, run_id: str) -> stream_wakeups.AsyncWaker:
+        return await stream_wakeups.AsyncWaker.open(self._conninfo(), run_id)
 
     async def listen(
         self, on_message: Callable[[str, str], None], after: base.AfterWake | None = None

@@ -2035,3 +2035,60 @@ from {schema}workflow_value where run_id = %(id)s order by key
 -- name: get_value
 select run_id, key, value, version, step_name, updated_at
 from {schema}workflow_value where run_id = %(id)s and key = %(key)s
+-- name: append_stream
+-- Append items to one of a run's streams, fenced by the lease (checked under FOR SHARE as
+-- in record_step): numbered after the stream's last item, in the order of their seq;
+-- items already written by the same origin and seq (a step run again after a crash) are
+-- left out. Returns whether the lease held; readers of the run are notified.
+with lease as (
+    select id from {schema}workflow_run
+    where id = %(run_id)s and lease_token = %(token)s and status = 'leased'
+      and lease_until > now()
+    for share
+), items as (
+    select i.seq, i.value, i.closed
+    from jsonb_to_recordset(%(items)s::jsonb) as i(seq integer, value text, closed boolean)
+    where not exists (
+        select 1 from {schema}workflow_stream_item s
+        where s.run_id = %(run_id)s and s.stream_key = %(key)s
+          and s.origin = %(origin)s and s.origin_seq = i.seq)
+), saved as (
+    insert into {schema}workflow_stream_item
+        (run_id, stream_key, position, origin, origin_seq, value, closed)
+    select lease.id, %(key)s,
+           coalesce((select max(position) + 1 from {schema}workflow_stream_item
+                     where run_id = %(run_id)s and stream_key = %(key)s), 0)
+             + row_number() over (order by items.seq) - 1,
+           %(origin)s, items.seq, items.value::jsonb, items.closed
+    from lease, items
+    returning position
+), woken as (
+    -- one notification per batch, for the run's readers (client.read_stream)
+    select pg_notify('simpleworkflow_stream', %(run_id)s::text)
+    where exists (select 1 from saved)
+)
+select exists (select 1 from lease) as held, (select count(*) from saved) as saved,
+       (select count(*) from woken) as woken
+
+-- name: read_stream
+-- A page of a stream's items after position :after, and whether the run has ended (read
+-- first: an item written before the run ended is then on this page or a later one).
+select (select status from {schema}workflow_run where id = %(run_id)s) as run_status,
+       i.position, i.value, i.closed, i.created_at
+from (select 1) as one
+left join lateral (
+    select position, value, closed, created_at from {schema}workflow_stream_item
+    where run_id = %(run_id)s and stream_key = %(key)s and position > %(after)s
+    order by position
+    limit %(limit)s
+) as i on true
+order by i.position
+
+-- name: list_streams
+-- A run's streams: each key with its item count and whether it was closed.
+select stream_key, count(*) filter (where not closed) as items, bool_or(closed) as closed,
+       max(created_at) as updated_at
+from {schema}workflow_stream_item
+where run_id = %(run_id)s
+group by stream_key
+order by stream_key

@@ -596,6 +596,35 @@ create table {schema}workflow_value (
     primary key (run_id, key)
 );
 
+-- Streams (migration 0028): see the migration for the columns.
+create table {schema}workflow_stream_item (
+    run_id      uuid not null,
+    stream_key  text not null,
+    position    bigint not null,
+    origin      text not null,
+    origin_seq  integer not null,
+    value       jsonb,
+    closed      boolean not null default false,
+    created_at  timestamptz not null default now(),
+    primary key (run_id, stream_key, position)
+);
+create unique index idx_workflow_stream_item_origin
+    on {schema}workflow_stream_item (run_id, stream_key, origin, origin_seq);
+
+create function {schema}workflow_run_delete_streams() returns trigger
+language plpgsql as $$
+begin
+    delete from {schema_name}.workflow_stream_item
+    where run_id = any(array(select id from deleted_runs));
+    return null;
+end
+$$;
+
+create trigger workflow_run_delete_streams
+    after delete on {schema}workflow_run
+    referencing old table as deleted_runs
+    for each statement execute function {schema}workflow_run_delete_streams();
+
 -- Forks (migration 0029, admin.fork): the run a run was forked from and the journal
 -- entry it was forked at; null on every other run. The partial index holds forked runs
 -- alone: the original's list of its forks.

@@ -1504,3 +1504,47 @@ from workflow_value where run_id = :id order by key
 -- name: get_value
 select run_id, key, value, version, step_name, updated_at
 from workflow_value where run_id = :id and key = :key
+-- name: append_stream
+-- Whether the lease holds, in the transaction whose follow-up appends to a run's stream.
+select 1 as held from workflow_run
+where id = :run_id and lease_token = :token and status = 'leased'
+  and lease_until > strftime('%Y-%m-%d %H:%M:%f', 'now')
+
+-- name: append_stream_then_insert
+-- The items after the stream's last one, in the order of their seq; items already
+-- written by the same origin and seq (a step run again after a crash) are left out.
+insert into workflow_stream_item (run_id, stream_key, position, origin, origin_seq, value, closed)
+select :run_id, :key,
+       coalesce((select max(position) + 1 from workflow_stream_item
+                 where run_id = :run_id and stream_key = :key), 0)
+         + row_number() over (order by json_extract(i.value, '$.seq')) - 1,
+       :origin, json_extract(i.value, '$.seq'), json(json_extract(i.value, '$.value')),
+       json_extract(i.value, '$.closed')
+from json_each(:items) as i
+where not exists (
+    select 1 from workflow_stream_item s
+    where s.run_id = :run_id and s.stream_key = :key and s.origin = :origin
+      and s.origin_seq = json_extract(i.value, '$.seq'))
+
+-- name: read_stream
+-- A page of a stream's items after position :after, and whether the run has ended (one
+-- read transaction: the status and the items are of the same moment).
+select (select status from workflow_run where id = :run_id) as run_status,
+       i.position, i.value, i.closed, i.created_at
+from (select 1) as one
+left join (
+    select position, value, closed, created_at from workflow_stream_item
+    where run_id = :run_id and stream_key = :key and position > :after
+    order by position
+    limit :limit
+) as i on 1
+order by i.position
+
+-- name: list_streams
+-- A run's streams: each key with its item count and whether it was closed.
+select stream_key, sum(not closed) as items, max(closed) as closed,
+       max(created_at) as updated_at
+from workflow_stream_item
+where run_id = :run_id
+group by stream_key
+order by stream_key

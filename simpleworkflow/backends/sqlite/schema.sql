@@ -407,6 +407,21 @@ create table workflow_value (
     primary key (run_id, key)
 );
 
+-- Streams (migration 0022).
+create table workflow_stream_item (
+    run_id      text not null references workflow_run (id) on delete cascade,
+    stream_key  text not null,
+    position    integer not null,
+    origin      text not null,
+    origin_seq  integer not null,
+    value       text check (value is null or json_valid(value)),
+    closed      integer not null default 0,
+    created_at  text not null default (strftime('%Y-%m-%d %H:%M:%f', 'now')),
+    primary key (run_id, stream_key, position)
+);
+create unique index idx_workflow_stream_item_origin
+    on workflow_stream_item (run_id, stream_key, origin, origin_seq);
+
 -- Forks (migration 0023, admin.fork): the run a run was forked from and the journal
 -- entry it was forked at; null on every other run. The partial index holds forked runs
 -- alone: the original's list of its forks.

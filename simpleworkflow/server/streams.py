@@ -1,0 +1,108 @@
+"""``/runs/{id}/streams``: a run's streams, and one of them as Server-Sent Events.
+
+``GET /runs/{id}/streams/{key}`` answers ``text/event-stream``: one event per item, its
+``id:`` the item's offset and its ``data:`` the item's JSON, then an ``end`` event once
+the stream is closed or the run has ended. A client that reconnects sends the last id it
+got as ``Last-Event-ID`` (browsers' ``EventSource`` do) and gets the items after it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Path, Query
+from pydantic import BaseModel, Field
+from starlette.responses import Response, StreamingResponse
+
+from simpleworkflow import errors, names
+from simpleworkflow.models.streams import StreamItem
+from simpleworkflow.server import bodies
+from simpleworkflow.web import routing
+from simpleworkflow.web.auth import Auth
+from simpleworkflow.web.problems import responses
+from simpleworkflow.web.source import ClientSource
+
+RunId = Annotated[str, Path(description="the run's id (a UUID)", max_length=100)]
+Key = Annotated[str, Path(description="the stream's key", max_length=100)]
+
+
+class StreamOut(BaseModel):
+    """One of a run's streams."""
+
+    key: str
+    items: int = Field(description="how many items it holds")
+    closed: bool = Field(description="closed by the run (a stream also ends with its run)")
+    updated_at: datetime | None
+
+
+def router(source: ClientSource, auth: Auth, route_class: type[routing.GuardedRoute]) -> APIRouter:
+    """The streams' endpoints, on the client ``source`` gives."""
+    api = APIRouter(prefix="/runs", tags=["streams"], route_class=route_class)
+    reader = [auth.reader()]
+
+    @api.get(
+        "/{run_id}/streams",
+        response_model=list[StreamOut],
+        dependencies=reader,
+        responses=responses(401, 404, 503),
+    )
+    async def run_streams(run_id: RunId) -> Response:
+        """The run's streams: each key, its item count, whether it was closed."""
+        found = await source.client.streams(run_id)
+        return bodies.respond([s.to_dict() for s in found])
+
+    @api.get(
+        "/{run_id}/streams/{key}",
+        dependencies=reader,
+        response_class=StreamingResponse,
+        responses={
+            200: {"content": {"text/event-stream": {}}, "description": "the items, live"},
+            **responses(401, 404, 422, 503),
+        },
+    )
+    async def read_stream(
+        run_id: RunId,
+        key: Key,
+        after: Annotated[
+            int | None, Query(description="start after this offset (default: the first item)")
+        ] = None,
+        last_event_id: Annotated[str | None, Header(description="resume after this id")] = None,
+    ) -> Response:
+        """The stream's items as Server-Sent Events, live until the stream ends."""
+        start = _resume(after, last_event_id)
+        await source.client.get(run_id)  # 404 before the stream's headers are sent
+        items = source.client.read_stream(run_id, key, after=start)
+        return StreamingResponse(
+            _events(items),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
+
+    return api
+
+
+def _resume(after: int | None, last_event_id: str | None) -> int | None:
+    """Where to start: after ``Last-Event-ID`` when the client sent one, else ``after``."""
+    if last_event_id is None or not last_event_id.strip():
+        return names.check_stream_offset(after)
+    try:
+        return names.check_stream_offset(int(last_event_id))
+    except ValueError:
+        raise errors.InvalidArgument(
+            f"Last-Event-ID must be an item's offset, not {last_event_id!r:.40}"
+        ) from None
+
+
+async def _events(items: AsyncIterator[StreamItem]) -> AsyncIterator[bytes]:
+    yield b"retry: 1000\n\n"
+    async for item in items:
+        yield _event(item.offset, item.value)
+    yield b"event: end\ndata: {}\n\n"
+
+
+def _event(offset: int, value: Any) -> bytes:
+    data = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return f"id: {offset}\ndata: {data}\n\n".encode()

@@ -1,0 +1,109 @@
+"""``GET /runs/{id}/streams/{key}``: a run's stream as Server-Sent Events, resumable by
+``Last-Event-ID``; ``GET /runs/{id}/streams``: a run's streams. Both stores."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from api_helpers import PREFIX, READ_TOKEN, TOKEN, Api, assert_problem
+from conftest import Store, poller_thread
+from test_dashboard import Dash
+from worker_app import wait_until
+
+from simpleworkflow import App, Client, Context
+from simpleworkflow.server import Auth
+
+RUNS = f"{PREFIX}/runs"
+WRITER = "test.api.streams.v1"
+
+
+@pytest.fixture
+def api(store: Store) -> Iterator[Api]:
+    api = Api(store, auth=Auth(token=TOKEN, read_token=READ_TOKEN))
+    yield api
+    api.close()
+
+
+def events(text: str) -> list[dict[str, str]]:
+    """The SSE events of a response body, each as its fields."""
+    found = []
+    for block in text.split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
+        if "data" in fields:
+            found.append(fields)
+    return found
+
+
+@pytest.fixture
+def written(store: Store, client: Client) -> str:
+    """A finished run that wrote five words to stream ``words`` (then closed it)."""
+    app = App(store.url, schema=store.schema)
+
+    @app.workflow(WRITER)
+    def body(payload: Any, ctx: Context) -> Any:
+        def speak() -> None:
+            for word in ["to", "be", "or", "not", "été"]:
+                ctx.stream_append("words", {"word": word})
+
+        ctx.step("speak", speak)
+        ctx.stream_close("words")
+
+    run_id = client.start(WRITER).id
+    with poller_thread(app, type_prefixes=["test.%"], poll_interval=0.1):
+        wait_until(lambda: client.get(run_id).is_terminal, 20, "the run ends")
+    return run_id
+
+
+READ = {"Authorization": f"Bearer {READ_TOKEN}"}
+
+
+def test_a_stream_is_served_as_server_sent_events_with_ids_and_an_end(
+    api: Api, written: str
+) -> None:
+    response = api.get(f"{RUNS}/{written}/streams/words", headers=READ)
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("text/event-stream")
+    got = events(response.text)
+    assert [(e.get("id"), json.loads(e["data"])) for e in got[:-1]] == [
+        (str(n), {"word": w}) for n, w in enumerate(["to", "be", "or", "not", "été"])
+    ]
+    assert got[-1] == {"event": "end", "data": "{}"}
+    listed = api.get(f"{RUNS}/{written}/streams", headers=READ)
+    assert listed.status_code == 200
+    assert [(s["key"], s["items"], s["closed"]) for s in listed.json()] == [("words", 5, True)]
+
+
+def test_last_event_id_resumes_after_that_item(api: Api, written: str) -> None:
+    headers = {**READ, "Last-Event-ID": "2"}
+    response = api.get(f"{RUNS}/{written}/streams/words", headers=headers)
+    assert [e.get("id") for e in events(response.text)] == ["3", "4", None]
+    after = api.get(f"{RUNS}/{written}/streams/words?after=3", headers=READ)
+    assert [e.get("id") for e in events(after.text)] == ["4", None]
+
+
+def test_bad_stream_requests_are_refused_with_a_problem(api: Api, written: str) -> None:
+    unknown = "0193b0c0-0000-7000-8000-000000000000"
+    assert_problem(api.get(f"{RUNS}/{unknown}/streams/words", headers=READ), 404)
+    assert_problem(api.get(f"{RUNS}/{unknown}/streams", headers=READ), 404)
+    assert_problem(api.get(f"{RUNS}/{written}/streams/b%20d", headers=READ), 422, "stream key")
+    bad_id = {**READ, "Last-Event-ID": "soon"}
+    assert_problem(api.get(f"{RUNS}/{written}/streams/words", headers=bad_id), 422, "Last-Event")
+    assert api.get(f"{RUNS}/{written}/streams/words").status_code == 401
+
+
+def test_the_run_page_lists_the_runs_streams_with_their_items(
+    store: Store, client: Client, written: str
+) -> None:
+    dash = Dash(store)
+    try:
+        page = dash.get(f"/runs/{written}").text
+        plain = dash.get(f"/runs/{client.start(WRITER).id}").text
+    finally:
+        dash.close()
+    row = page[page.index('id="stream-words"') :].split("</tr>")[0]
+    assert ">5<" in row and "closed" in row
+    assert all(word in row for word in ["to", "be", "or", "not", "été"])
+    assert "<h2>Streams</h2>" not in plain, "a run without streams shows no section"
