@@ -385,6 +385,8 @@ def validate_value_key(key: object) -> str:
             "digits or '_.:-', like 'status' or 'payment.state'"
         )
     return key
+
+
 #: A run's stream key: what a URL path and an SSE client carry as they are.
 _STREAM_KEY = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
 

@@ -13,18 +13,18 @@ import asyncio
 import builtins
 import functools
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, TypeVar, Unpack
 
 from simpleworkflow import durations, names
 from simpleworkflow.admin import Admin, AsyncAdmin, AsyncSchedules, Schedules
-from simpleworkflow.backends import op_runner
 from simpleworkflow.backends.ops import Op
 from simpleworkflow.backends.schema_verdict import auto_migrates, needs_migration
-from simpleworkflow.client import _connections, _listing, _streams, _values, _waiting
+from simpleworkflow.client import _connections, _listing, _waiting
 from simpleworkflow.client._debounce import Debounce
 from simpleworkflow.client._listing import MAX_PAGE
+from simpleworkflow.client._live import AsyncLiveReads, LiveReads
 from simpleworkflow.client._options import (
     MAX_DELAY_SECONDS,
     MAX_KEY_LENGTH,
@@ -32,18 +32,16 @@ from simpleworkflow.client._options import (
     StartOptions,
     StartRequest,
 )
-from simpleworkflow.client._requests import CLIENT_NAME, Requests
+from simpleworkflow.client._requests import CLIENT_NAME
 from simpleworkflow.models import (
     Event,
     JournalEntry,
     Published,
     Run,
     RunPage,
-    RunValue,
     Signal,
     SignalSent,
 )
-from simpleworkflow.models.streams import StreamInfo, StreamItem
 
 T = TypeVar("T")
 
@@ -63,7 +61,7 @@ __all__ = [
 ]
 
 
-class Client(op_runner.Checked, Requests):
+class Client(LiveReads):
     """A blocking producer client. Thread-safe; close it (or use ``with``) when done."""
 
     def start(
@@ -254,64 +252,8 @@ class Client(op_runner.Checked, Requests):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- values a run publishes (docs/durable.md, "Values a run publishes") ------------
 
-    def values(self, run_id: str) -> builtins.list[RunValue]:
-        """The values the run has published (``ctx.set_value``), the last of each key."""
-        return self._run(_values.read_all(self.backend, run_id), readonly=True)
-
-    def value(self, run_id: str, key: str) -> RunValue | None:
-        """The run's value ``key``, or ``None`` while it has set none."""
-        return self._run(_values.read_one(self.backend, run_id, key), readonly=True)
-
-    def wait_value(
-        self,
-        run_id: str,
-        key: str,
-        timeout: durations.Duration | None = None,
-        *,
-        after: int | None = None,
-    ) -> RunValue:
-        """Block until the run has set value ``key`` (with ``after``: a version newer than
-        ``after``, so pass the last one read to wait for the next change); raise
-        :class:`~simpleworkflow.errors.WaitTimeout` past ``timeout``."""
-        wait = _values.ValueWait(run_id, key, timeout, after)
-        with self.backend.value_notices(wait.run_id) as notices:
-            while True:
-                got = self.value(wait.run_id, wait.key)
-                if wait.answers(got):
-                    assert got is not None
-                    return got
-                pause = wait.next_pause(notices is not None)
-                if pause is None:
-                    raise wait.timed_out()
-                _values.sleep_or_hear_sync(notices, pause)
-    def read_stream(
-        self, run_id: str, key: str, *, after: int | None = None
-    ) -> Iterator[StreamItem]:
-        """The items of the run's stream ``key`` after offset ``after`` (``None``: from
-        the first), as they are written, until the stream is closed or the run has
-        ended. Resume a reading with ``after=`` the last offset seen."""
-        run_id, key, start = _streams.checked(run_id, key, after)
-        read = _streams.reader(self.backend, run_id, key)
-        run = lambda op: self._run(op, readonly=True)  # noqa: E731
-        return _streams.follow(run, read, run_id, start, lambda: self.backend.stream_waker(run_id))
-
-    def streams(self, run_id: str) -> builtins.list[StreamInfo]:
-        """The run's streams: each key, its item count, whether it was closed."""
-        run_id = names.normalize_run_id(run_id)
-        return self._run(self.backend.of_run(run_id, self.backend.list_streams), readonly=True)
-
-    def stream_items(
-        self, run_id: str, key: str, *, after: int | None = None, limit: int = 100
-    ) -> builtins.list[StreamItem]:
-        """Up to ``limit`` items of the stream stored now, after ``after``; no waiting."""
-        run_id, key, start = _streams.checked(run_id, key, after)
-        page = self._run(self.backend.read_stream(run_id, key, start, limit), readonly=True)
-        return self._found(run_id, page).items
-
-
-class AsyncClient(op_runner.AsyncChecked, Requests):
+class AsyncClient(AsyncLiveReads):
     """The asyncio producer client. Use one per event loop; ``aclose`` it when done."""
 
     async def start(
@@ -481,59 +423,3 @@ class AsyncClient(op_runner.AsyncChecked, Requests):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
-
-    # -- values a run publishes ----------------------------------------------------------
-
-    async def values(self, run_id: str) -> builtins.list[RunValue]:
-        """The run's values; see :meth:`Client.values`."""
-        return await self._run(_values.read_all(self.backend, run_id), readonly=True)
-
-    async def value(self, run_id: str, key: str) -> RunValue | None:
-        """The run's value ``key``, or ``None``; see :meth:`Client.value`."""
-        return await self._run(_values.read_one(self.backend, run_id, key), readonly=True)
-
-    async def wait_value(
-        self,
-        run_id: str,
-        key: str,
-        timeout: durations.Duration | None = None,
-        *,
-        after: int | None = None,
-    ) -> RunValue:
-        """Wait until the run has set value ``key``; see :meth:`Client.wait_value`."""
-        wait = _values.ValueWait(run_id, key, timeout, after)
-        async with self.backend.value_notices_async(wait.run_id) as notices:
-            while True:
-                got = await self.value(wait.run_id, wait.key)
-                if wait.answers(got):
-                    assert got is not None
-                    return got
-                pause = wait.next_pause(notices is not None)
-                if pause is None:
-                    raise wait.timed_out()
-                await _values.sleep_or_hear(notices, pause)
-    def read_stream(
-        self, run_id: str, key: str, *, after: int | None = None
-    ) -> AsyncIterator[StreamItem]:
-        """The stream's items as they are written (``async for``); see
-        :meth:`Client.read_stream`."""
-        run_id, key, start = _streams.checked(run_id, key, after)
-        read = _streams.reader(self.backend, run_id, key)
-        run = lambda op: self._run(op, readonly=True)  # noqa: E731
-        waker = lambda: self.backend.stream_waker_async(run_id)  # noqa: E731
-        return _streams.follow_async(run, read, run_id, start, waker)
-
-    async def streams(self, run_id: str) -> builtins.list[StreamInfo]:
-        """The run's streams; see :meth:`Client.streams`."""
-        run_id = names.normalize_run_id(run_id)
-        return await self._run(
-            self.backend.of_run(run_id, self.backend.list_streams), readonly=True
-        )
-
-    async def stream_items(
-        self, run_id: str, key: str, *, after: int | None = None, limit: int = 100
-    ) -> builtins.list[StreamItem]:
-        """The stream's items stored now; see :meth:`Client.stream_items`."""
-        run_id, key, start = _streams.checked(run_id, key, after)
-        page = await self._run(self.backend.read_stream(run_id, key, start, limit), readonly=True)
-        return self._found(run_id, page).items

@@ -9,7 +9,6 @@ In an ``async def`` body every durable call is awaited (``await ctx.step(...)``)
 from __future__ import annotations
 
 import contextlib
-import inspect
 import random as _random
 import uuid as _uuid
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
@@ -24,7 +23,7 @@ from simpleworkflow.durable import (
     joins,
     loops,
     patches,
-    races,
+    race_call,
     scopes,
     signals,
     sleeps,
@@ -314,35 +313,11 @@ class Context:
         came, and a timer ran out since): the winner is the one whose signal, timer, child
         or step came first by the database's clock. The winner is journaled, so a replay
         returns it again without running any branch. Async bodies only."""
-        durable = self._state.durable
         with self._checking():
             if not branches:
                 raise errors.InvalidArgument("race needs at least one branch")
-            unique = durable.name(name)
-        with durable.calling():
-            entry = await durable.begin(unique, JournalKind.RACE, self.is_cancelled())
-            if entry is not None:
-                for branch in branches:
-                    _discard(branch)
-                (await durable.load()).meet(entry.output["steps"])
-                return int(entry.output["winner"]), entry.output["value"]
-            recorded = durable.record_names()
-            race = races.Race(branches, durable.db_now)
-            index = None
-            try:
-                with races.not_reading():  # the branches read for themselves
-                    index = await race.winner()
-            finally:
-                await race.close(index)
-                durable.stop_recording(recorded)
-            if index is None:
-                raise race.suspensions()[0]  # every wait is recorded (Durable.waits)
-            durable.waits.withdraw(race.suspensions())  # the losers' waits are over
-            races.note(race.clocks[index].at)  # for a race this one is a branch of
-            value = race.tasks[index].result()
-            output = {"winner": index, "value": value, "steps": sorted(recorded)}
-            await durable.journal(unique, JournalKind.RACE, output, events=[])
-            return index, value
+            unique = self._state.durable.name(name)
+        return await race_call.run(self._state, unique, branches)
 
     # -- code changes under runs in flight (see ``patches``) ---------------------------
 
@@ -446,6 +421,7 @@ class Context:
         return self._durable_call(
             values.set_value(self._state, unique, key, text), f"ctx.set_value({key!r})"
         )
+
     # -- streams (see ``streams``) ---------------------------------------------------
 
     def stream_append(self, key: str, value: Any) -> Any:
@@ -503,8 +479,3 @@ async def _counted(
     with durable.calling():
         value = await coro
     return convert(value) if convert else value
-
-
-def _discard(branch: Awaitable[Any]) -> None:
-    if inspect.iscoroutine(branch):
-        branch.close()

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from simpleworkflow import errors
-from simpleworkflow.durable import scopes
+from simpleworkflow.durable import race_call, scopes
 from simpleworkflow.durable.kinds import JournalKind
 from simpleworkflow.durable.replay import answered
 
@@ -66,12 +66,12 @@ async def _run_async(state: AttemptState, name: str, branches: dict[str, Any]) -
         done = await join.start(state.is_cancelled())
     if done is not None:
         for branch in branches.values():
-            _discard(branch)
+            race_call.discard(branch)
         return done
     tasks: dict[str, asyncio.Task[Any]] = {}
     for branch, run_branch in branches.items():
         if join.finished(branch):
-            _discard(run_branch)
+            race_call.discard(run_branch)
             continue
         context = contextvars.copy_context()
         context.run(scopes.enter, join.scope(branch))
@@ -192,8 +192,3 @@ class _Join:
             raise errors.JoinError.of(self._name, failures, results)
         await self._durable.journal(self._name, JournalKind.JOIN, results, events=[])
         return results
-
-
-def _discard(branch: Any) -> None:
-    if inspect.iscoroutine(branch):
-        branch.close()
