@@ -134,7 +134,7 @@ class Backend(
     def stream_waker(self, run_id: str) -> Any:
         """Something whose ``wait(seconds)`` returns early once the run's streams are
         written, and ``close()``; ``None`` where the store has no notifications (readers
-        poll). See ``postgres.stream_wakeups``."""
+        poll). See ``postgres.run_wakeups``."""
         return None
 
     async def stream_waker_async(self, run_id: str) -> Any:
@@ -227,7 +227,7 @@ class Backend(
 
     def value_notices(self, run_id: str) -> contextlib.AbstractContextManager[Any]:
         """A way to hear of sets of ``run_id``'s values while the block runs:
-        ``notices(seconds) -> bool`` (see ``postgres.value_notices``), or ``None`` for a
+        ``notices(seconds) -> bool`` (see ``postgres.run_wakeups``), or ``None`` for a
         store without notifications, whose readers poll."""
         return contextlib.nullcontext(None)
 

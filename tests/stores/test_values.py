@@ -19,7 +19,7 @@ from test_durable import journal, wait_terminal, working
 from simpleworkflow import Client, Context, RunStatus, errors
 from simpleworkflow.app import App
 from simpleworkflow.backends import Backend
-from simpleworkflow.backends.postgres import value_notices
+from simpleworkflow.backends.postgres import run_wakeups
 from simpleworkflow.backends.records import Claim, Lease, StepRecord
 
 NO_TOKEN = "00000000-0000-4000-8000-000000000000"
@@ -240,11 +240,11 @@ def test_a_listener_that_cannot_connect_is_the_stores_outage() -> None:
     StoreUnavailable, as for any other connection the client cannot open."""
     nowhere = "postgresql://nobody@127.0.0.1:1/none?connect_timeout=2"
     refused = pytest.raises(errors.StoreUnavailable, match="waits for a run's values")
-    with refused, value_notices.listening(nowhere, NO_TOKEN):
+    with refused, run_wakeups.listening(nowhere, NO_TOKEN):
         pass
 
     async def listen() -> None:
-        async with value_notices.listening_async(nowhere, NO_TOKEN):
+        async with run_wakeups.listening_async(nowhere, NO_TOKEN):
             pass
 
     with pytest.raises(errors.StoreUnavailable, match="waits for a run's values"):

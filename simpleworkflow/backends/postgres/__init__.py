@@ -20,10 +20,9 @@ from simpleworkflow.backends.postgres import (
     indexing,
     listening,
     loading,
+    run_wakeups,
     settings,
-    stream_wakeups,
     unflushed,
-    value_notices,
 )
 from simpleworkflow.backends.postgres.deadline import Deadline
 from simpleworkflow.backends.postgres.liveness import PROBE_AFTER, Liveness
@@ -316,11 +315,13 @@ class PostgresBackend(base.Backend):
                 await stack.enter_async_context(conn.transaction())
             yield conn
 
-    def stream_waker(self, run_id: str) -> stream_wakeups.Waker:
-        return stream_wakeups.Waker(self._conninfo(), run_id)
+    def stream_waker(self, run_id: str) -> run_wakeups.Waker:
+        return run_wakeups.Waker(self._conninfo(), run_wakeups.STREAM_CHANNEL, run_id)
 
-    async def stream_waker_async(self, run_id: str) -> stream_wakeups.AsyncWaker:
-        return await stream_wakeups.AsyncWaker.open(self._conninfo(), run_id)
+    async def stream_waker_async(self, run_id: str) -> run_wakeups.AsyncWaker:
+        return await run_wakeups.AsyncWaker.open(
+            self._conninfo(), run_wakeups.STREAM_CHANNEL, run_id
+        )
 
     async def listen(
         self, on_message: Callable[[str, str], None], after: base.AfterWake | None = None
@@ -337,10 +338,10 @@ class PostgresBackend(base.Backend):
         )
 
     def value_notices(self, run_id: str) -> contextlib.AbstractContextManager[Any]:
-        return value_notices.listening(self._conninfo(), run_id)
+        return run_wakeups.listening(self._conninfo(), run_id)
 
     def value_notices_async(self, run_id: str) -> contextlib.AbstractAsyncContextManager[Any]:
-        return value_notices.listening_async(self._conninfo(), run_id)
+        return run_wakeups.listening_async(self._conninfo(), run_id)
 
     def close(self) -> None:
         if self._pool is not None:
