@@ -495,15 +495,18 @@ where workflow_run.id = o.id
 returning *, strftime('%Y-%m-%d %H:%M:%f', 'now') as db_now
 
 -- name: claim_then_1_events
-insert into workflow_event (workflow_id, event_type, data)
+-- Each event carries the claim's own instant (the run's updated_at, set by the claim), not
+-- this later statement's: a rate limit's window is the claim's, and so is its events' time.
+insert into workflow_event (workflow_id, event_type, data, created_at)
 select r.id, e.event_type,
        case when e.event_type = 'resumed' then r.resumes
             else json_object('worker_id', r.leased_by, 'attempt', r.attempt + 1,
-                             'lease_until', replace(r.lease_until, ' ', 'T') || '+00:00') end
+                             'lease_until', replace(r.lease_until, ' ', 'T') || '+00:00') end,
+       r.updated_at
 from json_each(:ids) as i
 join (
     -- a run throttled at an earlier claim resumes what its wait keeps, if any
-    select id, leased_by, attempt, lease_until,
+    select id, leased_by, attempt, lease_until, updated_at,
            case when json_extract(waiting_for, '$.kind') = 'throttle'
                      and json_type(waiting_for, '$.step') is null
                 then json_extract(waiting_for, '$.resumes') else waiting_for end as resumes
