@@ -76,7 +76,7 @@ def router(source: ClientSource, auth: Auth, route_class: type[routing.GuardedRo
         await source.client.get(run_id)  # 404 before the stream's headers are sent
         items = source.client.read_stream(run_id, key, after=start)
         return StreamingResponse(
-            _events(items),
+            events(items),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
@@ -96,7 +96,9 @@ def _resume(after: int | None, last_event_id: str | None) -> int | None:
         ) from None
 
 
-async def _events(items: AsyncIterator[StreamItem]) -> AsyncIterator[bytes]:
+async def events(items: AsyncIterator[StreamItem]) -> AsyncIterator[bytes]:
+    """The items as Server-Sent Events, then an ``end`` event (also for
+    ``simpleworkflow.fastapi.stream_events``)."""
     yield b"retry: 1000\n\n"
     async for item in items:
         yield _event(item.offset, item.value)

@@ -58,7 +58,14 @@ def unique(kind: str) -> str:
 
 
 def test_every_example_has_a_test() -> None:
-    tested = {"onboarding", "order_saga", "batch_processor", "partner_poller", "token_stream"}
+    tested = {
+        "onboarding",
+        "order_saga",
+        "batch_processor",
+        "partner_poller",
+        "token_stream",
+        "fastapi_service",  # tested in tests/http/test_fastapi.py
+    }
     assert {path.stem for path in EXAMPLES.glob("*.py")} == tested
 
 
@@ -272,7 +279,15 @@ def test_the_demo_runs_the_onboarding_example_s_steps() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["onboarding", "order_saga", "batch_processor", "partner_poller", "token_stream"]
+    "name",
+    [
+        "onboarding",
+        "order_saga",
+        "batch_processor",
+        "partner_poller",
+        "token_stream",
+        "fastapi_service",
+    ],
 )
 def test_example_runs_as_a_script(name: str, tmp_path: Path) -> None:
     done = subprocess.run(
