@@ -37,6 +37,13 @@ def register(subparsers: Any) -> None:
         metavar="MODULE:APP",
         help=f"e.g. myservice.workers:app (APP defaults to {DEFAULT_ATTRIBUTE!r})",
     )
+    add_options(parser)
+    parser.set_defaults(handler=run)
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    """The worker's options after its target, shared with Django's
+    ``manage.py simpleworkflow_worker``."""
     _add_poller_options(parser)
     parser.add_argument(
         "--metrics-port",
@@ -66,7 +73,6 @@ def register(subparsers: Any) -> None:
         f"default: ${config.LOG_FORMAT_ENV_VAR}, else text",
     )
     _common.add_store_options(parser)
-    parser.set_defaults(handler=run)
 
 
 def _add_poller_options(parser: argparse.ArgumentParser) -> None:

@@ -1,0 +1,1 @@
+"""Django finds each command here by its module's name."""

@@ -1,0 +1,1 @@
+"""The test project's shop: orders, shipped by a workflow."""
