@@ -131,7 +131,7 @@ def create_service(database_url: str, schema: str | None = None) -> FastAPI:
 
     workflows.include(service, prefix="/workflows", dependencies=[Depends(staff_only)])
 
-    # [start place order]
+    # [start place_order]
     @service.post("/orders", status_code=201)
     async def place_order(
         order: OrderIn, client: AsyncClient = Depends(workflows.client)
@@ -148,7 +148,7 @@ def create_service(database_url: str, schema: str | None = None) -> FastAPI:
                 await orders.execute(conn, "insert into order_lines values (?, ?)", order.id, item)
         return {"order": order.id, "run_id": run.id}
 
-    # [end place order]
+    # [end place_order]
 
     @service.get("/orders/{order_id}/progress")
     async def progress(

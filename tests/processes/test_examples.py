@@ -317,5 +317,8 @@ def region(path: Path, name: str) -> str:
 def test_docs_quote_the_examples_verbatim() -> None:
     quotes = QUOTE.findall((DOCS / "durable.md").read_text(encoding="utf-8"))
     assert len(quotes) >= 3
+    framed = QUOTE.findall((DOCS / "frameworks.md").read_text(encoding="utf-8"))
+    assert len(framed) >= 1
+    quotes += framed
     for source, name, quoted in quotes:
         assert quoted == region(ROOT / source, name), f"{source} [{name}] is quoted stale"
