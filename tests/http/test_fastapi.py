@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import re
 import sqlite3
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -19,7 +20,7 @@ import httpx
 import psycopg
 import pytest
 from conftest import Store
-from fastapi import Depends, FastAPI
+from fastapi import Depends, FastAPI, HTTPException, Request
 from test_api_streams import events
 
 from simpleworkflow import App, AsyncClient, Context, config, errors
@@ -206,3 +207,51 @@ def test_a_prefix_that_is_not_a_path_is_refused(store: Store) -> None:
     workflows = Workflows(App(store.url, schema=store.schema))
     with pytest.raises(errors.InvalidArgument, match="prefix"):
         workflows.include(FastAPI(), prefix="workflows/")
+
+
+def test_the_lifespan_may_run_again_as_each_test_client_runs_it(store: Store) -> None:
+    """A module-level service is served once per test (``with TestClient(app)``): each
+    time in a new event loop, on the same ``Workflows``."""
+    workflows = Workflows(App(store.url, schema=store.schema))
+    service = FastAPI(lifespan=workflows.lifespan)
+
+    @service.post("/start")
+    async def start(client: AsyncClient = Depends(workflows.client)) -> str:
+        return (await client.start("test.fastapi.again.v1")).id
+
+    async def main() -> str:
+        async for http in serving(service):
+            return str((await http.post("/start")).json())
+
+    first, second = asyncio.run(main()), asyncio.run(main())
+    with store.client() as client:
+        assert [client.get(run_id).id for run_id in (first, second)] == [first, second]
+
+
+def test_a_dashboard_form_acts_behind_the_service_s_dependency(store: Store) -> None:
+    """The dashboard's forms keep their CSRF check under the service's own auth."""
+    workflows = Workflows(App(store.url, schema=store.schema))
+    service = FastAPI(lifespan=workflows.lifespan)
+
+    async def staff_only(request: Request) -> None:
+        if request.headers.get("x-staff-key") != STAFF["X-Staff-Key"]:
+            raise HTTPException(403, "staff only")
+
+    workflows.include(service, prefix="/ops", dependencies=[Depends(staff_only)])
+    with store.client() as client:
+        run_id = client.start("test.fastapi.form.v1").id
+
+    async def main() -> tuple[int, int, int]:
+        async for http in serving(service):
+            page = await http.get(f"/ops/runs/{run_id}", headers=STAFF)
+            token = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
+            assert token, page.text[:500]
+            url = f"/ops/runs/{run_id}/cancel"
+            forged = await http.post(url, data={"csrf_token": "forged"}, headers=STAFF)
+            stranger = await http.post(url, data={"csrf_token": token.group(1)})
+            done = await http.post(url, data={"csrf_token": token.group(1)}, headers=STAFF)
+            return forged.status_code, stranger.status_code, done.status_code
+
+    assert asyncio.run(main()) == (403, 403, 303)
+    with store.client() as client:
+        assert client.get(run_id).status.value == "cancelled"
