@@ -11,6 +11,7 @@ import json
 import re
 import sqlite3
 import sys
+import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from types import ModuleType
@@ -255,3 +256,32 @@ def test_a_dashboard_form_acts_behind_the_service_s_dependency(store: Store) -> 
     assert asyncio.run(main()) == (403, 403, 303)
     with store.client() as client:
         assert client.get(run_id).status.value == "cancelled"
+
+
+def test_shutdown_lets_the_in_process_worker_finish_what_it_runs(store: Store) -> None:
+    """The application stops only after its worker has finished the handler it was
+    running (within the grace period), so that a deploy loses nothing."""
+    app = App(store.url, schema=store.schema)
+    started, finishing = threading.Event(), threading.Event()
+
+    @app.workflow("test.fastapi.slow.v1")
+    def slow(payload: Any, ctx: Context) -> Any:
+        started.set()
+        finishing.wait(5)  # until shutdown has begun
+        return "finished"
+
+    workflows = Workflows(app, worker=True, worker_options={"poll_interval": 0.1})
+    service = FastAPI(lifespan=workflows.lifespan)
+
+    async def main() -> str:
+        async with service.router.lifespan_context(service):
+            run = await workflows.client().start("test.fastapi.slow.v1")
+            assert await asyncio.to_thread(started.wait, 30), "the worker never ran it"
+            threading.Timer(0.5, finishing.set).start()  # it ends while the app stops
+        assert finishing.is_set(), "the application stopped before its worker's handler"
+        return run.id
+
+    run_id = asyncio.run(main())
+    with store.client() as client:
+        run = client.get(run_id)
+    assert (run.status.value, run.result) == ("succeeded", "finished")
