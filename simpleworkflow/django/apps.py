@@ -24,6 +24,13 @@ class SimpleWorkflowConfig(AppConfig):
         self._clients: dict[str | None, Client] = {}
         self._lock = threading.Lock()
 
+    def ready(self) -> None:
+        from django.core import checks
+
+        from simpleworkflow.django.checks import settings_name_a_store
+
+        checks.register(settings_name_a_store)
+
     def client(self, using: str | None = None) -> Client:
         """The ``Client`` of the store on alias ``using`` (default: the configured one)."""
         with self._lock:

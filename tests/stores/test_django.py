@@ -293,3 +293,13 @@ def test_the_app_must_be_installed_for_its_client(stores: dict[str, Store], tmp_
         pytest.raises(errors.ConfigurationError, match="INSTALLED_APPS"),
     ):
         simpleworkflow.django.client()
+
+
+def test_manage_py_check_refuses_settings_that_name_no_store(stores: dict[str, Store]) -> None:
+    from django.core import checks
+    from django.test import override_settings
+
+    assert [e.id for e in checks.run_checks() if e.id.startswith("simpleworkflow")] == []
+    with override_settings(SIMPLEWORKFLOW={"DATABASE": "missing"}):
+        found = [e for e in checks.run_checks() if e.id.startswith("simpleworkflow")]
+    assert [(e.id, "lacks" in e.msg) for e in found] == [("simpleworkflow.E001", True)]
