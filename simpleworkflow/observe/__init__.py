@@ -43,6 +43,7 @@ from simpleworkflow.observe.events import (
     LeasesReaped,
     RunClaimed,
     RunCreated,
+    RunForked,
     RunResumed,
     RunsDeleted,
     RunSuspended,
@@ -52,6 +53,9 @@ from simpleworkflow.observe.events import (
     StepFailed,
     StepRetried,
     StepStarted,
+    StreamAppended,
+    StreamClosed,
+    ValueSet,
 )
 from simpleworkflow.observe.hooks import Observer
 
@@ -79,6 +83,7 @@ __all__ = [
     "Observers",
     "RunClaimed",
     "RunCreated",
+    "RunForked",
     "RunResumed",
     "RunSuspended",
     "RunsDeleted",
@@ -88,4 +93,7 @@ __all__ = [
     "StepFailed",
     "StepRetried",
     "StepStarted",
+    "StreamAppended",
+    "StreamClosed",
+    "ValueSet",
 ]

@@ -17,6 +17,7 @@ from simpleworkflow.observe.events import (
     LeasesReaped,
     RunClaimed,
     RunCreated,
+    RunForked,
     RunResumed,
     RunsDeleted,
     RunSuspended,
@@ -26,6 +27,9 @@ from simpleworkflow.observe.events import (
     StepFailed,
     StepRetried,
     StepStarted,
+    StreamAppended,
+    StreamClosed,
+    ValueSet,
 )
 from simpleworkflow.observe.hooks import Observer
 
@@ -128,6 +132,18 @@ class Observers(Observer):
 
     def runs_deleted(self, event: RunsDeleted) -> None:
         self._each("runs_deleted", event)
+
+    def value_set(self, event: ValueSet) -> None:
+        self._each("value_set", event)
+
+    def stream_appended(self, event: StreamAppended) -> None:
+        self._each("stream_appended", event)
+
+    def stream_closed(self, event: StreamClosed) -> None:
+        self._each("stream_closed", event)
+
+    def run_forked(self, event: RunForked) -> None:
+        self._each("run_forked", event)
 
     def around_attempt(self, run: Run, worker_id: str) -> ContextManager[None]:
         enclosing = self._enclosing("around_attempt")

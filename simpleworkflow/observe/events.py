@@ -182,3 +182,54 @@ class RunsDeleted:
 
     type: str
     count: int
+
+
+@dataclass(frozen=True, slots=True)
+class ValueSet:
+    """``run`` published its value ``key`` (``ctx.set_value``), journaled as ``step``;
+    ``at`` is when, by the database's clock as the worker reckons it. Fired once the set
+    committed, never on replay. The value itself is not carried, as a signal's payload
+    is not: read it with ``client.value``."""
+
+    run: Run
+    key: str
+    step: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class StreamAppended:
+    """``items`` items of ``run``'s stream ``key`` committed in one batch, at offsets
+    ``first`` to ``last``; ``step`` is the step whose function appended them, or the
+    body's journal name for an append from the body. Items a step run again had written
+    already are left out: a batch that wrote none fires nothing."""
+
+    run: Run
+    key: str
+    step: str
+    items: int
+    first: int
+    last: int
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class StreamClosed:
+    """``run`` closed its stream ``key`` (``ctx.stream_close``, journaled as ``step``).
+    A stream that ends with its run fires nothing: no row is written for it."""
+
+    run: Run
+    key: str
+    step: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class RunForked:
+    """An operator forked run ``forked_from`` at its journal entry ``from_step``
+    (``admin.fork``): ``run`` is the new run, stored and committed (``run_created``
+    fires for it too)."""
+
+    run: Run
+    forked_from: str
+    from_step: str

@@ -13,6 +13,7 @@ from simpleworkflow.observe.events import (
     LeasesReaped,
     RunClaimed,
     RunCreated,
+    RunForked,
     RunResumed,
     RunsDeleted,
     RunSuspended,
@@ -22,6 +23,9 @@ from simpleworkflow.observe.events import (
     StepFailed,
     StepRetried,
     StepStarted,
+    StreamAppended,
+    StreamClosed,
+    ValueSet,
 )
 
 if TYPE_CHECKING:
@@ -74,6 +78,18 @@ class Observer:
         pass
 
     def runs_deleted(self, event: RunsDeleted) -> None:
+        pass
+
+    def value_set(self, event: ValueSet) -> None:
+        pass
+
+    def stream_appended(self, event: StreamAppended) -> None:
+        pass
+
+    def stream_closed(self, event: StreamClosed) -> None:
+        pass
+
+    def run_forked(self, event: RunForked) -> None:
         pass
 
     def around_attempt(self, run: Run, worker_id: str) -> ContextManager[None]:

@@ -20,6 +20,7 @@ from test_durable import Ledger, wait_terminal, working
 from simpleworkflow import App, Client, Context, RetryPolicy, RunStatus, errors
 from simpleworkflow.backends import Backend
 from simpleworkflow.backends.records import Claim
+from simpleworkflow.backends.stream_ops import Appended
 from simpleworkflow.durable import streams
 from simpleworkflow.models.streams import StreamItem
 
@@ -282,15 +283,17 @@ def test_appends_are_fenced_by_the_lease_and_numbered_after_the_last_item(
     (lease,) = backend.execute(backend.claim(claim))
     assert lease.run.id == run_id
 
-    def append(token: str, origin: str, seqs: range) -> bool:
+    def append(token: str, origin: str, seqs: range) -> Appended:
         items = [(seq, f'"{origin}{seq}"', False) for seq in seqs]
         return backend.execute(backend.append_stream(run_id, token, "k", origin, items))
 
-    assert not append("0193b0c0-0000-7000-8000-000000000000", "a", range(3))
+    assert append("0193b0c0-0000-7000-8000-000000000000", "a", range(3)) == Appended(False)
     assert client.stream_items(run_id, "k") == []
-    assert append(lease.token, "a", range(3))
-    assert append(lease.token, "b", range(2))
-    assert append(lease.token, "a", range(5))  # a re-run of a: 0-2 stored, 3-4 new
+    assert append(lease.token, "a", range(3)) == Appended(True, 3, 0, 2)
+    assert append(lease.token, "b", range(2)) == Appended(True, 2, 3, 4)
+    # a re-run of a: 0-2 stored, 3-4 new; then a run again that writes nothing new
+    assert append(lease.token, "a", range(5)) == Appended(True, 2, 5, 6)
+    assert append(lease.token, "a", range(5)) == Appended(True, 0)
     values = [(i.offset, i.value) for i in client.stream_items(run_id, "k")]
     assert values == [(0, "a0"), (1, "a1"), (2, "a2"), (3, "b0"), (4, "b1"), (5, "a3"), (6, "a4")]
 
