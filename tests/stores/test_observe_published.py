@@ -2,7 +2,8 @@
 ``stream_appended`` and ``stream_closed`` fire once per committed write, from the body or
 a step's function; nothing fires again when a step runs again after a failure, nor when a
 later attempt replays the body from the journal; ``run_forked`` fires once per fork, after
-``run_created``, on the admin's observers (a client's admin shares the client's)."""
+``run_created``, on the admin's observers (a client's admin shares the client's). The
+Prometheus counters count the same."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ import threading
 from typing import Any
 
 from conftest import Store
+from prometheus_client import CollectorRegistry
 from test_durable import wait_terminal, working
 
 from simpleworkflow import Client, Context, PermanentError, RunStatus, observe
 from simpleworkflow.app import App
+from simpleworkflow.metrics import MetricsObserver
 from simpleworkflow.retry import RetryPolicy
 
 PUBLISHER = "test.observe.publisher.v1"
@@ -61,8 +64,9 @@ def test_each_committed_write_fires_once_and_neither_a_step_run_again_nor_a_repl
     then): its second try appends the same three, which are left out, and says nothing.
     The first attempt of the run fails at its end: the second replays the set, the step,
     the body's append and the close from the journal, and fires none of them again."""
-    published = Published()
-    app = App(store.url, schema=store.schema, retry=QUICK, observers=[published])
+    published, registry = Published(), CollectorRegistry()
+    metrics = MetricsObserver(registry)
+    app = App(store.url, schema=store.schema, retry=QUICK, observers=[published, metrics])
     tries: list[int] = []
 
     def tokens(ctx: Context) -> int:
@@ -116,6 +120,12 @@ def test_each_committed_write_fires_once_and_neither_a_step_run_again_nor_a_repl
     kinds = [type(e).__name__ for e in first if not isinstance(e, tuple)]
     assert kinds == ["ValueSet", *["StreamAppended"] * len(appended), "StreamClosed"]
     assert all(e.at is not None for e in first if not isinstance(e, tuple))
+    # The counters count the same: the step's second try and the replay add nothing.
+    counted = {
+        name: registry.get_sample_value(f"simpleworkflow_{name}_total", {"type": PUBLISHER})
+        for name in ("values_set", "stream_items", "streams_closed")
+    }
+    assert counted == {"values_set": 1, "stream_items": 4, "streams_closed": 1}
 
 
 def test_a_fork_fires_run_forked_once_after_run_created(store: Store, client: Client) -> None:
@@ -132,8 +142,12 @@ def test_a_fork_fires_run_forked_once_after_run_created(store: Store, client: Cl
     original = client.start(FORKED, {"fail": True}).id
     with working(app):
         assert wait_terminal(client, original).status is RunStatus.FAILED
+    registry = CollectorRegistry()
     client.observe(published)
+    client.observe(MetricsObserver(registry))
     fork = client.admin.fork(original, from_step="b", payload={})
+    forks = registry.get_sample_value("simpleworkflow_runs_forked_total", {"type": FORKED})
+    assert forks == 1
     assert published.events == [
         ("created", fork.id),
         observe.RunForked(fork, forked_from=original, from_step="b"),
