@@ -54,7 +54,7 @@ class StreamOps(StoreCore):
             if first is None or last is None:
                 return Appended(True)
             return Appended(True, read_int(row["saved"]), read_int(first), read_int(last))
-        written = yield self.stmt("append_stream_items", **params)
+        written = yield self.stmt("append_stream_then_insert", **params)  # its rows, not then()
         offsets = [read_int(r["position"]) for r in written]
         if not offsets:
             return Appended(True)

@@ -1513,7 +1513,7 @@ select 1 as held from workflow_run
 where id = :run_id and lease_token = :token and status = 'leased'
   and lease_until > strftime('%Y-%m-%d %H:%M:%f', 'now')
 
--- name: append_stream_items
+-- name: append_stream_then_insert
 -- The items after the stream's last one, in the order of their seq; items already
 -- written by the same origin and seq (a step run again after a crash) are left out.
 -- Returns the offsets written (for the observers).
