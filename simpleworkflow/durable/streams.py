@@ -202,16 +202,16 @@ class Writer:
     async def _append(self, origin: str, key: str, items: list[Append]) -> None:
         durable, lease = self._state.durable, self._state.lease
         backend = durable.backend
-        held: Appended = await durable.until_available(
+        wrote: Appended = await durable.until_available(
             origin,
             lambda: backend.execute_async(
                 backend.append_stream(lease.run.id, lease.token, key, origin, items)
             ),
         )
-        if not held.held:
+        if not wrote.held:
             raise errors.LeaseLost(origin)
-        if held.items and self._state.observers:
-            self._tell(origin, key, items, held)
+        if wrote.items and self._state.observers:
+            self._tell(origin, key, items, wrote)
 
     def _tell(self, origin: str, key: str, items: list[Append], wrote: Appended) -> None:
         """The observers, once a batch committed with new items (one a replay or a step
