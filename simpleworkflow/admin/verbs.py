@@ -212,10 +212,13 @@ class Verbs:
 
     def _forked(self, run: Run) -> Run:
         """After the commit: wake this process's idle workers (stores without triggers),
-        and tell the observers of the new run, as a start does."""
+        and tell the observers of the new run, as a start does, and that it is a fork."""
         self.backend.notify_local("wake", run.type)
         if self.observers:
             self.observers.run_created(observe.RunCreated(run))
+            if run.forked_from is not None and run.forked_at_step is not None:
+                forked = observe.RunForked(run, run.forked_from, run.forked_at_step)
+                self.observers.run_forked(forked)
         return run
 
     def _forks_op(self, run_id: str, limit: int) -> Op[builtins.list[Run]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from simpleworkflow.backends.core import StoreCore, read_int
 from simpleworkflow.backends.ops import ATOMIC, Op
@@ -16,13 +17,24 @@ Append = tuple[int, str | None, bool]
 _TERMINAL = frozenset(str(status) for status in TERMINAL_STATUSES)
 
 
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """What an append wrote: whether the lease held (nothing is written when it did not),
+    how many items were new (those the origin had written already are left out), and
+    the offsets of the first and last of them (``None`` when none was)."""
+
+    held: bool
+    items: int = 0
+    first: int | None = None
+    last: int | None = None
+
+
 class StreamOps(StoreCore):
     def append_stream(
         self, run_id: str, token: str, key: str, origin: str, items: list[Append]
-    ) -> Op[bool]:
+    ) -> Op[Appended]:
         """Append ``items`` to stream ``key`` of the run, after its last item; items that
-        ``origin`` already wrote (same seq) are left out. False when the lease was lost
-        (nothing written)."""
+        ``origin`` already wrote (same seq) are left out."""
         if not self.dialect.chained_writes:
             yield ATOMIC  # the lease checked, then the rows inserted, in one transaction
         rows_of_items = [{"seq": s, "value": v, "closed": c} for s, v, c in items]
@@ -35,9 +47,18 @@ class StreamOps(StoreCore):
         }
         rows = yield self.stmt("append_stream", **params)
         if not (rows and rows[0]["held"]):
-            return False
-        yield from self.then("append_stream", **params)
-        return True
+            return Appended(False)
+        if self.dialect.chained_writes:  # one statement did it all
+            row = rows[0]
+            first, last = row["first_offset"], row["last_offset"]
+            if first is None or last is None:
+                return Appended(True)
+            return Appended(True, read_int(row["saved"]), read_int(first), read_int(last))
+        written = yield self.stmt("append_stream_then_insert", **params)  # its rows, not then()
+        offsets = [read_int(r["position"]) for r in written]
+        if not offsets:
+            return Appended(True)
+        return Appended(True, len(offsets), min(offsets), max(offsets))
 
     def read_stream(self, run_id: str, key: str, after: int, limit: int) -> Op[StreamPage | None]:
         """Up to ``limit`` items of stream ``key`` after offset ``after``; ``None`` when the

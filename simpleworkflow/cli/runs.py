@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from simpleworkflow import durations, models, names
-from simpleworkflow.cli import _common, _output, start, values
+from simpleworkflow.cli import _common, _output, start, streams, values
 
 
 def register(subparsers: Any) -> None:
@@ -30,6 +30,7 @@ def register(subparsers: Any) -> None:
         _add_retry,
         _add_fork,
         values.add_values,
+        streams.add_stream,
     ):
         add(commands)
 

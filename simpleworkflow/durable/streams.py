@@ -29,8 +29,8 @@ import threading
 from collections.abc import Generator
 from typing import Any
 
-from simpleworkflow import errors, names, payloads
-from simpleworkflow.backends.stream_ops import Append
+from simpleworkflow import errors, names, observe, payloads
+from simpleworkflow.backends.stream_ops import Append, Appended
 from simpleworkflow.durable.attempt import AttemptState
 from simpleworkflow.durable.kinds import JournalKind
 
@@ -202,14 +202,30 @@ class Writer:
     async def _append(self, origin: str, key: str, items: list[Append]) -> None:
         durable, lease = self._state.durable, self._state.lease
         backend = durable.backend
-        held = await durable.until_available(
+        wrote: Appended = await durable.until_available(
             origin,
             lambda: backend.execute_async(
                 backend.append_stream(lease.run.id, lease.token, key, origin, items)
             ),
         )
-        if not held:
+        if not wrote.held:
             raise errors.LeaseLost(origin)
+        if wrote.items and self._state.observers:
+            self._tell(origin, key, items, wrote)
+
+    def _tell(self, origin: str, key: str, items: list[Append], wrote: Appended) -> None:
+        """The observers, once a batch committed with new items (one a replay or a step
+        run again had written already is left out, and says nothing)."""
+        state = self._state
+        at = state.durable.db_now()
+        if items[-1][2]:  # a close, written alone (from the body)
+            state.observers.stream_closed(observe.StreamClosed(state.run, key, origin, at))
+            return
+        assert wrote.first is not None and wrote.last is not None
+        event = observe.StreamAppended(
+            state.run, key, origin, wrote.items, wrote.first, wrote.last, at
+        )
+        state.observers.stream_appended(event)
 
 
 def _retrieved(task: asyncio.Task[None]) -> None:

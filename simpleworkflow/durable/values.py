@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 
-from simpleworkflow import errors
+from simpleworkflow import errors, observe
 from simpleworkflow.durable.attempt import AttemptState
 from simpleworkflow.durable.kinds import JournalKind
 from simpleworkflow.models import JournalEntry
@@ -33,9 +33,10 @@ async def set_value(state: AttemptState, unique: str, key: str, text: str) -> No
     got = await durable.once(
         unique, lambda: backend.execute_async(backend.set_value(record, key, text))
     )
-    if isinstance(got, JournalEntry):
-        return  # committed before the connection broke
-    if not got:
-        raise errors.LeaseLost(unique)
-    durable.holding.held_since(began)
-    durable.remember(record)
+    if not isinstance(got, JournalEntry):  # else committed before the connection broke
+        if not got:
+            raise errors.LeaseLost(unique)
+        durable.holding.held_since(began)
+        durable.remember(record)
+    if state.observers:
+        state.observers.value_set(observe.ValueSet(state.run, key, unique, durable.db_now()))

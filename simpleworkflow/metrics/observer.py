@@ -147,6 +147,16 @@ class MetricsObserver(observe.Observer):
         self._deleted = counter(
             "runs_deleted", "Finished runs deleted by retention: the sweeper or a purge.", ["type"]
         )
+        self._values_set = counter(
+            "values_set", "Values published by runs (ctx.set_value).", ["type"]
+        )
+        self._stream_items = counter(
+            "stream_items", "Items appended to runs' streams and committed.", ["type"]
+        )
+        self._streams_closed = counter(
+            "streams_closed", "Streams closed by their run (ctx.stream_close).", ["type"]
+        )
+        self._forked = counter("runs_forked", "Runs forked from a step (admin.fork).", ["type"])
         self._attempt_seconds = histogram(
             "attempt_duration_seconds",
             "Seconds one call of a handler took, by outcome.",
@@ -181,6 +191,9 @@ class MetricsObserver(observe.Observer):
 
     def runs_deleted(self, event: observe.RunsDeleted) -> None:
         self._deleted(event.type).inc(event.count)
+
+    def run_forked(self, event: observe.RunForked) -> None:
+        self._forked(event.run.type).inc()
 
     # -- worker side --------------------------------------------------------------------
 
@@ -224,3 +237,12 @@ class MetricsObserver(observe.Observer):
 
     def leases_reaped(self, event: observe.LeasesReaped) -> None:
         self._reaped().inc(len(event.run_ids))
+
+    def value_set(self, event: observe.ValueSet) -> None:
+        self._values_set(event.run.type).inc()
+
+    def stream_appended(self, event: observe.StreamAppended) -> None:
+        self._stream_items(event.run.type).inc(event.items)
+
+    def stream_closed(self, event: observe.StreamClosed) -> None:
+        self._streams_closed(event.run.type).inc()

@@ -1,4 +1,4 @@
-"""The tracing observer: spans for starts, attempts, steps and signals, through the hooks.
+"""The tracing observer: spans for starts, attempts, steps, signals and forks, through the hooks.
 
 An attempt's span starts at ``attempt_started`` and ends at ``attempt_finished`` (or, for
 a suspension, at ``run_suspended``, which says what the run waits for), so that its
@@ -300,6 +300,62 @@ class TracingObserver(observe.Observer):
                 a.SIGNAL_EVENT: event.event,
                 a.WORKFLOW_NAME: event.run.type,
                 a.RUN_ID: event.run.id,
+            },
+        )
+        span.end()
+
+    # -- what a run publishes, and forks ------------------------------------------------
+
+    def value_set(self, event: observe.ValueSet) -> None:
+        held = self._held(self._attempts, id(event.run), event.run)
+        if held is not None:
+            held.span.add_event(
+                a.EVENT_VALUE_SET, {a.VALUE_KEY: event.key, a.STEP_NAME: event.step}
+            )
+
+    def stream_appended(self, event: observe.StreamAppended) -> None:
+        run = event.run
+        held = self._held(self._steps, (id(run), event.step), run) or self._held(
+            self._attempts, id(run), run
+        )
+        if held is not None:
+            held.span.add_event(
+                a.EVENT_STREAM_APPENDED,
+                {
+                    a.STREAM_KEY: event.key,
+                    a.STREAM_ITEMS: event.items,
+                    a.STREAM_FIRST_OFFSET: event.first,
+                    a.STREAM_LAST_OFFSET: event.last,
+                    a.STEP_NAME: event.step,
+                },
+            )
+
+    def stream_closed(self, event: observe.StreamClosed) -> None:
+        held = self._held(self._attempts, id(event.run), event.run)
+        if held is not None:
+            held.span.add_event(
+                a.EVENT_STREAM_CLOSED, {a.STREAM_KEY: event.key, a.STEP_NAME: event.step}
+            )
+
+    def run_forked(self, event: observe.RunForked) -> None:
+        """A span of the fork, in the caller's trace (an API request's, a command's): the
+        fork stores no trace context, so its first attempt starts a trace of its own."""
+        if self._silent():
+            return
+        run = event.run
+        span = self._tracer.start_span(
+            f"fork {run.type}",
+            kind=SpanKind.PRODUCER,
+            attributes={
+                a.MESSAGING_SYSTEM: a.SYSTEM,
+                a.MESSAGING_OPERATION_TYPE: "send",
+                a.MESSAGING_OPERATION_NAME: "fork",
+                a.MESSAGING_DESTINATION_NAME: run.type,
+                a.MESSAGING_MESSAGE_ID: run.id,
+                a.WORKFLOW_NAME: run.type,
+                a.RUN_ID: run.id,
+                a.RUN_FORKED_FROM: event.forked_from,
+                a.STEP_NAME: event.from_step,
             },
         )
         span.end()

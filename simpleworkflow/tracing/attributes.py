@@ -61,6 +61,15 @@ WAIT_UNTIL: Final = "workflow.wait.until"
 WAIT_CHILD_ID: Final = "workflow.wait.child_id"
 #: Why the worker stopped the handler: ``taken`` or ``not renewed``.
 LEASE_LOST_REASON: Final = "workflow.lease_lost.reason"
+#: A value the run published (``ctx.set_value``), and a stream it wrote: its key, how many
+#: items one batch committed, and their first and last offsets.
+VALUE_KEY: Final = "workflow.value.key"
+STREAM_KEY: Final = "workflow.stream.key"
+STREAM_ITEMS: Final = "workflow.stream.items"
+STREAM_FIRST_OFFSET: Final = "workflow.stream.first_offset"
+STREAM_LAST_OFFSET: Final = "workflow.stream.last_offset"
+#: On a fork's span: the run it was forked from (its journal entry is ``workflow.step.name``).
+RUN_FORKED_FROM: Final = "workflow.run.forked_from"
 #: On a link: ``creation`` (the start's span) or ``previous_attempt``.
 LINK_KIND: Final = "workflow.link.kind"
 
@@ -77,3 +86,9 @@ WAIT_EVENTS: Final = {
 EVENT_RESUMED: Final = "workflow.resumed"
 #: On an attempt's span: its lease was lost (``workflow.lease_lost.reason``).
 EVENT_LEASE_LOST: Final = "workflow.lease_lost"
+#: On an attempt's span: the run published a value (``workflow.value.key``,
+#: ``workflow.step.name``), or closed a stream; on the span of the step whose function
+#: appended them (else the attempt's), a batch of a stream's items committed.
+EVENT_VALUE_SET: Final = "workflow.value_set"
+EVENT_STREAM_APPENDED: Final = "workflow.stream_appended"
+EVENT_STREAM_CLOSED: Final = "workflow.stream_closed"

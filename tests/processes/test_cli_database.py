@@ -36,6 +36,7 @@ READ_ONLY = {
     "runs cancel": ["runs", "cancel", RUN_ID],
     "runs signal": ["runs", "signal", RUN_ID, "approved"],
     "runs steps": ["runs", "steps", RUN_ID],
+    "runs stream": ["runs", "stream", RUN_ID, "tokens"],
     "runs retry": ["runs", "retry", RUN_ID],
     "stats": ["stats"],
     "registry list": ["registry", "list"],

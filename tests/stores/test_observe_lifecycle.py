@@ -105,6 +105,9 @@ def test_every_hook_fires_in_order_for_a_step_a_sleep_a_signal_a_child_and_a_ret
     @app.workflow(PARENT)
     async def parent(payload: Any, ctx: Context) -> str:
         await ctx.step("charge", charge, retry=FAST)
+        await ctx.set_value("stage", "charged")
+        await ctx.stream_append("log", "charged")
+        await ctx.stream_close("log")
         await ctx.sleep("nap", 0.2)
         approval = await ctx.wait_for_event("approval", event="approve")
         child_id = await ctx.start_child(CHILD, {"order": 1})
@@ -161,10 +164,12 @@ def test_every_hook_fires_in_order_for_a_step_a_sleep_a_signal_a_child_and_a_ret
         "step_started:charge", "enter step charge#1", "leave step charge#1",
         "step_failed:charge", "step_retried:charge",
         "leave attempt", "attempt_finished:suspended", "run_suspended:retry",
-        # attempt 2: the step succeeds; the sleep suspends
+        # attempt 2: the step succeeds, the run publishes a value and a stream (never
+        # again on the replays that follow); the sleep suspends
         "run_claimed", "run_resumed:retry", "attempt_started", "enter attempt",
         "step_started:charge", "enter step charge#2", "leave step charge#2",
         "step_completed:charge",
+        "value_set:value:stage", "stream_appended:@stream:log", "stream_closed:@stream:log#2",
         "leave attempt", "attempt_finished:suspended", "run_suspended:sleep",
         # attempt 3: replays the step, waits for the signal
         "run_claimed", "run_resumed:sleep", "attempt_started", "enter attempt",
@@ -190,7 +195,7 @@ def test_every_hook_fires_in_order_for_a_step_a_sleep_a_signal_a_child_and_a_ret
     ]  # fmt: skip
     assert recorder.other == []
     fired = {entry.split(":")[0] for run in (run_id, child_id) for entry in recorder.seen(run)}
-    # The three left need a lost lease, a crashed worker or a purge: see
-    # tests/test_observe_worker.py and tests/test_admin.py.
-    assert set(HOOKS) - fired == {"lease_lost", "leases_reaped", "runs_deleted"}
+    # The four left need a lost lease, a crashed worker, a purge or a fork: see
+    # test_observe_worker.py, test_admin.py and test_observe_published.py.
+    assert set(HOOKS) - fired == {"lease_lost", "leases_reaped", "runs_deleted", "run_forked"}
     assert len(charges) == 2

@@ -9,17 +9,21 @@ what really ran.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from typing import Any
 
 import psycopg
 import pytest
 from conftest import Store
+from test_cli import run_cli
 from test_durable import Ledger, wait_terminal, working
 
 from simpleworkflow import App, Client, Context, RetryPolicy, RunStatus, errors
 from simpleworkflow.backends import Backend
 from simpleworkflow.backends.records import Claim
+from simpleworkflow.backends.stream_ops import Appended
+from simpleworkflow.cli import streams as streams_cli
 from simpleworkflow.durable import streams
 from simpleworkflow.models.streams import StreamItem
 
@@ -282,15 +286,17 @@ def test_appends_are_fenced_by_the_lease_and_numbered_after_the_last_item(
     (lease,) = backend.execute(backend.claim(claim))
     assert lease.run.id == run_id
 
-    def append(token: str, origin: str, seqs: range) -> bool:
+    def append(token: str, origin: str, seqs: range) -> Appended:
         items = [(seq, f'"{origin}{seq}"', False) for seq in seqs]
         return backend.execute(backend.append_stream(run_id, token, "k", origin, items))
 
-    assert not append("0193b0c0-0000-7000-8000-000000000000", "a", range(3))
+    assert append("0193b0c0-0000-7000-8000-000000000000", "a", range(3)) == Appended(False)
     assert client.stream_items(run_id, "k") == []
-    assert append(lease.token, "a", range(3))
-    assert append(lease.token, "b", range(2))
-    assert append(lease.token, "a", range(5))  # a re-run of a: 0-2 stored, 3-4 new
+    assert append(lease.token, "a", range(3)) == Appended(True, 3, 0, 2)
+    assert append(lease.token, "b", range(2)) == Appended(True, 2, 3, 4)
+    # a re-run of a: 0-2 stored, 3-4 new; then a run again that writes nothing new
+    assert append(lease.token, "a", range(5)) == Appended(True, 2, 5, 6)
+    assert append(lease.token, "a", range(5)) == Appended(True, 0)
     values = [(i.offset, i.value) for i in client.stream_items(run_id, "k")]
     assert values == [(0, "a0"), (1, "a1"), (2, "a2"), (3, "b0"), (4, "b1"), (5, "a3"), (6, "a4")]
 
@@ -343,3 +349,44 @@ def test_a_def_step_on_a_pool_thread_appends_in_order(
         run = wait_terminal(client, run_id)
     assert run.status is RunStatus.SUCCEEDED, run.last_error
     assert read_all(client, run_id, "numbers") == [(n, n) for n in range(150)]
+
+
+def test_the_cli_prints_a_stream_pages_resumes_and_says_what_is_missing(
+    store: Store,
+    client: Client,
+    ledger: Ledger,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``runs stream`` on a finished run: every item, following or not (read a page at a
+    time without following), from an offset, as JSON lines; a key the run never wrote is
+    status 1, an unknown run or a bad offset status 2. Following live and Ctrl-C are in
+    tests/processes/test_cli_stream.py."""
+    monkeypatch.setattr(streams_cli, "PAGE", 64)  # several pages without --follow
+    app = chat_app(store, ledger, sync=False)
+    run_id = client.start(CHAT).id
+    with working(app):
+        assert wait_terminal(client, run_id).status is RunStatus.SUCCEEDED
+    values = ["start", *({"n": n, "try": 1} for n in range(TOKENS)), "end"]
+    expected = [f"{i}\t{json.dumps(v, separators=(',', ':'))}" for i, v in enumerate(values)]
+    for follow in ("--follow", "--no-follow"):
+        printed = run_cli(store, capsys, "runs", "stream", run_id, "tokens", follow)
+        assert (printed.code, printed.out.splitlines(), printed.err) == (0, expected, "")
+
+    resumed = run_cli(store, capsys, "runs", "stream", run_id, "tokens", "--after", "199", "--json")
+    assert resumed.code == 0, resumed.err
+    lines = [json.loads(line) for line in resumed.out.splitlines()]
+    assert [(line["offset"], line["value"]) for line in lines] == [
+        (200, {"n": 199, "try": 1}),
+        (201, "end"),
+    ]
+    assert all(isinstance(line["created_at"], str) for line in lines)
+
+    missing = run_cli(store, capsys, "runs", "stream", run_id, "nope")
+    assert (missing.code, missing.out) == (1, "")
+    assert f"run {run_id} has no stream 'nope'" in missing.err
+    unknown = run_cli(store, capsys, "runs", "stream", "0193b0c0-0000-7000-8000-000000000000", "k")
+    assert (unknown.code, unknown.out) == (2, "")
+    assert unknown.err.startswith("simpleworkflow: error: no workflow run with id")
+    bad = run_cli(store, capsys, "runs", "stream", run_id, "tokens", "--after", "-5")
+    assert bad.code == 2 and "after must be an item's offset" in bad.err

@@ -26,6 +26,7 @@ from simpleworkflow.tracing import TracingObserver
 PARENT = "trace.parent.v1"
 CHILD = "trace.child.v1"
 PLAIN = "trace.plain.v1"
+PUBLISHER = "trace.publisher.v1"
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
@@ -274,3 +275,76 @@ def test_compensations_are_step_spans_of_the_attempt_that_runs_them(
     (attempt,) = named(exporter, "process trace.saga.v1")
     (release,) = named(exporter, "step rollback/release")
     assert release.parent is not None and span_id(release.parent) == span_id(attempt)
+
+
+def test_values_streams_and_forks_are_span_events_and_a_span(
+    store: Store, provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    """A set and a close are events of the attempt's span; a step's batch of items an event
+    of the step's span; an append from the body one of the attempt's; a fork a span of its
+    own, in the trace of whoever forked."""
+    tracer = TracingObserver(provider)
+    app = App(store.url, schema=store.schema, observers=[tracer])
+
+    def generate(ctx: Context) -> None:
+        for token in ("a", "b"):
+            ctx.stream_append("tokens", token)
+
+    @app.workflow(PUBLISHER)
+    async def publisher(payload: Any, ctx: Context) -> str:
+        await ctx.set_value("stage", "writing")
+        await ctx.step("generate", generate, ctx)
+        await ctx.stream_append("tokens", "end")
+        await ctx.stream_close("tokens")
+        return "done"
+
+    with app.client() as client:
+        with poller_thread(app, poll_interval=0.05):
+            run_id = client.start(PUBLISHER).id
+            assert client.wait(run_id, timeout=30).status is RunStatus.SUCCEEDED
+        # No worker now: the fork stays pending, and its attempt has no span to tell apart.
+        with provider.get_tracer("test").start_as_current_span("operator") as operator:
+            fork = client.admin.fork(run_id, "generate")
+
+    (attempt,) = named(exporter, f"process {PUBLISHER}")
+    (step,) = named(exporter, "step generate")
+    # One batch, or two if the buffer's timer cut it (a slow machine): offsets 0 and 1.
+    batches = [dict(e.attributes or {}) for e in step.events]
+    assert {e.name for e in step.events} == {"workflow.stream_appended"}
+    assert {(b["workflow.stream.key"], b["workflow.step.name"]) for b in batches} == {
+        ("tokens", "generate")
+    }
+    assert sum(b["workflow.stream.items"] for b in batches) == 2  # type: ignore[misc]
+    offsets = [
+        (b["workflow.stream.first_offset"], b["workflow.stream.last_offset"]) for b in batches
+    ]
+    assert offsets in ([(0, 1)], [(0, 0), (1, 1)])
+    assert [(e.name, dict(e.attributes or {})) for e in attempt.events] == [
+        (
+            "workflow.value_set",
+            {"workflow.value.key": "stage", "workflow.step.name": "value:stage"},
+        ),
+        (
+            "workflow.stream_appended",
+            {
+                "workflow.stream.key": "tokens",
+                "workflow.stream.items": 1,
+                "workflow.stream.first_offset": 2,
+                "workflow.stream.last_offset": 2,
+                "workflow.step.name": "@stream:tokens",
+            },
+        ),
+        (
+            "workflow.stream_closed",
+            {"workflow.stream.key": "tokens", "workflow.step.name": "@stream:tokens#2"},
+        ),
+    ]
+    (forked,) = named(exporter, f"fork {PUBLISHER}")
+    assert span_id(forked.parent) == span_id(operator.get_span_context())
+    assert forked.attributes is not None
+    assert (
+        forked.attributes["workflow.run.id"],
+        forked.attributes["workflow.run.forked_from"],
+        forked.attributes["workflow.step.name"],
+        forked.attributes["messaging.operation.name"],
+    ) == (fork.id, run_id, "generate", "fork")

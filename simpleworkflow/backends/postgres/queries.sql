@@ -2039,7 +2039,8 @@ from {schema}workflow_value where run_id = %(id)s and key = %(key)s
 -- Append items to one of a run's streams, fenced by the lease (checked under FOR SHARE as
 -- in record_step): numbered after the stream's last item, in the order of their seq;
 -- items already written by the same origin and seq (a step run again after a crash) are
--- left out. Returns whether the lease held; readers of the run are notified.
+-- left out. Returns whether the lease held, and how many items were written at which
+-- offsets (for the observers); readers of the run are notified.
 with lease as (
     select id from {schema}workflow_run
     where id = %(run_id)s and lease_token = %(token)s and status = 'leased'
@@ -2068,6 +2069,8 @@ with lease as (
     where exists (select 1 from saved)
 )
 select exists (select 1 from lease) as held, (select count(*) from saved) as saved,
+       (select min(position) from saved) as first_offset,
+       (select max(position) from saved) as last_offset,
        (select count(*) from woken) as woken
 
 -- name: read_stream

@@ -1516,6 +1516,7 @@ where id = :run_id and lease_token = :token and status = 'leased'
 -- name: append_stream_then_insert
 -- The items after the stream's last one, in the order of their seq; items already
 -- written by the same origin and seq (a step run again after a crash) are left out.
+-- Returns the offsets written (for the observers).
 insert into workflow_stream_item (run_id, stream_key, position, origin, origin_seq, value, closed)
 select :run_id, :key,
        coalesce((select max(position) + 1 from workflow_stream_item
@@ -1528,6 +1529,7 @@ where not exists (
     select 1 from workflow_stream_item s
     where s.run_id = :run_id and s.stream_key = :key and s.origin = :origin
       and s.origin_seq = json_extract(i.value, '$.seq'))
+returning position
 
 -- name: read_stream
 -- A page of a stream's items after position :after, and whether the run has ended (one
