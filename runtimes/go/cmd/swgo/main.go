@@ -2,6 +2,7 @@
 // contract tests and benchmark run.
 //
 //	swgo worker -types a.b.v1,c.d.v1 [-prefixes a.%] [-lease 30s] [-id w1] [-concurrency 10]
+//	            [-grace 10s] [-retry 1m] [-poll 1s] [-quiet]
 //	swgo start -type a.b.v1 [-payload '{}'] [-key k] [-priority 100] [-delay 0s] [-max-attempts 3]
 //	swgo cancel RUN_ID [-reason text]
 //	swgo get RUN_ID
@@ -121,13 +122,14 @@ func worker(ctx context.Context, client *simpleworkflow.Client, args []string) e
 	concurrency := flags.Int("concurrency", 10, "handlers at once")
 	grace := flags.Duration("grace", 10*time.Second, "shutdown grace")
 	retry := flags.Duration("retry", time.Minute, "base of the quadratic backoff")
+	poll := flags.Duration("poll", time.Second, "longest wait between claims without a notification")
 	quiet := flags.Bool("quiet", false, "no log lines")
 	if err := flags.Parse(args); err != nil {
 		return err
 	}
 	cfg := simpleworkflow.PollerConfig{
 		TypePrefixes: strings.Split(*prefixes, ","), LeaseDuration: *lease, WorkerID: *id,
-		Concurrency: *concurrency, ShutdownGrace: *grace,
+		Concurrency: *concurrency, ShutdownGrace: *grace, PollInterval: *poll,
 	}
 	if *quiet {
 		cfg.Logf = func(string, ...any) {}
