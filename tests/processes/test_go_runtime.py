@@ -39,12 +39,14 @@ QUICK = RetryPolicy(backoff="fixed", base=0.2, jitter=0)
 
 
 def go_env() -> dict[str, str]:
-    """Build offline: Debian's lib/pq through the module's go.work.debian when it is
-    installed (no module proxy needed), else the module as it is (with the proxy)."""
-    env = {**os.environ, "GOFLAGS": "", "CGO_ENABLED": "0"}
-    if DEBIAN_PQ.is_dir():
-        env.update(GOWORK=str(GO_MODULE / "go.work.debian"), GOPROXY="off")
-    return env
+    """Build offline: Debian's lib/pq through the module's go.work.debian, no proxy."""
+    return {
+        **os.environ,
+        "GOFLAGS": "",
+        "CGO_ENABLED": "0",
+        "GOWORK": str(GO_MODULE / "go.work.debian"),
+        "GOPROXY": "off",
+    }
 
 
 @pytest.fixture(scope="session")
@@ -52,6 +54,8 @@ def swgo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The test program, built once per session."""
     if shutil.which("go") is None:
         pytest.skip("no Go toolchain (install golang-go and golang-github-lib-pq-dev)")
+    if not DEBIAN_PQ.is_dir():
+        pytest.skip(f"no lib/pq at {DEBIAN_PQ} (install golang-github-lib-pq-dev)")
     binary = tmp_path_factory.mktemp("go") / "swgo"
     subprocess.run(
         ["go", "build", "-o", str(binary), "./cmd/swgo"],
