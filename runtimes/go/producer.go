@@ -39,7 +39,10 @@ func Open(dsn, schema string) (*Client, error) {
 		}
 		dsn = converted
 	}
-	dsn += " search_path=" + schema
+	// binary_parameters sends each statement with its parameters in one round trip
+	// (no separate prepare), which the Go runtime's parameters (text, numbers, arrays
+	// as text) allow.
+	dsn += " search_path=" + schema + " binary_parameters=yes"
 	connector, err := pq.NewConnector(dsn)
 	if err != nil {
 		return nil, err

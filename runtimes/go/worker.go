@@ -67,6 +67,8 @@ type Worker struct {
 
 	wake     chan struct{}
 	stopping chan struct{}
+	outcomes chan outcome
+	closed   chan struct{} // Run has returned: outcomes are no longer recorded
 }
 
 // NewWorker makes a worker that uses client's connections.
@@ -108,6 +110,7 @@ func NewWorker(client *Client, cfg PollerConfig) (*Worker, error) {
 	return &Worker{
 		client: client, cfg: cfg, handlers: map[string]handlerEntry{}, logf: logf,
 		held: map[string]*Job{}, wake: make(chan struct{}, 1), stopping: make(chan struct{}),
+		outcomes: make(chan outcome, maxBatch), closed: make(chan struct{}),
 	}, nil
 }
 
@@ -158,6 +161,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.register(ctx); err != nil {
 		return err
 	}
+	go w.outbox()
+	defer close(w.closed)
 	services, stopServices := context.WithCancel(context.Background())
 	var side sync.WaitGroup
 	for _, loop := range []func(context.Context){w.listen, w.keepLeases, w.reap} {
@@ -320,20 +325,19 @@ func (w *Worker) finish(j *Job, entry handlerEntry, result any, err error) {
 		return
 	case StopShutdown:
 		if err != nil {
-			w.record(j, sqlRelease, leaseItem(j), w.cfg.WorkerID, "shutdown")
+			w.send(j, sqlRelease, map[string]any{"id": j.ID, "token": j.token})
 			return
 		}
 	}
 	if err == nil {
 		encoded, merr := json.Marshal(result)
 		if merr == nil {
-			item := map[string]any{"id": j.ID, "token": j.token, "result": string(encoded)}
-			w.record(j, sqlSucceed, items(item))
+			w.send(j, sqlSucceed, map[string]any{"id": j.ID, "token": j.token, "result": string(encoded)})
 			return
 		}
 		err = Permanent(fmt.Errorf("the handler's result is not JSON: %w", merr))
 	}
-	w.record(j, sqlFail, items(w.failure(j, entry, err)))
+	w.send(j, sqlFail, w.failure(j, entry, err))
 }
 
 func (w *Worker) failure(j *Job, entry handlerEntry, err error) map[string]any {
@@ -368,23 +372,6 @@ func errorType(err error) string {
 	return fmt.Sprintf("%T", err)
 }
 
-// record sends one outcome, trying again while the store is unreachable and the lease
-// still holds: after that, the reaper of some worker recovers the run.
-func (w *Worker) record(j *Job, statement string, args ...any) {
-	for pause := 100 * time.Millisecond; ; pause *= 2 {
-		_, err := w.client.DB.Exec(statement, args...)
-		if err == nil {
-			return
-		}
-		if time.Now().Add(pause).After(j.lease()) {
-			w.logf("simpleworkflow: run %s: recording its outcome failed, its lease ends: %v", j.ID, err)
-			return
-		}
-		w.logf("simpleworkflow: run %s: recording its outcome failed (%v); trying again", j.ID, err)
-		time.Sleep(pause)
-	}
-}
-
 // drain waits ShutdownGrace for running handlers, then ends their contexts and waits a
 // little more for them to return (each gives its run back). A handler that ignores its
 // context keeps its run leased until the lease runs out.
@@ -406,13 +393,4 @@ func (w *Worker) drain() {
 	case <-time.After(5 * time.Second):
 		w.logf("simpleworkflow: handlers still running after the grace; their runs stay leased until their leases end")
 	}
-}
-
-func items(item map[string]any) string {
-	encoded, _ := json.Marshal([]map[string]any{item})
-	return string(encoded)
-}
-
-func leaseItem(j *Job) string {
-	return items(map[string]any{"id": j.ID, "token": j.token})
 }

@@ -16,6 +16,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -482,3 +483,21 @@ def test_a_type_moved_from_python_to_go_while_runs_are_pending(
             done_once(store, ledger_path, runs)
     by = {e["worker"] for e in entries(ledger_path, "finished")}
     assert by == {"py-1", "go-1"}
+
+
+# -- the benchmark -----------------------------------------------------------------------
+
+
+def test_the_go_drain_benchmark_reports_both_runtimes(swgo: Path, postgres_url: str) -> None:
+    """``python -m benchmarks.go_drain`` at its smallest."""
+    command = [
+        sys.executable, "-m", "benchmarks.go_drain",
+        "--items", "200", "--rounds", "1", "--concurrency", "10",
+        "--postgres-url", postgres_url, "--json",
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    for key in ("go_runs_per_s", "python_runs_per_s", "go_cpu_us_per_run", "python_cpu_us_per_run"):
+        assert report[key] > 0, key
+    assert report["drain_ratio_go_to_python"] > 0

@@ -2,7 +2,7 @@
 // contract tests and benchmark run.
 //
 //	swgo worker -types a.b.v1,c.d.v1 [-prefixes a.%] [-lease 30s] [-id w1] [-concurrency 10]
-//	            [-grace 10s] [-retry 1m] [-poll 1s] [-quiet]
+//	            [-grace 10s] [-retry 1m] [-poll 1s] [-quiet] [-wait-go]
 //	swgo start -type a.b.v1 [-payload '{}'] [-key k] [-priority 100] [-delay 0s] [-max-attempts 3]
 //	swgo cancel RUN_ID [-reason text]
 //	swgo get RUN_ID
@@ -16,6 +16,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -124,6 +125,7 @@ func worker(ctx context.Context, client *simpleworkflow.Client, args []string) e
 	retry := flags.Duration("retry", time.Minute, "base of the quadratic backoff")
 	poll := flags.Duration("poll", time.Second, "longest wait between claims without a notification")
 	quiet := flags.Bool("quiet", false, "no log lines")
+	waitGo := flags.Bool("wait-go", false, "after ready, claim only once a line 'go' comes on stdin")
 	if err := flags.Parse(args); err != nil {
 		return err
 	}
@@ -150,6 +152,12 @@ func worker(ctx context.Context, client *simpleworkflow.Client, args []string) e
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	fmt.Println("ready")
+	if *waitGo {
+		line, _ := bufio.NewReader(os.Stdin).ReadString('\n')
+		if strings.TrimSpace(line) != "go" {
+			return nil
+		}
+	}
 	return w.Run(ctx)
 }
 
