@@ -250,12 +250,15 @@ func (w *Worker) claimOnce(ctx context.Context) bool {
 		return false
 	}
 	sent := time.Now()
-	rows, err := w.client.DB.QueryContext(ctx, sqlClaim, stringArray(w.types), w.cfg.WorkerID,
+	// Not cancelled with ctx: a claim cut off while its rows are read would leave runs
+	// leased to no one until their leases ran out. Bounded by the lease, for a store
+	// that stopped answering.
+	bounded, cancel := context.WithTimeout(context.Background(), w.cfg.LeaseDuration)
+	defer cancel()
+	rows, err := w.client.DB.QueryContext(bounded, sqlClaim, stringArray(w.types), w.cfg.WorkerID,
 		free, alone, RuntimeName, w.cfg.LeaseDuration.Seconds())
 	if err != nil {
-		if ctx.Err() == nil {
-			w.logf("simpleworkflow: claim failed: %v", err)
-		}
+		w.logf("simpleworkflow: claim failed: %v", err)
 		return false
 	}
 	var jobs []*Job
