@@ -54,6 +54,7 @@ func (w *Worker) keepLeases(ctx context.Context) {
 			if err := w.heartbeat(ctx, m); err != nil && ctx.Err() == nil {
 				w.logf("simpleworkflow: heartbeat failed: %v", err)
 			}
+			w.seen(ctx, false)
 		}
 	}
 }

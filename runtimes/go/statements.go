@@ -264,3 +264,21 @@ where status = 'leased' and lease_until < now() and type = any($1::text[])
 order by lease_until
 limit $3
 for update skip locked`
+
+// sqlWorkerSeen records the worker in workflow_worker (live until seen_until), at its
+// start ($9 true) and at every heartbeat interval, as the Python worker does.
+const sqlWorkerSeen = `insert into workflow_worker as w
+    (worker_id, host, pid, runtime, type_prefixes, concurrency, version, seen_until)
+values ($1, $2, $3, $4, $5::jsonb, $6, $7, now() + make_interval(secs => $8::float8))
+on conflict (worker_id) do update
+set host = excluded.host, pid = excluded.pid, runtime = excluded.runtime,
+    type_prefixes = excluded.type_prefixes, concurrency = excluded.concurrency,
+    version = excluded.version,
+    started_at = case when $9::boolean or w.stopped_at is not null
+                      then now() else w.started_at end,
+    last_seen_at = now(), seen_until = excluded.seen_until, stopped_at = null`
+
+// sqlWorkerStopped says the worker stopped rather than died.
+const sqlWorkerStopped = `update workflow_worker
+set stopped_at = now(), last_seen_at = now(), seen_until = now()
+where worker_id = $1 and pid = $2 and stopped_at is null`

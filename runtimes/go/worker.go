@@ -161,6 +161,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.register(ctx); err != nil {
 		return err
 	}
+	w.seen(ctx, true)
 	go w.outbox()
 	defer close(w.closed)
 	services, stopServices := context.WithCancel(context.Background())
@@ -175,6 +176,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.drain()
 	stopServices()
 	side.Wait()
+	w.stopped()
 	w.logf("simpleworkflow: worker %s stopped", w.cfg.WorkerID)
 	return nil
 }

@@ -224,6 +224,11 @@ def test_a_go_worker_claims_its_prefixes_only_and_writes_the_audit_trail(fleet: 
     assert status(store, ocr) == "pending"
     registry = dict(store.sql("select workflow_name, runtime from workflow_registry"))
     assert registry == {INVOICE: "go"}
+    seen = store.sql(
+        "select runtime, type_prefixes, concurrency, seen_until > now(), stopped_at "
+        "from workflow_worker where worker_id = 'go-1'"
+    )
+    assert seen == [("go", ["billing.%"], 10, True, None)]
 
 
 def test_registry_routing_both_ways(fleet: Fleet, ledger_path: Path) -> None:
@@ -411,6 +416,10 @@ def test_a_graceful_stop_gives_running_runs_back(fleet: Fleet, ledger_path: Path
     assert store.sql("select attempt, lease_token from workflow_run where id = ?", run_id) == [
         (0, None)
     ]
+    stopped = store.sql(
+        "select stopped_at is not null from workflow_worker where worker_id = 'go-1'"
+    )
+    assert stopped == [(True,)]
 
 
 def test_a_notification_wakes_an_idle_go_worker(fleet: Fleet) -> None:
