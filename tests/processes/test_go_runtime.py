@@ -250,6 +250,27 @@ def test_registry_routing_both_ways(fleet: Fleet, ledger_path: Path) -> None:
             assert [e["worker"] for e in entries(ledger_path, "finished", run=run_id)] == [worker]
 
 
+def test_paused_and_limited_types_wait_and_a_panic_fails_the_attempt(fleet: Fleet) -> None:
+    """A Go worker claims no run of a paused type, nor of a type with a concurrency limit
+    (only the Python worker counts those leases); a handler's panic is a failure."""
+    store = fleet.store
+    with store.client() as client:
+        for type_name in (REFUND, OCR):
+            client.admin.set_runtime(type_name, "go")
+        client.admin.pause(REFUND)
+        client.admin.set_concurrency(OCR, 5)
+        paused, limited = client.start(REFUND).id, client.start(OCR).id
+        panicking = client.start(INVOICE, {"panic": True}, max_attempts=1).id
+        ordinary = client.start(INVOICE).id
+    fleet.worker([INVOICE, REFUND, OCR], "-id", "go-1")
+    assert finished(store, ordinary) == "succeeded"
+    assert finished(store, panicking) == "failed"
+    error = events(store, panicking)[-1][1]["error"]
+    assert error["message"] == "handler panicked: asked to"
+    time.sleep(1.5)  # a poll later
+    assert (status(store, paused), status(store, limited)) == ("pending", "pending")
+
+
 def test_idempotent_starts_across_runtimes(fleet: Fleet) -> None:
     first = fleet.run("start", "-type", INVOICE, "-key", "order:7")[0]
     again = fleet.run("start", "-type", INVOICE, "-key", "order:7", "-payload", '{"x": 1}')[0]
@@ -467,6 +488,44 @@ def test_python_producers_and_go_workers(fleet: Fleet, ledger_path: Path) -> Non
     done_once(fleet.store, ledger_path, runs)
     holders = {row[0] for row in fleet.store.sql("select leased_by from workflow_run")}
     assert holders <= {"go-1", "go-2"}
+
+
+def test_a_go_worker_killed_mid_drain_loses_no_run_and_ends_none_twice(
+    fleet: Fleet, ledger_path: Path
+) -> None:
+    """Runs the victim held are recovered by the other Go worker's reaper and run again
+    there; each run succeeds once. Only the victim's may have run twice (its handler
+    finished, its outcome not yet recorded when it died): at least once, never lost."""
+    store = fleet.store
+    payload = '{"sleep": 0.3}'
+    started = fleet.run("start", "-type", INVOICE, "-n", "30", "-payload", payload)
+    runs = [row["id"] for row in started]
+    victim = fleet.worker([INVOICE], "-id", "go-victim", "-lease", "2s", "-concurrency", "5")
+    fleet.worker([INVOICE], "-id", "go-2", "-lease", "2s", "-concurrency", "5")
+    wait_until(lambda: len(entries(ledger_path, "finished")) >= 5, 60, "no progress")
+    victim.kill()
+    for run_id in runs:
+        assert finished(store, run_id) == "succeeded"
+    ends = store.sql(
+        "select workflow_id, count(*) from workflow_event where event_type = 'succeeded' "
+        "group by workflow_id"
+    )
+    assert sorted(str(run_id) for run_id, _ in ends) == sorted(runs)
+    assert {count for _, count in ends} == {1}
+    twice = {run_id for run_id in runs if len(entries(ledger_path, "finished", run=run_id)) > 1}
+    assert twice <= {e["run"] for e in entries(ledger_path, "started", worker="go-victim")}
+    # the runs the victim held when it died: leased by it, not ended by it
+    held = store.sql(
+        "select count(distinct workflow_id) from workflow_event l where l.event_type = 'leased' "
+        "and l.data->>'worker_id' = 'go-victim' and not exists (select from workflow_event s "
+        "where s.workflow_id = l.workflow_id and s.event_type = 'succeeded' "
+        "and s.data->>'worker_id' = 'go-victim')"
+    )[0][0]
+    recovered = store.sql(
+        "select count(*) from workflow_event where event_type = 'retried' "
+        "and data->>'reason' = 'lease_expired' and data->>'recovered_by' = 'go-2'"
+    )[0][0]
+    assert recovered == held > 0
 
 
 def test_go_producers_and_python_workers(fleet: Fleet, ledger_path: Path) -> None:
