@@ -23,11 +23,13 @@ type Job struct {
 	Payload     json.RawMessage
 	Attempt     int // this attempt's number, from 1
 	MaxAttempts int
+	Deadline    *time.Time // the run fails if not finished by then; its context ends then
 
-	token    string
-	isolated bool
-	ctx      context.Context
-	stop     context.CancelFunc
+	pastDeadline bool
+	token        string
+	isolated     bool
+	ctx          context.Context
+	stop         context.CancelFunc
 
 	mu         sync.Mutex
 	reason     string

@@ -2,6 +2,7 @@ package simpleworkflow
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand"
 	"time"
@@ -91,3 +92,16 @@ func IsPermanent(err error) bool {
 	var p *PermanentError
 	return errors.As(err, &p)
 }
+
+// DeadlineExceeded fails a run whose deadline passed before it finished: at the claim
+// (the handler is not called), or while its handler ran. It is never retried.
+type DeadlineExceeded struct {
+	Deadline time.Time
+	Err      error // what the handler returned, if it ran
+}
+
+func (e *DeadlineExceeded) Error() string {
+	return fmt.Sprintf("the run's deadline (%s) has passed", e.Deadline.UTC().Format(time.RFC3339Nano))
+}
+
+func (e *DeadlineExceeded) Unwrap() error { return e.Err }

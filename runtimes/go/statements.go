@@ -62,7 +62,8 @@ where workflow_name = any($1::text[])`
 
 // sqlClaim leases due runs of the types this runtime owns, at most $3; a suspect
 // alone, and only when $4 (the worker holds nothing). Types with flow-control
-// limits are left to the Python worker, which counts their leases.
+// limits are left to the Python worker, which counts their leases. past_deadline says,
+// by the database's clock, that the run's deadline has passed.
 const sqlClaim = `with suspect as (
     select r.id, r.waiting_for
     from workflow_run r
@@ -115,7 +116,7 @@ const sqlClaim = `with suspect as (
     from candidates c
     where r.id = any(array(select id from candidates)) and r.id = c.id
     returning r.id, r.type, r.payload, r.attempt, r.max_attempts, r.lease_token, r.isolate,
-              r.leased_by, r.lease_until,
+              r.leased_by, r.lease_until, r.deadline, r.deadline <= now() as past_deadline,
               case when c.waiting_for ->> 'kind' = 'throttle' and not c.waiting_for ? 'step'
                    then c.waiting_for -> 'resumes' else c.waiting_for end as was_waiting_for
 ), claim_events as (
@@ -129,7 +130,8 @@ const sqlClaim = `with suspect as (
     where e.event_type <> 'resumed' or c.was_waiting_for is not null
     order by c.id, e.n
 )
-select id, type, payload, attempt, max_attempts, lease_token, isolate from claimed`
+select id, type, payload, attempt, max_attempts, lease_token, isolate, deadline, past_deadline
+from claimed`
 
 // sqlHeartbeat extends held leases, fenced by their tokens; not one within $2
 // seconds of its end (the worker has given it up by then).

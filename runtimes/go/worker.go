@@ -2,6 +2,7 @@ package simpleworkflow
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -267,11 +268,16 @@ func (w *Worker) claimOnce(ctx context.Context) bool {
 	for rows.Next() {
 		j := &Job{}
 		var payload []byte
-		if err := rows.Scan(&j.ID, &j.Type, &payload, &j.Attempt, &j.MaxAttempts, &j.token, &j.isolated); err != nil {
+		var deadline sql.NullTime
+		var past sql.NullBool
+		if err := rows.Scan(&j.ID, &j.Type, &payload, &j.Attempt, &j.MaxAttempts, &j.token, &j.isolated, &deadline, &past); err != nil {
 			w.logf("simpleworkflow: reading a claim: %v", err)
 			continue
 		}
 		j.Payload = payload
+		if deadline.Valid {
+			j.Deadline, j.pastDeadline = &deadline.Time, past.Bool
+		}
 		j.Attempt++ // the attempt under way, from 1
 		j.validUntil = sent.Add(w.cfg.LeaseDuration)
 		jobs = append(jobs, j)
@@ -288,7 +294,11 @@ func (w *Worker) claimOnce(ctx context.Context) bool {
 
 func (w *Worker) start(j *Job) {
 	entry := w.handlers[j.Type]
-	j.ctx, j.stop = context.WithCancel(context.Background())
+	if j.Deadline != nil {
+		j.ctx, j.stop = context.WithDeadline(context.Background(), *j.Deadline)
+	} else {
+		j.ctx, j.stop = context.WithCancel(context.Background())
+	}
 	w.mu.Lock()
 	w.held[j.ID] = j
 	if j.isolated {
@@ -298,7 +308,13 @@ func (w *Worker) start(j *Job) {
 	w.running.Add(1)
 	go func() {
 		defer w.running.Done()
-		result, err := call(entry.run, j)
+		var result any
+		var err error
+		if j.pastDeadline { // not run: it can no longer finish in time
+			err = &DeadlineExceeded{Deadline: *j.Deadline}
+		} else {
+			result, err = call(entry.run, j)
+		}
 		w.finish(j, entry, result, err)
 		j.stop()
 		w.mu.Lock()
@@ -346,7 +362,11 @@ func (w *Worker) finish(j *Job, entry handlerEntry, result any, err error) {
 }
 
 func (w *Worker) failure(j *Job, entry handlerEntry, err error) map[string]any {
-	retryable := !IsPermanent(err)
+	var late *DeadlineExceeded
+	if j.Deadline != nil && !errors.As(err, &late) && !time.Now().Before(*j.Deadline) {
+		err = &DeadlineExceeded{Deadline: *j.Deadline, Err: err}
+	}
+	retryable := !IsPermanent(err) && !errors.As(err, &late)
 	final := !retryable || j.Attempt >= j.MaxAttempts
 	message := err.Error()
 	if len(message) > 2000 {
@@ -370,6 +390,10 @@ func (w *Worker) failure(j *Job, entry handlerEntry, err error) map[string]any {
 }
 
 func errorType(err error) string {
+	var late *DeadlineExceeded
+	if errors.As(err, &late) {
+		return "DeadlineExceeded"
+	}
 	var p *PermanentError
 	if errors.As(err, &p) {
 		return fmt.Sprintf("%T", p.Err)

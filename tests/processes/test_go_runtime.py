@@ -344,6 +344,27 @@ def test_cancelling_stops_a_running_go_handler_and_a_pending_run_never_runs(
     assert entries(ledger_path, run=waiting) == []
 
 
+def test_a_deadline_fails_the_run_for_good_at_the_claim_or_while_it_runs(
+    fleet: Fleet, ledger_path: Path
+) -> None:
+    store = fleet.store
+    with store.client() as client:
+        late = client.start(INVOICE, {"order": 1}, max_attempts=5).id
+        slow = client.start(INVOICE, {"sleep": 120}, deadline="2s", max_attempts=5).id
+    store.sql("update workflow_run set deadline = now() - interval '1 second' where id = ?", late)
+    fleet.worker([INVOICE], "-id", "go-1")
+    assert finished(store, late) == "failed" and finished(store, slow) == "failed"
+    assert entries(ledger_path, run=late) == []  # its handler never ran
+    for run_id in (late, slow):
+        kind, data = events(store, run_id)[-1]
+        assert (kind, data["error"]["type"], data["retryable"]) == (
+            "failed",
+            "DeadlineExceeded",
+            False,
+        )
+        assert store.sql("select attempt from workflow_run where id = ?", run_id) == [(1,)]
+
+
 def test_heartbeats_keep_a_run_longer_than_its_lease(fleet: Fleet) -> None:
     store = fleet.store
     run_id = fleet.start(INVOICE, {"sleep": 5})
