@@ -67,7 +67,6 @@ type Worker struct {
 	running sync.WaitGroup
 
 	wake     chan struct{}
-	stopping chan struct{}
 	outcomes chan outcome
 	closed   chan struct{} // Run has returned: outcomes are no longer recorded
 }
@@ -110,7 +109,7 @@ func NewWorker(client *Client, cfg PollerConfig) (*Worker, error) {
 	}
 	return &Worker{
 		client: client, cfg: cfg, handlers: map[string]handlerEntry{}, logf: logf,
-		held: map[string]*Job{}, wake: make(chan struct{}, 1), stopping: make(chan struct{}),
+		held: map[string]*Job{}, wake: make(chan struct{}, 1),
 		outcomes: make(chan outcome, maxBatch), closed: make(chan struct{}),
 	}, nil
 }
@@ -153,7 +152,8 @@ func (w *Worker) Types() []string {
 }
 
 // Run works until ctx ends, then stops gracefully: no more claims, running handlers get
-// ShutdownGrace to finish, then their contexts end and their runs are given back.
+// ShutdownGrace to finish, then their contexts end and their runs are given back. Call
+// it once.
 func (w *Worker) Run(ctx context.Context) error {
 	w.types = w.Types()
 	if len(w.types) == 0 {
@@ -173,7 +173,6 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.logf("simpleworkflow: worker %s claiming %v", w.cfg.WorkerID, w.types)
 	w.claimLoop(ctx)
-	close(w.stopping)
 	w.drain()
 	stopServices()
 	side.Wait()
