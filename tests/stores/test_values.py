@@ -288,13 +288,13 @@ def test_the_cli_lists_reads_and_waits_for_values(
 def test_a_listener_that_cannot_connect_is_the_stores_outage() -> None:
     """On Postgres, a reader that cannot open its listening connection gets
     StoreUnavailable, as for any other connection the client cannot open."""
-    nowhere = "postgresql://nobody@127.0.0.1:1/none?connect_timeout=2"
+    hub = run_wakeups.Hub(lambda: "postgresql://nobody@127.0.0.1:1/none?connect_timeout=2")
     refused = pytest.raises(errors.StoreUnavailable, match="waits for a run's values")
-    with refused, run_wakeups.listening(nowhere, NO_TOKEN):
+    with refused, run_wakeups.listening(hub, NO_TOKEN):
         pass
 
     async def listen() -> None:
-        async with run_wakeups.listening_async(nowhere, NO_TOKEN):
+        async with run_wakeups.listening_async(hub, NO_TOKEN):
             pass
 
     with pytest.raises(errors.StoreUnavailable, match="waits for a run's values"):
