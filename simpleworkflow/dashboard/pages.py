@@ -1,5 +1,5 @@
-"""The pages that read: overview, runs, a run, types, workers. Each reads through the
-``AsyncClient`` (and its ``admin`` facade) that the site holds."""
+"""The pages that read: overview, runs, a run (and its streams, live), types, workers.
+Each reads through the ``AsyncClient`` (and its ``admin`` facade) that the site holds."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from simpleworkflow.admin import STATES
 from simpleworkflow.dashboard import views
 from simpleworkflow.dashboard.site import Site
 from simpleworkflow.models import Run
+from simpleworkflow.web import sse
 from simpleworkflow.web.problems import ApiProblem
 from simpleworkflow.web.routing import parse_json
 
@@ -134,6 +135,16 @@ def router(site: Site, route_class: type[Any]) -> APIRouter:
         session = await site.reader(request)
         return site.render(request, session, "run.html", await run_context(site, request, run_id))
 
+    @pages.get("/runs/{run_id}/streams/{key}", name="dashboard.stream")
+    async def stream(request: Request, run_id: str, key: str) -> Response:
+        """One of the run's streams as Server-Sent Events, for the run page's script: on
+        the session's cookie, since a browser's ``EventSource`` sends no token."""
+        await site.reader(request)
+        after = _offset(request.query_params.get("after"))
+        start = sse.resume(after, request.headers.get("last-event-id"))
+        await site.source.client.get(run_id)  # a 404 page before the events begin
+        return sse.response(site.source.client.read_stream(run_id, key, after=start))
+
     @pages.get("/types", name="dashboard.types")
     async def types(request: Request) -> Response:
         session = await site.reader(request)
@@ -193,6 +204,14 @@ async def run_context(site: Site, request: Request, run_id: str, **extra: Any) -
         "signal_payload": "",
         **extra,
     }
+
+
+def _offset(text: str | None) -> int | None:
+    if text is None or text == "":
+        return None
+    if not text.isdigit():
+        raise errors.InvalidArgument(f"after must be an item's offset, not {text!r:.40}")
+    return int(text)
 
 
 def _moment(what: str, text: str) -> datetime | None:
