@@ -279,6 +279,11 @@ def test_the_cli_lists_reads_and_waits_for_values(
         store, capsys, "runs", "values", run_id, "stage", "--wait", "0.2s", "--after", "1"
     )
     assert late.code == 2 and "past version 1" in late.err
+    client.cancel(run_id)
+    ended = run_cli(
+        store, capsys, "runs", "values", run_id, "stage", "--wait", "1h", "--after", "1"
+    )
+    assert ended.code == 2 and "ended (cancelled) without setting value 'stage'" in ended.err
     bad = run_cli(store, capsys, "runs", "values", run_id, "--after", "1")
     assert bad.code == 2 and "--wait and --after need a KEY" in bad.err
     unknown = run_cli(store, capsys, "runs", "values", "00000000-0000-4000-8000-000000000000")
