@@ -129,15 +129,16 @@ class Hub:
 
     def __init__(self, conninfo: Callable[[], str]) -> None:
         self._conninfo = conninfo
+        # ``_lock`` guards the link and the readers, held only briefly (an event loop
+        # takes it too); ``_opening`` lets one connect at a time, off any event loop.
         self._lock = threading.Lock()
+        self._opening = threading.Lock()
         self._link: _Link | None = None
         self._readers: dict[tuple[str, str], set[_Registration]] = {}
 
     def waiter(self, channel: str, run_id: str, *, strict: bool = False) -> Waiter:
         """Register a reader of ``run_id``'s writes on ``channel``, listening first."""
-        with self._lock:
-            self._listening(strict)
-            return self._joined(Waiter(self, (channel, run_id), strict))
+        return self._join(Waiter(self, (channel, run_id), strict))
 
     async def waiter_async(self, channel: str, run_id: str, *, strict: bool = False) -> AsyncWaiter:
         """:meth:`waiter` for a reader on an event loop (connecting off the loop)."""
@@ -145,10 +146,7 @@ class Hub:
         with self._lock:
             if self._link is not None:
                 return self._joined(waiter)
-        await asyncio.to_thread(self._open_for, strict)
-        with self._lock:
-            self._listening(strict)
-            return self._joined(waiter)
+        return await asyncio.to_thread(self._join, waiter)
 
     def leave(self, reader: _Registration) -> None:
         with self._lock:
@@ -169,24 +167,32 @@ class Hub:
         self._readers.setdefault(reader.key, set()).add(reader)
         return reader
 
-    def _open_for(self, strict: bool) -> None:
-        with self._lock:
-            self._listening(strict)
+    def _join(self, reader: R) -> R:
+        """Register ``reader`` once the connection listens (opening it if need be)."""
+        while True:
+            self._open(reader.strict)
+            with self._lock:
+                if self._link is not None:  # (else it broke meanwhile: open another)
+                    return self._joined(reader)
 
-    def _listening(self, strict: bool) -> None:
+    def _open(self, strict: bool) -> None:
         """Open the listening connection and start its thread, unless they run."""
-        if self._link is not None:
-            return
-        with _translated(strict):
-            conn = psycopg.connect(self._conninfo(), autocommit=True)
-            try:
-                conn.execute(f"listen {VALUE_CHANNEL}; listen {STREAM_CHANNEL}")
-            except BaseException:
-                conn.close()
-                raise
-        self._link = _Link(conn)
+        with self._opening:
+            with self._lock:
+                if self._link is not None:
+                    return
+            with _translated(strict):
+                conn = psycopg.connect(self._conninfo(), autocommit=True)
+                try:
+                    conn.execute(f"listen {VALUE_CHANNEL}; listen {STREAM_CHANNEL}")
+                except BaseException:
+                    conn.close()
+                    raise
+            link = _Link(conn)
+            with self._lock:
+                self._link = link
         thread = threading.Thread(
-            target=self._serve, args=(self._link,), name="simpleworkflow-run-wakeups", daemon=True
+            target=self._serve, args=(link,), name="simpleworkflow-run-wakeups", daemon=True
         )
         thread.start()
 
