@@ -3,6 +3,8 @@ Each reads through the ``AsyncClient`` (and its ``admin`` facade) that the site 
 
 from __future__ import annotations
 
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -14,6 +16,7 @@ from starlette.responses import Response
 from simpleworkflow import durations, errors
 from simpleworkflow.admin import STATES
 from simpleworkflow.dashboard import views
+from simpleworkflow.dashboard.sessions import Refused
 from simpleworkflow.dashboard.site import Site
 from simpleworkflow.models import Run
 from simpleworkflow.web import sse
@@ -22,6 +25,8 @@ from simpleworkflow.web.routing import parse_json
 
 #: Runs per page of the runs list.
 PAGE_SIZE = 50
+#: How often a live stream asks again whether its session may still read.
+SESSION_RECHECK_SECONDS = 5.0
 #: What a page says after an action redirected to it (``?done=``): fixed texts, so that
 #: a link cannot make the page say anything else.
 DONE_MESSAGES = {
@@ -143,7 +148,8 @@ def router(site: Site, route_class: type[Any]) -> APIRouter:
         after = _offset(request.query_params.get("after"))
         start = sse.resume(after, request.headers.get("last-event-id"))
         await site.source.client.get(run_id)  # a 404 page before the events begin
-        return sse.response(site.source.client.read_stream(run_id, key, after=start))
+        items = site.source.client.read_stream(run_id, key, after=start)
+        return sse.response(items, _still_logged_in(site, request))
 
     @pages.get("/types", name="dashboard.types")
     async def types(request: Request) -> Response:
@@ -204,6 +210,25 @@ async def run_context(site: Site, request: Request, run_id: str, **extra: Any) -
         "signal_payload": "",
         **extra,
     }
+
+
+def _still_logged_in(site: Site, request: Request) -> Callable[[], Awaitable[bool]]:
+    """Whether the session that opened a live stream may still read, asked again at most
+    every :data:`SESSION_RECHECK_SECONDS` while items flow: a logout or the session's end
+    stops the stream (its script then says so), as it refuses the next page."""
+    checked = time.monotonic()
+
+    async def allowed() -> bool:
+        nonlocal checked
+        if time.monotonic() - checked < SESSION_RECHECK_SECONDS:
+            return True
+        checked = time.monotonic()
+        try:
+            return (await site.sessions.of(request)).can_read
+        except Refused:
+            return False
+
+    return allowed
 
 
 def _offset(text: str | None) -> int | None:

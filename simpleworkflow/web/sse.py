@@ -11,7 +11,7 @@ itself) and gets the items after it.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.responses import StreamingResponse
@@ -35,18 +35,26 @@ def resume(after: int | None, last_event_id: str | None) -> int | None:
         ) from None
 
 
-def response(items: AsyncIterator[StreamItem]) -> StreamingResponse:
-    """The items as an event stream, sent as they come (no proxy buffering, no cache)."""
+def response(
+    items: AsyncIterator[StreamItem], allowed: Callable[[], Awaitable[bool]] | None = None
+) -> StreamingResponse:
+    """The items as an event stream, sent as they come (no proxy buffering, no cache).
+    ``allowed``, asked before each item, ends the response without the ``end`` event
+    once it says no: the client connects again, and is asked to log in."""
     return StreamingResponse(
-        _events(items),
+        _events(items, allowed),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
 
 
-async def _events(items: AsyncIterator[StreamItem]) -> AsyncIterator[bytes]:
+async def _events(
+    items: AsyncIterator[StreamItem], allowed: Callable[[], Awaitable[bool]] | None = None
+) -> AsyncIterator[bytes]:
     yield f"retry: {RETRY_MS}\n\n".encode()
     async for item in items:
+        if allowed is not None and not await allowed():
+            return
         yield _event(item.offset, item.value)
     yield b"event: end\ndata: {}\n\n"
 

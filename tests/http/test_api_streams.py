@@ -4,6 +4,7 @@ its run page's live streams. Both stores."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -17,6 +18,7 @@ from worker_app import wait_until
 from simpleworkflow import App, Client, Context
 from simpleworkflow.backends import Backend
 from simpleworkflow.backends.records import Claim
+from simpleworkflow.dashboard import pages
 from simpleworkflow.server import Auth
 
 RUNS = f"{PREFIX}/runs"
@@ -164,3 +166,38 @@ def test_the_run_page_follows_the_open_streams_of_a_running_run(
     assert 'hx-preserve="true"' in open_row
     assert "data-live" not in page[page.index('id="stream-shut"') :].split(">")[0]
     assert "data-live" not in ended
+
+
+def test_a_live_stream_on_the_dashboard_stops_once_its_session_logged_out(
+    store: Store, client: Client, backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The session is asked again while items flow (here before every item): after a
+    logout the stream stops, without the ``end`` event (the browser's next try is
+    refused), as the next page would be."""
+    monkeypatch.setattr(pages, "SESSION_RECHECK_SECONDS", 0.0)
+    run_id = client.start(WRITER).id
+    (lease,) = backend.execute(backend.claim(Claim("w", (WRITER,), 1, 30)))
+
+    def append(origin: str) -> None:
+        items = [(0, f'"{origin}"', False)]
+        assert backend.execute(backend.append_stream(run_id, lease.token, "s", origin, items))
+
+    append("before")
+    dash = Dash(store, auth=Auth(token=TOKEN, read_token=READ_TOKEN))
+    try:
+        dash.log_in(READ_TOKEN)
+        csrf = dash.csrf()
+
+        async def scenario() -> Any:
+            reading = asyncio.ensure_future(dash.http.get(f"/runs/{run_id}/streams/s"))
+            await asyncio.sleep(0.5)  # it has sent the first item, and waits
+            assert not reading.done()
+            out = await dash.http.post("/logout", data={"csrf_token": csrf})
+            assert out.status_code == 303
+            await asyncio.to_thread(append, "after")
+            return await asyncio.wait_for(reading, 30)
+
+        response = dash._loop.run_until_complete(scenario())
+    finally:
+        dash.close()
+    assert [(e.get("id"), e["data"]) for e in events(response.text)] == [("0", '"before"')]
