@@ -16,7 +16,7 @@ and each message says what was wrong and what to do about it::
     │   │   └── ForkRefused         a fork of an unfinished run, or from a point it cannot be
     │   └── IdempotencyConflict     the key is held by a run of another workflow type
     ├── RunNotFound (LookupError)   no run with that id
-    ├── RunFinished                 a signal to a run that has already finished
+    ├── RunFinished                 a signal to a finished run; a value it never set
     ├── RunNotRetryable             an operator's retry of a run that has not failed
     ├── WaitTimeout (TimeoutError)  wait() ran out of time; the run goes on
     ├── SchemaError                 the database schema is missing or older than the code
@@ -157,7 +157,15 @@ class RunNotFound(SimpleWorkflowError, LookupError):
 
 
 class RunFinished(SimpleWorkflowError):
-    """The run has already succeeded, failed or been cancelled, so it cannot take this."""
+    """The run has already succeeded, failed or been cancelled, so it cannot take this (a
+    signal), or will never give it (a value waited for); ``status`` says how it ended,
+    where known."""
+
+    def __init__(
+        self, message: str, *, run_id: str | None = None, status: str | None = None
+    ) -> None:
+        self.run_id, self.status = run_id, status
+        super().__init__(message)
 
 
 class RunNotRetryable(SimpleWorkflowError):

@@ -30,7 +30,7 @@ from starlette.responses import StreamingResponse
 from simpleworkflow import errors, names, server
 from simpleworkflow.app import App
 from simpleworkflow.client import AsyncClient
-from simpleworkflow.server import streams
+from simpleworkflow.web import sse
 from simpleworkflow.web.auth import Auth
 from simpleworkflow.worker import IntentPoller
 
@@ -139,9 +139,4 @@ def stream_events(
     """The run's stream ``key`` as Server-Sent Events, live until it ends: one event per
     item (``id:`` its offset, ``data:`` its JSON), then an ``end`` event; the items after
     offset ``after`` (a reconnecting browser's ``Last-Event-ID``) when given."""
-    items = client.read_stream(run_id, key, after=names.check_stream_offset(after))
-    return StreamingResponse(
-        streams.events(items),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-    )
+    return sse.response(client.read_stream(run_id, key, after=names.check_stream_offset(after)))

@@ -47,3 +47,21 @@ async def slow(payload: dict[str, Any], ctx: Context) -> str:
 def _slow(value: dict[str, Any]) -> dict[str, Any]:
     time.sleep(0.2)  # long enough to draw a bar
     return value
+
+
+@app.workflow("dash.chat.v1")
+async def chat(payload: dict[str, Any], ctx: Context) -> str:
+    """Streams "hello", then one word per signal ``word`` (its payload's ``word``) until
+    one says ``close``: the test paces the writes, so each item can be seen arrive. The
+    stream closed, it waits for ``done`` (a running run whose stream has ended)."""
+    await ctx.stream_append("tokens", "hello")
+    n = 0
+    while True:
+        said = await ctx.wait_for_event(f"word-{n}", event="word", timeout="1h")
+        if said.get("close"):
+            break
+        await ctx.stream_append("tokens", said["word"])
+        n += 1
+    await ctx.stream_close("tokens")
+    await ctx.wait_for_event("done", event="done", timeout="1h")
+    return "done"

@@ -10,7 +10,9 @@ from simpleworkflow.backends.core import read_int
 from simpleworkflow.backends.journal_ops import JournalOps
 from simpleworkflow.backends.ops import ATOMIC, Op
 from simpleworkflow.backends.records import StepRecord
-from simpleworkflow.models import RunValue
+from simpleworkflow.models import TERMINAL_STATUSES, RunValue
+
+_ENDED = frozenset(str(status) for status in TERMINAL_STATUSES)
 
 
 class ValueOps(JournalOps):
@@ -33,6 +35,17 @@ class ValueOps(JournalOps):
         """The run's value ``key``, or ``None`` when it has set none."""
         rows = yield self.stmt("get_value", id=run_id, key=key)
         return self._value_from_row(rows[0]) if rows else None
+
+    def await_value(self, run_id: str, key: str) -> Op[tuple[RunValue | None, str | None] | None]:
+        """The run's value ``key`` (``None`` when unset) and, once the run has ended, its
+        status, read in one statement; ``None`` when the run does not exist."""
+        rows = yield self.stmt("await_value", id=run_id, key=key)
+        if not rows:
+            return None
+        row = rows[0]
+        value = None if row["key"] is None else self._value_from_row(row)
+        status = str(row["run_status"])
+        return value, status if status in _ENDED else None
 
     def _value_from_row(self, row: Mapping[str, Any]) -> RunValue:
         return RunValue(

@@ -35,13 +35,14 @@ class LiveReads(op_runner.Checked, Requests):
     ) -> RunValue:
         """Block until the run has set value ``key`` (with ``after``: a version newer than
         ``after``, so pass the last one read to wait for the next change); raise
-        :class:`~simpleworkflow.errors.WaitTimeout` past ``timeout``."""
+        :class:`~simpleworkflow.errors.WaitTimeout` past ``timeout``, and
+        :class:`~simpleworkflow.errors.RunFinished` (its ``status``) as soon as the run has
+        ended without such a value."""
         wait = _values.ValueWait(run_id, key, timeout, after)
         with self.backend.value_notices(wait.run_id) as notices:
             while True:
-                got = self.value(wait.run_id, wait.key)
-                if wait.answers(got):
-                    assert got is not None
+                got = wait.outcome(self._run(wait.look(self.backend), readonly=True))
+                if got is not None:
                     return got
                 pause = wait.next_pause(notices is not None)
                 if pause is None:
@@ -96,9 +97,8 @@ class AsyncLiveReads(op_runner.AsyncChecked, Requests):
         wait = _values.ValueWait(run_id, key, timeout, after)
         async with self.backend.value_notices_async(wait.run_id) as notices:
             while True:
-                got = await self.value(wait.run_id, wait.key)
-                if wait.answers(got):
-                    assert got is not None
+                got = wait.outcome(await self._run(wait.look(self.backend), readonly=True))
+                if got is not None:
                     return got
                 pause = wait.next_pause(notices is not None)
                 if pause is None:

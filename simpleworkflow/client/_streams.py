@@ -2,9 +2,10 @@
 
 Each poll is one indexed read of the items after the last offset seen (and the run's
 status, to know when it has ended); one that finds items goes on at once, one that finds
-nothing waits before the next. On Postgres the reader then listens (a connection of its
-own, opened at the first empty poll): the writer's notification, one per batch, wakes
-it at once, and it polls anyway every :data:`LISTENING_PAUSE` at most. Elsewhere it
+nothing waits before the next. On Postgres the reader then listens (on the one listening
+connection its backend's readers share, from the first empty poll): the writer's
+notification, one per batch, wakes it at once, and it polls anyway every
+:data:`LISTENING_PAUSE` at most. Elsewhere it
 sleeps 10 ms, growing to :data:`LONGEST_PAUSE`. Readers only read: they never hold a lock
 a writer waits for.
 """

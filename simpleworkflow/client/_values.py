@@ -1,6 +1,8 @@
 """Reading the values a run publishes (``ctx.set_value``), and waiting for one to appear
 or change: on Postgres the reader listens for the run's sets and reads the store once per
-set; on SQLite it polls, quick at first, then once a second."""
+set; on SQLite it polls, quick at first, then once a second. A wait ends early, with
+:class:`~simpleworkflow.errors.RunFinished`, once the run has ended without the value:
+it can set none after its end."""
 
 from __future__ import annotations
 
@@ -16,9 +18,9 @@ from simpleworkflow.models import RunValue
 if TYPE_CHECKING:
     from simpleworkflow.backends import Backend
 
-#: The longest a listening reader goes without reading the store (a notification lost
-#: while its connection was down is caught up then).
-LONGEST_QUIET = 30.0
+#: The longest a listening reader goes without reading the store: it learns then that the
+#: run has ended (no notification says so), as a stream's reader does.
+LONGEST_QUIET = 1.0
 
 
 class ValueWait:
@@ -37,6 +39,31 @@ class ValueWait:
     def answers(self, value: RunValue | None) -> bool:
         """Whether ``value`` ends the wait: set at all, or set since version ``after``."""
         return value is not None and (self.after is None or value.version > self.after)
+
+    def look(self, backend: Backend) -> Op[tuple[RunValue | None, str | None] | None]:
+        """The op of one look: the value, and the run's status once it has ended."""
+        return backend.await_value(self.run_id, self.key)
+
+    def outcome(self, found: tuple[RunValue | None, str | None] | None) -> RunValue | None:
+        """The value that ends the wait, or ``None`` to wait on; raises when the run is
+        unknown, or has ended without such a value (it sets none after its end)."""
+        if found is None:
+            raise errors.RunNotFound(self.run_id)
+        value, ended = found
+        if self.answers(value):
+            return value
+        if ended is not None:
+            raise self.never(ended)
+        return None
+
+    def never(self, status: str) -> errors.RunFinished:
+        since = "" if self.after is None else f" past version {self.after}"
+        return errors.RunFinished(
+            f"run {self.run_id} has ended ({status}) without setting value {self.key!r}"
+            f"{since}; a run sets no value after its end",
+            run_id=self.run_id,
+            status=status,
+        )
 
     def next_pause(self, listening: bool) -> float | None:
         """How long to wait for the next look; ``None`` once the deadline has passed."""

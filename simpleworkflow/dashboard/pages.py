@@ -1,8 +1,10 @@
-"""The pages that read: overview, runs, a run, types, workers. Each reads through the
-``AsyncClient`` (and its ``admin`` facade) that the site holds."""
+"""The pages that read: overview, runs, a run (and its streams, live), types, workers.
+Each reads through the ``AsyncClient`` (and its ``admin`` facade) that the site holds."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -14,13 +16,17 @@ from starlette.responses import Response
 from simpleworkflow import durations, errors
 from simpleworkflow.admin import STATES
 from simpleworkflow.dashboard import views
+from simpleworkflow.dashboard.sessions import Refused
 from simpleworkflow.dashboard.site import Site
 from simpleworkflow.models import Run
+from simpleworkflow.web import sse
 from simpleworkflow.web.problems import ApiProblem
 from simpleworkflow.web.routing import parse_json
 
 #: Runs per page of the runs list.
 PAGE_SIZE = 50
+#: How often a live stream asks again whether its session may still read.
+SESSION_RECHECK_SECONDS = 5.0
 #: What a page says after an action redirected to it (``?done=``): fixed texts, so that
 #: a link cannot make the page say anything else.
 DONE_MESSAGES = {
@@ -134,6 +140,17 @@ def router(site: Site, route_class: type[Any]) -> APIRouter:
         session = await site.reader(request)
         return site.render(request, session, "run.html", await run_context(site, request, run_id))
 
+    @pages.get("/runs/{run_id}/streams/{key}", name="dashboard.stream")
+    async def stream(request: Request, run_id: str, key: str) -> Response:
+        """One of the run's streams as Server-Sent Events, for the run page's script: on
+        the session's cookie, since a browser's ``EventSource`` sends no token."""
+        await site.reader(request)
+        after = _offset(request.query_params.get("after"))
+        start = sse.resume(after, request.headers.get("last-event-id"))
+        await site.source.client.get(run_id)  # a 404 page before the events begin
+        items = site.source.client.read_stream(run_id, key, after=start)
+        return sse.response(items, _still_logged_in(site, request))
+
     @pages.get("/types", name="dashboard.types")
     async def types(request: Request) -> Response:
         session = await site.reader(request)
@@ -193,6 +210,33 @@ async def run_context(site: Site, request: Request, run_id: str, **extra: Any) -
         "signal_payload": "",
         **extra,
     }
+
+
+def _still_logged_in(site: Site, request: Request) -> Callable[[], Awaitable[bool]]:
+    """Whether the session that opened a live stream may still read, asked again at most
+    every :data:`SESSION_RECHECK_SECONDS` while items flow: a logout or the session's end
+    stops the stream (its script then says so), as it refuses the next page."""
+    checked = time.monotonic()
+
+    async def allowed() -> bool:
+        nonlocal checked
+        if time.monotonic() - checked < SESSION_RECHECK_SECONDS:
+            return True
+        checked = time.monotonic()
+        try:
+            return (await site.sessions.of(request)).can_read
+        except Refused:
+            return False
+
+    return allowed
+
+
+def _offset(text: str | None) -> int | None:
+    if text is None or text == "":
+        return None
+    if not text.isdigit():
+        raise errors.InvalidArgument(f"after must be an item's offset, not {text!r:.40}")
+    return int(text)
 
 
 def _moment(what: str, text: str) -> datetime | None:

@@ -1,26 +1,18 @@
-"""``/runs/{id}/streams``: a run's streams, and one of them as Server-Sent Events.
-
-``GET /runs/{id}/streams/{key}`` answers ``text/event-stream``: one event per item, its
-``id:`` the item's offset and its ``data:`` the item's JSON, then an ``end`` event once
-the stream is closed or the run has ended. A client that reconnects sends the last id it
-got as ``Last-Event-ID`` (browsers' ``EventSource`` do) and gets the items after it.
-"""
+"""``/runs/{id}/streams``: a run's streams, and one of them as Server-Sent Events
+(``GET /runs/{id}/streams/{key}``, resumable by ``Last-Event-ID``; see ``web/sse.py``,
+which the dashboard serves too)."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Header, Path, Query
 from pydantic import BaseModel, Field
 from starlette.responses import Response, StreamingResponse
 
-from simpleworkflow import errors, names
-from simpleworkflow.models.streams import StreamItem
 from simpleworkflow.server import bodies
-from simpleworkflow.web import routing
+from simpleworkflow.web import routing, sse
 from simpleworkflow.web.auth import Auth
 from simpleworkflow.web.problems import responses
 from simpleworkflow.web.source import ClientSource
@@ -72,39 +64,8 @@ def router(source: ClientSource, auth: Auth, route_class: type[routing.GuardedRo
         last_event_id: Annotated[str | None, Header(description="resume after this id")] = None,
     ) -> Response:
         """The stream's items as Server-Sent Events, live until the stream ends."""
-        start = _resume(after, last_event_id)
+        start = sse.resume(after, last_event_id)
         await source.client.get(run_id)  # 404 before the stream's headers are sent
-        items = source.client.read_stream(run_id, key, after=start)
-        return StreamingResponse(
-            events(items),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-        )
+        return sse.response(source.client.read_stream(run_id, key, after=start))
 
     return api
-
-
-def _resume(after: int | None, last_event_id: str | None) -> int | None:
-    """Where to start: after ``Last-Event-ID`` when the client sent one, else ``after``."""
-    if last_event_id is None or not last_event_id.strip():
-        return names.check_stream_offset(after)
-    try:
-        return names.check_stream_offset(int(last_event_id))
-    except ValueError:
-        raise errors.InvalidArgument(
-            f"Last-Event-ID must be an item's offset, not {last_event_id!r:.40}"
-        ) from None
-
-
-async def events(items: AsyncIterator[StreamItem]) -> AsyncIterator[bytes]:
-    """The items as Server-Sent Events, then an ``end`` event (also for
-    ``simpleworkflow.fastapi.stream_events``)."""
-    yield b"retry: 1000\n\n"
-    async for item in items:
-        yield _event(item.offset, item.value)
-    yield b"event: end\ndata: {}\n\n"
-
-
-def _event(offset: int, value: Any) -> bytes:
-    data = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    return f"id: {offset}\ndata: {data}\n\n".encode()

@@ -56,7 +56,7 @@ def router(source: ClientSource, auth: Auth, route_class: type[routing.GuardedRo
         "/{run_id}/values/{key}",
         response_model=RunValueOut,
         dependencies=reader,
-        responses=responses(401, 404, 422, 503),
+        responses=responses(401, 404, 409, 422, 503),
     )
     async def run_value(
         run_id: RunId,
@@ -76,7 +76,8 @@ def router(source: ClientSource, auth: Auth, route_class: type[routing.GuardedRo
         ] = None,
     ) -> Response:
         """The run's value ``key``; 404 ``value-not-set`` when there is none (newer than
-        ``after``), also once ``wait`` seconds have passed without one."""
+        ``after``), also once ``wait`` seconds have passed without one; while waiting, 409
+        ``run-finished`` as soon as the run has ended without one."""
         client = source.client
         got: RunValue | None
         if wait > 0:

@@ -1,8 +1,10 @@
 """``GET /runs/{id}/streams/{key}``: a run's stream as Server-Sent Events, resumable by
-``Last-Event-ID``; ``GET /runs/{id}/streams``: a run's streams. Both stores."""
+``Last-Event-ID``; ``GET /runs/{id}/streams``: a run's streams; the dashboard's route for
+its run page's live streams. Both stores."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -14,6 +16,9 @@ from test_dashboard import Dash
 from worker_app import wait_until
 
 from simpleworkflow import App, Client, Context
+from simpleworkflow.backends import Backend
+from simpleworkflow.backends.records import Claim
+from simpleworkflow.dashboard import pages
 from simpleworkflow.server import Auth
 
 RUNS = f"{PREFIX}/runs"
@@ -107,3 +112,92 @@ def test_the_run_page_lists_the_runs_streams_with_their_items(
     assert ">5<" in row and "closed" in row
     assert all(word in row for word in ["to", "be", "or", "not", "été"])
     assert "<h2>Streams</h2>" not in plain, "a run without streams shows no section"
+
+
+def test_the_dashboard_serves_a_stream_live_on_its_session(store: Store, written: str) -> None:
+    """The run page's script reads a stream through the dashboard's own route, on the
+    session's cookie (a browser's EventSource sends no token): the same events, resumed
+    after ``Last-Event-ID``; refused without a login."""
+    dash = Dash(store, auth=Auth(token=TOKEN, read_token=READ_TOKEN))
+    try:
+        url = f"/runs/{written}/streams/words"
+        refused = dash.get(url)
+        assert refused.status_code in (303, 401), refused.text
+        assert not refused.headers.get("content-type", "").startswith("text/event-stream")
+        dash.log_in(READ_TOKEN)
+        response = dash.get(url)
+        assert response.status_code == 200, response.text
+        assert response.headers["content-type"].startswith("text/event-stream")
+        assert [e.get("id") for e in events(response.text)] == ["0", "1", "2", "3", "4", None]
+        resumed = dash.get(url, headers={"Last-Event-ID": "2"})
+        assert [e.get("id") for e in events(resumed.text)] == ["3", "4", None]
+        after = dash.get(f"{url}?after=3")
+        assert [(e.get("id"), e["data"]) for e in events(after.text)] == [
+            ("4", '{"word":"été"}'),
+            (None, "{}"),
+        ]
+        assert dash.get(f"{url}?after=soon").status_code == 422
+        assert dash.get(f"/runs/{written}/streams/b%20d").status_code == 422
+    finally:
+        dash.close()
+
+
+def test_the_run_page_follows_the_open_streams_of_a_running_run(
+    store: Store, client: Client, backend: Backend
+) -> None:
+    """A stream that may still grow gets a live row (the dashboard's event route, after
+    the last item shown, kept across the page's refreshes); a closed one, or any of an
+    ended run, does not."""
+    run_id = client.start(WRITER).id
+    (lease,) = backend.execute(backend.claim(Claim("w", (WRITER,), 1, 30)))
+    items = [(0, '"a"', False), (1, '"b"', False)]
+    assert backend.execute(backend.append_stream(run_id, lease.token, "open", "o", items))
+    closing = [(0, '"c"', False), (1, None, True)]
+    assert backend.execute(backend.append_stream(run_id, lease.token, "shut", "s", closing))
+    dash = Dash(store)
+    try:
+        page = dash.get(f"/runs/{run_id}").text
+        client.cancel(run_id)
+        ended = dash.get(f"/runs/{run_id}").text
+    finally:
+        dash.close()
+    open_row = page[page.index('id="stream-open"') :].split(">")[0]
+    assert f'data-live="/runs/{run_id}/streams/open?after=1"' in open_row
+    assert 'hx-preserve="true"' in open_row
+    assert "data-live" not in page[page.index('id="stream-shut"') :].split(">")[0]
+    assert "data-live" not in ended
+
+
+def test_a_live_stream_on_the_dashboard_stops_once_its_session_logged_out(
+    store: Store, client: Client, backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The session is asked again while items flow (here before every item): after a
+    logout the stream stops, without the ``end`` event (the browser's next try is
+    refused), as the next page would be."""
+    monkeypatch.setattr(pages, "SESSION_RECHECK_SECONDS", 0.0)
+    run_id = client.start(WRITER).id
+    (lease,) = backend.execute(backend.claim(Claim("w", (WRITER,), 1, 30)))
+
+    def append(origin: str) -> None:
+        items = [(0, f'"{origin}"', False)]
+        assert backend.execute(backend.append_stream(run_id, lease.token, "s", origin, items))
+
+    append("before")
+    dash = Dash(store, auth=Auth(token=TOKEN, read_token=READ_TOKEN))
+    try:
+        dash.log_in(READ_TOKEN)
+        csrf = dash.csrf()
+
+        async def scenario() -> Any:
+            reading = asyncio.ensure_future(dash.http.get(f"/runs/{run_id}/streams/s"))
+            await asyncio.sleep(0.5)  # it has sent the first item, and waits
+            assert not reading.done()
+            out = await dash.http.post("/logout", data={"csrf_token": csrf})
+            assert out.status_code == 303
+            await asyncio.to_thread(append, "after")
+            return await asyncio.wait_for(reading, 30)
+
+        response = dash._loop.run_until_complete(scenario())
+    finally:
+        dash.close()
+    assert [(e.get("id"), e["data"]) for e in events(response.text)] == [("0", '"before"')]

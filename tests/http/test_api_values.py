@@ -1,6 +1,7 @@
 """Values a run publishes over HTTP on both stores: listed, read by key, waited for (a
-newer version than ``after``), and the problems for an unknown run, a key never set and a
-bad key (see tests/stores/test_values.py for the rules)."""
+newer version than ``after``), and the problems for an unknown run, a key never set (409
+at once when waited for on an ended run) and a bad key (see tests/stores/test_values.py
+for the rules)."""
 
 from __future__ import annotations
 
@@ -53,8 +54,11 @@ def test_values_listed_read_and_waited_for(store: Store) -> None:
         none = api.get(f"{RUNS}/{run_id}/values/other")
         assert_problem(none, 404, "has set no value 'other'")
         assert none.json()["type"].endswith("value-not-set")
-        late = api.get(f"{RUNS}/{run_id}/values/stage", params={"wait": 0.2, "after": 2})
-        assert_problem(late, 404, "past version 2")
+        # Waiting for a value an ended run never set is answered at once: it sets none now.
+        late = api.get(f"{RUNS}/{run_id}/values/stage", params={"wait": 300, "after": 2})
+        assert_problem(late, 409, "ended (succeeded) without setting value 'stage' past version 2")
+        assert late.json()["type"].endswith("run-finished")
+        assert (late.json()["run_id"], late.json()["run_status"]) == (run_id, "succeeded")
         old = api.get(f"{RUNS}/{run_id}/values/stage", params={"after": 2})
         assert_problem(old, 404, "newer than version 2")
         assert_problem(api.get(f"{RUNS}/{run_id}/values/bad key"), 422, "invalid value key")

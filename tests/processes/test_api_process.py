@@ -1,9 +1,12 @@
 """The API through a real ``simpleworkflow serve`` process on a free port, on both stores:
-start, signal and cancel over HTTP, with a real worker running the workflow between."""
+start, signal and cancel over HTTP, with a real worker running the workflow between; a
+stream read live over Server-Sent Events."""
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -66,6 +69,77 @@ def poll(http: httpx.Client, run_id: str, done: Any, timeout: float = 20) -> dic
             return run
         assert time.monotonic() < deadline, run
         time.sleep(0.05)
+
+
+TALK = "test.sse.talk.v1"
+
+
+def sse_events(response: httpx.Response) -> Iterator[dict[str, str]]:
+    """The events of a Server-Sent Events response as they arrive, each as its fields."""
+    fields: dict[str, str] = {}
+    for line in response.iter_lines():
+        if line:
+            name, _, value = line.partition(": ")
+            fields[name] = value
+        elif "data" in fields:
+            yield fields
+            fields = {}
+        else:
+            fields = {}
+
+
+def test_a_stream_is_read_live_over_sse_from_a_server_process(store: Store) -> None:
+    """A worker writes a stream one word at a time, each after the reader acknowledged the
+    last (a signal): so every item reaches the reader over HTTP while the stream is
+    open, not at its end. A reader cut off after two items comes back with
+    ``Last-Event-ID`` and gets the rest, once, then the ``end`` event."""
+    app = App(store.url, schema=store.schema)
+
+    @app.workflow(TALK)
+    async def talk(payload: Any, ctx: Context) -> str:
+        for n in range(3):
+            await ctx.stream_append("words", f"word-{n}")
+            await ctx.wait_for_event(f"ack-{n}", event="ack", timeout="1h")
+        await ctx.stream_close("words")
+        return "done"
+
+    with (
+        served(store) as base,
+        httpx.Client(base_url=f"{base}{PREFIX}", timeout=30) as http,
+        poller_thread(app),
+    ):
+        run_id = http.post("/runs", json={"type": TALK}).json()["id"]
+        url = f"/runs/{run_id}/streams/words"
+
+        def open_now() -> bool:
+            (words,) = http.get(f"/runs/{run_id}/streams").json()
+            return not words["closed"] and http.get(f"/runs/{run_id}").json()["status"] != (
+                "succeeded"
+            )
+
+        got: list[tuple[str, Any]] = []
+        with http.stream("GET", url) as response:
+            assert response.status_code == 200
+            assert response.headers["content-type"].startswith("text/event-stream")
+            for event in sse_events(response):
+                got.append((event["id"], json.loads(event["data"])))
+                assert open_now(), "an item came only once the stream was over"
+                if len(got) == 2:
+                    break  # cut off before acknowledging the second
+                assert http.post(f"/runs/{run_id}/signals", json={"event": "ack"}).is_success
+        assert http.post(f"/runs/{run_id}/signals", json={"event": "ack"}).is_success
+        ended = False
+        with http.stream("GET", url, headers={"Last-Event-ID": got[-1][0]}) as response:
+            for event in sse_events(response):
+                if event.get("event") == "end":
+                    ended = True
+                    break
+                got.append((event["id"], json.loads(event["data"])))
+                assert open_now(), "an item came only once the stream was over"
+                assert http.post(f"/runs/{run_id}/signals", json={"event": "ack"}).is_success
+        assert ended
+        assert got == [("0", "word-0"), ("1", "word-1"), ("2", "word-2")]
+        assert poll(http, run_id, lambda run: run["status"] == "succeeded")["result"] == "done"
 
 
 def test_the_server_serves_metrics_counting_what_the_api_started(store: Store) -> None:

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from api_helpers import READ_TOKEN, TOKEN, served
 from conftest import Store, make_store, stop_processes
@@ -80,16 +82,19 @@ class Site:
     client: Client
 
 
+#: The servers' environment: tokens, and a run's page that refreshes every second.
+ENV = {
+    "SIMPLEWORKFLOW_API_TOKEN": TOKEN,
+    "SIMPLEWORKFLOW_API_READ_TOKEN": READ_TOKEN,
+    "SIMPLEWORKFLOW_DASHBOARD_REFRESH_SECONDS": "1",
+}
+
+
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
 def site(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Site]:
     store = make_store(request.param, tmp_path_factory.mktemp("dash"), request).migrate()
-    env = {
-        "SIMPLEWORKFLOW_API_TOKEN": TOKEN,
-        "SIMPLEWORKFLOW_API_READ_TOKEN": READ_TOKEN,
-        "SIMPLEWORKFLOW_DASHBOARD_REFRESH_SECONDS": "1",
-    }
     worker = subprocess.Popen(
         [sys.executable, "-m", "simpleworkflow", "worker", "dashboard_app:app"],
         cwd=TESTS,
@@ -98,7 +103,7 @@ def site(
         stderr=subprocess.DEVNULL,
     )
     try:
-        with served(store, env=env) as base, store.client() as client:
+        with served(store, env=ENV) as base, store.client() as client:
             _seed(client)
             yield Site(store, base, client)
     finally:
@@ -268,6 +273,90 @@ def test_the_refresh_keeps_what_is_typed_or_opened_and_the_form_still_sends(
     expect(page.locator("#run-status")).to_have_attribute("data-status", "succeeded")
     expect(page.locator("#result")).to_contain_text('"by": "bob"')
     assert failures == []
+
+
+def test_a_runs_stream_shows_live_resumes_after_a_cut_and_stops_when_closed(
+    browser: Browser, site: Site
+) -> None:
+    """The run page follows an open stream: each item appears as it is written (the run
+    writes the next only when told, after the page showed the last), the row is kept
+    across the page's refreshes (one event stream), it reconnects after its server was
+    killed and resumes after the last item it had (Last-Event-ID), and it stops once the
+    stream is closed."""
+    run_id = site.client.start("dash.chat.v1").id
+    wait_until(lambda: site.client.stream_items(run_id, "tokens"), 30, "no first item")
+    port = _free_port()
+    first, base = _server(site.store, port)
+    context, page = logged_in(browser, Site(site.store, base, site.client))
+    try:
+        opened: list[str] = []
+        page.on("request", lambda r: opened.append(r.url) if "/streams/tokens" in r.url else None)
+        page.goto(f"/runs/{run_id}")
+        row = page.locator("#stream-tokens")
+        items = row.locator(".stream-items .item")
+        expect(row.locator(".stream-state")).to_have_text("live")
+        expect(items).to_have_text(['"hello"'])
+        for n, word in enumerate(["brave", "new"]):
+            site.client.signal(run_id, "word", {"word": word})
+            expect(items).to_have_count(n + 2)
+        expect(row.locator(".stream-count")).to_have_text("3")
+        page.wait_for_timeout(2500)  # the page refreshes every second around the row
+        expect(items).to_have_text(['"hello"', '"brave"', '"new"'])
+        assert len(opened) == 1, "one event stream, kept across the refreshes"
+
+        first.kill()  # the cut
+        first.wait(10)
+        expect(row.locator(".stream-state")).to_have_text("reconnecting")
+        site.client.signal(run_id, "word", {"word": "world"})  # written while cut off
+        second, _ = _server(site.store, port)
+        try:
+            # Resumed after the last item it had (Last-Event-ID): the page's address
+            # starts after "hello", so a fresh start would show "brave" and "new" again.
+            expect(items).to_have_text(['"hello"', '"brave"', '"new"', '"world"'])
+            site.client.signal(run_id, "word", {"close": True})
+            expect(row.locator(".stream-state")).to_have_text("ended")
+            seen = len(opened)
+            page.wait_for_timeout(2500)
+            assert len(opened) == seen, "an ended stream is not opened again"
+            expect(items).to_have_count(4)
+        finally:
+            context.close()
+            second.terminate()
+            second.wait(15)
+    finally:
+        context.close()
+        stop_processes([first])
+        site.client.signal(run_id, "done")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _server(store: Store, port: int) -> tuple[subprocess.Popen[str], str]:
+    """``simpleworkflow serve`` on ``port``, to be killed (``served`` stops its server
+    politely); its base URL once it answers."""
+    environment = {k: v for k, v in store.env.items() if not k.startswith("SIMPLEWORKFLOW_API_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "simpleworkflow", "serve", "--port", str(port)],
+        env={**environment, **ENV},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        assert proc.poll() is None, "the server exited"
+        try:
+            return httpx.get(f"{base}/healthz", timeout=2).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    wait_until(ready, 30, "the server never answered")
+    return proc, base
 
 
 def test_pause_a_type(page: Page, site: Site) -> None:

@@ -166,6 +166,56 @@ def test_wait_value_wakes_on_a_set_and_times_out(client: Client, backend: Backen
         client.wait_value(run_id, "state", timeout=0.2, after=2)
 
 
+def test_a_wait_ends_with_run_finished_once_the_run_ends_without_the_value(
+    app: App, client: Client
+) -> None:
+    """Readers that would wait for ever (no timeout) for a key the run never sets, or for
+    a version it never reaches, get RunFinished (with how the run ended) once it ends; a
+    reader of an ended run that did set the value gets it."""
+
+    @app.workflow("test.values.ends.v1")
+    def body(payload: Any, ctx: Context) -> Any:
+        ctx.set_value("stage", "paid")
+        ctx.wait_for_event("go", event="go", timeout=60)
+        return "done"
+
+    run_id = client.start("test.values.ends.v1").id
+    with working(app), concurrent.futures.ThreadPoolExecutor(2) as pool:
+        assert client.wait_value(run_id, "stage", 20).version == 1
+        never = pool.submit(client.wait_value, run_id, "never")
+        newer = pool.submit(client.wait_value, run_id, "stage", after=1)
+        time.sleep(0.3)  # both wait (if not, they would have raised already)
+        assert not never.done() and not newer.done()
+        client.signal(run_id, "go")
+        for waiting, since in ((never, ""), (newer, " past version 1")):
+            with pytest.raises(errors.RunFinished) as ended:
+                waiting.result(30)
+            assert ended.value.status == "succeeded" and ended.value.run_id == run_id
+            assert f"without setting value {'never' if not since else 'stage'!r}{since}" in str(
+                ended.value
+            )
+    assert client.wait_value(run_id, "stage").value == "paid"  # set: the end changes nothing
+    with pytest.raises(errors.RunFinished, match=r"ended \(succeeded\)"):
+        client.wait_value(run_id, "never", timeout=60)
+
+
+def test_an_async_wait_ends_when_the_run_is_cancelled(store: Store, client: Client) -> None:
+    run_id = client.start("test.values.cancelled.v1").id
+
+    async def read() -> errors.RunFinished:
+        async with store.async_client() as reader:
+            waiting = asyncio.ensure_future(reader.wait_value(run_id, "k"))
+            await asyncio.sleep(0.3)
+            assert not waiting.done()
+            await reader.cancel(run_id)
+            with pytest.raises(errors.RunFinished) as ended:
+                await asyncio.wait_for(waiting, 30)
+            return ended.value
+
+    ended = asyncio.run(read())
+    assert ended.status == "cancelled" and "without setting value 'k'" in str(ended)
+
+
 def test_async_readers(store: Store, client: Client, backend: Backend) -> None:
     run_id = client.start("test.values.async_read.v1").id
     lease = claim(backend, "test.values.async_read.v1")
@@ -229,6 +279,11 @@ def test_the_cli_lists_reads_and_waits_for_values(
         store, capsys, "runs", "values", run_id, "stage", "--wait", "0.2s", "--after", "1"
     )
     assert late.code == 2 and "past version 1" in late.err
+    client.cancel(run_id)
+    ended = run_cli(
+        store, capsys, "runs", "values", run_id, "stage", "--wait", "1h", "--after", "1"
+    )
+    assert ended.code == 2 and "ended (cancelled) without setting value 'stage'" in ended.err
     bad = run_cli(store, capsys, "runs", "values", run_id, "--after", "1")
     assert bad.code == 2 and "--wait and --after need a KEY" in bad.err
     unknown = run_cli(store, capsys, "runs", "values", "00000000-0000-4000-8000-000000000000")
@@ -238,13 +293,13 @@ def test_the_cli_lists_reads_and_waits_for_values(
 def test_a_listener_that_cannot_connect_is_the_stores_outage() -> None:
     """On Postgres, a reader that cannot open its listening connection gets
     StoreUnavailable, as for any other connection the client cannot open."""
-    nowhere = "postgresql://nobody@127.0.0.1:1/none?connect_timeout=2"
+    hub = run_wakeups.Hub(lambda: "postgresql://nobody@127.0.0.1:1/none?connect_timeout=2")
     refused = pytest.raises(errors.StoreUnavailable, match="waits for a run's values")
-    with refused, run_wakeups.listening(nowhere, NO_TOKEN):
+    with refused, run_wakeups.listening(hub, NO_TOKEN):
         pass
 
     async def listen() -> None:
-        async with run_wakeups.listening_async(nowhere, NO_TOKEN):
+        async with run_wakeups.listening_async(hub, NO_TOKEN):
             pass
 
     with pytest.raises(errors.StoreUnavailable, match="waits for a run's values"):

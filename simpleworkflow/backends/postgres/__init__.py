@@ -101,6 +101,8 @@ class PostgresBackend(base.Backend):
         self._failed: tuple[float, errors.SimpleWorkflowError] | None = None
         self._closing: set[asyncio.Task[None]] = set()
         self._abandoned: set[asyncio.Future[Any]] = set()  # calls past their deadline
+        # The one connection every reader waiting on a run's values or streams listens on.
+        self._wakeups = run_wakeups.Hub(self._conninfo)
         # Finds calls waiting on a connection whose server session is gone (half-open).
         self._liveness = Liveness(
             self._probe_connection, self._drop_current_async_pool, probe_after
@@ -315,13 +317,11 @@ class PostgresBackend(base.Backend):
                 await stack.enter_async_context(conn.transaction())
             yield conn
 
-    def stream_waker(self, run_id: str) -> run_wakeups.Waker:
-        return run_wakeups.Waker(self._conninfo(), run_wakeups.STREAM_CHANNEL, run_id)
+    def stream_waker(self, run_id: str) -> run_wakeups.Waiter:
+        return self._wakeups.waiter(run_wakeups.STREAM_CHANNEL, run_id)
 
-    async def stream_waker_async(self, run_id: str) -> run_wakeups.AsyncWaker:
-        return await run_wakeups.AsyncWaker.open(
-            self._conninfo(), run_wakeups.STREAM_CHANNEL, run_id
-        )
+    async def stream_waker_async(self, run_id: str) -> run_wakeups.AsyncWaiter:
+        return await self._wakeups.waiter_async(run_wakeups.STREAM_CHANNEL, run_id)
 
     async def listen(
         self, on_message: Callable[[str, str], None], after: base.AfterWake | None = None
@@ -338,12 +338,13 @@ class PostgresBackend(base.Backend):
         )
 
     def value_notices(self, run_id: str) -> contextlib.AbstractContextManager[Any]:
-        return run_wakeups.listening(self._conninfo(), run_id)
+        return run_wakeups.listening(self._wakeups, run_id)
 
     def value_notices_async(self, run_id: str) -> contextlib.AbstractAsyncContextManager[Any]:
-        return run_wakeups.listening_async(self._conninfo(), run_id)
+        return run_wakeups.listening_async(self._wakeups, run_id)
 
     def close(self) -> None:
+        self._wakeups.close()
         if self._pool is not None:
             self._pool.close()
             self._pool = None

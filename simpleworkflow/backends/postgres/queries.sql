@@ -2035,6 +2035,16 @@ from {schema}workflow_value where run_id = %(id)s order by key
 -- name: get_value
 select run_id, key, value, version, step_name, updated_at
 from {schema}workflow_value where run_id = %(id)s and key = %(key)s
+
+-- name: await_value
+-- A run's value :key and the run's status, of one moment: a reader waiting for the value
+-- stops once the run has ended without it (a run sets no value after its end).
+select r.status as run_status, r.id as run_id, v.key, v.value, v.version, v.step_name,
+       v.updated_at
+from {schema}workflow_run as r
+left join {schema}workflow_value as v on v.run_id = r.id and v.key = %(key)s
+where r.id = %(id)s
+
 -- name: append_stream
 -- Append items to one of a run's streams, fenced by the lease (checked under FOR SHARE as
 -- in record_step): numbered after the stream's last item, in the order of their seq;

@@ -1507,6 +1507,16 @@ from workflow_value where run_id = :id order by key
 -- name: get_value
 select run_id, key, value, version, step_name, updated_at
 from workflow_value where run_id = :id and key = :key
+
+-- name: await_value
+-- A run's value :key and the run's status, of one moment: a reader waiting for the value
+-- stops once the run has ended without it (a run sets no value after its end).
+select r.status as run_status, r.id as run_id, v.key, v.value, v.version, v.step_name,
+       v.updated_at
+from workflow_run as r
+left join workflow_value as v on v.run_id = r.id and v.key = :key
+where r.id = :id
+
 -- name: append_stream
 -- Whether the lease holds, in the transaction whose follow-up appends to a run's stream.
 select 1 as held from workflow_run

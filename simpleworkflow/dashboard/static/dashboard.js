@@ -1,5 +1,6 @@
 // The dashboard's own script: the throughput chart (uPlot), the JSON editors'
-// validation, and refreshes that wait while a part of the page is in use. No inline script anywhere: the pages' Content-Security-Policy allows only
+// validation, refreshes that wait while a part of the page is in use, and a run's streams
+// followed live. No inline script anywhere: the pages' Content-Security-Policy allows only
 // files served from here.
 (function () {
   "use strict";
@@ -43,8 +44,63 @@
     return message === "";
   }
 
+  // A stream of a run still running ([data-live] on its row) follows its items as they
+  // are written, through the dashboard's Server-Sent Events for the stream: each item is
+  // added to the row (the last SHOWN kept), the count follows, and the row says "ended"
+  // once the stream is closed or the run has ended. After a cut, EventSource connects
+  // again by itself and sends the last id it got (Last-Event-ID): the server goes on
+  // after that item. The row is kept across the page's refreshes (hx-preserve).
+  var SHOWN = 200;
+
+  function showItem(items, data) {
+    var item = document.createElement("span");
+    item.className = "item";
+    item.textContent = data.length > 80 ? data.slice(0, 79) + "\u2026" : data;
+    items.appendChild(item);
+    items.appendChild(document.createTextNode(" "));
+    while (items.querySelectorAll(".item").length > SHOWN) {
+      var first = items.querySelector(".item");
+      if (first.nextSibling) items.removeChild(first.nextSibling);
+      items.removeChild(first);
+    }
+  }
+
+  function follow(row) {
+    if (row.liveSource || typeof EventSource === "undefined") return;
+    var items = row.querySelector(".stream-items");
+    var count = row.querySelector(".stream-count");
+    var state = row.querySelector(".stream-state");
+    var more = row.querySelector(".stream-more");
+    if (more) more.parentNode.removeChild(more); // the items come now, in order
+    var source = new EventSource(row.getAttribute("data-live"));
+    row.liveSource = source;
+    state.textContent = "live";
+    source.onmessage = function (event) {
+      if (!row.isConnected) { source.close(); return; }
+      showItem(items, event.data);
+      count.textContent = String(Number(event.lastEventId) + 1);
+    };
+    source.addEventListener("end", function () {
+      source.close();
+      state.textContent = "ended";
+    });
+    source.onerror = function () {
+      if (source.readyState === EventSource.CLOSED) state.textContent = "not live: reload the page";
+      else state.textContent = "reconnecting";
+    };
+    source.onopen = function () { state.textContent = "live"; };
+  }
+
+  // A row a navigation or a refresh removed stops following its stream.
+  document.addEventListener("htmx:beforeCleanupElement", function (event) {
+    var source = event.target && event.target.liveSource;
+    if (source) source.close();
+  });
+
   function wire(root) {
     drawChart(root);
+    if (root.matches && root.matches("[data-live]")) follow(root);
+    root.querySelectorAll("[data-live]").forEach(follow);
     root.querySelectorAll("[data-json]").forEach(function (field) {
       if (field.dataset.wired) return;
       field.dataset.wired = "1";
