@@ -83,6 +83,15 @@ def served(store: Store, *args: str, env: dict[str, str] | None = None) -> Itera
     """``simpleworkflow serve --port 0`` on the store; yields its base URL
     (``http://127.0.0.1:PORT``); stopped with SIGTERM at the end. The API's token
     variables of this environment are left out (``env`` may set them)."""
+    with serving(store, *args, env=env) as (base, _):
+        yield base
+
+
+@contextlib.contextmanager
+def serving(
+    store: Store, *args: str, env: dict[str, str] | None = None
+) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """:func:`served`, also yielding the server's process (to stop it in the test)."""
     command = [sys.executable, "-m", "simpleworkflow", "serve", "--port", "0", *args]
     environment = {k: v for k, v in store.env.items() if not k.startswith("SIMPLEWORKFLOW_API_")}
     with tempfile.TemporaryFile("w+") as log:  # the server's log, read back if it fails
@@ -99,7 +108,7 @@ def served(store: Store, *args: str, env: dict[str, str] | None = None) -> Itera
             assert line.startswith("serving the API on http://"), line + _rest(proc, log)
             base = line.split()[4].removesuffix(PREFIX)
             _wait_ready(base, proc, log)
-            yield base
+            yield base, proc
         finally:
             if proc.poll() is None:
                 proc.terminate()

@@ -5,12 +5,13 @@ stream read live over Server-Sent Events."""
 from __future__ import annotations
 
 import json
+import signal
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
-from api_helpers import PREFIX, served
+from api_helpers import PREFIX, served, serving
 from conftest import Store, poller_thread
 
 from simpleworkflow import App, Context
@@ -157,3 +158,27 @@ def test_the_server_serves_metrics_counting_what_the_api_started(store: Store) -
     }
     assert samples[("simpleworkflow_runs_started_total", (("type", TYPE),))] == 2
     assert samples[("simpleworkflow_runs_due", (("type", TYPE),))] == 2
+
+
+def test_sigterm_stops_a_server_while_a_client_follows_an_open_stream(store: Store) -> None:
+    """An event stream ends only with its stream, yet SIGTERM does not wait for it: the
+    server closes it and exits (uvicorn re-raises the signal once it has shut down)."""
+    app = App(store.url, schema=store.schema)
+
+    @app.workflow(TALK)
+    async def talk(payload: Any, ctx: Context) -> str:
+        await ctx.stream_append("words", "hello")
+        await ctx.wait_for_event("never", event="never", timeout="1h")
+        return "done"
+
+    with (
+        serving(store) as (base, server),
+        httpx.Client(base_url=f"{base}{PREFIX}", timeout=30) as http,
+        poller_thread(app),
+    ):
+        run_id = http.post("/runs", json={"type": TALK}).json()["id"]
+        with http.stream("GET", f"/runs/{run_id}/streams/words") as response:
+            first = next(sse_events(response))
+            assert json.loads(first["data"]) == "hello"
+            server.terminate()
+            assert server.wait(60) in (0, -signal.SIGTERM)
