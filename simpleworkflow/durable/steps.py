@@ -96,7 +96,12 @@ def _skeleton(
     try:
         appending = streams.starting(state, name)
         try:
-            value = yield CALL
+            rig = durable.backend.rig  # a test's doubles of steps (simpleworkflow.testing)
+            stood_in, value = (
+                (False, None) if rig is None else rig.steps.stand_in(state.run.type, name)
+            )
+            if not stood_in:
+                value = yield CALL
         finally:
             streams.leaving(appending)
         took = time.monotonic() - began

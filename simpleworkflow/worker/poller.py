@@ -381,5 +381,6 @@ class IntentPoller:
             task = asyncio.create_task(report)
             self._reports.add(task)
             task.add_done_callback(self._reports.discard)
+        now = self._backend.now()
         for failure in failures:
-            self._bell.wake_in(due_in(failure))
+            self._bell.wake_in(due_in(failure, now))

@@ -1,0 +1,248 @@
+"""The test harness (``simpleworkflow.testing``): the real engine on a fresh store, a clock
+the test moves, helpers to run until something happens, and doubles of steps.
+
+Time skipping runs on SQLite (the harness's own store); run-until, signals, reads and
+step doubles on both stores.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import Store
+
+from simpleworkflow import App, Context, RetryPolicy, errors
+from simpleworkflow.backends import open_backend
+from simpleworkflow.models import RunStatus
+from simpleworkflow.testing import Environment, assert_replays, record_history
+
+MONTH = "billing.month.v1"
+NAP = "billing.nap.v1"
+STEPS = "billing.steps.v1"
+TICK = "billing.tick.v1"
+
+app = App()
+charges: list[str] = []
+
+
+@app.workflow(MONTH)
+async def month(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
+    """Sleeps a month, charges with an hour between tries, waits three days for an
+    approval that never comes."""
+    await ctx.sleep("wait-a-month", "30d")
+
+    def charge() -> str:
+        charges.append(payload["order"])
+        if charges.count(payload["order"]) < 3:
+            raise RuntimeError("the card was declined")
+        return "charged"
+
+    hourly = RetryPolicy(max_attempts=5, backoff="fixed", base="1h", jitter=0)
+    charged = await ctx.step("charge", charge, retry=hourly)
+    approval = await ctx.wait_for_event("approval", event="approved", timeout="3d")
+    return {"charged": charged, "approval": approval}
+
+
+@app.workflow(NAP)
+def nap(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
+    ctx.set_value("phase", "asleep")
+    ctx.stream_append("log", "sleeping")
+    ctx.sleep("nap", payload["for"])
+    ctx.stream_append("log", "awake")
+    ctx.stream_close("log")
+    ctx.set_value("phase", "awake")
+    answer = ctx.wait_for_event("answer", event="answered")
+    return {"answer": answer}
+
+
+@app.workflow(STEPS)
+async def steps(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
+    quick = RetryPolicy(max_attempts=4, backoff="fixed", base=0, jitter=0)
+    price = await ctx.step("price", lambda: 10, retry=quick)
+    quote = await ctx.step("quote", _call_the_quote_service)
+    return {"price": price, "quote": quote}
+
+
+def _call_the_quote_service() -> str:
+    raise AssertionError("a test's double answers for the quote service")
+
+
+ticking = App()
+
+
+@ticking.schedule(TICK, cron="0 3 * * *")
+async def tick(payload: dict[str, Any], ctx: Context) -> str:
+    return "ticked"
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Any:
+    with Environment(app, directory=tmp_path) as env:
+        yield env
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def any_env(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    """An environment on each store (no time skipping on Postgres)."""
+    url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
+    with Environment(app, database_url=url, directory=tmp_path) as env:
+        yield env
+
+
+def test_a_month_long_workflow_finishes_under_the_harness(env: Environment) -> None:
+    began = env.now()
+    run = env.start(MONTH, {"order": "o-1"})
+
+    done = env.run_until_done(run.id)
+
+    assert done.status is RunStatus.SUCCEEDED
+    assert done.result == {"charged": "charged", "approval": None}
+    journal = {entry.step_name: entry for entry in env.journal(run.id)}
+    assert list(journal) == ["wait-a-month", "charge", "approval"]
+    assert journal["charge"].attempts == 3 and charges.count("o-1") == 3
+    assert journal["approval"].output == {"timeout": True}
+    # the store's clock went through the month, the two hours of backoff and the 3 days
+    charge, approval = journal["charge"], journal["approval"]
+    assert charge.started_at is not None and charge.started_at - began >= timedelta(days=30)
+    assert charge.duration is not None and charge.duration >= 2 * 3600
+    assert approval.duration is not None and approval.duration >= 3 * 86400
+    assert env.now() - began >= timedelta(days=33, hours=2)
+
+
+def test_advance_moves_the_clock_by_hand(tmp_path: Path) -> None:
+    with Environment(app, directory=tmp_path, auto_skip=False) as env:
+        run = env.start(NAP, {"for": "2h"})
+        waiting = env.run_until_waiting(run.id, "sleep")
+        assert waiting.status is RunStatus.PENDING and env.values(run.id) == {"phase": "asleep"}
+
+        env.advance("1h")  # not yet
+        with pytest.raises(errors.WaitTimeout):
+            env.run_until_waiting(run.id, "signal", timeout=0.5)
+
+        env.advance(timedelta(hours=1))
+        assert env.run_until_waiting(run.id, "signal").status is RunStatus.PENDING
+        assert env.values(run.id) == {"phase": "awake"}
+        assert env.stream(run.id, "log") == ["sleeping", "awake"]
+
+
+def test_signals_reads_and_waits(any_env: Environment) -> None:
+    env = any_env
+    run = env.start(NAP, {"for": 0})
+    assert env.run_until_waiting(run.id, "signal").waiting_states == ["waiting-signal"]
+
+    env.signal(run.id, "answered", {"yes": True})
+
+    done = env.run_until_done(run.id)
+    assert done.status is RunStatus.SUCCEEDED and done.result == {"answer": {"yes": True}}
+    assert env.results(run.id)["answer"] == {"signal": {"yes": True}}
+    assert env.stream(run.id, "log") == ["sleeping", "awake"]
+
+
+def test_waiting_for_what_never_comes_says_so(env: Environment) -> None:
+    run = env.start(NAP, {"for": "1d"})
+    with pytest.raises(errors.WaitTimeout, match="cannot happen"):
+        env.run_until_done(run.id)  # the day is skipped, then the run waits for a signal
+
+
+def test_a_step_fails_as_often_as_the_test_says(any_env: Environment) -> None:
+    env = any_env
+    env.fail_step("price", times=2, workflow=STEPS)
+    env.stub_step("quote", "Q-7")
+    run = env.start(STEPS, {})
+
+    done = env.run_until_done(run.id)
+
+    assert done.status is RunStatus.SUCCEEDED and done.result == {"price": 10, "quote": "Q-7"}
+    assert [(e.step_name, e.attempts) for e in env.journal(run.id)] == [("price", 3), ("quote", 1)]
+
+
+def test_a_failure_double_can_exhaust_the_retries(env: Environment) -> None:
+    env.fail_step("price", times=9, error=lambda: ValueError("no price today"))
+    run = env.start(STEPS, {})
+
+    done = env.run_until_done(run.id)
+
+    assert done.status is RunStatus.FAILED
+    assert "no price today" in (done.last_error or "")
+    assert env.journal(run.id)[0].attempts == 4
+
+
+def test_cron_ticks_come_with_the_skipped_days(tmp_path: Path) -> None:
+    with Environment(ticking, directory=tmp_path) as env:
+        _declared(env, TICK)  # by the worker, as it starts
+        env.advance("3d")
+
+        # each 03:00 on the way fired on time: none was missed (and skipped)
+        ticked = env.client.list(type_prefix=TICK).runs
+        assert len(ticked) == 3
+        for run in ticked:
+            assert env.run_until_done(run.id).result == "ticked"
+        ticks = sorted(run.payload["scheduled_for"] for run in ticked)
+        assert all(tick.endswith("T03:00:00Z") for tick in ticks), ticks
+
+
+def _declared(env: Environment, name: str) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            env.client.schedules.get(name)
+            return
+        except errors.ScheduleNotFound:
+            assert time.monotonic() < deadline, "the worker never declared the schedule"
+            time.sleep(0.01)
+
+
+def test_a_recorded_history_replays_against_the_code(env: Environment, tmp_path: Path) -> None:
+    run = env.start(NAP, {"for": "1h"})
+    env.run_until_waiting(run.id, "signal")
+    path = tmp_path / "nap.json"
+    record_history(env.client, run.id, path)
+    assert json.loads(path.read_text())["run"]["type"] == NAP
+
+    assert assert_replays(app, path).verdict == "ok"
+
+    changed = App()
+
+    @changed.workflow(NAP)
+    def renamed(payload: dict[str, Any], ctx: Context) -> None:
+        ctx.sleep("siesta", payload["for"])  # the journal has "nap"
+
+    with pytest.raises(AssertionError, match="does not replay: diverged"):
+        assert_replays(changed, path)
+
+
+def test_a_history_file_that_is_not_one_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "not.json"
+    path.write_text('{"format": 1, "run": {}}')
+    with pytest.raises(errors.InvalidArgument, match="not a recorded history"):
+        assert_replays(app, path)
+
+
+def test_bad_input_is_refused(env: Environment) -> None:
+    with pytest.raises(errors.InvalidArgument, match="advance's duration"):
+        env.advance("-1h")
+    with pytest.raises(errors.InvalidArgument, match="times must be a positive integer"):
+        env.fail_step("price", times=0)
+
+
+def test_postgres_has_no_time_skipping(request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    url = request.getfixturevalue("postgres_url")
+    with (
+        Environment(app, database_url=url, worker=False) as env,
+        pytest.raises(errors.ConfigurationError, match="time skipping needs"),
+    ):
+        env.advance("1d")
+
+
+def test_a_store_nobody_rigged_runs_its_statements_unchanged(store: Store) -> None:
+    backend = open_backend(store.url, schema=store.schema)
+    try:
+        assert backend.rig is None
+        assert all("simpleworkflow_test_now" not in sql for sql in backend.q.values())
+    finally:
+        backend.close()
