@@ -143,6 +143,17 @@ def test_signals_reads_and_waits(any_env: Environment) -> None:
     assert env.stream(run.id, "log") == ["sleeping", "awake"]
 
 
+def test_a_signal_is_dated_by_the_test_clock(env: Environment) -> None:
+    """Races are won by the signal sent first: its time must be the store's."""
+    run = env.start(NAP, {"for": 0})
+    env.run_until_waiting(run.id, "signal")
+    later = env.advance("10d")
+
+    env.signal(run.id, "answered")
+
+    assert env.client.signals(run.id)[0].created_at >= later - timedelta(milliseconds=1)
+
+
 def test_waiting_for_what_never_comes_says_so(env: Environment) -> None:
     run = env.start(NAP, {"for": "1d"})
     with pytest.raises(errors.WaitTimeout, match="cannot happen"):

@@ -916,8 +916,10 @@ returning id
 select id, status from workflow_run where id = :id
 
 -- name: insert_signal
-insert into workflow_signal (run_id, event, payload)
-values (:id, :event, :payload)
+-- The time is written, not left to the column's default, so that a test's clock
+-- (simpleworkflow.testing) dates the signal too: a race is won by the signal sent first.
+insert into workflow_signal (run_id, event, payload, created_at)
+values (:id, :event, :payload, strftime('%Y-%m-%d %H:%M:%f', 'now'))
 returning id
 
 -- name: insert_signal_then_events
