@@ -8,6 +8,7 @@ step doubles on both stores.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 from conftest import Store
 
-from simpleworkflow import App, Context, RetryPolicy, errors
+from simpleworkflow import App, Context, RetryPolicy, config, errors
 from simpleworkflow.backends import open_backend
 from simpleworkflow.models import RunStatus
 from simpleworkflow.testing import Environment, assert_replays, record_history
@@ -248,6 +249,14 @@ def test_postgres_has_no_time_skipping(request: pytest.FixtureRequest, tmp_path:
         pytest.raises(errors.ConfigurationError, match="time skipping needs"),
     ):
         env.advance("1d")
+
+
+def test_closing_stops_the_worker_and_removes_the_store() -> None:
+    with Environment(app) as env:
+        path = Path(config.sqlite_path(env.url))
+        assert path.exists() and env.worker is not None
+    assert not path.parent.exists()
+    assert [t.name for t in threading.enumerate() if t.name == "simpleworkflow-test-worker"] == []
 
 
 def test_a_store_nobody_rigged_runs_its_statements_unchanged(store: Store) -> None:
