@@ -25,6 +25,8 @@ class Clock:
     def __init__(self) -> None:
         self._offset = timedelta(0)
         self._lock = threading.Lock()
+        #: Told the new offset after each move (the harness's clock table on Postgres).
+        self.listeners: list[Callable[[timedelta], None]] = []
 
     @property
     def offset(self) -> timedelta:
@@ -38,6 +40,8 @@ class Clock:
         """Move the clock ``seconds`` forward; return the new now."""
         with self._lock:
             self._offset += timedelta(seconds=seconds)
+            for listener in self.listeners:
+                listener(self._offset)
         return self.now()
 
     def sql_now(self) -> str:

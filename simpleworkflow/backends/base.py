@@ -134,6 +134,9 @@ class Backend(
     def now(self) -> datetime:
         """The store's time as Python code of the worker reads it: the wall clock, or
         a test's clock."""
+        rig = self.rig
+        if rig is not None and rig.clock is not None:
+            return rig.clock.now()
         return datetime.now(UTC)
 
     @property

@@ -2,9 +2,9 @@
 test controls, all of the real engine.
 
 On SQLite (the default: a file in a temporary folder) the store's statements read the
-test's clock wherever they read ``'now'`` (see ``simpleworkflow.clockwork``), and so do
-the worker's own reads of the time; on Postgres (``database_url=``) the clock is the
-server's and time cannot be skipped. Step doubles work on both.
+test's clock wherever they read ``'now'`` (see ``simpleworkflow.clockwork``); on
+Postgres (``database_url=``, a schema of its own) wherever they call ``now()`` (see
+``pgclock``); the worker's own reads of the time go through ``Backend.now()``.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from simpleworkflow.app import App
 from simpleworkflow.backends import open_backend
 from simpleworkflow.client import AsyncClient, Client
 from simpleworkflow.models import JournalEntry, Run
+from simpleworkflow.testing import pgclock
 from simpleworkflow.testing.skipping import Skipper
 from simpleworkflow.worker import IntentPoller
 
@@ -65,6 +66,7 @@ class Environment:
         self.worker: IntentPoller | None = None
         self._client: Client | None = None
         self._skipper: Skipper | None = None
+        self._pg_clock: pgclock.PostgresClock | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -74,7 +76,10 @@ class Environment:
             self._client = Client(self.url, schema=self.schema, observers=[self.app.observers])
             self._cleanups.append(self._client.close)
             backend = self._client.backend
-            self._skipper = Skipper(backend, self.rig.clock if backend.rig is not None else None)
+            clock = self.rig.clock if backend.rig is not None else None
+            pg = self._pg_clock
+            wake = None if pg is None else (lambda: pg.wake(str(self.schema)))
+            self._skipper = Skipper(backend, clock, wake)
             if self._want_worker:
                 self.run_worker()
         except BaseException:
@@ -100,8 +105,14 @@ class Environment:
 
     def _open_store(self) -> None:
         if self._given_url and config.scheme(self._given_url) == "postgres":
-            self.url, self.schema = self._given_url, f"swtest_{uuid.uuid4().hex[:12]}"
-            self.rig.clock = None  # the server's clock: see docs/testing.md
+            self.schema = f"swtest_{uuid.uuid4().hex[:12]}"
+            pg = pgclock.PostgresClock(self._given_url, f"{self.schema}_clock")
+            pg.create()
+            self._cleanups.append(pg.drop)  # last: the store's defaults use its now()
+            self._pg_clock = pg
+            if self.rig.clock is not None:
+                self.rig.clock.listeners.append(pg.set_offset)
+            self.url = pg.rigged_url()
             key = clockwork.postgres_key(self.url, self.schema)
             self._cleanups.append(self._drop_schema)
         else:
@@ -173,7 +184,7 @@ class Environment:
     def advance(self, duration: durations.Duration, *, timeout: float = TIMEOUT) -> datetime:
         """Move the clock ``duration`` (``"30d"``, seconds, a timedelta) forward, once
         no attempt runs; wake the worker and fire the schedules now due. Returns the new
-        time. SQLite only."""
+        time."""
         seconds = durations.to_seconds(duration, what="advance's duration")
         return self._skip().advance(seconds, timeout)
 

@@ -31,7 +31,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         metavar="URL",
         help=f"run workflow_env on this Postgres server (a schema per test; ${POSTGRES_ENV} "
-        "also sets it); time cannot be skipped there",
+        "also sets it)",
     )
 
 

@@ -29,9 +29,15 @@ STALL = 0.5
 class Skipper:
     """Moves ``clock`` for the store of ``backend``, and wakes the worker after."""
 
-    def __init__(self, backend: Backend, clock: clockwork.Clock | None) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        clock: clockwork.Clock | None,
+        wake: Callable[[], None] | None = None,
+    ) -> None:
         self.backend = backend
         self.clock = clock
+        self._wake = wake  # on Postgres: a notification (notify_local wakes no one there)
 
     def state(self) -> ClockState:
         return self.backend.execute(self.backend.clock_state(), readonly=True)
@@ -39,6 +45,8 @@ class Skipper:
     def wake(self) -> None:
         """Have this process's workers on the store look for work now."""
         self.backend.notify_local("wake", "")
+        if self._wake is not None:
+            self._wake()
 
     def now(self) -> datetime:
         return self.backend.now()
@@ -70,16 +78,11 @@ class Skipper:
     def quiet(self, deadline: float) -> ClockState:
         """Wait until no attempt runs and no run due now waits to be claimed (or has
         waited :data:`STALL` seconds: held back); the store's state then."""
-        stalled: float | None = None
+        stall = _Stall(self)
         while True:
             state = self.state()
-            if not state.leased:
-                if not state.due:
-                    return state
-                stalled = stalled or time.monotonic()
-                if time.monotonic() - stalled > STALL:
-                    return state
-                self.wake()
+            if stall.over(state):
+                return state
             if time.monotonic() > deadline:
                 raise errors.WaitTimeout(
                     "attempts still ran or runs were due when the wait ran out: the clock "
@@ -91,7 +94,7 @@ class Skipper:
         """Let the worker work, skipping time whenever nothing else can happen, until
         ``done()``; :class:`WaitTimeout` naming ``what`` past ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
-        stalled: float | None = None
+        stall = _Stall(self)
         while not done():
             if time.monotonic() > deadline:
                 raise errors.WaitTimeout(
@@ -99,29 +102,42 @@ class Skipper:
                     f"clock reads {self.now().isoformat(timespec='seconds')})"
                 )
             state = self.state()
-            if state.leased or not skip or self.clock is None:
-                stalled = None
-            elif state.due:
-                stalled = stalled or time.monotonic()
-                if time.monotonic() - stalled > STALL and state.next_due is not None:
+            if skip and self.clock is not None and stall.over(state):
+                if state.next_due is not None:
                     self.jump_to(state.next_due)
-                    stalled = None
-                self.wake()
-            elif state.next_due is not None:
-                self.jump_to(state.next_due)
-            elif done():
-                return
-            else:
-                raise errors.WaitTimeout(
-                    f"{what} cannot happen: no run is due, ever, without something from "
-                    "outside (a signal, a start, a cancel)"
-                )
+                    stall = _Stall(self)
+                elif not state.due and not done():
+                    raise errors.WaitTimeout(
+                        f"{what} cannot happen: no run is due, ever, without something "
+                        "from outside (a signal, a start, a cancel)"
+                    )
             time.sleep(PAUSE)
 
     def _clock(self) -> clockwork.Clock:
         if self.clock is None:
             raise errors.ConfigurationError(
-                "time skipping needs the harness's SQLite store: on Postgres the clock is "
-                "the server's (see docs/testing.md, 'What the harness does not simulate')"
+                "this store was opened without the harness's clock: open it through "
+                "simpleworkflow.testing.Environment"
             )
         return self.clock
+
+
+class _Stall:
+    """Whether the store is as quiet as it will get: nothing runs, and nothing is due, or
+    what is due has waited :data:`STALL` seconds to be claimed (the worker is woken once
+    when it starts waiting)."""
+
+    def __init__(self, skipper: Skipper) -> None:
+        self._skipper = skipper
+        self._since: float | None = None
+
+    def over(self, state: ClockState) -> bool:
+        if state.leased:
+            self._since = None
+            return False
+        if not state.due:
+            return True
+        if self._since is None:
+            self._since = time.monotonic()
+            self._skipper.wake()
+        return time.monotonic() - self._since > STALL

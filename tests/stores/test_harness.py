@@ -1,8 +1,8 @@
 """The test harness (``simpleworkflow.testing``): the real engine on a fresh store, a clock
 the test moves, helpers to run until something happens, and doubles of steps.
 
-Time skipping runs on SQLite (the harness's own store); run-until, signals, reads and
-step doubles on both stores.
+Everything runs on both stores: on SQLite the statements read the test's clock through a
+connection function, on Postgres through a ``now()`` that shadows ``pg_catalog``'s.
 """
 
 from __future__ import annotations
@@ -88,16 +88,23 @@ def env(tmp_path: Path) -> Any:
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
-def any_env(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    """An environment on each store (no time skipping on Postgres)."""
-    url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
-    with Environment(app, database_url=url, directory=tmp_path) as env:
+def store_url(request: pytest.FixtureRequest) -> str | None:
+    """Each store: ``None`` (the harness's SQLite file), or a Postgres server's URL."""
+    return request.getfixturevalue("postgres_url") if request.param == "postgres" else None
+
+
+@pytest.fixture
+def any_env(store_url: str | None, tmp_path: Path) -> Any:
+    """An environment on each store."""
+    with Environment(app, database_url=store_url, directory=tmp_path) as env:
         yield env
 
 
-def test_a_month_long_workflow_finishes_under_the_harness(env: Environment) -> None:
+def test_a_month_long_workflow_finishes_under_the_harness(any_env: Environment) -> None:
+    env = any_env
     began = env.now()
-    run = env.start(MONTH, {"order": "o-1"})
+    order = f"o-{env.schema}"
+    run = env.start(MONTH, {"order": order})
 
     done = env.run_until_done(run.id)
 
@@ -105,7 +112,7 @@ def test_a_month_long_workflow_finishes_under_the_harness(env: Environment) -> N
     assert done.result == {"charged": "charged", "approval": None}
     journal = {entry.step_name: entry for entry in env.journal(run.id)}
     assert list(journal) == ["wait-a-month", "charge", "approval"]
-    assert journal["charge"].attempts == 3 and charges.count("o-1") == 3
+    assert journal["charge"].attempts == 3 and charges.count(order) == 3
     assert journal["approval"].output == {"timeout": True}
     # the store's clock went through the month, the two hours of backoff and the 3 days
     charge, approval = journal["charge"], journal["approval"]
@@ -115,8 +122,8 @@ def test_a_month_long_workflow_finishes_under_the_harness(env: Environment) -> N
     assert env.now() - began >= timedelta(days=33, hours=2)
 
 
-def test_advance_moves_the_clock_by_hand(tmp_path: Path) -> None:
-    with Environment(app, directory=tmp_path, auto_skip=False) as env:
+def test_advance_moves_the_clock_by_hand(store_url: str | None, tmp_path: Path) -> None:
+    with Environment(app, database_url=store_url, directory=tmp_path, auto_skip=False) as env:
         run = env.start(NAP, {"for": "2h"})
         waiting = env.run_until_waiting(run.id, "sleep")
         assert waiting.status is RunStatus.PENDING and env.values(run.id) == {"phase": "asleep"}
@@ -184,8 +191,8 @@ def test_a_failure_double_can_exhaust_the_retries(env: Environment) -> None:
     assert env.journal(run.id)[0].attempts == 4
 
 
-def test_cron_ticks_come_with_the_skipped_days(tmp_path: Path) -> None:
-    with Environment(ticking, directory=tmp_path) as env:
+def test_cron_ticks_come_with_the_skipped_days(store_url: str | None, tmp_path: Path) -> None:
+    with Environment(ticking, database_url=store_url, directory=tmp_path) as env:
         _declared(env, TICK)  # by the worker, as it starts
         env.advance("3d")
 
@@ -242,21 +249,23 @@ def test_bad_input_is_refused(env: Environment) -> None:
         env.fail_step("price", times=0)
 
 
-def test_postgres_has_no_time_skipping(request: pytest.FixtureRequest, tmp_path: Path) -> None:
-    url = request.getfixturevalue("postgres_url")
-    with (
-        Environment(app, database_url=url, worker=False) as env,
-        pytest.raises(errors.ConfigurationError, match="time skipping needs"),
-    ):
-        env.advance("1d")
-
-
 def test_closing_stops_the_worker_and_removes_the_store() -> None:
     with Environment(app) as env:
         path = Path(config.sqlite_path(env.url))
         assert path.exists() and env.worker is not None
     assert not path.parent.exists()
     assert [t.name for t in threading.enumerate() if t.name == "simpleworkflow-test-worker"] == []
+
+
+def test_the_store_itself_is_dated_by_the_test_clock(any_env: Environment) -> None:
+    """On Postgres even the columns' defaults read the test's clock (the harness's tables
+    are made with its now() first in the path); elsewhere on the server time is real."""
+    env = any_env
+    later = env.advance("100d")
+    run = env.start(NAP, {"for": 0})
+    if env.schema is not None:
+        assert run.created_at >= later - timedelta(milliseconds=1)
+    assert env.client.get(run.id).run_at >= later - timedelta(milliseconds=1)
 
 
 def test_a_store_nobody_rigged_runs_its_statements_unchanged(store: Store) -> None:

@@ -126,11 +126,6 @@ class SQLiteBackend(base.Backend):
             name = clockwork.SQLITE_NOW.removesuffix("()")
             conn.create_function(name, 0, self.rig.clock.sql_now)
 
-    def now(self) -> datetime:
-        if self.rig is not None and self.rig.clock is not None:
-            return self.rig.clock.now()
-        return super().now()
-
     # -- execution -------------------------------------------------------------------
 
     def execute(self, op: base.Op[T], *, readonly: bool = False, wait_for_disk: bool = True) -> T:
