@@ -380,6 +380,5 @@ class IntentPoller:
             task = asyncio.create_task(report)
             self._reports.add(task)
             task.add_done_callback(self._reports.discard)
-        now = self._backend.now()
         for failure in failures:
-            self._bell.wake_in(due_in(failure, now))
+            self._bell.wake_in(due_in(failure, self._backend.now))
