@@ -74,6 +74,13 @@ def _call_the_quote_service() -> str:
 
 
 ticking = App()
+ticking.rate_limit("partner-api", "1/h")
+PARTNER = "billing.partner.v1"
+
+
+@ticking.workflow(PARTNER, rate_limit="partner-api")
+async def call_partner(payload: dict[str, Any], ctx: Context) -> int:
+    return int(payload["n"])
 
 
 @ticking.schedule(TICK, cron="0 3 * * *")
@@ -203,6 +210,22 @@ def test_cron_ticks_come_with_the_skipped_days(store_url: str | None, tmp_path: 
             assert env.run_until_done(run.id).result == "ticked"
         ticks = sorted(run.payload["scheduled_for"] for run in ticked)
         assert all(tick.endswith("T03:00:00Z") for tick in ticks), ticks
+
+
+def test_a_rate_limits_windows_open_as_the_clock_skips(
+    store_url: str | None, tmp_path: Path
+) -> None:
+    with Environment(ticking, database_url=store_url, directory=tmp_path) as env:
+        _declared(env, TICK)  # the worker has written its limits too
+        began = env.now()
+        runs = [env.start(PARTNER, {"n": n}) for n in range(3)]
+
+        assert [env.run_until_done(run.id).result for run in runs] == [0, 1, 2]
+        # one run an hour (windows start on the hour): the third waited two windows on
+        hour = began.replace(minute=0, second=0, microsecond=0)
+        assert env.now() >= hour + timedelta(hours=2)
+        throttled = [e for run in runs for e in env.client.events(run.id)]
+        assert sum(e.event_type == "throttled" for e in throttled) >= 2
 
 
 def _declared(env: Environment, name: str) -> None:
