@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -110,7 +111,7 @@ def any_env(store_url: str | None, tmp_path: Path) -> Any:
 def test_a_month_long_workflow_finishes_under_the_harness(any_env: Environment) -> None:
     env = any_env
     began = env.now()
-    order = f"o-{env.schema}"
+    order = f"o-{uuid.uuid4().hex[:8]}"
     run = env.start(MONTH, {"order": order})
 
     done = env.run_until_done(run.id)
