@@ -8,6 +8,7 @@ connection function, on Postgres through a ``now()`` that shadows ``pg_catalog``
 from __future__ import annotations
 
 import json
+import sqlite3
 import threading
 import time
 import uuid
@@ -299,3 +300,25 @@ def test_a_store_nobody_rigged_runs_its_statements_unchanged(store: Store) -> No
         assert all("simpleworkflow_test_now" not in sql for sql in backend.q.values())
     finally:
         backend.close()
+
+
+class _Any(dict[str, Any]):
+    def __missing__(self, key: str) -> None:
+        return None
+
+
+def test_every_statement_still_compiles_on_the_test_clock(env: Environment) -> None:
+    """The harness's SQLite statements call its clock where they said 'now': each must
+    still be one SQLite accepts (a 'now' used as anything but a time value would not)."""
+    backend = env.client.backend
+    assert backend.rig is not None
+    conn = sqlite3.connect(config.sqlite_path(env.url))
+    conn.create_function("simpleworkflow_test_now", 0, env.clock.sql_now)
+    conn.create_function("json_contains", 2, lambda a, b: False)  # the store's own, too
+    try:
+        rigged = {name: sql for name, sql in backend.q.items() if "simpleworkflow_test_now" in sql}
+        assert len(rigged) > 50 and all("'now'" not in sql for sql in backend.q.values())
+        for sql in rigged.values():
+            conn.execute("explain " + sql, _Any())
+    finally:
+        conn.close()
