@@ -11,6 +11,7 @@ dictionary read when the backend is made.
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -71,18 +72,32 @@ class StepDoubles:
     def find(self, workflow_type: str, step: str) -> Double | None:
         return self.doubles.get((workflow_type, step)) or self.doubles.get((None, step))
 
-    def stand_in(self, workflow_type: str, step: str) -> tuple[bool, Any]:
-        """``(True, value)`` when a double answers this try of the step (raising when it
-        is to fail), ``(False, None)`` when the step's code is to run."""
+    def stand_in(self, workflow_type: str, step: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn``, or what a double of the step does in its place (a coroutine function
+        for a coroutine function, so that the step runs where it would)."""
         double = self.find(workflow_type, step)
         if double is None:
-            return False, None
-        with self._lock:
-            double.tries += 1
-            failing = double.tries <= double.failures
-        if failing:
-            raise double.error()
-        return (True, double.value) if double.canned else (False, None)
+            return fn
+
+        def instead(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                double.tries += 1
+                failing = double.tries <= double.failures
+            if failing:
+                raise double.error()
+            return double.value if double.canned else fn(*args, **kwargs)
+
+        if not inspect.iscoroutinefunction(fn):
+            return instead
+
+        async def instead_async(*args: Any, **kwargs: Any) -> Any:
+            if double.canned or double.tries < double.failures:
+                return instead(*args, **kwargs)
+            with self._lock:
+                double.tries += 1
+            return await fn(*args, **kwargs)
+
+        return instead_async
 
 
 @dataclass

@@ -71,6 +71,20 @@ async def steps(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
     return {"price": price, "quote": quote}
 
 
+LEDGER = "billing.ledger.v1"
+
+
+@app.workflow(LEDGER)
+def ledger(payload: dict[str, Any], ctx: Context) -> Any:
+    """A transactional step, then a plain one: doubles stand in for either."""
+    booked = ctx.transaction("book", _book, retry=RetryPolicy(base=0, jitter=0))
+    return {"booked": booked, "sent": ctx.step("send", lambda: "sent")}
+
+
+def _book(conn: Any) -> str:
+    raise AssertionError("a test's double answers for the booking")
+
+
 def _call_the_quote_service() -> str:
     raise AssertionError("a test's double answers for the quote service")
 
@@ -187,6 +201,19 @@ def test_a_step_fails_as_often_as_the_test_says(any_env: Environment) -> None:
 
     assert done.status is RunStatus.SUCCEEDED and done.result == {"price": 10, "quote": "Q-7"}
     assert [(e.step_name, e.attempts) for e in env.journal(run.id)] == [("price", 3), ("quote", 1)]
+
+
+def test_doubles_stand_in_for_a_transactional_step(any_env: Environment) -> None:
+    env = any_env
+    booking = env.stub_step("book", "B-1", workflow=LEDGER)
+    sending = env.fail_step("send", times=1)
+    run = env.start(LEDGER, {})
+
+    done = env.run_until_done(run.id)
+
+    assert done.result == {"booked": "B-1", "sent": "sent"}
+    assert (booking.tries, sending.tries) == (1, 2)
+    assert env.results(run.id) == {"book": "B-1", "send": "sent"}  # both journaled
 
 
 def test_a_failure_double_can_exhaust_the_retries(env: Environment) -> None:
