@@ -71,6 +71,19 @@ async def steps(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
     return {"price": price, "quote": quote}
 
 
+FLAKY = "billing.flaky.v1"
+flaky_tries: list[str] = []
+
+
+@app.workflow(FLAKY, retry=RetryPolicy(backoff="fixed", base="6h", jitter=0))
+async def flaky(payload: dict[str, Any], ctx: Context) -> int:
+    """Fails its first two attempts as a whole (a run's retry, six hours apart)."""
+    flaky_tries.append(payload["key"])
+    if flaky_tries.count(payload["key"]) < 3:
+        raise RuntimeError("the partner is down")
+    return flaky_tries.count(payload["key"])
+
+
 LEDGER = "billing.ledger.v1"
 
 
@@ -172,6 +185,19 @@ def test_signals_reads_and_waits(any_env: Environment) -> None:
     assert done.status is RunStatus.SUCCEEDED and done.result == {"answer": {"yes": True}}
     assert env.results(run.id)["answer"] == {"signal": {"yes": True}}
     assert env.stream(run.id, "log") == ["sleeping", "awake"]
+
+
+def test_a_runs_own_retries_and_deadline_follow_the_clock(any_env: Environment) -> None:
+    env = any_env
+    key = uuid.uuid4().hex
+    began = env.now()
+    retried = env.start(FLAKY, {"key": key}, max_attempts=3)
+    assert env.run_until_done(retried.id).result == 3
+    assert env.now() - began >= timedelta(hours=12)  # two backoffs of six hours
+
+    late = env.start(NAP, {"for": "2d"}, deadline="1d")  # sleeps past its deadline
+    done = env.run_until_done(late.id)
+    assert done.status is RunStatus.FAILED and "DeadlineExceeded" in (done.last_error or "")
 
 
 def test_a_signal_is_dated_by_the_test_clock(env: Environment) -> None:
