@@ -200,6 +200,17 @@ def test_a_runs_own_retries_and_deadline_follow_the_clock(any_env: Environment) 
     assert done.status is RunStatus.FAILED and "DeadlineExceeded" in (done.last_error or "")
 
 
+def test_a_debounce_window_passes_with_the_clock(any_env: Environment) -> None:
+    env = any_env
+    key = f"sync-{uuid.uuid4().hex[:6]}"
+    first = env.start(NAP, {"for": 0}, debounce=(key, "1h"))
+    again = env.start(NAP, {"for": 0}, debounce=(key, "1h"))
+    assert again.id == first.id  # collapsed: due an hour after the last start
+
+    waiting = env.run_until_waiting(first.id, "signal")
+    assert waiting.status is RunStatus.PENDING and env.now() >= again.run_at
+
+
 def test_a_signal_is_dated_by_the_test_clock(env: Environment) -> None:
     """Races are won by the signal sent first: its time must be the store's."""
     run = env.start(NAP, {"for": 0})
