@@ -91,7 +91,7 @@ class PostgresBackend(base.Backend):
         self.location = f"{config.mask_url(url)} schema {schema}"
         self._quoted = queries.quote_schema(schema)
         self.q = queries.load(_PACKAGE, "queries.sql", self._quoted)
-        # A test harness's step doubles (simpleworkflow.testing); None in use.
+        # A test harness's clock and step doubles (simpleworkflow.testing); None in use.
         self.rig = clockwork.find(clockwork.postgres_key(url, schema))
         self._migrations = queries.migration_files(_PACKAGE)
         self.latest_version = self._migrations[-1][0]
