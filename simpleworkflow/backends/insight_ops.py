@@ -46,7 +46,14 @@ class ClockState:
 
     leased: int  # attempts running (or outcomes not yet written)
     due: int  # runs due now, not yet claimed
-    next_due: datetime | None  # the earliest later instant a run or a schedule is due
+    next_run: datetime | None  # the earliest later instant a run is due
+    next_tick: datetime | None  # the earliest later tick of a schedule
+
+    @property
+    def next_due(self) -> datetime | None:
+        """The earliest later instant at which a run or a schedule is due."""
+        later = [at for at in (self.next_run, self.next_tick) if at is not None]
+        return min(later, default=None)
 
 
 class InsightOps(StoreCore):
@@ -90,5 +97,5 @@ class InsightOps(StoreCore):
     def clock_state(self) -> Op[ClockState]:
         """Whether anything runs or is due now, and when the next thing comes due."""
         row = (yield self.stmt("test_clock_state"))[0]
-        later = [self.decode_time(row[key]) for key in ("next_run", "next_tick") if row[key]]
-        return ClockState(int(row["leased"]), int(row["due"]), min(later, default=None))
+        run, tick = (row[key] and self.decode_time(row[key]) for key in ("next_run", "next_tick"))
+        return ClockState(int(row["leased"]), int(row["due"]), run or None, tick or None)

@@ -79,7 +79,9 @@ class Environment:
             clock = self.rig.clock if backend.rig is not None else None
             pg = self._pg_clock
             wake = None if pg is None else (lambda: pg.wake(str(self.schema)))
-            self._skipper = Skipper(backend, clock, wake)
+            self._skipper = Skipper(
+                backend, clock, lambda: open_backend(self.url, schema=self.schema), wake
+            )
             if self._want_worker:
                 self.run_worker()
         except BaseException:

@@ -33,10 +33,12 @@ class Skipper:
         self,
         backend: Backend,
         clock: clockwork.Clock | None,
+        open_store: Callable[[], Backend],
         wake: Callable[[], None] | None = None,
     ) -> None:
         self.backend = backend
         self.clock = clock
+        self._open_store = open_store  # for the scheduler's passes, each on a loop of its own
         self._wake = wake  # on Postgres: a notification (notify_local wakes no one there)
 
     def state(self) -> ClockState:
@@ -62,18 +64,27 @@ class Skipper:
         while True:
             state = self.quiet(deadline)
             if state.next_due is None or state.next_due > target:
-                self.jump_to(target)
+                self.jump_to(target, state)
                 return clock.now()
-            self.jump_to(state.next_due)
+            self.jump_to(state.next_due, state)
 
-    def jump_to(self, moment: datetime) -> None:
+    def jump_to(self, moment: datetime, state: ClockState) -> None:
+        """Move the clock to ``moment``; fire the schedules then due (as ``state`` saw
+        them) and wake the worker, whose timers were set by the old time."""
         clock = self._clock()
         clock.advance(max((moment - clock.now()).total_seconds(), 0.0))
-        self.after_jump()
-
-    def after_jump(self) -> None:
-        asyncio.run(Scheduler(self.backend).pass_once())
+        if state.next_tick is not None and state.next_tick <= moment:
+            asyncio.run(self._tick())
         self.wake()
+
+    async def _tick(self) -> None:
+        """One pass of the cron scheduler (a worker's runs one on its own timer too)."""
+        backend = self._open_store()
+        try:
+            await Scheduler(backend).pass_once()
+        finally:
+            await backend.aclose()
+            backend.close()
 
     def quiet(self, deadline: float) -> ClockState:
         """Wait until no attempt runs and no run due now waits to be claimed (or has
@@ -104,7 +115,7 @@ class Skipper:
             state = self.state()
             if skip and self.clock is not None and stall.over(state):
                 if state.next_due is not None:
-                    self.jump_to(state.next_due)
+                    self.jump_to(state.next_due, state)
                     stall = _Stall(self)
                 elif not state.due and not done():
                     raise errors.WaitTimeout(
