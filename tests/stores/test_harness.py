@@ -84,6 +84,23 @@ async def flaky(payload: dict[str, Any], ctx: Context) -> int:
     return flaky_tries.count(payload["key"])
 
 
+FETCH = "billing.fetch.v1"
+
+
+@app.workflow(FETCH)
+async def fetch(payload: dict[str, Any], ctx: Context) -> Any:
+    """Steps whose functions are coroutine functions."""
+
+    async def rates() -> str:
+        return "live rates"
+
+    async def invoice() -> str:
+        raise AssertionError("a test's double answers for the invoice service")
+
+    got = await ctx.step("rates", rates, retry=RetryPolicy(base=0, jitter=0))
+    return {"rates": got, "invoice": await ctx.step("invoice", invoice)}
+
+
 LEDGER = "billing.ledger.v1"
 
 
@@ -251,6 +268,17 @@ def test_doubles_stand_in_for_a_transactional_step(any_env: Environment) -> None
     assert done.result == {"booked": "B-1", "sent": "sent"}
     assert (booking.tries, sending.tries) == (1, 2)
     assert env.results(run.id) == {"book": "B-1", "send": "sent"}  # both journaled
+
+
+def test_doubles_stand_in_for_coroutine_functions(env: Environment) -> None:
+    rates = env.fail_step("rates", times=2, workflow=FETCH)
+    env.stub_step("invoice", {"total": 12})
+    run = env.start(FETCH, {})
+
+    done = env.run_until_done(run.id)
+
+    assert done.result == {"rates": "live rates", "invoice": {"total": 12}}
+    assert rates.tries == 3 and env.journal(run.id)[0].attempts == 3
 
 
 def test_a_failure_double_can_exhaust_the_retries(env: Environment) -> None:
