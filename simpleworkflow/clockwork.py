@@ -80,24 +80,22 @@ class StepDoubles:
             return fn
 
         def instead(*args: Any, **kwargs: Any) -> Any:
-            with self._lock:
-                double.tries += 1
-                failing = double.tries <= double.failures
-            if failing:
+            if self._fails(double):
                 raise double.error()
             return double.value if double.canned else fn(*args, **kwargs)
 
-        if not inspect.iscoroutinefunction(fn):
-            return instead
-
         async def instead_async(*args: Any, **kwargs: Any) -> Any:
-            if double.canned or double.tries < double.failures:
-                return instead(*args, **kwargs)
-            with self._lock:
-                double.tries += 1
-            return await fn(*args, **kwargs)
+            if self._fails(double):
+                raise double.error()
+            return double.value if double.canned else await fn(*args, **kwargs)
 
-        return instead_async
+        return instead_async if inspect.iscoroutinefunction(fn) else instead
+
+    def _fails(self, double: Double) -> bool:
+        """Count a try of the double's step; whether this one is to fail."""
+        with self._lock:
+            double.tries += 1
+            return double.tries <= double.failures
 
 
 @dataclass
