@@ -245,6 +245,19 @@ def test_waiting_for_what_never_comes_says_so(env: Environment) -> None:
         env.run_until_done(run.id)  # the day is skipped, then the run waits for a signal
 
 
+def test_settle_runs_everything_that_time_alone_moves(env: Environment) -> None:
+    began = env.now()
+    napping = [env.start(NAP, {"for": f"{hours}h"}) for hours in (1, 5)]
+    retried = env.start(FLAKY, {"key": uuid.uuid4().hex}, max_attempts=3)
+
+    env.settle()
+
+    assert env.client.get(retried.id).status is RunStatus.SUCCEEDED
+    for run in napping:  # both slept, and wait for their signal now
+        assert env.client.get(run.id).waiting_states == ["waiting-signal"]
+    assert env.now() - began >= timedelta(hours=12)
+
+
 def test_a_step_fails_as_often_as_the_test_says(any_env: Environment) -> None:
     env = any_env
     env.fail_step("price", times=2, workflow=STEPS)
