@@ -166,10 +166,10 @@ class Environment:
         return self._client
 
     def async_client(self) -> AsyncClient:
-        """A new :class:`AsyncClient` on the test's store; closed with the environment."""
-        made = AsyncClient(self.url, schema=self.schema, observers=[self.app.observers])
-        self._cleanups.append(lambda: asyncio.run(made.aclose()))
-        return made
+        """A new :class:`AsyncClient` on the test's store, for the test's event loop: use
+        it as ``async with env.async_client() as client:`` (its connections belong to
+        the loop that opened them, so it is closed there)."""
+        return AsyncClient(self.url, schema=self.schema, observers=[self.app.observers])
 
     # -- the clock ---------------------------------------------------------------------------
 

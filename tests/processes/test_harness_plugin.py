@@ -9,6 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 USER_TESTS = """
 import asyncio
 import threading
@@ -41,10 +43,11 @@ def test_sync(workflow_env, workflow_client, workflow_worker):
 
 def test_async(workflow_env):
     async def scenario():
-        client = workflow_env.async_client()
-        run = await client.start("shop.reminder.v1", {"who": "bob"})
-        done = await workflow_env.run_until_done_async(run.id)
-        return done.result
+        async with workflow_env.async_client() as client:
+            run = await client.start("shop.reminder.v1", {"who": "bob"})
+            done = await workflow_env.run_until_done_async(run.id)
+            assert (await client.get(run.id)).result == done.result
+            return done.result
 
     assert asyncio.run(scenario()) == "reminded bob"
 
@@ -62,12 +65,17 @@ def test_everything_stopped():
 """
 
 
-def test_a_users_tests_run_with_the_plugins_fixtures(tmp_path: Path) -> None:
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+def test_a_users_tests_run_with_the_plugins_fixtures(
+    store: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     (tmp_path / "test_reminders.py").write_text(textwrap.dedent(USER_TESTS))
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     # Only this plugin: as a user's session would load it from the entry point, whether
     # or not this checkout's entry point is installed.
     env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    if store == "postgres":
+        env["SIMPLEWORKFLOW_TESTING_POSTGRES_URL"] = request.getfixturevalue("postgres_url")
     done = subprocess.run(
         [
             sys.executable,
