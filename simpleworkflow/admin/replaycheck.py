@@ -18,7 +18,7 @@ import asyncio
 import concurrent.futures
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from simpleworkflow import errors
@@ -119,7 +119,7 @@ async def check_run(
     entries = await backend.execute_async(backend.load_journal(run.id), readonly=True)
     if not entries:
         return None
-    lease = Lease(run=run, token="replay-check", claimed_at=datetime.now(UTC))
+    lease = Lease(run=run, token="replay-check", claimed_at=backend.now())
     state = AttemptState(
         lease,
         "replay-check",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 from collections.abc import Iterator, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from simpleworkflow import errors, names, observe, schedule_runs, schedules
@@ -53,7 +53,7 @@ class ScheduleVerbs:
             priority=priority,
             max_attempts=max_attempts,
         )
-        return self.backend.upsert_schedule(spec, spec.next_tick(_now()))
+        return self.backend.upsert_schedule(spec, spec.next_tick(self.backend.now()))
 
     def _found(self, name: str, found: Schedule | None) -> Schedule:
         if found is None:
@@ -68,7 +68,7 @@ class ScheduleVerbs:
 
     def _pause_op(self, name: str, paused: bool) -> Op[Schedule | None]:
         return self.backend.set_schedule_paused(
-            names.validate_schedule_name(name), paused, _plan_from_now
+            names.validate_schedule_name(name), paused, self._plan_from_now
         )
 
     def _delete_op(self, name: str) -> Op[bool]:
@@ -90,7 +90,7 @@ class ScheduleVerbs:
                 f"schedule {schedule.name!r} cannot start a run: {named}; create it again "
                 "with `simpleworkflow schedules create`"
             )
-        return schedule_runs.tick_run(schedule, _now(), trace, triggered=True)
+        return schedule_runs.tick_run(schedule, self.backend.now(), trace, triggered=True)
 
     def _triggered(self, run: Run) -> Run:
         """After the commit: wake this process's idle workers, then tell the observers."""
@@ -100,14 +100,9 @@ class ScheduleVerbs:
             self.observers.run_created(observe.RunCreated(run, bool(run.created)))
         return run
 
-
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _plan_from_now(schedule: Schedule) -> datetime:
-    """A resumed schedule's next tick: the first after now (the paused ticks are gone)."""
-    return schedules.next_tick(schedule.cron, schedule.timezone, _now())
+    def _plan_from_now(self, schedule: Schedule) -> datetime:
+        """A resumed schedule's next tick: the first after now (the paused ticks are gone)."""
+        return schedules.next_tick(schedule.cron, schedule.timezone, self.backend.now())
 
 
 class Schedules(ScheduleVerbs):

@@ -17,8 +17,10 @@ import abc
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
+from simpleworkflow import clockwork
 from simpleworkflow.backends.admin_ops import AdminOps
 from simpleworkflow.backends.insight_ops import InsightOps
 from simpleworkflow.backends.journal_ops import JournalOps
@@ -125,6 +127,17 @@ class Backend(
     latest_version: int
     #: Which database this is, for people: a file's absolute path, or a masked URL.
     location: str
+    #: A test's clock and step doubles (``clockwork``), found when the backend is made;
+    #: ``None`` outside ``simpleworkflow.testing``.
+    rig: clockwork.Rig | None = None
+
+    def now(self) -> datetime:
+        """The store's time as Python code of the worker reads it: the wall clock, or
+        a test's clock."""
+        rig = self.rig
+        if rig is not None and rig.clock is not None:
+            return rig.clock.now()
+        return datetime.now(UTC)
 
     @property
     def has_notifications(self) -> bool:

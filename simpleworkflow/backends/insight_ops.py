@@ -40,6 +40,22 @@ class HolderRow:
     expired: int
 
 
+@dataclass(frozen=True, slots=True)
+class ClockState:
+    """What a test harness looks at before it moves its clock (``simpleworkflow.testing``)."""
+
+    leased: int  # attempts running (or outcomes not yet written)
+    due: int  # runs due now, not yet claimed
+    next_run: datetime | None  # the earliest later instant a run is due
+    next_tick: datetime | None  # the earliest later tick of a schedule
+
+    @property
+    def next_due(self) -> datetime | None:
+        """The earliest later instant at which a run or a schedule is due."""
+        later = [at for at in (self.next_run, self.next_tick) if at is not None]
+        return min(later, default=None)
+
+
 class InsightOps(StoreCore):
     def outcomes_per_minute(self, minutes: int) -> Op[OutcomeCounts]:
         """Succeeded, failed and retried events per minute over the last ``minutes``."""
@@ -77,3 +93,9 @@ class InsightOps(StoreCore):
         """Up to ``limit`` runs started by ``run_id``, oldest first."""
         rows = yield self.stmt("list_children", id=run_id, limit=limit)
         return [self.run_from_row(row) for row in rows]
+
+    def clock_state(self) -> Op[ClockState]:
+        """Whether anything runs or is due now, and when the next thing comes due."""
+        row = (yield self.stmt("test_clock_state"))[0]
+        run, tick = (row[key] and self.decode_time(row[key]) for key in ("next_run", "next_tick"))
+        return ClockState(int(row["leased"]), int(row["due"]), run or None, tick or None)

@@ -16,7 +16,6 @@ import asyncio
 import functools
 import logging
 import signal
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any, Unpack
@@ -360,7 +359,7 @@ class IntentPoller:
         if kind != "wake" or (type_name and type_name not in self._types):
             return
         try:
-            delay = float(due) - time.time() if due else 0.0
+            delay = float(due) - self._backend.now().timestamp() if due else 0.0
         except ValueError:
             delay = 0.0
         self._bell.wake_in(delay)
@@ -382,4 +381,4 @@ class IntentPoller:
             self._reports.add(task)
             task.add_done_callback(self._reports.discard)
         for failure in failures:
-            self._bell.wake_in(due_in(failure))
+            self._bell.wake_in(due_in(failure, self._backend.now))

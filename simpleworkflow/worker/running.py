@@ -190,7 +190,7 @@ class Runner:
             stopped = state.stop_reason not in (None, execution.TIMED_OUT)
             recorded = outcome is None or stopped or await self._outbox.deliver(outcome)
             if recorded and not stopped:
-                self._bell.wake_in(due_in(outcome))
+                self._bell.wake_in(due_in(outcome, self._backend.now))
             if not recorded:
                 _log.warning(
                     "run %s: lease lost before its outcome was recorded; discarded", lease.run.id

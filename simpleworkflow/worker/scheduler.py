@@ -20,7 +20,7 @@ import asyncio
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from simpleworkflow import errors, names, observe, outage, schedules
@@ -216,7 +216,7 @@ def declare_op(
     the names of schedules once declared in code for ``types`` that the code no longer
     declares. Those are kept, and go on starting runs, until deleted."""
     yield ATOMIC
-    now = datetime.now(UTC)
+    now = backend.now()
     for spec in declared.values():
         yield from backend.upsert_schedule(spec, spec.next_tick(now), in_code=True)
     mine = set(types)

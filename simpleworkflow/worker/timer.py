@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-from datetime import UTC, datetime
+from collections.abc import Callable
+from datetime import datetime
 
 from simpleworkflow.backends.base import Continuation, Failure, Suspension
 
@@ -108,13 +109,15 @@ def _expire(waiter: asyncio.Future[bool]) -> None:
         waiter.set_result(True)
 
 
-def due_in(outcome: object) -> float:
-    """Seconds until a run this worker just gave back is due again (inf: not at all)."""
+def due_in(outcome: object, now: Callable[[], datetime]) -> float:
+    """Seconds until a run this worker just gave back is due again (inf: not at all);
+    ``now()`` is the store's time (``Backend.now``), read only for a suspension until a
+    time."""
     if isinstance(outcome, Failure) and not outcome.final:
         return max(outcome.delay, 0.001)
     if isinstance(outcome, Suspension):
         if outcome.run_at is not None:
-            return max((outcome.run_at - datetime.now(UTC)).total_seconds(), 0.001)
+            return max((outcome.run_at - now()).total_seconds(), 0.001)
         return max(outcome.delay, 0.001)
     if isinstance(outcome, Continuation):
         return 0.001  # its successor is due at once

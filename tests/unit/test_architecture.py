@@ -133,6 +133,8 @@ MAY_IMPORT_BACKENDS = {
     # Ops that a worker's service and an admin verb share.
     "simpleworkflow.retention": "the sweep's batch loop (worker/sweeper.py, admin's sweep)",
     "simpleworkflow.schedule_runs": "a cron tick's run (worker/scheduler.py, admin's trigger)",
+    # The test harness: its clock's look at the store, a replay's recorded journal.
+    "simpleworkflow.testing": "the test harness (docs/testing.md)",
 }
 STORES = "simpleworkflow.backends"
 

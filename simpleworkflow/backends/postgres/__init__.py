@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import datetime
 from typing import Any, TypeVar
 
-from simpleworkflow import config, errors
+from simpleworkflow import clockwork, config, errors
 from simpleworkflow.backends import base, queries
 from simpleworkflow.backends.dialect import Dialect
 from simpleworkflow.backends.payload_index import Action
@@ -91,6 +91,8 @@ class PostgresBackend(base.Backend):
         self.location = f"{config.mask_url(url)} schema {schema}"
         self._quoted = queries.quote_schema(schema)
         self.q = queries.load(_PACKAGE, "queries.sql", self._quoted)
+        # A test harness's clock and step doubles (simpleworkflow.testing); None in use.
+        self.rig = clockwork.find(clockwork.postgres_key(url, schema))
         self._migrations = queries.migration_files(_PACKAGE)
         self.latest_version = self._migrations[-1][0]
         self._max_connections = max_connections

@@ -2105,3 +2105,16 @@ from {schema}workflow_stream_item
 where run_id = %(run_id)s
 group by stream_key
 order by stream_key
+
+-- name: test_clock_state
+-- The test harness's look at the store (simpleworkflow.testing): how many attempts run,
+-- how many runs are due now, and the earliest instant after now at which a run or a
+-- schedule comes due (a run that waits with no wake-up is due in year 9999: left out).
+select (select count(*) from {schema}workflow_run where status = 'leased') as leased,
+       (select count(*) from {schema}workflow_run
+        where status = 'pending' and deleted_at is null and run_at <= now()) as due,
+       (select min(run_at) from {schema}workflow_run
+        where status = 'pending' and deleted_at is null and run_at > now()
+          and run_at < '9999-01-01 00:00:00+00') as next_run,
+       (select min(next_tick_at) from {schema}workflow_schedule
+        where not paused and next_tick_at > now()) as next_tick

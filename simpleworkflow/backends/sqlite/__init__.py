@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from simpleworkflow import errors
+from simpleworkflow import clockwork, errors
 from simpleworkflow.backends import base, queries
 from simpleworkflow.backends.dialect import Dialect
 from simpleworkflow.backends.sqlite import joined, matching, wakeups
@@ -80,6 +80,10 @@ class SQLiteBackend(base.Backend):
         self._lock = threading.RLock()
         self._pid = os.getpid()
         self._key = os.path.realpath(path) if path != ":memory:" else f"memory:{id(self)}"
+        # A test harness's clock and step doubles (simpleworkflow.testing); None in use.
+        self.rig = clockwork.find(self._key)
+        if self.rig is not None and self.rig.clock is not None:
+            self.q = {name: clockwork.sqlite_text(sql) for name, sql in self.q.items()}
         self._checkpointer: _Checkpointer | None = None
         self._wal = False
 
@@ -112,8 +116,15 @@ class SQLiteBackend(base.Backend):
             conn.execute("pragma case_sensitive_like = on")
             # jsonb @> for signal matching, with the same meaning as on Postgres.
             conn.create_function("json_contains", 2, matching.contains_json, deterministic=True)
+            self._rig_connection(conn)
             self._conn, self._pid = conn, os.getpid()
         return self._conn
+
+    def _rig_connection(self, conn: sqlite3.Connection) -> None:
+        """Give ``conn`` the test clock's function, when a test rigged this store."""
+        if self.rig is not None and self.rig.clock is not None:
+            name = clockwork.SQLITE_NOW.removesuffix("()")
+            conn.create_function(name, 0, self.rig.clock.sql_now)
 
     # -- execution -------------------------------------------------------------------
 
@@ -158,6 +169,7 @@ class SQLiteBackend(base.Backend):
         return joined.joinable(connection, self.path)
 
     def execute_on(self, connection: Any, op: base.Op[T]) -> T:
+        self._rig_connection(connection)
         try:
             return joined.execute(connection, op)
         except sqlite3.OperationalError as exc:

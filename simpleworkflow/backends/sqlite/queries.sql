@@ -916,8 +916,10 @@ returning id
 select id, status from workflow_run where id = :id
 
 -- name: insert_signal
-insert into workflow_signal (run_id, event, payload)
-values (:id, :event, :payload)
+-- The time is written, not left to the column's default, so that a test's clock
+-- (simpleworkflow.testing) dates the signal too: a race is won by the signal sent first.
+insert into workflow_signal (run_id, event, payload, created_at)
+values (:id, :event, :payload, strftime('%Y-%m-%d %H:%M:%f', 'now'))
 returning id
 
 -- name: insert_signal_then_events
@@ -1563,3 +1565,18 @@ from workflow_stream_item
 where run_id = :run_id
 group by stream_key
 order by stream_key
+
+-- name: test_clock_state
+-- The test harness's look at the store (simpleworkflow.testing): how many attempts run,
+-- how many runs are due now, and the earliest instant after now at which a run or a
+-- schedule comes due (a run that waits with no wake-up is due in year 9999: left out).
+select (select count(*) from workflow_run where status = 'leased') as leased,
+       (select count(*) from workflow_run
+        where status = 'pending' and deleted_at is null
+          and run_at <= strftime('%Y-%m-%d %H:%M:%f', 'now')) as due,
+       (select min(run_at) from workflow_run
+        where status = 'pending' and deleted_at is null
+          and run_at > strftime('%Y-%m-%d %H:%M:%f', 'now')
+          and run_at < '9999') as next_run,
+       (select min(next_tick_at) from workflow_schedule
+        where not paused and next_tick_at > strftime('%Y-%m-%d %H:%M:%f', 'now')) as next_tick
