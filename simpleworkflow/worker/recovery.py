@@ -15,8 +15,9 @@ charged. A first crash beside others costs a run nothing more: it is due again a
 claimed by any worker like any other run. Its second such crash (counted in
 ``workflow_run.crashes`` since its last attempt that ended otherwise) makes it a
 *suspect* (``workflow_run.isolate``), claimed only by a worker that holds nothing else,
-and alone. A suspect's crash is its own, and is charged like a failed attempt; any other
-end of its attempt (success, failure, suspension) clears the mark and the count. A run
+and alone. A suspect's crash is its own, and is charged like a failed attempt; a failure or
+a suspension clears the mark and the count (a success leaves them on the finished row,
+where nothing reads them: an operator's retry clears them). A run
 that kills its worker every time therefore takes its neighbours down twice, then fails
 after exactly ``max_attempts`` charged crashes (it runs ``max_attempts + 2`` times), and a
 healthy run never pays for another's crashes: one that shared both crashes becomes a
