@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from simpleworkflow import durations, errors, limits, names, observe
+from simpleworkflow.codec import Codec
 from simpleworkflow.limits import NO_LIMITS, RateSpec, TypeLimits
 from simpleworkflow.retry import DEFAULT_RUN_POLICY, RetryPolicy
 from simpleworkflow.schedules import ScheduleSpec, define
@@ -35,6 +36,8 @@ class Definition:
     compatible: tuple[str, ...] = ()
     #: The limits its declaration names (written to the store when a worker starts).
     limits: TypeLimits = NO_LIMITS
+    #: The app's codec: how its payload, steps' results and values are written and read.
+    codec: Codec | None = None
 
     @property
     def known_versions(self) -> tuple[str, ...]:
@@ -52,8 +55,12 @@ class Handlers:
         schema: str | None = None,
         retry: RetryPolicy = DEFAULT_RUN_POLICY,
         observers: Iterable[observe.Observer] = (),
+        codec: Codec | None = None,
     ) -> None:
         self.database_url = database_url
+        #: Writes the types JSON lacks and reads them back (``simpleworkflow.codec``);
+        #: give its clients the same one. ``None``: strict JSON.
+        self.codec = codec
         self.schema = schema
         self.retry = retry
         self.observers = observe.Observers(observers)
@@ -137,6 +144,7 @@ class Handlers:
             version=version,
             compatible=tuple(compatible),
             limits=limits or NO_LIMITS,
+            codec=self.codec,
         )
         self._definitions[type] = definition
         return definition
