@@ -137,7 +137,11 @@ def test_typed_values_round_trip_and_replay_the_same_after_a_restart(store: Stor
             {"at": DUE, "amount": Decimal("24.60")}
         ]
         # Containment filters see the plain fields, a datetime's text among them.
-        for pattern in ({"customer": "c-1"}, {"placed_at": "2026-11-28T09:30:00+00:00"}):
+        for pattern in (
+            {"customer": "c-1"},
+            {"placed_at": "2026-11-28T09:30:00+00:00"},
+            {"placed_at": ORDER.placed_at, "tier": Tier.GOLD},  # written by the client's codec
+        ):
             assert [r.id for r in client.list(payload_contains=pattern).runs] == [run_id]
         assert client.list(payload_contains={"customer": "c-2"}).runs == []
 
