@@ -103,6 +103,7 @@ class Codec:
     def __init__(self) -> None:
         self._registered: dict[type, tuple[Encode, Decode]] = {}
         self._encoders: dict[type, Encode | None] = {}  # by exact class, found once
+        self._readers: dict[Any, Reader | None] = {}  # by hint, made once
         #: What ``payloads.encode`` writes with: strict, as without a codec.
         self.encoder = json.JSONEncoder(
             allow_nan=False, separators=(",", ":"), default=self.to_json
@@ -115,6 +116,7 @@ class Codec:
             raise errors.InvalidArgument("register takes a class and two functions")
         self._registered[cls] = (encode, decode)
         self._encoders.clear()
+        self._readers.clear()
 
     # -- writing ------------------------------------------------------------------------
 
@@ -151,29 +153,38 @@ class Codec:
         ``datetime | None``, ``dict[str, Decimal]`` ...; ``Any`` or ``None`` leave it as is.
         Data that does not fit raises :class:`~simpleworkflow.errors.InvalidPayload`
         naming where (``what`` is the name of the whole)."""
-        return self._decode(data, hint, what)
-
-    def _decode(self, data: Any, hint: Any, where: str) -> Any:
-        if hint is None or hint is Any or hint is object or isinstance(hint, str):
+        read = self._reader(hint)
+        if read is None:
             return data
+        try:
+            return read(data)
+        except _Misfit as misfit:
+            raise misfit.error(what) from None
+
+    def _reader(self, hint: Any) -> Reader | None:
+        """How to read ``hint`` (``None``: as it is), made once per hint."""
+        try:
+            return self._readers[hint]
+        except KeyError:
+            read = self._readers[hint] = self._make_reader(hint)
+            return read
+        except TypeError:  # an unhashable hint (Annotated with a list ...): made each time
+            return self._make_reader(hint)
+
+    def _make_reader(self, hint: Any) -> Reader | None:
+        if hint is None or isinstance(hint, str) or hint in _AS_IS:
+            return None
         origin = typing.get_origin(hint)
         if origin is not None:
-            return self._generic(data, origin, typing.get_args(hint), where)
+            return self._generic(hint, origin, typing.get_args(hint))
         if not isinstance(hint, type):
-            return data  # a TypeVar, a NewType ...: nothing to convert to
+            return None  # a TypeVar, a NewType ...: nothing to convert to
         decode = self._decoder_for(hint)
         if decode is not None:
-            if data is None and hint is not _NONE:
-                raise _misfit(where, data, hint, "null")
-            try:
-                return decode(data)
-            except errors.InvalidPayload:
-                raise
-            except (ValueError, TypeError, KeyError, AttributeError) as exc:
-                raise _misfit(where, data, hint, exc) from None
+            return _leaf(decode, hint)
         if dataclasses.is_dataclass(hint):
-            return self._dataclass(data, hint, where)
-        return data
+            return self._dataclass(hint)
+        return None
 
     def _decoder_for(self, hint: type) -> Decode | None:
         if hint in self._registered:
@@ -185,60 +196,143 @@ class Codec:
         validate = getattr(hint, "model_validate", None)
         return validate if callable(validate) else None
 
-    def _generic(self, data: Any, origin: Any, args: tuple[Any, ...], where: str) -> Any:
+    def _generic(self, hint: Any, origin: Any, args: tuple[Any, ...]) -> Reader | None:
         if origin is typing.Union or origin is types.UnionType:
-            return self._union(data, args, where)
+            return self._union(args)
         if origin is typing.Annotated:
-            return self._decode(data, args[0], where)
+            return self._reader(args[0])
         if origin in _SEQUENCES and args:
-            return self._sequence(data, origin, args, where)
+            if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+                return _fixed_tuple(hint, [self._reader(arg) for arg in args])
+            return _sequence(origin, self._reader(args[0]))
         if origin in _MAPPINGS and len(args) == 2:
+            return _mapping(origin, self._reader(args[0]), self._reader(args[1]))
+        return None  # Literal, Callable, type[...]: as it is
+
+    def _union(self, args: tuple[Any, ...]) -> Reader | None:
+        """The first type of ``X | Y | None`` that the data fits, in order."""
+        optional = _NONE in args
+        arms = [self._reader(arm) for arm in args if arm is not _NONE]
+        if any(arm is None for arm in arms):
+            return None  # one type takes any data as it is
+        readers = typing.cast(list[Reader], arms)
+
+        def read(data: Any) -> Any:
+            if data is None and optional:
+                return None
+            for arm in readers[:-1]:
+                try:
+                    return arm(data)
+                except _Misfit:
+                    continue
+            return readers[-1](data)
+
+        return read
+
+    def _dataclass(self, hint: type) -> Reader:
+        """Read an object into dataclass ``hint``: its fields by their annotations (found
+        at the first read, so that a class may hold itself), other keys left out."""
+        plan: dict[str, Reader | None] = {}
+
+        def read(data: Any) -> Any:
             if not isinstance(data, dict):
-                raise _misfit(where, data, origin, "expected an object")
-            key, item = args
-            return {
-                self._decode(k, key, f"{where} key {k!r}"): self._decode(v, item, f"{where}[{k!r}]")
-                for k, v in data.items()
-            }
-        return data  # Literal, Callable, type[...]: as it is
-
-    def _union(self, data: Any, args: tuple[Any, ...], where: str) -> Any:
-        """The first type of ``X | Y | None`` that ``data`` fits, in order."""
-        if data is None and _NONE in args:
-            return None
-        arms = [arm for arm in args if arm is not _NONE]
-        for arm in arms[:-1]:
+                raise _Misfit(data, hint, "expected an object")
+            if not plan:
+                hints = _hints(hint)
+                fields = dataclasses.fields(hint)
+                plan.update((f.name, self._reader(hints.get(f.name))) for f in fields if f.init)
+            kwargs = {}
+            for name, value in data.items():
+                if name not in plan:
+                    continue  # keys it does not know are left out, as pydantic's default
+                field_reader = plan[name]
+                kwargs[name] = value if field_reader is None else _at(field_reader, value, name)
             try:
-                return self._decode(data, arm, where)
-            except errors.InvalidPayload:
-                continue
-        return self._decode(data, arms[-1], where)
+                return hint(**kwargs)
+            except (TypeError, ValueError) as exc:
+                raise _Misfit(data, hint, exc) from None
 
-    def _sequence(self, data: Any, origin: Any, args: tuple[Any, ...], where: str) -> Any:
-        if not isinstance(data, list):
-            raise _misfit(where, data, origin, "expected an array")
-        if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
-            if len(args) != len(data):
-                raise _misfit(where, data, origin, f"expected {len(args)} items")
-            pairs = zip(data, args, strict=True)
-            return tuple(self._decode(d, a, f"{where}[{i}]") for i, (d, a) in enumerate(pairs))
-        make = _SEQUENCES[origin]
-        return make(self._decode(item, args[0], f"{where}[{i}]") for i, item in enumerate(data))
+        return read
 
-    def _dataclass(self, data: Any, hint: type, where: str) -> Any:
-        if not isinstance(data, dict):
-            raise _misfit(where, data, hint, "expected an object")
-        hints = _hints(hint)
-        known = {field.name for field in dataclasses.fields(hint) if field.init}
-        fields = {
-            name: self._decode(value, hints.get(name), f"{where}[{name!r}]")
-            for name, value in data.items()
-            if name in known  # keys it does not know are left out, as pydantic's default
-        }
+
+Reader = Callable[[Any], Any]
+_AS_IS = frozenset({Any, object, str, int, float, bool, dict, list, _NONE})
+
+
+class _Misfit(Exception):
+    """Data that does not fit its hint; each container it is in adds its key to ``path``."""
+
+    def __init__(self, data: Any, hint: Any, why: object) -> None:
+        self.data, self.hint, self.why = data, hint, why
+        self.path: list[str] = []
+
+    def error(self, what: str) -> errors.InvalidPayload:
+        where = what + "".join(reversed(self.path))
+        generic = typing.get_origin(self.hint) is not None
+        name = str(self.hint) if generic else getattr(self.hint, "__name__", str(self.hint))
+        return errors.InvalidPayload(f"{where}: {self.data!r:.80} is not a {name} ({self.why})")
+
+
+def _at(read: Reader, data: Any, key: object) -> Any:
+    """``read(data)`` for the item ``key`` of a container: a misfit names the key."""
+    try:
+        return read(data)
+    except _Misfit as misfit:
+        misfit.path.append(f"[{key!r}]")
+        raise
+
+
+def _leaf(decode: Decode, hint: type) -> Reader:
+    def read(data: Any) -> Any:
+        if data is None:
+            raise _Misfit(data, hint, "null")
         try:
-            return hint(**fields)
-        except (TypeError, ValueError) as exc:
-            raise _misfit(where, data, hint, exc) from None
+            return decode(data)
+        except errors.InvalidPayload:
+            raise
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise _Misfit(data, hint, exc) from None
+
+    return read
+
+
+def _sequence(origin: Any, item: Reader | None) -> Reader:
+    make = _SEQUENCES[origin]
+
+    def read(data: Any) -> Any:
+        if not isinstance(data, list):
+            raise _Misfit(data, origin, "expected an array")
+        if item is None:
+            return make(data)
+        return make([_at(item, value, index) for index, value in enumerate(data)])
+
+    return read
+
+
+def _fixed_tuple(hint: Any, items: list[Reader | None]) -> Reader:
+    def read(data: Any) -> Any:
+        if not isinstance(data, list) or len(data) != len(items):
+            raise _Misfit(data, hint, f"expected an array of {len(items)} items")
+        return tuple(
+            value if item is None else _at(item, value, index)
+            for index, (item, value) in enumerate(zip(items, data, strict=True))
+        )
+
+    return read
+
+
+def _mapping(origin: Any, key: Reader | None, item: Reader | None) -> Reader:
+    def read(data: Any) -> Any:
+        if not isinstance(data, dict):
+            raise _Misfit(data, origin, "expected an object")
+        if key is None and item is None:
+            return dict(data)
+        return {
+            k if key is None else _at(key, k, k): v if item is None else _at(item, v, k)
+            for k, v in data.items()
+        }
+
+    return read
 
 
 def _enum_value(value: enum.Enum) -> Any:
@@ -252,11 +346,6 @@ def _fields(value: Any) -> dict[str, Any]:
 
 def _model(value: Any) -> Any:
     return value.model_dump(mode="json")
-
-
-def _misfit(where: str, data: Any, hint: Any, why: object) -> errors.InvalidPayload:
-    name = getattr(hint, "__name__", None) or str(hint)
-    return errors.InvalidPayload(f"{where}: {data!r:.80} is not a {name} ({why})")
 
 
 # -- hints ------------------------------------------------------------------------------

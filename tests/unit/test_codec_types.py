@@ -139,7 +139,7 @@ def test_data_that_does_not_fit_is_refused_naming_where() -> None:
         ("purple", Color, r"payload: 'purple' is not a Color"),
         ({"id": "nope", "since": "2026-01-01"}, Customer, r"payload: .* is not a Customer"),
         ({"a": 1}, list[int], r"payload: .* is not a list \(expected an array\)"),
-        ([1, 2, 3], tuple[int, int], r"expected 2 items"),
+        ([1, 2, 3], tuple[int, int], r"not a tuple\[int, int\] \(expected an array of 2 items"),
     ]
     for data, hint, message in cases:
         with pytest.raises(errors.InvalidPayload, match=message):
