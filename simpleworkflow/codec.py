@@ -380,11 +380,19 @@ def result_hint(fn: Callable[..., Any]) -> Any:
     return _hints(_unwrapped(fn)).get("return")
 
 
+#: Where :func:`payload_hint` keeps its answer among a function's hints (no name is this).
+_FIRST = "(first parameter)"
+
+
 def payload_hint(fn: Callable[..., Any]) -> Any:
-    """The type of a handler's payload: its first parameter's annotation, or ``None``."""
+    """The type of a handler's payload: its first parameter's annotation, or ``None``;
+    found once per function, as its hints are."""
     fn = _unwrapped(fn)
-    try:
-        first = next(iter(inspect.signature(fn).parameters), None)
-    except (TypeError, ValueError):
-        return None
-    return None if first is None else _hints(fn).get(first)
+    hints = _hints(fn)
+    if _FIRST not in hints:
+        try:
+            first = next(iter(inspect.signature(fn).parameters), None)
+        except (TypeError, ValueError):
+            first = None
+        hints[_FIRST] = None if first is None else hints.get(first)
+    return hints[_FIRST]

@@ -58,15 +58,20 @@ class Handlers:
         codec: Codec | None = None,
     ) -> None:
         self.database_url = database_url
-        #: Writes the types JSON lacks and reads them back (``simpleworkflow.codec``);
-        #: give its clients the same one. ``None``: strict JSON.
-        self.codec = codec
+        self._codec = codec
         self.schema = schema
         self.retry = retry
         self.observers = observe.Observers(observers)
         self._definitions: dict[str, Definition] = {}
         self._schedules: dict[str, ScheduleSpec] = {}
         self._rate_limits: dict[str, RateSpec] = {}
+
+    @property
+    def codec(self) -> Codec | None:
+        """Writes the types JSON lacks and reads them back (``simpleworkflow.codec``); its
+        clients get the same. ``None``: strict JSON. Set once, when the app is made: its
+        handlers and its clients must agree."""
+        return self._codec
 
     def observe(self, observer: observe.Observer) -> observe.Observer:
         """Register ``observer`` on the workers of this app; returns it."""

@@ -90,23 +90,27 @@ def make_app(store: Store, codec: Codec, seen: list[dict[str, Any]]) -> App:
 
 
 def test_typed_values_round_trip_and_replay_the_same_after_a_restart(store: Store) -> None:
-    """A worker runs the body to its wait for a signal and is stopped; a new worker
-    (a new app: a restart) replays it after the signal: every step result it is given
-    equals, with its type, what the first run was given."""
+    """A worker runs the body to its wait for a signal and is stopped; the replay check
+    replays it, then a new worker (a new app: a restart) after the signal: every step
+    result each replay is given equals, with its type, what the first run was given."""
     codec, seen = Codec(), []
     first = make_app(store, codec, seen)
     with first.client() as client:
         run_id = client.start("test.codec.order.v1", ORDER).id
         with working(first):
             wait_suspended(client, run_id, "signal")
+        # The replay check decodes as a worker does: the typed body replays to its wait.
+        assert [r.verdict for r in client.admin.replay_check(first)] == ["ok"]
+        assert len(seen) == 2  # the check's replay saw what the first run saw, too
         client.signal(run_id, "shipped", Shipped(on=date(2026, 12, 2), carrier="post"))
         second = make_app(store, codec, seen)
         with working(second):
             run = wait_terminal(client, run_id)
         assert run.status is RunStatus.SUCCEEDED, run.last_error
-        assert len(seen) == 2
-        assert seen[0] == seen[1]
-        assert [type(v) for v in seen[0].values()] == [type(v) for v in seen[1].values()]
+        assert len(seen) == 3
+        assert seen[0] == seen[1] == seen[2]
+        for replayed in seen[1:]:
+            assert [type(v) for v in seen[0].values()] == [type(v) for v in replayed.values()]
         assert seen[0]["order"] == ORDER
         assert seen[0]["due"] == DUE and isinstance(seen[0]["due"], datetime)
         assert seen[0]["charged"] == Decimal("24.60") and isinstance(seen[0]["charged"], Decimal)
