@@ -208,3 +208,53 @@ def test_a_sync_body_and_a_transactional_step_are_typed_as_well(store: Store) ->
     assert run.status is RunStatus.SUCCEEDED, run.last_error
     assert seen == [(DUE, Decimal("12.30"))] * 2
     assert run.result == {"due": "2026-12-01T12:00:00+00:00", "total": "12.30"}
+
+
+@dataclass(frozen=True)
+class Batch:
+    until: datetime
+    total: Decimal
+    rounds: int = 0
+
+
+def test_children_and_continue_as_new_carry_typed_payloads(store: Store) -> None:
+    """A parent starts a child with a dataclass of a datetime and a Decimal; the child,
+    annotated, continues as new once with the next one; the parent decodes the result of
+    the chain it waited for. Every payload on the way is plain JSON in the store."""
+    codec = Codec()
+    app = App(store.url, schema=store.schema, codec=codec)
+
+    @app.workflow("test.codec.child.v1")
+    async def child(batch: Batch, ctx: Context) -> Any:
+        if batch.rounds == 0:
+            later = Batch(batch.until.replace(day=2), batch.total * 2, 1)
+            await ctx.continue_as_new(later)
+        return {"until": batch.until, "total": batch.total + 1}
+
+    @app.workflow("test.codec.parent.v1")
+    async def parent(payload: Any, ctx: Context) -> Any:
+        child_id = await ctx.start_child("test.codec.child.v1", Batch(DUE, Decimal("2.5")))
+        first = codec.decode(await ctx.wait_child(child_id), dict[str, Any])
+        return {"child": child_id, "first": first}
+
+    with app.client() as client:
+        run_id = client.start("test.codec.parent.v1").id
+        with working(app):
+            run = wait_terminal(client, run_id)
+            assert run.status is RunStatus.SUCCEEDED, run.last_error
+            child_run = client.get(run.result["child"])
+            assert child_run.payload == {
+                "until": "2026-12-01T12:00:00+00:00",
+                "total": "2.5",
+                "rounds": 0,
+            }
+            assert child_run.continued_as is not None
+            successor = wait_terminal(client, child_run.continued_as)
+    assert successor.status is RunStatus.SUCCEEDED, successor.last_error
+    assert successor.payload == {"until": "2026-12-02T12:00:00+00:00", "total": "5.0", "rounds": 1}
+    assert codec.decode(successor.result, dict[str, datetime | Decimal]) == {
+        "until": DUE.replace(day=2),
+        "total": Decimal("6.0"),
+    }
+    # The parent waited for the chain's last run, and read its result back typed.
+    assert run.result["first"] == {"until": "2026-12-02T12:00:00+00:00", "total": "6.0"}
