@@ -2,6 +2,7 @@
 
 Postgres ``jsonb`` refuses NUL characters and NaN; SQLite would keep them. To keep the
 two stores identical we refuse them everywhere, with a message that names where they are.
+A codec (``simpleworkflow.codec``) writes more types as JSON; the same checks follow.
 """
 
 from __future__ import annotations
