@@ -18,7 +18,7 @@ import pytest
 from conftest import Store
 from test_durable import journal, wait_suspended, wait_terminal, working
 
-from simpleworkflow import Context, RunStatus, errors
+from simpleworkflow import Break, Context, Continue, RunStatus, errors
 from simpleworkflow.app import App
 from simpleworkflow.codec import Codec
 
@@ -258,3 +258,43 @@ def test_children_and_continue_as_new_carry_typed_payloads(store: Store) -> None
     }
     # The parent waited for the chain's last run, and read its result back typed.
     assert run.result["first"] == {"until": "2026-12-02T12:00:00+00:00", "total": "6.0"}
+
+
+def test_loop_states_and_join_results_are_the_journal_s_json_on_every_run(store: Store) -> None:
+    """With a codec, a loop's state (committed or not) and result and a join's branch
+    results come back as the journal holds them: a datetime as its text on the first run
+    as on the replays after each sleep, never a datetime first and text after."""
+    app = App(store.url, schema=store.schema, codec=Codec())
+    seen: list[tuple[str, Any]] = []
+
+    async def tick(state: dict[str, Any], ctx: Context) -> Any:
+        seen.append(("state", state))
+        if state["n"] == 2:
+            return Break({"at": DUE, "n": state["n"]})
+        await ctx.sleep("nap", 0.01)
+        return Continue({"at": DUE, "n": state["n"] + 1})
+
+    @app.workflow("test.codec.loop.v1")
+    async def body(payload: Any, ctx: Context) -> Any:
+        done = await ctx.loop("ticks", {"n": 0}, lambda state: tick(state, ctx), commit_every=2)
+        seen.append(("loop", done))
+        joined = await ctx.join("both", {"a": lambda: _at(DUE), "b": lambda: _at(DUE)})
+        seen.append(("join", joined))
+        await ctx.sleep("after", 0.01)
+        return "ok"
+
+    with app.client() as client:
+        run_id = client.start("test.codec.loop.v1").id
+        with working(app):
+            run = wait_terminal(client, run_id)
+    assert run.status is RunStatus.SUCCEEDED, run.last_error
+    text = DUE.isoformat()
+    states = [state for kind, state in seen if kind == "state"]
+    assert {"at": text, "n": 1} in states and {"at": text, "n": 2} in states
+    assert all(state == {"n": 0} or state["at"] == text for state in states)
+    assert [v for kind, v in seen if kind == "loop"] == [{"at": text, "n": 2}] * 2
+    assert [v for kind, v in seen if kind == "join"] == [{"a": text, "b": text}] * 2
+
+
+async def _at(when: datetime) -> datetime:
+    return when
