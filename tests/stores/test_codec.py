@@ -206,7 +206,7 @@ def test_a_sync_body_and_a_transactional_step_are_typed_as_well(store: Store) ->
         with working(app):
             run = wait_terminal(client, run_id)
     assert run.status is RunStatus.SUCCEEDED, run.last_error
-    assert seen == [(DUE, Decimal("12.30"))] * 2
+    assert len(seen) >= 2 and all(both == (DUE, Decimal("12.30")) for both in seen)
     assert run.result == {"due": "2026-12-01T12:00:00+00:00", "total": "12.30"}
 
 
@@ -292,8 +292,9 @@ def test_loop_states_and_join_results_are_the_journal_s_json_on_every_run(store:
     states = [state for kind, state in seen if kind == "state"]
     assert {"at": text, "n": 1} in states and {"at": text, "n": 2} in states
     assert all(state == {"n": 0} or state["at"] == text for state in states)
-    assert [v for kind, v in seen if kind == "loop"] == [{"at": text, "n": 2}] * 2
-    assert [v for kind, v in seen if kind == "join"] == [{"a": text, "b": text}] * 2
+    loops, joins = ([v for kind, v in seen if kind == want] for want in ("loop", "join"))
+    assert len(loops) >= 2 and all(v == {"at": text, "n": 2} for v in loops)  # first run, replays
+    assert len(joins) >= 2 and all(v == {"a": text, "b": text} for v in joins)
 
 
 async def _at(when: datetime) -> datetime:
