@@ -18,7 +18,9 @@ class App(Handlers):
 
     ``database_url`` and ``schema`` default as everywhere (argument, environment, local
     SQLite file); a worker or client made from the app uses them. ``observers`` watch
-    the runs of every worker and client made from the app (see ``observe``).
+    the runs of every worker and client made from the app (see ``observe``). ``codec``
+    (a :class:`~simpleworkflow.codec.Codec`) writes datetimes, decimals, dataclasses ...
+    in payloads, results and values, and its clients get it too (docs/payloads.md).
 
     The registration itself lives in :class:`~simpleworkflow.handlers.Handlers`, which
     the worker reads without importing this module (that would be a cycle).
@@ -29,13 +31,17 @@ class App(Handlers):
         observers (also those registered later) as well as by its own."""
         from simpleworkflow.client import Client
 
-        return Client(self.database_url, schema=self.schema, observers=[self.observers])
+        return Client(
+            self.database_url, schema=self.schema, observers=[self.observers], codec=self.codec
+        )
 
     def async_client(self) -> AsyncClient:
         """An :class:`~simpleworkflow.AsyncClient`, as :meth:`client`."""
         from simpleworkflow.client import AsyncClient
 
-        return AsyncClient(self.database_url, schema=self.schema, observers=[self.observers])
+        return AsyncClient(
+            self.database_url, schema=self.schema, observers=[self.observers], codec=self.codec
+        )
 
     def poller(self, **options: Any) -> IntentPoller:
         """An :class:`~simpleworkflow.worker.IntentPoller` for this app's handlers."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from simpleworkflow import durations, errors, limits, names, observe
+from simpleworkflow.codec import Codec
 from simpleworkflow.limits import NO_LIMITS, RateSpec, TypeLimits
 from simpleworkflow.retry import DEFAULT_RUN_POLICY, RetryPolicy
 from simpleworkflow.schedules import ScheduleSpec, define
@@ -35,6 +36,8 @@ class Definition:
     compatible: tuple[str, ...] = ()
     #: The limits its declaration names (written to the store when a worker starts).
     limits: TypeLimits = NO_LIMITS
+    #: The app's codec: how its payload, steps' results and values are written and read.
+    codec: Codec | None = None
 
     @property
     def known_versions(self) -> tuple[str, ...]:
@@ -52,14 +55,23 @@ class Handlers:
         schema: str | None = None,
         retry: RetryPolicy = DEFAULT_RUN_POLICY,
         observers: Iterable[observe.Observer] = (),
+        codec: Codec | None = None,
     ) -> None:
         self.database_url = database_url
+        self._codec = codec
         self.schema = schema
         self.retry = retry
         self.observers = observe.Observers(observers)
         self._definitions: dict[str, Definition] = {}
         self._schedules: dict[str, ScheduleSpec] = {}
         self._rate_limits: dict[str, RateSpec] = {}
+
+    @property
+    def codec(self) -> Codec | None:
+        """Writes the types JSON lacks and reads them back (``simpleworkflow.codec``); its
+        clients get the same. ``None``: strict JSON. Set once, when the app is made: its
+        handlers and its clients must agree."""
+        return self._codec
 
     def observe(self, observer: observe.Observer) -> observe.Observer:
         """Register ``observer`` on the workers of this app; returns it."""
@@ -137,6 +149,7 @@ class Handlers:
             version=version,
             compatible=tuple(compatible),
             limits=limits or NO_LIMITS,
+            codec=self.codec,
         )
         self._definitions[type] = definition
         return definition

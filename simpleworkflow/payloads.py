@@ -2,6 +2,7 @@
 
 Postgres ``jsonb`` refuses NUL characters and NaN; SQLite would keep them. To keep the
 two stores identical we refuse them everywhere, with a message that names where they are.
+A codec (``simpleworkflow.codec``) writes more types as JSON; the same checks follow.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import math
 import re
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from simpleworkflow import errors
 
@@ -28,8 +29,8 @@ DEFAULT_MAX_BYTES = 1024 * 1024
 MAX_DEPTH = 512
 
 
-class _NotJSON(Exception):
-    """Raised by the encoder's hook for a value it cannot convert."""
+class NotJSON(Exception):
+    """Raised by the encoder's hook (or a codec's) for a value it cannot convert."""
 
     def __init__(self, value: Any) -> None:
         self.value = value
@@ -42,7 +43,7 @@ def _to_json(value: Any) -> Any:
     model_dump = getattr(value, "model_dump", None)
     if callable(model_dump) and not isinstance(value, type):
         return model_dump(mode="json")
-    raise _NotJSON(value)
+    raise NotJSON(value)
 
 
 # One encoder for every call: json.dumps with options builds a new one each time, which
@@ -53,9 +54,42 @@ _ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"), default=_to_
 _JSON_TYPES = (dict, list, tuple, str, int, float, bool, type(None))
 
 
-def _not_json(root: Any, value: Any, what: str) -> errors.InvalidPayload:
+class Encoding(Protocol):
+    """What :func:`encode` needs of a codec (``simpleworkflow.codec.Codec``)."""
+
+    encoder: json.JSONEncoder
+
+    def to_json(self, value: Any) -> Any: ...
+
+
+Convert = Callable[[Any], Any] | None
+
+
+def _plain(codec: Encoding | None) -> Convert:
+    """How a value reads as JSON through ``codec``, for naming where a bad one is."""
+    if codec is None:
+        return None
+
+    def convert(value: Any) -> Any:
+        if isinstance(value, _JSON_TYPES):
+            return value
+        try:
+            return codec.to_json(value)
+        except (NotJSON, ValueError):
+            return value
+
+    return convert
+
+
+def _not_finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    return isinstance(value, decimal.Decimal) and not value.is_finite()  # a codec's
+
+
+def _not_json(root: Any, value: Any, what: str, convert: Convert) -> errors.InvalidPayload:
     """Name the value JSON cannot hold by its path in the payload, and say what to do."""
-    where = _find(root, what, _is_foreign) or what
+    where = _find(root, what, _is_foreign, convert) or what
     return errors.InvalidPayload(
         f"{where}: a value of type {type(value).__name__} is not JSON; {_hint(value)}"
     )
@@ -82,16 +116,24 @@ def _hint(value: Any) -> str:
     return "convert it to dicts, lists, strings, numbers, booleans or None"
 
 
-def encode(value: Any, *, what: str = "payload", max_bytes: int = DEFAULT_MAX_BYTES) -> str:
-    """Return ``value`` as compact JSON text, or raise a clear :class:`InvalidPayload`."""
+def encode(
+    value: Any,
+    *,
+    what: str = "payload",
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    codec: Encoding | None = None,
+) -> str:
+    """Return ``value`` as compact JSON text, or raise a clear :class:`InvalidPayload`.
+    ``codec`` writes the types it knows (see ``simpleworkflow.codec``); the checks after
+    are the same."""
     try:
-        text = _ENCODER.encode(value)
-    except _NotJSON as exc:
-        raise _not_json(value, exc.value, what) from None
+        text = (_ENCODER if codec is None else codec.encoder).encode(value)
+    except NotJSON as exc:
+        raise _not_json(value, exc.value, what, _plain(codec)) from None
     except ValueError as exc:
         if "ircular" in str(exc):
             raise errors.InvalidPayload(f"{what} contains a reference cycle") from None
-        where = _find(value, what, lambda v: isinstance(v, float) and not math.isfinite(v))
+        where = _find(value, what, _not_finite, _plain(codec))
         if not where:  # e.g. an int too long to print
             raise errors.InvalidPayload(f"{what} is not JSON: {exc}") from None
         raise errors.InvalidPayload(
@@ -102,7 +144,7 @@ def encode(value: Any, *, what: str = "payload", max_bytes: int = DEFAULT_MAX_BY
         raise errors.InvalidPayload(f"{where or what} is not JSON: {exc}") from None
     except RecursionError:
         raise errors.InvalidPayload(f"{what} is nested too deeply (or contains a cycle)") from None
-    _check_text(value, text, what)
+    _check_text(value, text, what, codec)
     _check_depth(text, what)
     if "e+" in text:
         text = _FLOAT_WITH_EXPONENT.sub(_positional, text)
@@ -150,14 +192,14 @@ def _check_depth(text: str, what: str) -> None:
             )
 
 
-def _check_text(value: Any, text: str, what: str) -> None:
+def _check_text(value: Any, text: str, what: str, codec: Encoding | None = None) -> None:
     """Refuse strings Postgres cannot store: NUL characters and unpaired surrogates.
 
     The JSON text is searched first (cheap); only when an escape that might come from a bad
     string appears is the value walked, to be sure and to name where it is.
     """
     if "\\u0000" in text:
-        where = _find(value, what, lambda v: isinstance(v, str) and "\x00" in v)
+        where = _find(value, what, lambda v: isinstance(v, str) and "\x00" in v, _plain(codec))
         if where:
             raise errors.InvalidPayload(
                 f"{where} contains a NUL character (\\u0000), which Postgres cannot store; "
@@ -166,7 +208,8 @@ def _check_text(value: Any, text: str, what: str) -> None:
     # ensure_ascii writes characters beyond the BMP as surrogate pairs too, so the walk
     # also runs for emoji, and finds nothing there.
     if "\\ud" in text:
-        where = _find(value, what, lambda v: isinstance(v, str) and bool(_SURROGATE.search(v)))
+        bad = _SURROGATE.search
+        where = _find(value, what, lambda v: isinstance(v, str) and bool(bad(v)), _plain(codec))
         if where:
             raise errors.InvalidPayload(
                 f"{where} contains a lone surrogate code point (U+D800 to U+DFFF), which is "
@@ -207,12 +250,15 @@ def decode(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
-def _find(value: Any, path: str, bad: Callable[[Any], bool]) -> str:
-    """Return the path of the first element for which ``bad`` holds, or ``""``."""
+def _find(value: Any, path: str, bad: Callable[[Any], bool], convert: Convert = None) -> str:
+    """Return the path of the first element for which ``bad`` holds, or ``""``; each
+    element as ``convert`` (a codec's) writes it, when given."""
+    if convert is not None:
+        value = convert(value)
     if bad(value):
         return path
     for child_path, child in _children(value, path, bad):
-        found = child_path if child is _KEY else _find(child, child_path, bad)
+        found = child_path if child is _KEY else _find(child, child_path, bad, convert)
         if found:
             return found
     return ""

@@ -151,6 +151,7 @@ class Client(LiveReads):
             limit,
             cursor,
             payload_contains,
+            self.codec,
         )
         return _listing.page(self._run(self.backend.list_runs(query), readonly=True), query)
 
@@ -319,6 +320,7 @@ class AsyncClient(AsyncLiveReads):
             limit,
             cursor,
             payload_contains,
+            self.codec,
         )
         return _listing.page(await self._run(self.backend.list_runs(query), readonly=True), query)
 

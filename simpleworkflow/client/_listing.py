@@ -36,6 +36,7 @@ def list_query(
     limit: int,
     cursor: str | None,
     payload_contains: Any = None,
+    codec: payloads.Encoding | None = None,
 ) -> RunQuery:
     raw = [] if status is None else [status] if isinstance(status, str) else [*status]
     states = [_check_status(s) for s in raw]
@@ -48,7 +49,7 @@ def list_query(
         retrying="retry" in waits,
         created_after=_time("created_after", created_after),
         created_before=_time("created_before", created_before),
-        payload_contains=None if payload_contains is None else _filter(payload_contains),
+        payload_contains=None if payload_contains is None else _filter(payload_contains, codec),
         include_deleted=bool(include_deleted),
         limit=names.check_int("limit", limit, 1, MAX_PAGE) + 1,  # one extra tells if more exist
         after_created_at=after_created_at,
@@ -108,11 +109,14 @@ def _decode_cursor(cursor: str) -> tuple[Any, str]:
         ) from None
 
 
-def _filter(pattern: Any) -> str:
-    """``payload_contains`` as JSON text, refused past the bounds above
+def _filter(pattern: Any, codec: payloads.Encoding | None = None) -> str:
+    """``payload_contains`` as JSON text (the client's codec's: a datetime as the text
+    its payloads hold), refused past the bounds above
     (:class:`~simpleworkflow.errors.InvalidArgument`, naming the one exceeded)."""
     try:
-        text = payloads.encode(pattern, what="payload_contains", max_bytes=MAX_FILTER_BYTES)
+        text = payloads.encode(
+            pattern, what="payload_contains", max_bytes=MAX_FILTER_BYTES, codec=codec
+        )
     except errors.PayloadTooLarge:
         raise errors.InvalidArgument(
             f"payload_contains is more than {MAX_FILTER_BYTES} bytes of JSON, the limit"

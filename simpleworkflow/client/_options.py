@@ -64,6 +64,7 @@ def new_run(
     max_payload_bytes: int = payloads.DEFAULT_MAX_BYTES,
     parent_id: str | None = None,
     trace_context: Mapping[str, str] | None = None,
+    codec: payloads.Encoding | None = None,
 ) -> NewRun:
     """Check a start request and turn it into what the store writes; ``trace_context``
     is what the client's observers inject (see ``observe.Observers.trace_context``)."""
@@ -71,7 +72,9 @@ def new_run(
     fields = _checked_options(options) if options else {}
     return NewRun(
         type=names.validate_type(type),
-        payload=payloads.encode({} if payload is None else payload, max_bytes=max_payload_bytes),
+        payload=payloads.encode(
+            {} if payload is None else payload, max_bytes=max_payload_bytes, codec=codec
+        ),
         parent_id=parent_id,
         trace_context=None if trace_context is None else json.dumps(dict(trace_context)),
         **fields,
@@ -117,6 +120,7 @@ def new_runs(
     *,
     max_payload_bytes: int,
     trace_context: Mapping[str, str] | None = None,
+    codec: payloads.Encoding | None = None,
 ) -> Iterator[tuple[str, NewRun]]:
     """``(new run id, checked request)`` for each of ``start_many``'s requests, each
     with the batch's ``trace_context``."""
@@ -149,6 +153,7 @@ def new_runs(
                 options,
                 max_payload_bytes=max_payload_bytes,
                 trace_context=trace_context,
+                codec=codec,
             ),
         )
 

@@ -15,6 +15,7 @@ from simpleworkflow.backends import Backend, open_backend, schema_verdict
 from simpleworkflow.backends.ops import Op
 from simpleworkflow.backends.records import HOLD_FRESH_FOR, CancelledRuns
 from simpleworkflow.client import _options, _topics
+from simpleworkflow.codec import Codec
 from simpleworkflow.models import Published, Run, SignalSent
 
 T = TypeVar("T")
@@ -37,11 +38,15 @@ class Requests:
         backend: Backend | None = None,
         application_name: str = CLIENT_NAME,
         observers: Iterable[observe.Observer] = (),
+        codec: Codec | None = None,
     ) -> None:
         self.backend = backend or open_backend(
             database_url, schema=schema, application_name=application_name
         )
         self.max_payload_bytes = max_payload_bytes
+        #: Writes the payloads of starts, publishes and signals (``simpleworkflow.codec``):
+        #: the app's, so that its handlers read back what was written. ``None``: strict JSON.
+        self.codec = codec
         #: Told of each run started and signal sent, once the write has committed (or,
         #: with ``connection=``, once it is written in the caller's transaction).
         self.observers = observe.Observers(observers)
@@ -54,6 +59,12 @@ class Requests:
         """Register ``observer`` on this client; returns it."""
         self.observers.add(observer)
         return observer
+
+    def _encode(self, payload: Any) -> str:
+        """A payload of a publish or a signal as JSON (``None`` is ``{}``)."""
+        return payloads.encode(
+            {} if payload is None else payload, max_bytes=self.max_payload_bytes, codec=self.codec
+        )
 
     def _starting(
         self, type: str | None
@@ -80,6 +91,7 @@ class Requests:
             options,
             max_payload_bytes=self.max_payload_bytes,
             trace_context=trace_context,
+            codec=self.codec,
         )
         return self.backend.create_run(new)
 
@@ -89,7 +101,10 @@ class Requests:
         trace_context: dict[str, str] | None = None,
     ) -> Op[builtins.list[Run]]:
         news = _options.new_runs(
-            requests, max_payload_bytes=self.max_payload_bytes, trace_context=trace_context
+            requests,
+            max_payload_bytes=self.max_payload_bytes,
+            trace_context=trace_context,
+            codec=self.codec,
         )
         first = next(news, None)
         if first is None:
@@ -122,7 +137,7 @@ class Requests:
     def _publish_op(self, topic: str, payload: Any, event_id: str | None) -> Op[Published]:
         topic = names.validate_topic(topic)
         event_id = names.new_run_id() if event_id is None else names.validate_event_id(event_id)
-        text = payloads.encode({} if payload is None else payload, max_bytes=self.max_payload_bytes)
+        text = self._encode(payload)
         return _topics.publish(self.backend, topic, text, event_id)
 
     def _published(self, published: Published, committed: bool = True) -> Published:
@@ -155,7 +170,7 @@ class Requests:
 
     def _signal_op(self, run_id: str, event: str, payload: Any) -> Op[SignalSent | str | None]:
         run_id = names.normalize_run_id(run_id)
-        text = payloads.encode({} if payload is None else payload, max_bytes=self.max_payload_bytes)
+        text = self._encode(payload)
         return self.backend.send_signal(run_id, names.validate_event(event), text)
 
     def _signalled(

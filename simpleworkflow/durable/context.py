@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from datetime import datetime
 from typing import Any, TypeVar
 
-from simpleworkflow import durations, errors, names, payloads
+from simpleworkflow import durations, errors, names
 from simpleworkflow.durable import (
     children,
     compensations,
@@ -229,7 +229,7 @@ class Context:
         with self._checking():
             names.validate_step_name(name)
             names.validate_event(event)
-            match_text = None if match is None else payloads.encode(match, what="match")
+            match_text = None if match is None else self._state.durable.payload(match, "match")
             seconds = None if timeout is None else durations.to_seconds(timeout, what="timeout")
         return self._durable_call(
             signals.wait_for_event(self._state, name, event, match, match_text, seconds),
@@ -249,7 +249,7 @@ class Context:
         with self._checking():
             names.validate_type(type)
             step = names.validate_step_name(name or f"child:{type}")
-            text = payloads.encode({} if payload is None else payload)
+            text = self._state.durable.payload({} if payload is None else payload)
             priority = names.check_priority(priority)
             max_attempts = names.check_max_attempts(max_attempts)
         return self._durable_call(
@@ -401,7 +401,7 @@ class Context:
         and an empty journal; the two are linked both ways (docs/durable.md,
         "Continue-as-new"). Does not return: the body stops here (await it in an async body)."""
         with self._checking():
-            text = payloads.encode({} if payload is None else payload)
+            text = self._state.durable.payload({} if payload is None else payload)
         return self._durable_call(
             continuation.continue_as_new(self._state, text), "ctx.continue_as_new()"
         )
@@ -416,7 +416,7 @@ class Context:
         See docs/durable.md, "Values a run publishes"."""
         with self._checking():
             key = names.validate_value_key(key)
-            text = payloads.encode(value, what=f"value {key!r}")
+            text = self._state.durable.payload(value, f"value {key!r}")
             unique = self._state.durable.name(f"value:{key}" if name is None else name)
         return self._durable_call(
             values.set_value(self._state, unique, key, text), f"ctx.set_value({key!r})"
@@ -430,7 +430,7 @@ class Context:
         From a step's function: returns at once (awaiting it is allowed), the items are
         written in batches before the step is journaled. See docs/durable.md, "Streams"."""
         with self._checking():
-            key, text = streams.check_key(key), streams.encode(key, value)
+            key, text = streams.check_key(key), streams.encode(self._state, key, value)
             step = streams.current_step()
             unique = None if step else self._state.durable.name(streams.PREFIX + key)
         if step is not None:

@@ -12,6 +12,7 @@ from typing import Any
 
 from simpleworkflow import errors, payloads
 from simpleworkflow.backends.base import Continuation, Failure, Lease, Success, Suspension
+from simpleworkflow.codec import payload_hint
 from simpleworkflow.durable import compensations, continuation, tracebacks
 from simpleworkflow.durable.attempt import AttemptState
 from simpleworkflow.durable.context import Context
@@ -111,7 +112,7 @@ def _returned(
     lease = state.lease
     try:
         state.calls.check()
-        result = payloads.encode(value, what="result", max_bytes=max_result_bytes)
+        result = state.durable.payload(value, "result", max_bytes=max_result_bytes)
     except errors.NotAwaited as exc:
         return failure(definition, lease, exc, state.worker_id)
     except errors.InvalidPayload as exc:
@@ -137,6 +138,12 @@ async def call(
     The observers' ``around_attempt`` encloses the call, entered before the handler's
     task or thread copies the context, so that a tracer's span is current inside it;
     what they inject there is the attempt's trace context."""
+    codec = state.durable.codec = definition.codec
+    if codec is not None:  # the payload as the handler's annotation types it
+        try:
+            payload = codec.decode(payload, payload_hint(definition.fn), what="payload")
+        except errors.InvalidPayload as exc:  # the same on every attempt
+            raise state.durable.refuse(exc) from None
     args = (payload, Context(state)) if definition.takes_context else (payload,)
     with state.observers.around_attempt(state.run, state.worker_id):
         state.trace_context = state.observers.trace_context()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
+import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -159,7 +160,8 @@ class _Join:
         except errors.InvalidPayload as exc:
             raise self._durable.refuse(exc) from None
         await self._durable.journal(row, JournalKind.JOIN_BRANCH, value, events=[], text=text)
-        return value
+        # With a codec, the result as a replay reads it back (the journal's JSON).
+        return value if self._durable.codec is None else json.loads(text)
 
     def collect(self, tasks: dict[str, asyncio.Task[Any]]) -> None:
         """Note what the finished tasks gave; raise a suspension when any branch waits

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from simpleworkflow import errors, names, outage, payloads
 from simpleworkflow.backends.ops import Op
 from simpleworkflow.backends.records import Lease, StepRecord
+from simpleworkflow.codec import Codec
 from simpleworkflow.durable import races, scopes
 from simpleworkflow.durable.holding import Holding
 from simpleworkflow.durable.journal_batches import StepJournal
@@ -79,6 +80,9 @@ class Durable:
         #: The compensations registered (``ctx.on_rollback``), by journal name: made at
         #: the first, so that a run that registers none pays nothing.
         self.rollbacks: dict[str, Any] | None = None
+        #: The app's codec (``App(codec=...)``), which writes every value the body hands
+        #: over; ``None``: strict JSON.
+        self.codec: Codec | None = None
 
     @property
     def fenced(self) -> bool:
@@ -310,10 +314,13 @@ class Durable:
         for journaled in self._recordings:
             journaled.add(record.name)
 
-    @staticmethod
-    def encode(name: str, output: Any) -> str:
+    def encode(self, name: str, output: Any) -> str:
         """A step's output as JSON, or :class:`~simpleworkflow.errors.InvalidPayload`."""
-        return payloads.encode(output, what=f"output of step {name!r}")
+        return payloads.encode(output, what=f"output of step {name!r}", codec=self.codec)
+
+    def payload(self, value: Any, what: str = "payload", **options: Any) -> str:
+        """A payload, value or stream item the body hands over, as JSON (the codec's)."""
+        return payloads.encode(value, what=what, codec=self.codec, **options)
 
     async def _journaled(self, name: str) -> JournalEntry | None:
         """Step ``name``'s completed journal entry as the store has it, if it has one."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -169,8 +170,9 @@ class _Loop:
         with a ``Continue``'s state, committing it and trimming the journal when due."""
         durable = self._durable
         if isinstance(outcome, Break):
-            await self._journal(self._name, JournalKind.LOOP, outcome.result)
-            return True, outcome.result
+            text = self._encode(self._name, outcome.result)
+            await self._journal(self._name, JournalKind.LOOP, outcome.result, text)
+            return True, outcome.result if durable.codec is None else json.loads(text)
         if not isinstance(outcome, Continue):
             raise durable.refuse(
                 errors.InvalidArgument(
@@ -180,19 +182,27 @@ class _Loop:
             )
         self.iteration += 1
         settings = self._settings
+        state, text = outcome.state, ""
+        if durable.codec is not None:  # the state as a resume reads it, at every iteration
+            text = self._encode(f"{self._prefix}{self.iteration}", {"state": state})
+            state = json.loads(text)["state"]
         if self.iteration % settings.commit_every == 0:
-            row = f"{self._prefix}{self.iteration}"
-            await self._journal(row, JournalKind.LOOP_STATE, {"state": outcome.state})
+            row, output = f"{self._prefix}{self.iteration}", {"state": outcome.state}
+            await self._journal(
+                row, JournalKind.LOOP_STATE, output, text or self._encode(row, output)
+            )
             self._committed = self.iteration
         if settings.history_every is not None and self.iteration % settings.history_every == 0:
             await self._trim()
-        return False, outcome.state
+        return False, state
 
-    async def _journal(self, name: str, kind: JournalKind, output: Any) -> None:
+    def _encode(self, name: str, output: Any) -> str:
         try:
-            text = self._durable.encode(name, output)
+            return self._durable.encode(name, output)
         except errors.InvalidPayload as exc:
             raise self._durable.refuse(exc) from None
+
+    async def _journal(self, name: str, kind: JournalKind, output: Any, text: str) -> None:
         await self._durable.journal(name, kind, output, events=[], text=text)
 
     async def _trim(self) -> None:

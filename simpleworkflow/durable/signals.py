@@ -56,8 +56,8 @@ async def wait_for_event(
         races.note(until)  # the timeout happened then
         return None
     waiting: dict[str, Any] = {"kind": "signal", "step": unique, "event": event}
-    if match is not None:
-        waiting["match"] = match
+    if match is not None:  # as written (a codec's datetimes as text), for the outcome
+        waiting["match"] = match if durable.codec is None else json.loads(match_text or "null")
     if timeout is not None:
         waiting["until"] = until.isoformat()
     raise durable.waits.suspend(

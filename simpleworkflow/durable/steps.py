@@ -21,12 +21,14 @@ current while the user's code runs; a step answered by the journal fires no hook
 from __future__ import annotations
 
 import inspect
+import json
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from simpleworkflow import durations, errors, logs, observe, payloads
+from simpleworkflow.codec import result_hint
 from simpleworkflow.durable import races, streams, timeouts, tracebacks
 from simpleworkflow.durable.attempt import AttemptState
 from simpleworkflow.durable.journal import Durable
@@ -62,7 +64,12 @@ class Step(Protocol):
     ``*_sync`` ones on a ``def`` body's thread."""
 
     name: str
+    #: The step's function (its return annotation types its output, with a codec).
     fn: Callable[..., Any]
+
+    @property
+    def text(self) -> str | None:
+        """The output as journaled (by :meth:`encode`, or the transaction that journals it)."""
 
     def prepare(self, attempt: int) -> None:
         """Get ready to run attempt ``attempt`` (from 1) of the function; no I/O."""
@@ -89,7 +96,8 @@ def _skeleton(
     durable, name = state.durable, step.name
     entry = yield durable.begin(name, JournalKind.STEP, state.is_cancelled())
     if entry is not None and answered(entry):
-        return journaled(entry)
+        value = journaled(entry)
+        return value if durable.codec is None else typed(durable, step, value)
     attempt = attempt_of(entry)
     rig = durable.backend.rig  # a test's doubles of steps (simpleworkflow.testing)
     if rig is not None:
@@ -118,6 +126,9 @@ def _skeleton(
     if write is not None:
         yield write
     notify_completed(state, name, attempt, took)
+    if durable.codec is not None:  # what every replay returns: the journaled JSON, typed
+        assert step.text is not None
+        return typed(durable, step, json.loads(step.text))
     return value
 
 
@@ -268,6 +279,17 @@ class Plain:
             started_at=self.started_at,
             text=self.text,
         )
+
+
+def typed(durable: Durable, step: Step, data: Any) -> Any:
+    """A step's journaled output as its function's return annotation types it, through
+    the app's codec; data that does not fit fails the run (it would on every replay)."""
+    assert durable.codec is not None
+    what = f"output of step {step.name!r}"
+    try:
+        return durable.codec.decode(data, result_hint(step.fn), what=what)
+    except errors.InvalidPayload as exc:
+        raise durable.refuse(exc) from None
 
 
 def journaled(entry: JournalEntry) -> Any:

@@ -29,7 +29,7 @@ import threading
 from collections.abc import Generator
 from typing import Any
 
-from simpleworkflow import errors, names, observe, payloads
+from simpleworkflow import errors, names, observe
 from simpleworkflow.backends.stream_ops import Append, Appended
 from simpleworkflow.durable.attempt import AttemptState
 from simpleworkflow.durable.kinds import JournalKind
@@ -60,8 +60,8 @@ def closable(key: object) -> str:
     return key
 
 
-def encode(key: str, value: Any) -> str:
-    return payloads.encode(value, what=f"item of stream {key!r}")
+def encode(state: AttemptState, key: str, value: Any) -> str:
+    return state.durable.payload(value, f"item of stream {key!r}")
 
 
 def leaving(token: contextvars.Token[str | None]) -> None:

@@ -95,6 +95,11 @@ class Transactional:
             value, self.record = _committed(state, self.record, fn, args, kwargs)
         return value
 
+    @property
+    def text(self) -> str | None:
+        """The output as its transaction journaled it."""
+        return None if self.record is None else self.record.output
+
     def encode(self, value: Any) -> None:
         """Encoded already: its entry is committed with the function's writes."""
 

@@ -320,3 +320,25 @@ def test_the_streams_benchmark_delivers_every_item_and_reports_rates_and_latency
         for case in cases.values():
             assert case["items_per_second"] > 0, kind
             assert 0 <= case["latency_p50_ms"] <= case["latency_p99_ms"], kind
+
+
+def test_the_payload_codec_benchmark_reports_each_row() -> None:
+    """``python -m benchmarks.payload_codec`` at its smallest: CPU µs for every row (and
+    orjson's beside when it is installed)."""
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.payload_codec",
+        "--number",
+        "50",
+        "--repeat",
+        "1",
+        "--json",
+    ]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["bytes"] > 300
+    assert {"encode, no codec (default)", "decode, codec, into the dataclass"} <= set(doc["micros"])
+    assert all(math.isfinite(us) and us >= 0 for us in doc["micros"].values())
+    assert doc["orjson"] == "not installed" or doc["orjson"]["NaN"].startswith("writes")
