@@ -1,4 +1,4 @@
-"""The project's own examples under the test harness: their real waits (minutes, days)
+"""The project's own examples under the test harness: their real waits (minutes, hours, days)
 skipped, their services stood in for by step doubles, without a line of theirs changed."""
 
 from __future__ import annotations
@@ -97,3 +97,53 @@ def test_order_saga_rolls_back_when_the_card_keeps_failing(tmp_path: Path) -> No
         names = [e.step_name for e in env.journal(run.id)]
         assert "rollback/release-stock" in names and "rollback/refund-card" not in names
         assert "o_t2" not in module.inventory.reserved
+
+
+def test_partner_poller_polls_hourly_through_its_chain_of_runs(tmp_path: Path) -> None:
+    """Five hourly polls, two per run: three runs chained by continue-as-new, four real
+    hours of durable sleeps skipped."""
+    module = example("partner_poller")
+    module.inbox.clear()
+    with Environment(module.app, directory=tmp_path) as env:
+        began = env.now()
+        first = env.start(module.POLL, {"partner": "acme", "cursor": 0, "polls_per_run": 2})
+
+        last = env.run_until_done(first.id)
+
+        assert last.status is RunStatus.SUCCEEDED
+        assert last.result == {"partner": "acme", "cursor": 10}
+        chain = [env.client.get(first.id)]
+        while chain[-1].continued_as is not None:
+            chain.append(env.client.get(chain[-1].continued_as))
+        assert [run.payload["cursor"] for run in chain] == [0, 4, 8]
+        assert chain[-1].id == last.id
+        assert module.inbox == [f"acme:{n}" for n in range(1, 11)]
+        assert (env.now() - began).total_seconds() >= 4 * 3600
+
+
+def test_batch_processor_keeps_its_journal_small(tmp_path: Path) -> None:
+    module = example("batch_processor")
+    module.catalog.indexed.clear()
+    with Environment(module.app, directory=tmp_path) as env:
+        run = env.start(module.PROCESS, {"page_size": 25})
+
+        done = env.run_until_done(run.id)
+
+        assert done.status is RunStatus.SUCCEEDED and done.result == {"processed": 1000}
+        assert module.catalog.indexed == module.catalog.items
+        # 41 iterations of two steps, trimmed to the last 10 or so (and the loop's state)
+        assert len(env.journal(run.id)) <= 2 * 12 + 2
+
+
+def test_token_stream_writes_every_token_then_closes(tmp_path: Path) -> None:
+    module = example("token_stream")
+    with Environment(module.app, directory=tmp_path) as env:
+        run = env.start(module.ANSWER, {"question": "Why?"})
+
+        done = env.run_until_done(run.id)
+
+        assert done.status is RunStatus.SUCCEEDED
+        tokens = env.stream(run.id, "tokens")
+        assert "".join(tokens).strip() == done.result["answer"]
+        assert done.result["answer"].startswith("You asked: Why?")
+        assert env.stream(run.id, "status") == ["thinking", "done"]
