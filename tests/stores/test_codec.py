@@ -280,7 +280,7 @@ def test_loop_states_and_join_results_are_the_journal_s_json_on_every_run(store:
         seen.append(("loop", done))
         joined = await ctx.join("both", {"a": lambda: _at(DUE), "b": lambda: _at(DUE)})
         seen.append(("join", joined))
-        await ctx.sleep("after", 0.01)
+        await ctx.sleep("after", 0.5)  # long enough to suspend: the body is replayed after it
         return "ok"
 
     with app.client() as client:
