@@ -15,6 +15,7 @@ import contextlib
 import cProfile
 import os
 import pstats
+import shutil
 import sys
 import tempfile
 import time
@@ -51,7 +52,9 @@ def profile_start(store: BenchStore, runs: int, top: int) -> None:
     pstats.Stats(profiler).sort_stats("tottime").print_stats(top)
 
 
-def profile_drain(store: BenchStore, runs: int, concurrency: int, steps: int, top: int) -> None:
+def profile_drain(
+    store: BenchStore, runs: int, concurrency: int, steps: int, top: int, save: str | None = None
+) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-profile-") as tmp:
         stats_path = Path(tmp) / "worker.prof"
         if steps:
@@ -85,6 +88,8 @@ def profile_drain(store: BenchStore, runs: int, concurrency: int, steps: int, to
             print(f", Postgres server {server_cpu:.2f}s", end="")
         print(f"\n{claims} claim transactions, {completions} completion transactions")
         pstats.Stats(str(stats_path)).sort_stats("tottime").print_stats(top)
+        if save is not None:  # for pstats' callers and callees
+            shutil.copyfile(stats_path, save)
 
 
 def _server_pids(store: BenchStore) -> list[int]:
@@ -124,12 +129,13 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--steps", type=int, default=0, help="journaled steps per run (drain)")
     parser.add_argument("--top", type=int, default=20, help="functions to list")
     parser.add_argument("--postgres-url")
+    parser.add_argument("--save", help="keep the worker's profile (drain) in this file")
     args = parser.parse_args(argv)
     with _store(args.store, args.postgres_url) as store:
         if args.what == "start":
             profile_start(store, args.runs, args.top)
         else:
-            profile_drain(store, args.runs, args.concurrency, args.steps, args.top)
+            profile_drain(store, args.runs, args.concurrency, args.steps, args.top, args.save)
 
 
 if __name__ == "__main__":
