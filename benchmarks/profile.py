@@ -53,14 +53,20 @@ def profile_start(store: BenchStore, runs: int, top: int) -> None:
 
 
 def profile_drain(
-    store: BenchStore, runs: int, concurrency: int, steps: int, top: int, save: str | None = None
+    store: BenchStore,
+    runs: int,
+    concurrency: int,
+    steps: int,
+    top: int,
+    save: str | None = None,
+    sync: bool = False,
 ) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-profile-") as tmp:
         stats_path = Path(tmp) / "worker.prof"
         if steps:
             store.load_runs(runs, stores.STEPS, f'{{"steps": {steps}}}')
         else:
-            store.load_runs(runs)
+            store.load_runs(runs, stores.SYNC if sync else stores.NOOP)
         if store.kind == "postgres":
             store.execute("analyze")  # as autovacuum would: plans as in production
         after = store.last_event()
@@ -130,12 +136,17 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--top", type=int, default=20, help="functions to list")
     parser.add_argument("--postgres-url")
     parser.add_argument("--save", help="keep the worker's profile (drain) in this file")
+    parser.add_argument(
+        "--sync", action="store_true", help="plain def handlers (drain; cProfile sees the loop)"
+    )
     args = parser.parse_args(argv)
     with _store(args.store, args.postgres_url) as store:
         if args.what == "start":
             profile_start(store, args.runs, args.top)
         else:
-            profile_drain(store, args.runs, args.concurrency, args.steps, args.top, args.save)
+            profile_drain(
+                store, args.runs, args.concurrency, args.steps, args.top, args.save, args.sync
+            )
 
 
 if __name__ == "__main__":
