@@ -15,6 +15,7 @@ import contextlib
 import cProfile
 import os
 import pstats
+import shutil
 import sys
 import tempfile
 import time
@@ -51,13 +52,21 @@ def profile_start(store: BenchStore, runs: int, top: int) -> None:
     pstats.Stats(profiler).sort_stats("tottime").print_stats(top)
 
 
-def profile_drain(store: BenchStore, runs: int, concurrency: int, steps: int, top: int) -> None:
+def profile_drain(
+    store: BenchStore,
+    runs: int,
+    concurrency: int,
+    steps: int,
+    top: int,
+    save: str | None = None,
+    sync: bool = False,
+) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-profile-") as tmp:
         stats_path = Path(tmp) / "worker.prof"
         if steps:
             store.load_runs(runs, stores.STEPS, f'{{"steps": {steps}}}')
         else:
-            store.load_runs(runs)
+            store.load_runs(runs, stores.SYNC if sync else stores.NOOP)
         if store.kind == "postgres":
             store.execute("analyze")  # as autovacuum would: plans as in production
         after = store.last_event()
@@ -85,6 +94,8 @@ def profile_drain(store: BenchStore, runs: int, concurrency: int, steps: int, to
             print(f", Postgres server {server_cpu:.2f}s", end="")
         print(f"\n{claims} claim transactions, {completions} completion transactions")
         pstats.Stats(str(stats_path)).sort_stats("tottime").print_stats(top)
+        if save is not None:  # for pstats' callers and callees
+            shutil.copyfile(stats_path, save)
 
 
 def _server_pids(store: BenchStore) -> list[int]:
@@ -124,12 +135,18 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--steps", type=int, default=0, help="journaled steps per run (drain)")
     parser.add_argument("--top", type=int, default=20, help="functions to list")
     parser.add_argument("--postgres-url")
+    parser.add_argument("--save", help="keep the worker's profile (drain) in this file")
+    parser.add_argument(
+        "--sync", action="store_true", help="plain def handlers (drain; cProfile sees the loop)"
+    )
     args = parser.parse_args(argv)
     with _store(args.store, args.postgres_url) as store:
         if args.what == "start":
             profile_start(store, args.runs, args.top)
         else:
-            profile_drain(store, args.runs, args.concurrency, args.steps, args.top)
+            profile_drain(
+                store, args.runs, args.concurrency, args.steps, args.top, args.save, args.sync
+            )
 
 
 if __name__ == "__main__":

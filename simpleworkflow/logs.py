@@ -68,7 +68,9 @@ class in_step:  # lower case: used as a function, ``with logs.in_step(name):``
     def __enter__(self) -> None:
         where = _current.get()
         if where is not None:
-            self._token = _current.set(dataclasses.replace(where, step=self._name))
+            # the constructor, not dataclasses.replace, which reads the fields each call
+            step = RunLogContext(where.run_id, where.run_type, where.attempt, self._name)
+            self._token = _current.set(step)
 
     def __exit__(self, *exc_info: object) -> None:
         if self._token is not None:

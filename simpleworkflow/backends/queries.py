@@ -2,8 +2,10 @@
 
 Each statement starts with a ``-- name: <name>`` line; everything until the next such
 line belongs to it. Tables are written as ``{schema}workflow_run``: ``{schema}`` becomes the
-quoted schema name and a dot (nothing on SQLite) and ``{schema_name}`` the quoted name
-alone; that quoted name is the only text Python ever puts into SQL.
+quoted schema name and a dot (nothing on SQLite), ``{schema_name}`` the quoted name
+alone and ``{schema_text}`` the name inside a string literal (a wake-up's, which says
+the schema as ``tg_table_schema`` does); that name, checked to be lowercase letters,
+digits and ``_``, is the only text Python ever puts into SQL.
 
 Comments and blank lines are dropped as a statement is loaded: they are for readers of
 the file, and psycopg keeps its parse of a statement (``%(name)s`` to ``$1``) only for
@@ -41,7 +43,9 @@ def render(text: str, quoted_schema: str | None) -> str:
     """Fill in the schema placeholders; ``None`` (SQLite) means tables have no schema."""
     if quoted_schema is None:
         return text.replace("{schema}", "")
-    return text.replace("{schema_name}", quoted_schema).replace("{schema}", quoted_schema + ".")
+    bare = quoted_schema[1:-1]  # see quote_schema: nothing in it needs quoting
+    text = text.replace("{schema_text}", bare).replace("{schema_name}", quoted_schema)
+    return text.replace("{schema}", quoted_schema + ".")
 
 
 def load(package: str, filename: str, quoted_schema: str | None) -> dict[str, str]:

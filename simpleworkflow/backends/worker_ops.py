@@ -66,7 +66,7 @@ class WorkerOps(StoreCore):
         rows = [row for row in rows if row["id"] is not None]
         throttled = [row for row in rows if row["status"] != "leased"]
         rows = [row for row in rows if row["status"] == "leased"]
-        if rows or throttled:
+        if (rows or throttled) and not self.dialect.chained_writes:  # else nothing to do
             ids = [str(row["id"]) for row in rows]
             yield from self.then("claim", ids=ids, throttled=[str(row["id"]) for row in throttled])
         for row in throttled:

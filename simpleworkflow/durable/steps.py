@@ -194,6 +194,7 @@ class Plain:
         "args",
         "attempt",
         "fn",
+        "is_coroutine",
         "kwargs",
         "name",
         "started_at",
@@ -217,13 +218,16 @@ class Plain:
         self.attempt = 1
         self.started_at: datetime | None = None
         self.text: str | None = None
+        #: Whether ``fn`` is an ``async def``: asked once, by begin_async (an async body).
+        self.is_coroutine = False
 
     def prepare(self, attempt: int) -> None:
         self.attempt = attempt
 
     async def begin_async(self) -> None:
         state = self.state
-        if inspect.iscoroutinefunction(self.fn):  # else it begins on a thread: see beginning()
+        self.is_coroutine = inspect.iscoroutinefunction(self.fn)
+        if self.is_coroutine:  # else it begins on a thread: see beginning()
             while not may_begin(state):  # no await from here to the function's call
                 await state.durable.holding.confirm()
         self.started_at = state.durable.db_now()
@@ -234,7 +238,7 @@ class Plain:
 
     async def call_async(self) -> Any:
         state, fn, seconds = self.state, self.fn, self.timeout
-        if inspect.iscoroutinefunction(fn):
+        if self.is_coroutine:  # begin_async came first, as the skeleton yields BEGIN first
             with state.observers.around_step(state.run, self.name, self.attempt):
                 if seconds is None:
                     return await fn(*self.args, **self.kwargs)

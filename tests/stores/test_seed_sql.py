@@ -9,6 +9,7 @@ did what the seed says, and that the Python client sees the result.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -473,3 +474,38 @@ def test_the_python_runtime_logs_each_of_its_transitions_once(
     ]
     for run_id in (run.id, cancelled.id):
         assert not [e for e in client.events(run_id) if "source" in e.data]
+
+
+# -- created events and wake-ups: the library's starts write their own (Postgres 0030) ---
+
+
+PLAIN_INSERT = """
+insert into workflow.workflow_run (type, payload, run_at)
+values ('plain.now.v1', '{}', now()), ('plain.now.v1', '{}', now()),
+       ('plain.later.v1', '{}', now() + interval '1 hour')
+returning id
+"""
+
+
+def test_every_insert_leaves_one_created_event_and_wakes_each_type(
+    connect: Connect, client: Client
+) -> None:
+    """Plain SQL gets them from the insert trigger; the library's starts write them in
+    their own statement, which the trigger then leaves alone: one each, never two."""
+    listener = connect()
+    listener.execute("listen simpleworkflow")
+    plain = [str(r["id"]) for r in connect().execute(PLAIN_INSERT).fetchall()]
+    started = [client.start("lib.one.v1").id, client.start("lib.later.v1", delay=3600).id]
+    started += [r.id for r in client.start_many([("lib.many.v1", {}), ("lib.many.v1", {})])]
+    wakes = sorted(note.payload for note in listener.notifies(timeout=1))
+    for run_id in plain + started:
+        run = client.get(run_id)
+        assert sql_events(client, run_id) == [
+            ("created", {"type": run.type, "priority": run.priority, "run_at": ANY_TIME})
+        ]
+    due = {w.split(" ")[2]: w.split(" ")[3:] for w in wakes}
+    assert len(wakes) == len(due) == 5  # one per type: the two due now of one type as one
+    assert due["plain.now.v1"] == due["lib.one.v1"] == due["lib.many.v1"] == []
+    for later in ("plain.later.v1", "lib.later.v1"):
+        assert 3590 < float(due[later][0]) - time.time() < 3610
+    assert all(w.startswith("wake workflow ") for w in wakes)

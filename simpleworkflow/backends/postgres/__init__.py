@@ -7,7 +7,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -26,7 +26,8 @@ from simpleworkflow.backends.postgres import (
 )
 from simpleworkflow.backends.postgres.deadline import Deadline
 from simpleworkflow.backends.postgres.liveness import PROBE_AFTER, Liveness
-from simpleworkflow.models import PayloadIndex
+from simpleworkflow.backends.postgres.rows import run_from_row
+from simpleworkflow.models import PayloadIndex, Run
 
 try:
     import psycopg
@@ -429,6 +430,9 @@ class PostgresBackend(base.Backend):
         if not isinstance(value, datetime):  # an Unreadable, from loading
             raise ValueError(f"not a time Python can hold: {value}")
         return value
+
+    def run_from_row(self, row: Mapping[str, Any]) -> Run:
+        return run_from_row(row)  # typed by psycopg: nothing to check but the status
 
     def decode_json(self, value: Any) -> Any:
         # psycopg parses jsonb already; text that reached us from json columns stays text.

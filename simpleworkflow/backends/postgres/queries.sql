@@ -20,15 +20,17 @@ insert into {schema}workflow_schema_version (version, name) values (%(version)s,
 select pg_advisory_xact_lock(hashtext(%(key)s))
 
 -- name: create_run
--- The created event is written by the insert trigger (migration 0003). Only what the
--- store decides is sent back, the times (updated_at is created_at); the client knows the
--- rest of the row. The client picks the id (time-ordered, see names.new_run_id); plain
--- SQL inserts get the column default.
+-- The run's created event and its type's wake-up are written here, and logged_changes = 1
+-- keeps the insert trigger, which does the same for any other insert, from firing (0030).
+-- Only what the store decides is sent back, the times (updated_at is created_at); the
+-- client knows the rest of the row. The client picks the id (time-ordered, see
+-- names.new_run_id); plain SQL inserts get the column default.
 -- A run without a retention of its own takes its type's of now, and is sent back with
 -- it; retention_fixed says so (0022: a plain SQL insert gets both from a trigger).
+with started as (
 insert into {schema}workflow_run
     (id, type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline,
-     trace_context, retention, concurrency_key, retention_fixed)
+     trace_context, retention, concurrency_key, retention_fixed, logged_changes)
 values (
     %(id)s::uuid, %(type)s, %(payload)s::jsonb, %(idempotency_key)s, %(priority)s,
     coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s)),
@@ -40,18 +42,32 @@ values (
              (select g.retention from {schema}workflow_registry g
               where g.workflow_name = %(type)s)),
     %(concurrency_key)s,
-    true
+    true,
+    1
 )
 on conflict (idempotency_key) do nothing
-returning created_at, run_at, deadline, extract(epoch from retention)::float8 as retention
+returning id, type, priority, run_at, created_at, deadline, retention
+), created as (
+    insert into {schema}workflow_event (workflow_id, event_type, data)
+    select id, 'created', jsonb_build_object('type', type, 'priority', priority, 'run_at', run_at)
+    from started
+)
+select created_at, run_at, deadline, extract(epoch from retention)::float8 as retention,
+       pg_notify('simpleworkflow', 'wake {schema_text} ' || type
+                                   || case when run_at > now()
+                                           then ' ' || extract(epoch from run_at)
+                                           else '' end) as woken
+from started
 
 -- name: create_runs
 -- Many runs in one statement; ids come from the client so rows can be matched to items.
--- run_at comes back null when it is created_at (a run due at once): one time fewer to
--- read per row.
+-- As create_run, it writes the created events, and one wake-up per type saying when its
+-- earliest new run is due if that is later (0030). run_at comes back null when it is
+-- created_at (a run due at once): one time fewer to read per row.
+with started as (
 insert into {schema}workflow_run
     (id, type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline,
-     trace_context, retention, concurrency_key, retention_fixed)
+     trace_context, retention, concurrency_key, retention_fixed, logged_changes)
 select i.id, i.type, i.payload::jsonb, i.idempotency_key, i.priority,
        coalesce(i.run_at, now() + make_interval(secs => i.delay)),
        coalesce(i.max_attempts, 3), i.parent_id,
@@ -61,15 +77,30 @@ select i.id, i.type, i.payload::jsonb, i.idempotency_key, i.priority,
                 (select g.retention from {schema}workflow_registry g
                  where g.workflow_name = i.type)),
        i.concurrency_key,
-       true
+       true,
+       1
 from jsonb_to_recordset(%(items)s::jsonb)
     as i(id uuid, type text, payload text, idempotency_key text, priority integer,
          run_at timestamptz, delay float8, max_attempts integer, parent_id uuid,
          deadline timestamptz, deadline_in float8, trace_context text, retention float8,
          concurrency_key text)
 on conflict (idempotency_key) do nothing
-returning id::text as id, created_at, nullif(run_at, created_at) as run_at, deadline,
-          extract(epoch from retention)::float8 as retention
+returning id, type, priority, run_at, created_at, deadline, retention
+), created as (
+    insert into {schema}workflow_event (workflow_id, event_type, data)
+    select id, 'created', jsonb_build_object('type', type, 'priority', priority, 'run_at', run_at)
+    from started
+    order by created_at, id
+)
+select id::text as id, created_at, nullif(run_at, created_at) as run_at, deadline,
+       extract(epoch from retention)::float8 as retention
+from started
+-- one wake-up per type, sent once (an uncorrelated subquery runs once per statement)
+where (select count(pg_notify('simpleworkflow',
+                              'wake {schema_text} ' || t.type
+                              || case when t.due > now() then ' ' || extract(epoch from t.due)
+                                      else '' end))
+       from (select type, min(run_at) as due from started group by type) as t) >= 0
 
 -- name: debounce_run
 -- A debounced start (docs/flow-control.md): the first call of a key inserts the run, due

@@ -633,3 +633,29 @@ alter table {schema}workflow_run add column forked_at_step text;
 create index idx_workflow_run_forked_from
     on {schema}workflow_run (forked_from)
     where forked_from is not null;
+
+-- The library's starts write their own created event and wake-up (migration 0030).
+drop trigger workflow_run_notify_insert on {schema}workflow_run;
+
+create or replace function {schema}workflow_run_notify_insert() returns trigger
+language plpgsql as $$
+begin
+    insert into {schema_name}.workflow_event (workflow_id, event_type, data)
+    values (new.id, 'created', jsonb_build_object('type', new.type, 'priority', new.priority,
+                                                  'run_at', new.run_at));
+    -- identical wake-ups of one transaction reach a listener once
+    if new.status = 'pending' then
+        perform pg_notify('simpleworkflow', 'wake ' || tg_table_schema || ' ' || new.type
+                                            || case when new.run_at > now()
+                                                    then ' ' || extract(epoch from new.run_at)
+                                                    else '' end);
+    end if;
+    return null;
+end
+$$;
+
+create trigger workflow_run_notify_insert
+    after insert on {schema}workflow_run
+    for each row
+    when (new.logged_changes = 0)
+    execute function {schema}workflow_run_notify_insert();
