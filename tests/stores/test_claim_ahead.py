@@ -132,13 +132,15 @@ def test_no_more_handlers_run_at_once_than_the_concurrency_while_claiming_ahead(
 def test_runs_waiting_for_a_slot_keep_their_leases_and_a_cancelled_one_never_runs(
     app: App, client: Client, seen: Seen, release: threading.Event
 ) -> None:
-    with poller_thread(app, concurrency=1, lease_duration=2, poll_interval=0.2):
+    # A lease of 3 s, renewed every second: short enough to outlive in the test, long
+    # enough that a heartbeat late by a loaded machine's second does not lose it.
+    with poller_thread(app, concurrency=1, lease_duration=3, poll_interval=0.2):
         blocker, waiting = waiting_behind_a_blocked_slot(client, seen, least=2)
         dropped, *kept = waiting
         assert client.cancel(dropped)
         settled(client, [dropped], RunStatus.CANCELLED)
         # Past their first lease: heartbeats renewed the leases of the runs that wait.
-        threading.Event().wait(3)
+        threading.Event().wait(4)
         assert statuses(client, kept) == {RunStatus.LEASED}
         assert not set(waiting) & set(seen.started)
         release.set()
