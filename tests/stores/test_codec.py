@@ -443,3 +443,28 @@ def test_type_without_a_codec_reads_with_a_default_one(store: Store) -> None:
         errors.InvalidPayload, match=r"result of run .*\['carrier'\]: 'post' is not a datetime"
     ):
         client.get(good, type=dict[str, datetime])
+
+
+@pytest.mark.parametrize("codec", [None, Codec()], ids=["no codec", "codec"])
+def test_a_race_hands_back_its_winner_as_the_journal_holds_it(
+    store: Store, codec: Codec | None
+) -> None:
+    """A race won by a typed wait journals the value (a ``date`` with no codec too) and
+    hands back the journal's JSON on the first run as on the replay after a sleep."""
+    app = App(store.url, schema=store.schema, codec=codec)
+    seen: list[Any] = []
+
+    @app.workflow("test.codec.race.v1")
+    async def body(payload: Any, ctx: Context) -> Any:
+        shipped = ctx.wait_for_event("shipped", event="shipped", type=Shipped)
+        seen.append(await ctx.race("first", shipped, ctx.sleep("never", "1h")))
+        await ctx.sleep("after", 0.5)  # long enough to suspend: the body is replayed after it
+        return "ok"
+
+    with app.client() as client:
+        run_id = client.start("test.codec.race.v1").id
+        client.signal(run_id, "shipped", {"on": "2026-12-02", "carrier": "post"})
+        with working(app):
+            run = wait_terminal(client, run_id)
+    assert run.status is RunStatus.SUCCEEDED, run.last_error
+    assert len(seen) >= 2 and all(v == (0, {"on": "2026-12-02", "carrier": "post"}) for v in seen)
