@@ -236,7 +236,10 @@ class Client(LiveReads):
         """Operator actions (registry, counts, retry, purge ...) on this client's
         connections; see :mod:`simpleworkflow.admin`."""
         return Admin(
-            backend=self.backend, auto_migrate=self._auto_migrate, observers=self.observers
+            backend=self.backend,
+            auto_migrate=self._auto_migrate,
+            observers=self.observers,
+            codec=self.codec,
         )
 
     def _call(self, op: Op[T], connection: Any) -> T:
@@ -417,7 +420,10 @@ class AsyncClient(AsyncLiveReads):
         """Operator actions, awaited, on this client's connections; see
         :mod:`simpleworkflow.admin`."""
         return AsyncAdmin(
-            backend=self.backend, auto_migrate=self._auto_migrate, observers=self.observers
+            backend=self.backend,
+            auto_migrate=self._auto_migrate,
+            observers=self.observers,
+            codec=self.codec,
         )
 
     async def _call(self, op: Op[T], connection: Any) -> T:

@@ -370,8 +370,9 @@ def test_type_reads_signals_and_child_results_the_same_after_a_restart(store: St
         assert len(seen) == first_run + 3  # the new worker replayed the three reads
         by_key = {key: [v for k, v in seen if k == key] for key in ("shipped", "batch", "late")}
         assert by_key["late"] and all(v is None for v in by_key["late"])
-        assert len(by_key["shipped"]) >= 3 and all(v == SHIPPED for v in by_key["shipped"])
-        assert len(by_key["batch"]) >= 3 and all(v == BATCH for v in by_key["batch"])
+        # The first of each was read live by the first worker, the last replayed by the new one.
+        assert len(by_key["shipped"]) >= 2 and all(v == SHIPPED for v in by_key["shipped"])
+        assert len(by_key["batch"]) >= 2 and all(v == BATCH for v in by_key["batch"])
         for shipped in by_key["shipped"]:
             assert type(shipped.on) is date
         for batch in by_key["batch"]:
@@ -468,3 +469,26 @@ def test_a_race_hands_back_its_winner_as_the_journal_holds_it(
             run = wait_terminal(client, run_id)
     assert run.status is RunStatus.SUCCEEDED, run.last_error
     assert len(seen) >= 2 and all(v == (0, {"on": "2026-12-02", "carrier": "post"}) for v in seen)
+
+
+def test_schedule_and_fork_payloads_are_written_through_the_codec(store: Store) -> None:
+    """``@app.schedule`` writes its payload with the app's codec, ``client.schedules`` and
+    ``client.admin.fork`` with the client's: a datetime and a Decimal as their text."""
+    app = App(store.url, schema=store.schema, codec=Codec())
+
+    @app.schedule("test.codec.tick.v1", cron="0 3 * * *", payload={"since": DUE})
+    @app.workflow("test.codec.tick.v1")
+    async def tick(payload: Any, ctx: Context) -> Any:
+        return await ctx.step("total", charge, ORDER)
+
+    assert app.schedules["test.codec.tick.v1"].payload == '{"since":"2026-12-01T12:00:00+00:00"}'
+    with app.client() as client:
+        made = client.schedules.create(
+            "typed", "test.codec.tick.v1", cron="0 4 * * *", payload={"total": Decimal("1.50")}
+        )
+        assert made.payload == {"total": "1.50"}
+        run_id = client.start("test.codec.tick.v1", {"n": 1}).id
+        with working(app):
+            assert wait_terminal(client, run_id).status is RunStatus.SUCCEEDED
+        fork = client.admin.fork(run_id, from_step="total", payload=Batch(DUE, Decimal("2.5")))
+        assert fork.payload == {"until": DUE.isoformat(), "total": "2.5", "rounds": 0}
