@@ -123,7 +123,7 @@ class Client(LiveReads):
         type hint) a succeeded run's result is read as that type (docs/payloads.md)."""
         run_id = names.normalize_run_id(run_id)
         run = self._found(run_id, self._run(self.backend.get_run(run_id), readonly=True))
-        return self._result_as(run, type)
+        return run if type is None else self._result_as(run, type)
 
     def list(
         self,
@@ -225,7 +225,7 @@ class Client(LiveReads):
                 run = self.get(run.continued_as)
             current = run.id  # the next look starts where the chain stands
             if run.is_terminal:
-                return self._result_as(run, type)
+                return run if type is None else self._result_as(run, type)
             if pause is None:
                 break
             time.sleep(pause)
@@ -309,7 +309,7 @@ class AsyncClient(AsyncLiveReads):
         :meth:`Client.get`."""
         run_id = names.normalize_run_id(run_id)
         run = self._found(run_id, await self._run(self.backend.get_run(run_id), readonly=True))
-        return self._result_as(run, type)
+        return run if type is None else self._result_as(run, type)
 
     async def list(
         self,
@@ -409,7 +409,7 @@ class AsyncClient(AsyncLiveReads):
                 run = await self.get(run.continued_as)
             current = run.id  # the next look starts where the chain stands
             if run.is_terminal:
-                return self._result_as(run, type)
+                return run if type is None else self._result_as(run, type)
             if pause is None:
                 break
             await asyncio.sleep(pause)

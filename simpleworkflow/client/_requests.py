@@ -201,8 +201,9 @@ class Requests:
         return reading(self.codec).decode(data, hint, what=what)
 
     def _result_as(self, run: Run, hint: Any) -> Run:
-        """``run`` with its result read as ``hint``: a succeeded run's (others have none)."""
-        if hint is None or run.status is not RunStatus.SUCCEEDED:
+        """``run`` with its result read as ``hint`` (a read's ``type=``, given): a succeeded
+        run's (others have none)."""
+        if run.status is not RunStatus.SUCCEEDED:
             return run
         result = self._read_as(run.result, hint, f"result of run {run.id}")
         return dataclasses.replace(run, result=result)
