@@ -396,3 +396,15 @@ def payload_hint(fn: Callable[..., Any]) -> Any:
             first = None
         hints[_FIRST] = None if first is None else hints.get(first)
     return hints[_FIRST]
+
+
+#: What reads a ``type=`` where no codec was given: the standard types, enums,
+#: dataclasses and pydantic models, no class of the user's own.
+_DEFAULT = Codec()
+
+
+def reading(codec: Codec | None) -> Codec:
+    """The codec that reads a ``type=`` given to a read (``ctx.wait_for_event``,
+    ``client.wait`` ...): ``codec``, or without one a default :class:`Codec`. Reading
+    needs no codec of the writer's: the stored JSON names no type either way."""
+    return _DEFAULT if codec is None else codec

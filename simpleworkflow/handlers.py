@@ -214,6 +214,7 @@ class Handlers:
             missed=missed,
             priority=priority,
             max_attempts=max_attempts,
+            codec=self.codec,
         )
         if spec.name in self._schedules:
             raise errors.InvalidArgument(f"a schedule named {spec.name!r} is already declared")

@@ -89,15 +89,17 @@ def define(
     missed: str = "skip",
     priority: int = 100,
     max_attempts: int | None = None,
+    codec: payloads.Encoding | None = None,
 ) -> ScheduleSpec:
     """A :class:`ScheduleSpec`, every part checked; :class:`~simpleworkflow.errors.
-    InvalidArgument` (or ``InvalidTypeName``, ``InvalidPayload``) naming what is wrong."""
+    InvalidArgument` (or ``InvalidTypeName``, ``InvalidPayload``) naming what is wrong.
+    ``codec``: writes the payload (the app's or the client's)."""
     return ScheduleSpec(
         name=names.validate_schedule_name(name),
         workflow_type=names.validate_type(type),
         cron=check_cron(cron),
         timezone=check_timezone(tz),
-        payload=check_payload(payload),
+        payload=check_payload(payload, codec),
         missed=check_missed(missed),
         priority=names.check_priority(priority),
         max_attempts=names.check_max_attempts(max_attempts),
@@ -144,7 +146,7 @@ def check_missed(missed: object) -> str:
     return str(missed)
 
 
-def check_payload(payload: Mapping[str, Any] | None) -> str:
+def check_payload(payload: Mapping[str, Any] | None, codec: payloads.Encoding | None = None) -> str:
     """The static payload as JSON text: an object, without the keys the scheduler adds."""
     if payload is None:
         return "{}"
@@ -159,7 +161,7 @@ def check_payload(payload: Mapping[str, Any] | None) -> str:
             f"a schedule's payload cannot hold {', '.join(taken)}: the scheduler sets "
             f"{' and '.join(RESERVED_KEYS)} in every run it starts"
         )
-    return payloads.encode(dict(payload), what="schedule payload")
+    return payloads.encode(dict(payload), what="schedule payload", codec=codec)
 
 
 def next_tick(cron: str, tz: str, after: datetime) -> datetime:

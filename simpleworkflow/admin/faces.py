@@ -134,7 +134,7 @@ class Admin(op_runner.Checked, Verbs):
     def schedules(self) -> Schedules:
         """Cron schedules: create, list, get, pause, resume, trigger, delete
         (docs/schedules.md)."""
-        return Schedules(self, self.observers)
+        return Schedules(self, self.observers, self.codec)
 
     def stats(self) -> builtins.list[TypeStats]:
         """Every type with runs or a registry entry, by name: its runs by state, how late
@@ -362,7 +362,7 @@ class AsyncAdmin(op_runner.AsyncChecked, Verbs):
     @functools.cached_property
     def schedules(self) -> AsyncSchedules:
         """Cron schedules, awaited; see :attr:`Admin.schedules`."""
-        return AsyncSchedules(self, self.observers)
+        return AsyncSchedules(self, self.observers, self.codec)
 
     async def stats(self) -> builtins.list[TypeStats]:
         """Every type at a glance; see :meth:`Admin.stats`."""

@@ -18,6 +18,7 @@ from simpleworkflow import errors, names, observe, schedule_runs, schedules
 from simpleworkflow.backends import Backend, op_runner
 from simpleworkflow.backends.ops import Op
 from simpleworkflow.backends.records import NewRun
+from simpleworkflow.codec import Codec
 from simpleworkflow.models import Run, Schedule, unreadable_fields
 
 #: A schedule's fields a run started by hand is built from: none may be unreadable.
@@ -27,8 +28,15 @@ _RUN_FIELDS = ("payload", "priority", "max_attempts")
 class ScheduleVerbs:
     """What both faces share: argument checks and the ops."""
 
-    def __init__(self, backend: Backend, observers: observe.Observers | None = None) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        observers: observe.Observers | None = None,
+        codec: Codec | None = None,
+    ) -> None:
         self.backend = backend
+        #: Writes a schedule's payload (its owner's codec).
+        self.codec = codec
         #: The owner's observers: a run started by hand reaches them as a client's does.
         self.observers = observe.Observers([]) if observers is None else observers
 
@@ -52,6 +60,7 @@ class ScheduleVerbs:
             missed=missed,
             priority=priority,
             max_attempts=max_attempts,
+            codec=self.codec,
         )
         return self.backend.upsert_schedule(spec, spec.next_tick(self.backend.now()))
 
@@ -109,9 +118,12 @@ class Schedules(ScheduleVerbs):
     """Cron schedules, blocking; see docs/schedules.md."""
 
     def __init__(
-        self, owner: op_runner.Checked, observers: observe.Observers | None = None
+        self,
+        owner: op_runner.Checked,
+        observers: observe.Observers | None = None,
+        codec: Codec | None = None,
     ) -> None:
-        super().__init__(owner.backend, observers)
+        super().__init__(owner.backend, observers, codec)
         self._owner = owner
 
     def create(
@@ -170,9 +182,12 @@ class AsyncSchedules(ScheduleVerbs):
     """Cron schedules, awaited; see :class:`Schedules` for what each method does."""
 
     def __init__(
-        self, owner: op_runner.AsyncChecked, observers: observe.Observers | None = None
+        self,
+        owner: op_runner.AsyncChecked,
+        observers: observe.Observers | None = None,
+        codec: Codec | None = None,
     ) -> None:
-        super().__init__(owner.backend, observers)
+        super().__init__(owner.backend, observers, codec)
         self._owner = owner
 
     async def create(

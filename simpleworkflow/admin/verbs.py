@@ -27,6 +27,7 @@ from simpleworkflow.backends import Backend, open_backend, schema_verdict
 from simpleworkflow.backends.insight_ops import HolderRow
 from simpleworkflow.backends.ops import Op
 from simpleworkflow.backends.presence_ops import PresenceRow
+from simpleworkflow.codec import Codec
 from simpleworkflow.handlers import Handlers
 from simpleworkflow.models import RateLimit, RegistryEntry, Run, Subscription
 
@@ -62,8 +63,11 @@ class Verbs:
         backend: Backend | None = None,
         observers: Iterable[observe.Observer] = (),
         application_name: str = ADMIN_NAME,
+        codec: Codec | None = None,
     ) -> None:
         self._owns_backend = backend is None
+        #: Writes the payloads of forks and schedules (a client's admin: the client's).
+        self.codec = codec
         self.backend = backend or open_backend(
             database_url, schema=schema, application_name=application_name
         )
@@ -195,7 +199,7 @@ class Verbs:
     def _fork_op(self, run_id: str, from_step: str | int, payload: Any) -> Op[Run]:
         original = names.normalize_run_id(run_id)
         point = forks.check_from_step(from_step)
-        text = None if payload is None else payloads.encode(payload)
+        text = None if payload is None else payloads.encode(payload, codec=self.codec)
         return self._forking(original, point, text)
 
     def _forking(self, run_id: str, from_step: str | int, payload: str | None) -> Op[Run]:

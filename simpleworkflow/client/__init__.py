@@ -118,10 +118,12 @@ class Client(LiveReads):
         op = self._publish_op(topic, payload, event_id)
         return self._published(self._call(op, connection), connection is None)
 
-    def get(self, run_id: str) -> Run:
-        """The run with this id; :class:`RunNotFound` if there is none."""
+    def get(self, run_id: str, *, type: Any = None) -> Run:
+        """The run with this id; :class:`RunNotFound` if there is none. With ``type`` (a
+        type hint) a succeeded run's result is read as that type (docs/payloads.md)."""
         run_id = names.normalize_run_id(run_id)
-        return self._found(run_id, self._run(self.backend.get_run(run_id), readonly=True))
+        run = self._found(run_id, self._run(self.backend.get_run(run_id), readonly=True))
+        return run if type is None else self._result_as(run, type)
 
     def list(
         self,
@@ -204,11 +206,17 @@ class Client(LiveReads):
         return self._run(self.backend.of_run(run_id, self.backend.list_signals), readonly=True)
 
     def wait(
-        self, run_id: str, timeout: durations.Duration | None = None, *, follow: bool = True
+        self,
+        run_id: str,
+        timeout: durations.Duration | None = None,
+        *,
+        follow: bool = True,
+        type: Any = None,
     ) -> Run:
         """Block until the run is succeeded, failed or cancelled, and return it. A run
         that continued as new is followed along its chain to the last run, which is
-        returned (``follow=False``: the run ``run_id`` itself, once it has ended)."""
+        returned (``follow=False``: the run ``run_id`` itself, once it has ended).
+        ``type``: its result read as that type, as :meth:`get` does."""
         deadline = _waiting.deadline(timeout)
         current = run_id
         for pause in _waiting.pauses(deadline):
@@ -217,7 +225,7 @@ class Client(LiveReads):
                 run = self.get(run.continued_as)
             current = run.id  # the next look starts where the chain stands
             if run.is_terminal:
-                return run
+                return run if type is None else self._result_as(run, type)
             if pause is None:
                 break
             time.sleep(pause)
@@ -228,7 +236,10 @@ class Client(LiveReads):
         """Operator actions (registry, counts, retry, purge ...) on this client's
         connections; see :mod:`simpleworkflow.admin`."""
         return Admin(
-            backend=self.backend, auto_migrate=self._auto_migrate, observers=self.observers
+            backend=self.backend,
+            auto_migrate=self._auto_migrate,
+            observers=self.observers,
+            codec=self.codec,
         )
 
     def _call(self, op: Op[T], connection: Any) -> T:
@@ -293,10 +304,12 @@ class AsyncClient(AsyncLiveReads):
         op = self._publish_op(topic, payload, event_id)
         return self._published(await self._call(op, connection), connection is None)
 
-    async def get(self, run_id: str) -> Run:
-        """The run with this id; :class:`RunNotFound` if there is none."""
+    async def get(self, run_id: str, *, type: Any = None) -> Run:
+        """The run with this id; :class:`RunNotFound` if there is none. ``type``: see
+        :meth:`Client.get`."""
         run_id = names.normalize_run_id(run_id)
-        return self._found(run_id, await self._run(self.backend.get_run(run_id), readonly=True))
+        run = self._found(run_id, await self._run(self.backend.get_run(run_id), readonly=True))
+        return run if type is None else self._result_as(run, type)
 
     async def list(
         self,
@@ -379,10 +392,15 @@ class AsyncClient(AsyncLiveReads):
         )
 
     async def wait(
-        self, run_id: str, timeout: durations.Duration | None = None, *, follow: bool = True
+        self,
+        run_id: str,
+        timeout: durations.Duration | None = None,
+        *,
+        follow: bool = True,
+        type: Any = None,
     ) -> Run:
         """Wait until the run is succeeded, failed or cancelled, and return it; see
-        :meth:`Client.wait` for ``follow``."""
+        :meth:`Client.wait` for ``follow`` and ``type``."""
         deadline = _waiting.deadline(timeout)
         current = run_id
         for pause in _waiting.pauses(deadline):
@@ -391,7 +409,7 @@ class AsyncClient(AsyncLiveReads):
                 run = await self.get(run.continued_as)
             current = run.id  # the next look starts where the chain stands
             if run.is_terminal:
-                return run
+                return run if type is None else self._result_as(run, type)
             if pause is None:
                 break
             await asyncio.sleep(pause)
@@ -402,7 +420,10 @@ class AsyncClient(AsyncLiveReads):
         """Operator actions, awaited, on this client's connections; see
         :mod:`simpleworkflow.admin`."""
         return AsyncAdmin(
-            backend=self.backend, auto_migrate=self._auto_migrate, observers=self.observers
+            backend=self.backend,
+            auto_migrate=self._auto_migrate,
+            observers=self.observers,
+            codec=self.codec,
         )
 
     async def _call(self, op: Op[T], connection: Any) -> T:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import dataclasses
 import itertools
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
@@ -15,8 +16,8 @@ from simpleworkflow.backends import Backend, open_backend, schema_verdict
 from simpleworkflow.backends.ops import Op
 from simpleworkflow.backends.records import HOLD_FRESH_FOR, CancelledRuns
 from simpleworkflow.client import _options, _topics
-from simpleworkflow.codec import Codec
-from simpleworkflow.models import Published, Run, SignalSent
+from simpleworkflow.codec import Codec, reading
+from simpleworkflow.models import Published, Run, RunStatus, SignalSent
 
 T = TypeVar("T")
 #: What a start of a client without observers enters: no trace context.
@@ -193,6 +194,19 @@ class Requests:
             run_id = names.normalize_run_id(run_id)
             self.observers.signal_delivered(observe.SignalDelivered(run_id, event, committed))
         return outcome
+
+    def _read_as(self, data: Any, hint: Any, what: str) -> Any:
+        """``data`` read back as type ``hint`` (a read's ``type=``), through this client's
+        codec, or a default one (docs/payloads.md)."""
+        return reading(self.codec).decode(data, hint, what=what)
+
+    def _result_as(self, run: Run, hint: Any) -> Run:
+        """``run`` with its result read as ``hint`` (a read's ``type=``, given): a succeeded
+        run's (others have none)."""
+        if run.status is not RunStatus.SUCCEEDED:
+            return run
+        result = self._read_as(run.result, hint, f"result of run {run.id}")
+        return dataclasses.replace(run, result=result)
 
     @staticmethod
     def _found(run_id: str, value: T | None) -> T:

@@ -56,7 +56,9 @@ def follow(
     run_id: str,
     after: int,
     waker: Callable[[], Any] | None = None,
+    typed: Callable[[StreamItem], StreamItem] | None = None,
 ) -> Iterator[StreamItem]:
+    """The items after ``after``, read as ``typed`` makes them (a ``type=``) if given."""
     pause, woken = FIRST_PAUSE, None
     try:
         while True:
@@ -65,7 +67,7 @@ def follow(
                 raise errors.RunNotFound(run_id)
             for item in page.items:
                 after = item.offset
-                yield item
+                yield item if typed is None else typed(item)
             if page.ended:
                 return
             if page.items:
@@ -90,6 +92,7 @@ async def follow_async(
     run_id: str,
     after: int,
     waker: Callable[[], Awaitable[Any]] | None = None,
+    typed: Callable[[StreamItem], StreamItem] | None = None,
 ) -> AsyncIterator[StreamItem]:
     pause, woken = FIRST_PAUSE, None
     try:
@@ -99,7 +102,7 @@ async def follow_async(
                 raise errors.RunNotFound(run_id)
             for item in page.items:
                 after = item.offset
-                yield item
+                yield item if typed is None else typed(item)
             if page.ended:
                 return
             if page.items:

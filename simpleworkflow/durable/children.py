@@ -50,9 +50,10 @@ async def start_child(
     return child.id
 
 
-async def wait_child(state: AttemptState, name: str, child_id: str) -> Any:
-    """The result of child ``child_id``, waited for as step ``name``; raises
-    :class:`~simpleworkflow.errors.ChildFailed` when it failed or was cancelled."""
+async def wait_child(state: AttemptState, name: str, child_id: str, hint: Any = None) -> Any:
+    """The result of child ``child_id`` (read as type ``hint``, if given), waited for as
+    step ``name``; raises :class:`~simpleworkflow.errors.ChildFailed` when it failed or
+    was cancelled."""
     durable = state.durable
     unique = durable.name(name)
     entry = await durable.begin(unique, JournalKind.CHILD_RESULT, state.is_cancelled())
@@ -96,7 +97,10 @@ async def wait_child(state: AttemptState, name: str, child_id: str) -> Any:
         outcome = entry.output
     if outcome["status"] != "succeeded":
         raise errors.ChildFailed(child_id, outcome["status"], outcome.get("error"))
-    return outcome["result"]
+    if hint is None:
+        return outcome["result"]
+    # The journaled JSON either way: the same value on the first run as on a replay.
+    return durable.typed(outcome["result"], hint, f"result of child {child_id}")
 
 
 async def create_child(

@@ -220,9 +220,11 @@ class Context:
         event: str,
         match: Any = None,
         timeout: durations.Duration | None = None,
+        type: Any = None,
     ) -> Any:
         """Wait durably for signal ``event`` whose payload contains ``match`` (JSON
-        containment, like ``jsonb @>``); return its payload, or ``None`` on timeout.
+        containment, like ``jsonb @>``); return its payload (read as ``type``, a type
+        hint, through the app's codec: docs/payloads.md), or ``None`` on timeout.
 
         Signals are stored, so one sent before the wait began is consumed too (the
         oldest matching one first)."""
@@ -232,7 +234,7 @@ class Context:
             match_text = None if match is None else self._state.durable.payload(match, "match")
             seconds = None if timeout is None else durations.to_seconds(timeout, what="timeout")
         return self._durable_call(
-            signals.wait_for_event(self._state, name, event, match, match_text, seconds),
+            signals.wait_for_event(self._state, name, event, match, match_text, seconds, type),
             f"ctx.wait_for_event({name!r})",
         )
 
@@ -257,14 +259,15 @@ class Context:
             f"ctx.start_child({type!r})",
         )
 
-    def wait_child(self, child_id: str, *, name: str | None = None) -> Any:
-        """Wait durably for a child run; return its result, or raise
+    def wait_child(self, child_id: str, *, name: str | None = None, type: Any = None) -> Any:
+        """Wait durably for a child run; return its result (read as ``type``, if given), or raise
         :class:`~simpleworkflow.errors.ChildFailed` if it failed or was cancelled."""
         child_id = names.normalize_run_id(child_id)
         with self._checking():
             step = names.validate_step_name(name or f"child-result:{child_id}")
         return self._durable_call(
-            children.wait_child(self._state, step, child_id), f"ctx.wait_child({child_id!r})"
+            children.wait_child(self._state, step, child_id, type),
+            f"ctx.wait_child({child_id!r})",
         )
 
     def now(self, name: str = "@now") -> Any:

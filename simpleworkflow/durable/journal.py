@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from simpleworkflow import errors, names, outage, payloads
 from simpleworkflow.backends.ops import Op
 from simpleworkflow.backends.records import Lease, StepRecord
-from simpleworkflow.codec import Codec
+from simpleworkflow.codec import Codec, reading
 from simpleworkflow.durable import races, scopes
 from simpleworkflow.durable.holding import Holding
 from simpleworkflow.durable.journal_batches import StepJournal
@@ -317,6 +317,15 @@ class Durable:
     def encode(self, name: str, output: Any) -> str:
         """A step's output as JSON, or :class:`~simpleworkflow.errors.InvalidPayload`."""
         return payloads.encode(output, what=f"output of step {name!r}", codec=self.codec)
+
+    def typed(self, data: Any, hint: Any, what: str) -> Any:
+        """``data`` read from the journal (a signal, a child's result) as the ``type=`` of
+        its durable call types it, through the app's codec or a default one; data that
+        does not fit fails the run (every replay would read the same JSON)."""
+        try:
+            return reading(self.codec).decode(data, hint, what=what)
+        except errors.InvalidPayload as exc:
+            raise self.refuse(exc) from None
 
     def payload(self, value: Any, what: str = "payload", **options: Any) -> str:
         """A payload, value or stream item the body hands over, as JSON (the codec's)."""

@@ -4,11 +4,15 @@ happened first (who that is, is :mod:`~simpleworkflow.durable.races`'s to say)."
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Awaitable
 from typing import Any
 
+from simpleworkflow import errors, payloads
+from simpleworkflow.codec import reading
 from simpleworkflow.durable import races
 from simpleworkflow.durable.attempt import AttemptState
+from simpleworkflow.durable.journal import Durable
 from simpleworkflow.durable.kinds import JournalKind
 
 
@@ -39,8 +43,21 @@ async def run(
         races.note(race.clocks[index].at)  # for a race this one is a branch of
         value = race.tasks[index].result()
         output = {"winner": index, "value": value, "steps": sorted(recorded)}
-        await durable.journal(unique, JournalKind.RACE, output, events=[])
-        return index, value
+        text, as_journaled = encoded(durable, unique, output)
+        await durable.journal(unique, JournalKind.RACE, output, events=[], text=text)
+        return index, json.loads(text)["value"] if as_journaled else value
+
+
+def encoded(durable: Durable, name: str, output: dict[str, Any]) -> tuple[str, bool]:
+    """The race's entry as JSON, and whether to hand its value back as a replay reads it
+    (the journal's JSON, having no type to read it as): with a codec, and for a value a
+    branch's ``type=`` made that strict JSON refuses (a ``Shipped`` of a ``date``)."""
+    try:
+        return durable.encode(name, output), durable.codec is not None
+    except errors.InvalidPayload:
+        if durable.codec is not None:
+            raise
+        return payloads.encode(output, what=f"output of step {name!r}", codec=reading(None)), True
 
 
 def discard(branch: Awaitable[Any]) -> None:

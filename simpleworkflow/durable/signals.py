@@ -30,14 +30,16 @@ async def wait_for_event(
     match: Any,
     match_text: str | None,
     timeout: float | None,
+    hint: Any = None,
 ) -> Any:
     """Wait ``name`` for signal ``event`` containing ``match`` (``match_text``, as JSON):
-    its payload, or ``None`` once ``timeout`` seconds have passed."""
+    its payload (read as type ``hint``, if given), or ``None`` once ``timeout`` seconds
+    have passed."""
     durable = state.durable
     unique = durable.name(name)
     entry = await durable.begin(unique, JournalKind.WAIT, state.is_cancelled())
     if entry is not None and entry.status == "completed":
-        return entry.output.get("signal")
+        return _typed(durable, entry.output.get("signal"), hint, event)
     if entry is None:
         until = (
             FOREVER if timeout is None else whole_ms(durable.db_now() + timedelta(seconds=timeout))
@@ -50,7 +52,7 @@ async def wait_for_event(
     if got is not None:
         if state.observers:
             state.observers.signal_consumed(observe.SignalConsumed(state.run, event))
-        return got["signal"]
+        return _typed(durable, got["signal"], hint, event)
     if durable.db_now() >= until:
         await durable.journal(unique, JournalKind.WAIT, {"timeout": True}, events=[])
         races.note(until)  # the timeout happened then
@@ -63,6 +65,14 @@ async def wait_for_event(
     raise durable.waits.suspend(
         errors.Suspend(unique, "waiting", data={"event": event}, waiting_for=waiting, run_at=until)
     )
+
+
+def _typed(durable: Durable, payload: Any, hint: Any, event: str) -> Any:
+    """A signal's payload as the wait's ``type=`` reads it: the same JSON, so the same
+    value, on the first run as on a replay (none on a timeout)."""
+    if hint is None or payload is None:
+        return payload
+    return durable.typed(payload, hint, f"payload of signal {event!r}")
 
 
 async def consume_signal(

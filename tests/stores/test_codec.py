@@ -7,6 +7,7 @@ fails the run at once, naming the field."""
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import uuid
 from dataclasses import dataclass, field
@@ -17,8 +18,9 @@ from typing import Any
 import pytest
 from conftest import Store
 from test_durable import journal, wait_suspended, wait_terminal, working
+from worker_app import wait_until
 
-from simpleworkflow import Break, Context, Continue, RunStatus, errors
+from simpleworkflow import Break, Client, Context, Continue, RunStatus, errors
 from simpleworkflow.app import App
 from simpleworkflow.codec import Codec
 
@@ -299,3 +301,194 @@ def test_loop_states_and_join_results_are_the_journal_s_json_on_every_run(store:
 
 async def _at(when: datetime) -> datetime:
     return when
+
+
+# -- reads with ``type=`` ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Progress:
+    at: datetime
+    amount: Decimal
+
+
+SHIPPED = Shipped(on=date(2026, 12, 2), carrier="post")
+BATCH = Batch(DUE, Decimal("3.5"), 1)  # what the child makes of Batch(DUE, 2.5)
+
+
+def typed_app(store: Store, codec: Codec | None, seen: list[tuple[str, Any]]) -> App:
+    """A parent that reads a signal and a child's result with ``type=``; made again for
+    each worker (a restart knows only its code)."""
+    app = App(store.url, schema=store.schema, codec=codec)
+
+    @app.workflow("test.codec.typed_child.v1")
+    async def child(batch: Batch, ctx: Context) -> Batch:
+        return Batch(batch.until, batch.total + 1, batch.rounds + 1)
+
+    @app.workflow("test.codec.typed.v1")
+    async def parent(payload: Any, ctx: Context) -> Any:
+        shipped = await ctx.wait_for_event("shipped", event="shipped", type=Shipped)
+        seen.append(("shipped", shipped))  # taken on the first pass, replayed on the others
+        child_id = await ctx.start_child("test.codec.typed_child.v1", Batch(DUE, Decimal("2.5")))
+        batch = await ctx.wait_child(child_id, type=Batch)
+        seen.append(("batch", batch))  # read once the child ended, then replayed
+        late = await ctx.wait_for_event("late", event="never", timeout=0.01, type=Shipped)
+        await ctx.set_value("batch", batch)
+        await ctx.stream_append("progress", Progress(batch.until, batch.total))
+        seen.append(("late", late))
+        await ctx.wait_for_event("go", event="go")  # where the first worker is stopped
+        return {"shipped": shipped, "batch": batch}
+
+    return app
+
+
+def waits_for(client: Client, run_id: str, event: str) -> None:
+    def waiting() -> bool:
+        run = client.get(run_id)
+        return isinstance(run.waiting_for, dict) and run.waiting_for.get("event") == event
+
+    wait_until(waiting, 20, lambda: f"run waits for {client.get(run_id).waiting_for}")
+
+
+def test_type_reads_signals_and_child_results_the_same_after_a_restart(store: Store) -> None:
+    """``wait_for_event(type=)`` and ``wait_child(type=)`` give the body typed values on
+    the first run and on the replay by a new worker (a restart), equal and of the same
+    types; a timed-out wait gives ``None``. The client's reads take ``type=`` too, sync
+    and async, and without it read the plain JSON as before."""
+    codec, seen = Codec(), []
+    first = typed_app(store, codec, seen)
+    with first.client() as client:
+        run_id = client.start("test.codec.typed.v1").id
+        client.signal(run_id, "shipped", SHIPPED)
+        with working(first):
+            waits_for(client, run_id, "go")
+        first_run = len(seen)
+        client.signal(run_id, "go")
+        with working(typed_app(store, codec, seen)):
+            run = wait_terminal(client, run_id)
+        assert run.status is RunStatus.SUCCEEDED, run.last_error
+        assert len(seen) == first_run + 3  # the new worker replayed the three reads
+        by_key = {key: [v for k, v in seen if k == key] for key in ("shipped", "batch", "late")}
+        assert by_key["late"] and all(v is None for v in by_key["late"])
+        # The first of each was read live by the first worker, the last replayed by the new one.
+        assert len(by_key["shipped"]) >= 2 and all(v == SHIPPED for v in by_key["shipped"])
+        assert len(by_key["batch"]) >= 2 and all(v == BATCH for v in by_key["batch"])
+        for shipped in by_key["shipped"]:
+            assert type(shipped.on) is date
+        for batch in by_key["batch"]:
+            assert type(batch.until) is datetime and type(batch.total) is Decimal
+
+        # The client's reads: plain JSON without type=, typed with it.
+        stored = {"shipped": {"on": "2026-12-02", "carrier": "post"}}
+        assert client.get(run_id).result["shipped"] == stored["shipped"]
+        typed = dict[str, Shipped | Batch]
+        want = {"shipped": SHIPPED, "batch": BATCH}
+        assert client.wait(run_id, type=typed).result == want
+        assert client.get(run_id, type=typed).result == want
+        value = client.value(run_id, "batch", type=Batch)
+        assert value is not None and value.value == BATCH and value.version == 1
+        assert client.wait_value(run_id, "batch", type=Batch).value == BATCH
+        assert client.value(run_id, "none", type=Batch) is None
+        progress = [Progress(DUE, Decimal("3.5"))]
+        assert [i.value for i in client.read_stream(run_id, "progress", type=Progress)] == progress
+        assert [i.value for i in client.stream_items(run_id, "progress", type=Progress)] == progress
+        assert client.stream_items(run_id, "progress")[0].value == {
+            "at": DUE.isoformat(),
+            "amount": "3.5",
+        }
+
+        async def reads() -> list[Any]:
+            async with first.async_client() as own:
+                got = [(await own.wait(run_id, type=typed)).result]
+                got.append((await own.get(run_id, type=typed)).result)
+                got.append((await own.value(run_id, "batch", type=Batch)).value)  # type: ignore[union-attr]
+                got.append((await own.wait_value(run_id, "batch", type=Batch)).value)
+                got.append(
+                    [i.value async for i in own.read_stream(run_id, "progress", type=Progress)]
+                )
+                got.append(
+                    [i.value for i in await own.stream_items(run_id, "progress", type=Progress)]
+                )
+                return got
+
+        assert asyncio.run(reads()) == [want, want, BATCH, BATCH, progress, progress]
+
+
+def test_type_without_a_codec_reads_with_a_default_one(store: Store) -> None:
+    """An app and a client without a codec read ``type=`` with a default codec: a signal
+    written as plain JSON (a date's ISO text) is read as a ``Shipped``; one that does not
+    fit fails the run at once, naming the signal and the field; a failed run's result is
+    left as it is (none)."""
+    seen: list[Any] = []
+    app = App(store.url, schema=store.schema)
+
+    @app.workflow("test.codec.default.v1")
+    async def body(payload: Any, ctx: Context) -> Any:
+        shipped = await ctx.wait_for_event("shipped", event="shipped", type=Shipped)
+        seen.append(shipped)
+        return {"on": shipped.on.isoformat(), "carrier": shipped.carrier}
+
+    with app.client() as client:
+        good = client.start("test.codec.default.v1").id
+        client.signal(good, "shipped", {"on": "2026-12-02", "carrier": "post"})
+        bad = client.start("test.codec.default.v1", max_attempts=5).id
+        client.signal(bad, "shipped", {"on": "soon", "carrier": "post"})
+        with working(app):
+            assert client.wait(good, 20, type=Shipped).result == SHIPPED
+            failed = client.wait(bad, 20, type=Shipped)
+    assert seen == [SHIPPED]
+    assert failed.status is RunStatus.FAILED and failed.attempt == 1
+    assert failed.result is None
+    assert "payload of signal 'shipped'['on']: 'soon' is not a date" in str(failed.last_error)
+    with pytest.raises(
+        errors.InvalidPayload, match=r"result of run .*\['carrier'\]: 'post' is not a datetime"
+    ):
+        client.get(good, type=dict[str, datetime])
+
+
+@pytest.mark.parametrize("codec", [None, Codec()], ids=["no codec", "codec"])
+def test_a_race_hands_back_its_winner_as_the_journal_holds_it(
+    store: Store, codec: Codec | None
+) -> None:
+    """A race won by a typed wait journals the value (a ``date`` with no codec too) and
+    hands back the journal's JSON on the first run as on the replay after a sleep."""
+    app = App(store.url, schema=store.schema, codec=codec)
+    seen: list[Any] = []
+
+    @app.workflow("test.codec.race.v1")
+    async def body(payload: Any, ctx: Context) -> Any:
+        shipped = ctx.wait_for_event("shipped", event="shipped", type=Shipped)
+        seen.append(await ctx.race("first", shipped, ctx.sleep("never", "1h")))
+        await ctx.sleep("after", 0.5)  # long enough to suspend: the body is replayed after it
+        return "ok"
+
+    with app.client() as client:
+        run_id = client.start("test.codec.race.v1").id
+        client.signal(run_id, "shipped", {"on": "2026-12-02", "carrier": "post"})
+        with working(app):
+            run = wait_terminal(client, run_id)
+    assert run.status is RunStatus.SUCCEEDED, run.last_error
+    assert len(seen) >= 2 and all(v == (0, {"on": "2026-12-02", "carrier": "post"}) for v in seen)
+
+
+def test_schedule_and_fork_payloads_are_written_through_the_codec(store: Store) -> None:
+    """``@app.schedule`` writes its payload with the app's codec, ``client.schedules`` and
+    ``client.admin.fork`` with the client's: a datetime and a Decimal as their text."""
+    app = App(store.url, schema=store.schema, codec=Codec())
+
+    @app.schedule("test.codec.tick.v1", cron="0 3 * * *", payload={"since": DUE})
+    @app.workflow("test.codec.tick.v1")
+    async def tick(payload: Any, ctx: Context) -> Any:
+        return await ctx.step("total", charge, ORDER)
+
+    assert app.schedules["test.codec.tick.v1"].payload == '{"since":"2026-12-01T12:00:00+00:00"}'
+    with app.client() as client:
+        made = client.schedules.create(
+            "typed", "test.codec.tick.v1", cron="0 4 * * *", payload={"total": Decimal("1.50")}
+        )
+        assert made.payload == {"total": "1.50"}
+        run_id = client.start("test.codec.tick.v1", {"n": 1}).id
+        with working(app):
+            assert wait_terminal(client, run_id).status is RunStatus.SUCCEEDED
+        fork = client.admin.fork(run_id, from_step="total", payload=Batch(DUE, Decimal("2.5")))
+        assert fork.payload == {"until": DUE.isoformat(), "total": "2.5", "rounds": 0}
