@@ -9,7 +9,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from simpleworkflow.models.values import Unreadable, to_dict, unreadable_fields
+from simpleworkflow.models.values import (
+    AS_IS,
+    Unreadable,
+    json_ready,
+    to_dict,
+    unreadable_fields,
+)
 
 
 class RunStatus(enum.StrEnum):
@@ -184,20 +190,28 @@ class Run:
         the CLI and API print it: every column, and ``attempts_made``. The stored
         ``attempt`` is named ``failed_attempts`` there, for what it counts: an ``attempt``
         of 0 beside ``attempts_made`` of 1 read as two answers to one question."""
-        out = to_dict(self, _RUN_KEYS, failed_attempts=self.attempt)
+        out: dict[str, Any] = {}
+        unreadable = {}
+        for key, name in _RUN_KEYS:  # one pass: every API answer and listing row pays
+            value = getattr(self, name)
+            if type(value) not in AS_IS:
+                if isinstance(value, Unreadable):
+                    unreadable[name] = value.to_dict()
+                value = json_ready(value)
+            out[key] = value
         if self.created is None:
             del out["created"]  # a run read back, not one a start returned
-        unreadable = self.unreadable
         if unreadable:
-            out["unreadable"] = {name: value.to_dict() for name, value in unreadable.items()}
+            out["unreadable"] = unreadable
         out["status"] = self.status_text
         out["attempts_made"] = self.attempts_made
         return out
 
 
-#: A run's keys in its JSON: its columns, the stored ``attempt`` as ``failed_attempts``.
+#: A run's keys in its JSON, each with its field: its columns, the stored ``attempt`` as
+#: ``failed_attempts``.
 _RUN_KEYS = tuple(
-    "failed_attempts" if f.name == "attempt" else f.name for f in dataclasses.fields(Run)
+    ("failed_attempts" if f.name == "attempt" else f.name, f.name) for f in dataclasses.fields(Run)
 )
 
 

@@ -60,7 +60,7 @@ def to_dict(record: Any, keys: Iterable[str] | None = None, /, **values: Any) ->
     out = {}
     for key in _fields(type(record)) if keys is None else keys:
         value = values[key] if key in values else getattr(record, key)
-        out[key] = value if type(value) in _AS_IS else json_ready(value)
+        out[key] = value if type(value) in AS_IS else json_ready(value)
     return out
 
 
@@ -79,7 +79,7 @@ def json_ready(value: Any) -> Any:
     """A time as ISO 8601 text, a duration as seconds, an enum as its value, a stored
     value that cannot be read as ``unreadable: <raw>``, a mapping as a dict and a tuple as
     a list; anything else (JSON values: payloads, results) as it is."""
-    if type(value) in _AS_IS:  # most values: checked first, since every output pays
+    if type(value) in AS_IS:  # most values: checked first, since every output pays
         return value
     if isinstance(value, datetime):
         return value.isoformat()
@@ -96,7 +96,8 @@ def json_ready(value: Any) -> Any:
     return value
 
 
-_AS_IS = frozenset({str, int, float, bool, type(None), dict, list})
+#: The types a record's value is shown as, unchanged.
+AS_IS = frozenset({str, int, float, bool, type(None), dict, list})
 
 
 def shown(value: Any) -> Any:

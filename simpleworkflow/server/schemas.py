@@ -130,11 +130,16 @@ class StartRun(_Request):
 
     def options(self) -> dict[str, Any]:
         """The start options given (``StartOptions``), for ``Client.start``."""
+        if self.model_fields_set <= _NO_OPTIONS:
+            return {}  # most starts: nothing to dump
         given = self.model_dump(exclude_unset=True, exclude={"type", "payload"})
         options = {name: value for name, value in given.items() if value is not None}
         if isinstance(options.get("deadline"), str):
             options["deadline"] = durations.duration_or_time(options["deadline"], what="deadline")
         return options
+
+
+_NO_OPTIONS = frozenset({"type", "payload"})
 
 
 class StartRuns(_Request):

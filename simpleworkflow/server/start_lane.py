@@ -14,10 +14,10 @@ every refusal is the route's own: one place decides what is refused and how it i
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
-from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from simpleworkflow.server import runs
@@ -41,7 +41,7 @@ class StartLane:
             scope["type"] != "http"
             or scope["method"] != "POST"
             or guard.route_path(scope) != self.path
-            or not self._may_write(Headers(scope=scope))
+            or not self._may_write(guard.headers_of(scope))
         ):
             await self.app(scope, receive, send)
             return
@@ -58,7 +58,7 @@ class StartLane:
             response = routing.answer(exc, f"POST {scope.get('path', '')}")
         await response(scope, receive, send)
 
-    def _may_write(self, headers: Headers) -> bool:
+    def _may_write(self, headers: Mapping[str, str]) -> bool:
         """Whether a body is announced and the route's checks of the caller pass (the
         site, the token, a JSON content type)."""
         if headers.get("content-length", "0") == "0" and "transfer-encoding" not in headers:
