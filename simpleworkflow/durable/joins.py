@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from simpleworkflow import errors
-from simpleworkflow.durable import race_call, scopes
+from simpleworkflow.durable import scopes
 from simpleworkflow.durable.kinds import JournalKind
 from simpleworkflow.durable.replay import answered
 
@@ -67,12 +67,12 @@ async def _run_async(state: AttemptState, name: str, branches: dict[str, Any]) -
         done = await join.start(state.is_cancelled())
     if done is not None:
         for branch in branches.values():
-            race_call.discard(branch)
+            state.calls.discard(branch)
         return done
     tasks: dict[str, asyncio.Task[Any]] = {}
     for branch, run_branch in branches.items():
         if join.finished(branch):
-            race_call.discard(run_branch)
+            state.calls.discard(run_branch)
             continue
         context = contextvars.copy_context()
         context.run(scopes.enter, join.scope(branch))

@@ -3,7 +3,6 @@ happened first (who that is, is :mod:`~simpleworkflow.durable.races`'s to say)."
 
 from __future__ import annotations
 
-import inspect
 import json
 from collections.abc import Awaitable
 from typing import Any
@@ -25,7 +24,7 @@ async def run(
         entry = await durable.begin(unique, JournalKind.RACE, state.is_cancelled())
         if entry is not None:
             for branch in branches:
-                discard(branch)
+                state.calls.discard(branch)
             (await durable.load()).meet(entry.output["steps"])
             return int(entry.output["winner"]), entry.output["value"]
         recorded = durable.record_names()
@@ -58,9 +57,3 @@ def encoded(durable: Durable, name: str, output: dict[str, Any]) -> tuple[str, b
         if durable.codec is not None:
             raise
         return payloads.encode(output, what=f"output of step {name!r}", codec=reading(None)), True
-
-
-def discard(branch: Awaitable[Any]) -> None:
-    """Close a branch that will never be awaited (a coroutine never started)."""
-    if inspect.iscoroutine(branch):
-        branch.close()

@@ -51,6 +51,17 @@ class Calls:
         self._made.append((coro, what, _caller(), inner))
         return coro
 
+    def discard(self, call: object) -> None:
+        """Close ``call``, which will never be awaited (a branch of a race that replays),
+        and the coroutine it awaits: closing the outer one alone leaves Python to warn
+        that the inner one was never awaited."""
+        for coro, _, _, inner in self._made:
+            if coro is call and inner is not None:
+                inner.close()
+                break
+        if inspect.iscoroutine(call):
+            call.close()
+
     def check(self) -> None:
         """Raise :class:`~simpleworkflow.errors.NotAwaited` if a call was never started
         (closing those calls, so that Python does not warn of them again)."""

@@ -9,8 +9,10 @@ on a thread, as tests/test_durable.py does, and sends signals from a client of i
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import time
+import warnings
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -277,3 +279,27 @@ def test_every_wait_of_a_gather_inside_a_race_is_recorded(
     steps = {s["name"]: s for s in journal(store, run_id)}
     assert steps["b"]["output"] == {"signal": {"n": "b"}}  # consumed before the race ended
     assert steps["a"]["status"] == "retrying"  # its branch lost: no longer waited for
+
+
+def test_a_replayed_race_leaves_no_call_unawaited_behind(app: App, store: Store) -> None:
+    """Replaying a finished race closes its branches (never awaited this time) and the
+    durable calls inside them: Python has no "coroutine was never awaited" to warn of."""
+
+    @app.workflow("test.race.replayed.v1")
+    async def body(payload: Any, ctx: Context) -> Any:
+        index, _ = await ctx.race(
+            "first", ctx.sleep("short", 0.01), ctx.wait_for_event("never", event="never")
+        )
+        await ctx.sleep("after", 0.5)  # suspends: the body replays the race after it
+        return index
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RuntimeWarning)
+        with app.client() as client, working(app):
+            run_id = client.start("test.race.replayed.v1").id
+            run = wait_terminal(client, run_id)
+        gc.collect()
+    assert run.status is RunStatus.SUCCEEDED and run.result == 0
+    assert "first" in [row["name"] for row in journal(store, run_id)]
+    never_awaited = [w for w in caught if "never awaited" in str(w.message)]
+    assert not never_awaited, [str(w.message) for w in never_awaited]
