@@ -70,55 +70,31 @@ def test_a_users_tests_run_with_the_plugins_fixtures(
     store: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     (tmp_path / "test_reminders.py").write_text(textwrap.dedent(USER_TESTS))
-    (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    # Only this plugin: as a user's session would load it from the entry point, whether
-    # or not this checkout's entry point is installed.
-    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    env = {}
     if store == "postgres":
         env["SIMPLEWORKFLOW_TESTING_POSTGRES_URL"] = request.getfixturevalue("postgres_url")
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "simpleworkflow.testing.plugin",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            str(tmp_path),
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    done = users_pytest(tmp_path, env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "4 passed" in done.stdout
 
 
 def test_without_an_app_the_fixture_says_what_to_define(tmp_path: Path) -> None:
     (tmp_path / "test_no_app.py").write_text("def test_it(workflow_env):\n    pass\n")
-    (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "simpleworkflow.testing.plugin",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            str(tmp_path),
-        ],
-        cwd=tmp_path,
-        env=env,
+    done = users_pytest(tmp_path, {})
+    assert done.returncode != 0
+    assert "define a fixture named workflow_app" in done.stdout + done.stderr
+
+
+def users_pytest(directory: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """pytest on a user's test directory with only this plugin: as a user's session would
+    load it from the entry point, whether or not this checkout's entry point is installed."""
+    (directory / "pytest.ini").write_text("[pytest]\n")
+    command = [sys.executable, "-m", "pytest", "-p", "simpleworkflow.testing.plugin", "-q"]
+    return subprocess.run(
+        [*command, "-p", "no:cacheprovider", str(directory)],
+        cwd=directory,
+        env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", **env},
         capture_output=True,
         text=True,
         timeout=240,
     )
-    assert done.returncode != 0
-    assert "define a fixture named workflow_app" in done.stdout + done.stderr
