@@ -29,9 +29,10 @@ from benchmarks import server
 
 ROOT = Path(__file__).resolve().parent.parent
 CASE_SCRIPT = Path(__file__).resolve().with_name("compare_case.py")
-CASES = ("start", "start_many", "drain", "api_start")
+CASES = ("start", "start_many", "drain", "api_start", "drain_sync")
 #: What runs without ``--cases``: ``api_start`` (``POST /api/v1/runs`` one at a time, to a
-#: ``simpleworkflow serve`` of each side) only when asked for.
+#: ``simpleworkflow serve`` of each side) and ``drain_sync`` (the drain with a plain
+#: ``def`` handler) only when asked for.
 DEFAULT_CASES = CASES[:3]
 
 

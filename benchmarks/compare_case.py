@@ -11,6 +11,7 @@ installed for that side. It prints one JSON line: ``{"case": ..., "rate": runs p
 from __future__ import annotations
 
 import asyncio
+import functools
 import http.client
 import json
 import os
@@ -68,10 +69,10 @@ def start_many(url: str, schema: str, runs: int) -> float:
         client.close()
 
 
-def drain(url: str, schema: str, runs: int) -> float:
+def drain(url: str, schema: str, runs: int, *, sync: bool = False) -> float:
     """Runs of a handler that does nothing, finished per second by one worker at its
     default settings; timed by the database clock from the first run finished to the
-    last, so the worker's start-up is left out."""
+    last, so the worker's start-up is left out. ``sync``: a plain ``def`` handler."""
     client = Client(url, schema=schema)
     try:
         _migrate(client)
@@ -87,9 +88,17 @@ def drain(url: str, schema: str, runs: int) -> float:
         conn.execute(f"analyze {schema}.workflow_run".encode())
     app = App(url, schema=schema)
 
-    @app.workflow(NOOP)
-    async def noop(payload: Any) -> None:
-        return None
+    if sync:
+
+        @app.workflow(NOOP)
+        def noop_sync(payload: Any) -> None:
+            return None
+
+    else:
+
+        @app.workflow(NOOP)
+        async def noop(payload: Any) -> None:
+            return None
 
     asyncio.run(_work_until_done(IntentPoller(app), url, schema, runs))
     with psycopg.connect(url) as conn:
@@ -189,6 +198,7 @@ CASES: dict[str, Callable[[str, str, int], float]] = {
     "api_start": api_start,
     "start_many": start_many,
     "drain": drain,
+    "drain_sync": functools.partial(drain, sync=True),
 }
 
 

@@ -60,6 +60,7 @@ def profile_drain(
     top: int,
     save: str | None = None,
     sync: bool = False,
+    plain: bool = False,
 ) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-profile-") as tmp:
         stats_path = Path(tmp) / "worker.prof"
@@ -70,7 +71,8 @@ def profile_drain(
         if store.kind == "postgres":
             store.execute("analyze")  # as autovacuum would: plans as in production
         after = store.last_event()
-        pool = workers.WorkerPool(store, 1, concurrency, env={PROFILE_ENV: str(stats_path)})
+        env = {} if plain else {PROFILE_ENV: str(stats_path)}
+        pool = workers.WorkerPool(store, 1, concurrency, env=env)
         with pool:
             pids = [proc.pid for proc in pool.procs] + _server_pids(store)
             cpu_before, began = _cpu(pids), time.monotonic()
@@ -82,7 +84,8 @@ def profile_drain(
         rate = runs / store.window(after, runs)
         claims, completions = store.execute("batches", after=after)[0]
         worker_pid = pool.procs[0].pid
-        print(f"{runs} runs ({steps} steps each) drained at {rate:,.0f}/s under cProfile")
+        under = "" if plain else " under cProfile"
+        print(f"{runs} runs ({steps} steps each) drained at {rate:,.0f}/s{under}")
         print(
             f"wall {wall:.2f}s; CPU: worker {cpu_after[worker_pid] - cpu_before[worker_pid]:.2f}s",
             end="",
@@ -93,6 +96,8 @@ def profile_drain(
             )
             print(f", Postgres server {server_cpu:.2f}s", end="")
         print(f"\n{claims} claim transactions, {completions} completion transactions")
+        if plain:
+            return
         pstats.Stats(str(stats_path)).sort_stats("tottime").print_stats(top)
         if save is not None:  # for pstats' callers and callees
             shutil.copyfile(stats_path, save)
@@ -139,13 +144,25 @@ def main(argv: list[str]) -> None:
     parser.add_argument(
         "--sync", action="store_true", help="plain def handlers (drain; cProfile sees the loop)"
     )
+    parser.add_argument(
+        "--plain",
+        action="store_true",
+        help="no cProfile (drain): the transactions and CPU as its timing really batches them",
+    )
     args = parser.parse_args(argv)
     with _store(args.store, args.postgres_url) as store:
         if args.what == "start":
             profile_start(store, args.runs, args.top)
         else:
             profile_drain(
-                store, args.runs, args.concurrency, args.steps, args.top, args.save, args.sync
+                store,
+                args.runs,
+                args.concurrency,
+                args.steps,
+                args.top,
+                args.save,
+                args.sync,
+                args.plain,
             )
 
 
