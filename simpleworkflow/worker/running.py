@@ -34,14 +34,6 @@ from simpleworkflow.worker.timer import Bell, due_in
 
 _log = logging.getLogger("simpleworkflow.worker")
 
-#: While quick handlers run, the next claim waits until ``1/FILL`` of what the worker may
-#: hold (its slots and the runs that may wait for one) is free: slots that free one or
-#: two at a time (plain ``def`` handlers hand their results back as their threads get the
-#: interpreter) cost a claim, and an outcome transaction, per handful of runs otherwise.
-#: A quarter was not enough: at 100 slots a ``def`` drain still took 1.7 claims per
-#: ``async def`` claim; at a half, 1.1. Quick handlers free the rest within moments.
-FILL = 2
-
 
 class Runner:
     """The attempts one ``run_async`` of a worker holds, and the task of each."""
@@ -85,9 +77,8 @@ class Runner:
         up meanwhile), so that claims stay large. A run whose handler has returned no
         longer holds a slot while its outcome is written, so the next claim overlaps that
         write instead of waiting for it; at most about as many such writes as runs held
-        are waited for at a time. While quick handlers run, none until :data:`FILL` says
-        enough are free. A suspect (see ``recovery``) runs alone: while it runs there are
-        none."""
+        are waited for at a time. A suspect (see ``recovery``) runs alone: while it runs
+        there are none."""
         if any(active.lease.isolated for active in self.active.values()):
             return 0
         slots = self._slots
@@ -95,10 +86,7 @@ class Runner:
         if slots.waiting:
             return 0
         limit = self.concurrency + ahead
-        free = min(limit - slots.busy - slots.waiting, 2 * limit + ahead - len(self.active))
-        if free < limit // FILL and slots.busy and self._pace.quick():
-            return 0  # quick handlers free more slots in a moment: claim for them together
-        return free
+        return min(limit - slots.busy - slots.waiting, 2 * limit + ahead - len(self.active))
 
     def handlers_running(self) -> bool:
         """Whether quick handlers run now: their outcomes may join those about to be

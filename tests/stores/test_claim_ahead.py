@@ -185,3 +185,20 @@ def test_a_worker_whose_handlers_have_not_returned_claims_only_for_its_free_slot
         assert sorted(leased) == sorted(seen.started)
         release.set()
         settled(client, run_ids, RunStatus.SUCCEEDED)
+
+
+def test_a_free_slot_takes_a_due_run_while_the_others_hold_long_handlers(
+    app: App, client: Client, seen: Seen, release: threading.Event
+) -> None:
+    """After quick runs (the worker has learnt its handlers are quick), three of four
+    slots fill with handlers that block: the fourth still takes the next due run at once,
+    whatever the pace says of handlers that have not returned yet."""
+    with poller_thread(app, concurrency=4, claim_batch=4, poll_interval=0.2):
+        settled(client, quick_runs(client, 30), RunStatus.SUCCEEDED)
+        blockers = [client.start(BLOCK).id for _ in range(3)]
+        wait_until(lambda: set(blockers) <= set(seen.started), 15, "the blockers never started")
+        late = client.start(BRIEF).id
+        settled(client, [late], RunStatus.SUCCEEDED)
+        assert statuses(client, blockers) == {RunStatus.LEASED}
+        release.set()
+        settled(client, blockers, RunStatus.SUCCEEDED)
