@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
-import psycopg
 import pytest
 from conftest import Store, poller_thread
-from test_outages import PrivateServer
+from test_outages import PrivateServer, fresh_store, private_server
 from worker_app import wait_until
 
 from simpleworkflow import App, Context
@@ -35,23 +33,13 @@ LEASE = 60.0
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[PrivateServer]:
-    with tempfile.TemporaryDirectory(prefix="simpleworkflow-crash-pg-") as data_dir:
-        private = PrivateServer(data_dir)
-        with psycopg.connect(private.url, autocommit=True) as conn:
-            conn.execute("alter system set wal_writer_delay = '10s'")
-            conn.execute("select pg_reload_conf()")
-        try:
-            yield private
-        finally:
-            private.server.cleanup()
-
-
-_schemas = iter(range(1_000_000))
+    with private_server("crash", "wal_writer_delay = '10s'") as private:
+        yield private
 
 
 @pytest.fixture
 def pg_store(server: PrivateServer) -> Store:
-    return Store("postgres", server.url, schema=f"crash_{next(_schemas)}").migrate()
+    return fresh_store(server, "crash")
 
 
 class Handlers:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
+import itertools
 import logging
 import tempfile
 import threading
@@ -67,22 +69,40 @@ class PrivateServer:
         return True
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[PrivateServer]:
-    with tempfile.TemporaryDirectory(prefix="simpleworkflow-outage-pg-") as data_dir:
+@contextlib.contextmanager
+def private_server(name: str, *settings: str) -> Iterator[PrivateServer]:
+    """A Postgres of the module's own (``settings``: ``alter system`` clauses applied
+    first), its data removed at the end."""
+    with tempfile.TemporaryDirectory(prefix=f"simpleworkflow-{name}-pg-") as data_dir:
         private = PrivateServer(data_dir)
+        if settings:
+            with psycopg.connect(private.url, autocommit=True) as conn:
+                for setting in settings:
+                    conn.execute(f"alter system set {setting}")
+                conn.execute("select pg_reload_conf()")
         try:
             yield private
         finally:
             private.server.cleanup()
 
 
-_schemas = iter(range(1_000_000))
+_schemas = itertools.count()
+
+
+def fresh_store(server: PrivateServer, name: str) -> Store:
+    """A store in a schema of its own on ``server``, migrated."""
+    return Store("postgres", server.url, schema=f"{name}_{next(_schemas)}").migrate()
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[PrivateServer]:
+    with private_server("outage") as private:
+        yield private
 
 
 @pytest.fixture
 def pg_store(server: PrivateServer) -> Store:
-    return Store("postgres", server.url, schema=f"outage_{next(_schemas)}").migrate()
+    return fresh_store(server, "outage")
 
 
 class Witness:
