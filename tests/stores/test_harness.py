@@ -168,10 +168,11 @@ def test_a_month_long_workflow_finishes_under_the_harness(any_env: Environment) 
     assert journal["charge"].attempts == 3 and charges.count(order) == 3
     assert journal["approval"].output == {"timeout": True}
     # the store's clock went through the month, the two hours of backoff and the 3 days
+    # (give or take a second: a wait's row is stamped a few ms after its deadline is set)
     charge, approval = journal["charge"], journal["approval"]
     assert charge.started_at is not None and charge.started_at - began >= timedelta(days=30)
-    assert charge.duration is not None and charge.duration >= 2 * 3600
-    assert approval.duration is not None and approval.duration >= 3 * 86400
+    assert charge.duration is not None and charge.duration >= 2 * 3600 - 1
+    assert approval.duration is not None and approval.duration >= 3 * 86400 - 1
     assert env.now() - began >= timedelta(days=33, hours=2)
 
 
