@@ -272,7 +272,9 @@ def test_a_sleeping_run_is_resumed_by_a_worker_started_later_not_before_its_time
     store: Store, client: Client, workers: Workers, ledger: Ledger
 ) -> None:
     first = workers.start("w-first")
-    run_id = client.start("durable.nap.v1", {"seconds": 4}).id
+    # Long enough that stopping one worker and starting the next ends before the wake-up,
+    # even on a loaded machine (4 s was not, under a load of 13).
+    run_id = client.start("durable.nap.v1", {"seconds": 8}).id
 
     def sleeping() -> bool:
         run = client.get(run_id)
@@ -291,7 +293,7 @@ def test_a_sleeping_run_is_resumed_by_a_worker_started_later_not_before_its_time
 
     wait_until(
         lambda: client.get(run_id).is_terminal,
-        20,
+        30,
         lambda: f"the run did not finish: {client.get(run_id).status}\n{second.log()}",
     )
     run = client.get(run_id)
