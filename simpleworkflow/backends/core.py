@@ -20,6 +20,7 @@ from simpleworkflow.models import (
     Run,
     RunStatus,
     Unreadable,
+    runs,
 )
 
 #: ``created_run``'s default: parse the request's payload text.
@@ -125,30 +126,22 @@ class StoreCore(abc.ABC):
         created_at = self.decode_time(row["created_at"])
         updated_at = row.get("updated_at")
         run_at = row["run_at"]
-        return Run(
+        return runs.created_run(
             id=run_id,
             type=new.type,
             payload=json.loads(new.payload) if payload is _PARSE else payload,
-            status=RunStatus.PENDING,
             priority=new.priority,
             run_at=created_at if run_at is None else self.decode_time(run_at),
             idempotency_key=new.idempotency_key,
-            attempt=0,
             max_attempts=DEFAULT_MAX_ATTEMPTS if new.max_attempts is None else new.max_attempts,
-            leased_by=None,
-            lease_until=None,
-            last_error=None,
-            result=None,
             created_at=created_at,
             updated_at=created_at if updated_at is None else self.decode_time(updated_at),
-            deleted_at=None,
             parent_id=new.parent_id,
             deadline=self.opt_time(row["deadline"]),
             trace_context=None if new.trace_context is None else json.loads(new.trace_context),
             # the store fixes it: the one asked for, else the type's of now (0022)
             retention=read_duration(row.get("retention")),
             concurrency_key=new.concurrency_key,
-            created=True,
         )
 
     def event_from_row(self, row: Mapping[str, Any]) -> Event:
