@@ -53,11 +53,12 @@ class RunOps(StoreCore):
         by_id: dict[str, Run] = {}
 
         def take(rows: Rows) -> None:
-            news = [requests[row["id"]] for row in rows]
-            # the payloads in one parse: far cheaper than one json.loads per run
-            parsed = json.loads(f"[{','.join(new.payload for new in news)}]")
-            for row, new, payload in zip(rows, news, parsed, strict=True):
-                by_id[row["id"]] = self.created_run(row["id"], new, row, payload)
+            for row in rows:  # a group of runs that share its values, their ids joined
+                ids = row["ids"].split(",")
+                news = [requests[run_id] for run_id in ids]
+                # the payloads in one parse: far cheaper than one json.loads per run
+                parsed = json.loads(f"[{','.join(new.payload for new in news)}]")
+                by_id.update(zip(ids, self.created_runs(ids, news, row, parsed), strict=True))
 
         def chunk(batch: list[tuple[str, NewRun]]) -> Statement:
             requests.update(batch)
