@@ -140,6 +140,14 @@ def test_run_ids_grow_with_time(producer: Producer) -> None:
         time.sleep(0.002)
     assert all(uuid.UUID(run_id).version == 7 for run_id in ids)
     assert ids == sorted(ids)
+    # a batch's ids: UUIDv7 text (version, RFC variant, the millisecond of now), distinct
+    batch = [run.id for run in producer.start_many([(TYPE, {})] * 300)]
+    now_ms = time.time_ns() // 1_000_000
+    for run_id in batch:
+        parsed = uuid.UUID(run_id)
+        assert (parsed.version, parsed.variant, str(parsed)) == (7, uuid.RFC_4122, run_id)
+        assert now_ms - 60_000 < parsed.int >> 80 <= now_ms
+    assert len(set(batch)) == 300
 
 
 def test_start_without_payload_stores_an_empty_object(producer: Producer) -> None:
