@@ -62,8 +62,8 @@ class RunOps(StoreCore):
 
         def chunk(batch: list[tuple[str, NewRun]]) -> Statement:
             requests.update(batch)
-            items = [_item(run_id, new) for run_id, new in _in_key_order(batch)]
-            return self.stmt("create_runs", items=json.dumps(items))
+            items = ",".join([_item(run_id, new) for run_id, new in _in_key_order(batch)])
+            return self.stmt("create_runs", items=f"[{items}]")
 
         if len(head) <= CHUNK:
             if any(new.idempotency_key is not None for _, new in head):
@@ -244,16 +244,18 @@ def _in_key_order(batch: list[tuple[str, NewRun]]) -> list[tuple[str, NewRun]]:
     return sorted(batch, key=lambda request: (request[1].type, request[1].concurrency_key or ""))
 
 
-def _item(run_id: str, new: NewRun) -> dict[str, object]:
-    """One run of a ``create_runs`` batch; options left out are read as null."""
+def _item(run_id: str, new: NewRun) -> str:
+    """One run of a ``create_runs`` batch, as JSON; options left out are read as null."""
     if _options_of(new) == _DEFAULT_OPTIONS:  # the common request: one look at them all
-        return {"id": run_id, "type": new.type, "payload": new.payload, **_DEFAULT_ITEM}
+        # written out directly: a third of what building a dict and dumping it costs
+        head = f'{{"id":{_quoted(run_id)},"type":{_quoted(new.type)}'
+        return f'{head},"payload":{_quoted(new.payload)}{_DEFAULT_TAIL}'
     item: dict[str, object] = {"id": run_id, "type": new.type, "payload": new.payload}
     for name in _OPTION_FIELDS:
         value = getattr(new, name)
         if value is not None:
             item[name] = value.isoformat() if isinstance(value, datetime) else value
-    return item
+    return json.dumps(item)
 
 
 #: The fields of a ``NewRun`` besides its type and payload, which every item has.
@@ -263,8 +265,13 @@ _OPTION_FIELDS = tuple(
 _options_of = operator.attrgetter(*_OPTION_FIELDS)
 #: A request's options when it names none, and what its item holds of them.
 _DEFAULT_OPTIONS = _options_of(NewRun(type="", payload=""))
-_DEFAULT_ITEM = {
-    name: value
-    for name, value in zip(_OPTION_FIELDS, _DEFAULT_OPTIONS, strict=True)
-    if value is not None
-}
+_DEFAULT_TAIL = (
+    "".join(
+        f",{json.dumps(name)}:{json.dumps(value)}"
+        for name, value in zip(_OPTION_FIELDS, _DEFAULT_OPTIONS, strict=True)
+        if value is not None
+    )
+    + "}"
+)
+#: Text as a JSON string (the C function json.dumps uses for it).
+_quoted = json.encoder.encode_basestring_ascii
