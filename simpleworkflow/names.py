@@ -335,13 +335,20 @@ def new_run_ids() -> Iterator[str]:
     id. Nothing is kept between calls (a forked process shares no bits with its parent).
     """
     while True:
-        random = os.urandom(10 * _IDS_PER_READ)
-        for start in range(0, len(random), 10):
-            yield _run_id(random[start : start + 10])
+        # The text is cut from the hex of the bits (and of the milliseconds, read once
+        # per read of bits) with the version and variant put in: no bytes per id.
+        random = os.urandom(10 * _IDS_PER_READ).hex()
+        ms = f"{time.time_ns() // 1_000_000:012x}"
+        head = f"{ms[:8]}-{ms[8:]}-7"
+        for start in range(0, len(random), 20):
+            bits = random[start : start + 20]
+            yield f"{head}{bits[1:4]}-{_VARIANT[bits[4]]}{bits[5:8]}-{bits[8:]}"
 
 
 #: Ids whose random bits :func:`new_run_ids` reads at once.
 _IDS_PER_READ = 64
+#: A hex digit with its two high bits made ``10``, the RFC 9562 variant.
+_VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
 
 
 def _run_id(random: bytes) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,6 +20,7 @@ from simpleworkflow.models import (
     Run,
     RunStatus,
     Unreadable,
+    runs,
 )
 
 #: ``created_run``'s default: parse the request's payload text.
@@ -122,34 +123,45 @@ class StoreCore(abc.ABC):
         times it decided (``updated_at`` only when it differs from ``created_at``,
         ``run_at`` null when it is ``created_at``); the rest is what the client asked for
         and the defaults. ``payload`` is ``new.payload`` parsed, when the caller has it."""
+        if payload is _PARSE:
+            payload = json.loads(new.payload)
+        return next(self.created_runs([run_id], [new], row, [payload]))
+
+    def created_runs(
+        self, ids: list[str], news: list[NewRun], row: Mapping[str, Any], payloads: list[Any]
+    ) -> Iterator[Run]:
+        """:meth:`created_run` for runs that share ``row``'s values (a group of
+        ``create_runs``'s rows), each with its request and its parsed payload: the
+        values are read once for them all."""
         created_at = self.decode_time(row["created_at"])
         updated_at = row.get("updated_at")
+        updated_at = created_at if updated_at is None else self.decode_time(updated_at)
         run_at = row["run_at"]
-        return Run(
-            id=run_id,
-            type=new.type,
-            payload=json.loads(new.payload) if payload is _PARSE else payload,
-            status=RunStatus.PENDING,
-            priority=new.priority,
-            run_at=created_at if run_at is None else self.decode_time(run_at),
-            idempotency_key=new.idempotency_key,
-            attempt=0,
-            max_attempts=DEFAULT_MAX_ATTEMPTS if new.max_attempts is None else new.max_attempts,
-            leased_by=None,
-            lease_until=None,
-            last_error=None,
-            result=None,
-            created_at=created_at,
-            updated_at=created_at if updated_at is None else self.decode_time(updated_at),
-            deleted_at=None,
-            parent_id=new.parent_id,
-            deadline=self.opt_time(row["deadline"]),
-            trace_context=None if new.trace_context is None else json.loads(new.trace_context),
-            # the store fixes it: the one asked for, else the type's of now (0022)
-            retention=read_duration(row.get("retention")),
-            concurrency_key=new.concurrency_key,
-            created=True,
-        )
+        run_at = created_at if run_at is None else self.decode_time(run_at)
+        deadline = self.opt_time(row["deadline"])
+        # the store fixes it: the one asked for, else the type's of now (0022)
+        retention = read_duration(row.get("retention"))
+        for run_id, new, payload in zip(ids, news, payloads, strict=True):
+            yield runs.created_run(
+                id=run_id,
+                type=new.type,
+                payload=payload,
+                priority=new.priority,
+                run_at=run_at,
+                idempotency_key=new.idempotency_key,
+                max_attempts=(
+                    DEFAULT_MAX_ATTEMPTS if new.max_attempts is None else new.max_attempts
+                ),
+                created_at=created_at,
+                updated_at=updated_at,
+                parent_id=new.parent_id,
+                deadline=deadline,
+                trace_context=(
+                    None if new.trace_context is None else json.loads(new.trace_context)
+                ),
+                retention=retention,
+                concurrency_key=new.concurrency_key,
+            )
 
     def event_from_row(self, row: Mapping[str, Any]) -> Event:
         return Event(

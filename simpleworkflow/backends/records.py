@@ -75,6 +75,29 @@ class NewRun:
 _NEW_RUN_FIELDS = tuple(f.name for f in fields(NewRun))
 
 
+class _UnsealedNewRun:
+    """:class:`NewRun`'s slots without its frozen guard (see :func:`plain_new_run`)."""
+
+    __slots__ = NewRun.__slots__
+
+
+def plain_new_run(type: str, payload: str, trace_context: str | None = None) -> NewRun:
+    """``NewRun(type, payload, trace_context=...)``, every option at its default, for
+    ``start_many``'s ``(type, payload)`` requests: written slot by slot and then made a
+    ``NewRun`` (same slots), a quarter of what the frozen ``__init__`` costs."""
+    new: Any = _UnsealedNewRun()
+    new.type = type
+    new.payload = payload
+    new.trace_context = trace_context
+    new.priority = 100
+    new.delay = 0.0
+    new.idempotency_key = new.run_at = new.max_attempts = new.parent_id = None
+    new.deadline = new.deadline_in = new.retention = new.concurrency_key = None
+    new.debounce_key = new.debounce_window = new.debounce_max_wait = None
+    new.__class__ = NewRun
+    return new  # type: ignore[no-any-return]  # a NewRun now (typing.cast is a call)
+
+
 @dataclass(frozen=True, slots=True)
 class RunQuery:
     """Filters and paging for a listing; ``None`` means "any"."""

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any, TypedDict
 
 from simpleworkflow import durations, errors, names, payloads, retention
-from simpleworkflow.backends.records import NewRun
+from simpleworkflow.backends.records import NewRun, plain_new_run
 from simpleworkflow.client import _debounce
 
 MAX_KEY_LENGTH = names.MAX_KEY_LENGTH
@@ -125,7 +125,17 @@ def new_runs(
     """``(new run id, checked request)`` for each of ``start_many``'s requests, each
     with the batch's ``trace_context``."""
     ids = names.new_run_ids()
+    trace = None if trace_context is None else json.dumps(dict(trace_context))
     for request in requests:
+        if type(request) is tuple and len(request) == 2:
+            # the common request: no option to check, every field at its default
+            type_name, payload = request
+            checked = names.validate_type(type_name)
+            text = payloads.encode(
+                {} if payload is None else payload, max_bytes=max_payload_bytes, codec=codec
+            )
+            yield next(ids), plain_new_run(checked, text, trace)
+            continue
         if isinstance(request, tuple):
             type_name, payload = request
             options: Mapping[str, Any] = {}

@@ -215,6 +215,59 @@ _RUN_KEYS = tuple(
 )
 
 
+class _Unsealed:
+    """:class:`Run`'s slots without its frozen guard: :func:`created_run` fills one with
+    plain attribute writes, then makes it a ``Run`` (same slots, so Python allows it)."""
+
+    __slots__ = Run.__slots__
+
+
+def created_run(
+    *,
+    id: str,
+    type: str,
+    payload: Any,
+    priority: int,
+    run_at: datetime,
+    idempotency_key: str | None,
+    max_attempts: int,
+    created_at: datetime,
+    updated_at: datetime,
+    parent_id: str | None,
+    deadline: datetime | None,
+    trace_context: dict[str, Any] | None,
+    retention: Any,
+    concurrency_key: str | None,
+) -> Run:
+    """A pending run just inserted (``created`` True), equal to the ``Run(...)`` of the
+    same fields. What ``start`` and ``start_many`` return for each run they write: a
+    frozen dataclass's ``__init__`` pays an ``object.__setattr__`` call per field (28),
+    about 3 µs a run, where writing the slots directly costs a sixth of that."""
+    run: Any = _Unsealed()
+    run.id = id
+    run.type = type
+    run.payload = payload
+    run.status = RunStatus.PENDING
+    run.priority = priority
+    run.run_at = run_at
+    run.idempotency_key = idempotency_key
+    run.attempt = 0
+    run.max_attempts = max_attempts
+    run.leased_by = run.lease_until = run.last_error = run.result = None
+    run.created_at = created_at
+    run.updated_at = updated_at
+    run.deleted_at = run.waiting_for = run.code_version = None
+    run.parent_id = parent_id
+    run.deadline = deadline
+    run.trace_context = trace_context
+    run.retention = retention
+    run.concurrency_key = concurrency_key
+    run.continued_as = run.continued_from = run.forked_from = run.forked_at_step = None
+    run.created = True
+    run.__class__ = Run
+    return run  # type: ignore[no-any-return]  # a Run now (typing.cast is a call)
+
+
 @dataclass(frozen=True, slots=True)
 class Event:
     """One row of the audit trail, ``workflow_event``."""

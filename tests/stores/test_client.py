@@ -140,6 +140,14 @@ def test_run_ids_grow_with_time(producer: Producer) -> None:
         time.sleep(0.002)
     assert all(uuid.UUID(run_id).version == 7 for run_id in ids)
     assert ids == sorted(ids)
+    # a batch's ids: UUIDv7 text (version, RFC variant, the millisecond of now), distinct
+    batch = [run.id for run in producer.start_many([(TYPE, {})] * 300)]
+    now_ms = time.time_ns() // 1_000_000
+    for run_id in batch:
+        parsed = uuid.UUID(run_id)
+        assert (parsed.version, parsed.variant, str(parsed)) == (7, uuid.RFC_4122, run_id)
+        assert now_ms - 60_000 < parsed.int >> 80 <= now_ms
+    assert len(set(batch)) == 300
 
 
 def test_start_without_payload_stores_an_empty_object(producer: Producer) -> None:
@@ -783,6 +791,38 @@ def test_start_many_starts_runs_in_order_with_one_created_event_each(
     assert store.count() == 4  # existing + three new rows
     for run in runs:
         assert [e.event_type for e in producer.events(run.id)] == ["created"]
+
+
+def test_the_runs_start_and_start_many_return_are_the_runs_read_back(
+    store: Store, client: Client, producer: Producer
+) -> None:
+    """What a start returns is built from the request and the few values the store sends
+    back, not read: every field must still be what a read finds, and the run frozen."""
+    client.admin.set_runtime(TYPE, "python")
+    client.admin.set_retention(TYPE, "7d")
+    requests: list[Any] = [
+        (TYPE, {"n": 0}),
+        (TYPE, None),
+        {
+            "type": TYPE,
+            "payload": [1, "two"],
+            "priority": 7,
+            "run_at": datetime(2031, 1, 1, tzinfo=UTC),
+        },
+        {"type": TYPE, "idempotency_key": "k", "max_attempts": 9, "deadline": "1h"},
+        {"type": TYPE, "concurrency_key": "c", "retention": "2d", "delay": 30},
+    ]
+    runs = [*producer.start_many(requests), producer.start(TYPE, {"one": True}, priority=3)]
+    for run in runs:
+        assert run.created is True
+        assert run == producer.get(run.id)
+        assert dataclasses.asdict(run) == dataclasses.asdict(producer.get(run.id)) | {
+            "created": True
+        }
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            run.priority = 1  # type: ignore[misc]
+    assert [run.payload for run in runs] == [{"n": 0}, {}, [1, "two"], {}, {}, {"one": True}]
+    assert runs[0].retention == timedelta(days=7) and runs[4].retention == timedelta(days=2)
 
 
 def test_start_many_refuses_a_bad_request_and_stores_nothing(

@@ -242,8 +242,11 @@ def test_non_json_values_are_refused_with_a_hint(value: Any, hint: str) -> None:
 def test_cycles_are_refused() -> None:
     loop: list[Any] = []
     loop.append(loop)
-    with pytest.raises(errors.InvalidPayload, match="cycle"):
-        payloads.encode(loop)
+    ring: dict[str, Any] = {"a": [1]}
+    ring["a"].append({"back": ring})
+    for value in (loop, ring, [1, {"deep": loop}]):
+        with pytest.raises(errors.InvalidPayload, match="payload contains a reference cycle"):
+            payloads.encode(value)
 
 
 def test_text_that_only_looks_like_an_escape_is_fine() -> None:

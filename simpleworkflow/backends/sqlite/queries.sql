@@ -41,6 +41,7 @@ returning created_at, run_at, deadline, retention
 
 -- name: create_runs
 -- Many runs in one statement; ids come from the client so rows can be matched to items.
+-- A row per run, its id as "ids" (Postgres sends one row per group of runs, ids joined).
 insert into workflow_run
     (id, type, payload, idempotency_key, priority, run_at, max_attempts, parent_id, deadline,
      trace_context, retention, concurrency_key)
@@ -65,7 +66,7 @@ from json_each(:items) as i
 where true
 order by i.key
 on conflict (idempotency_key) do nothing
-returning id, created_at, run_at, deadline, retention
+returning id as ids, created_at, run_at, deadline, retention
 
 -- name: debounce_run
 -- A debounced start, as on Postgres (see there): insert the run, or update the pending,
