@@ -152,8 +152,6 @@ class PostgresBackend(base.Backend):
             return self._pool
 
     async def _async_pool(self) -> psycopg_pool.AsyncConnectionPool[Any]:
-        if self._apool is not None:  # open: no lock to take on every call
-            return self._apool
         if self._alock is None:
             self._alock = asyncio.Lock()
         async with self._alock:
@@ -241,11 +239,9 @@ class PostgresBackend(base.Backend):
         caller gets ``StoreUnavailable`` and the pool is replaced, while the task is
         cancelled and left to end when its socket does."""
         began = time.monotonic()
-        loop = asyncio.get_running_loop()
-        done = loop.create_future()
-        call = loop.create_task(driving.signalling(self._execute_async(op, wait_for_disk), done))
+        call = asyncio.get_running_loop().create_task(self._execute_async(op, wait_for_disk))
         try:
-            ended = await driving.ended_within(call, done, self.call_timeout)
+            ended = await driving.ended_within(call, self.call_timeout)
         except asyncio.CancelledError:
             self._abandon(call)
             raise

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import psycopg
@@ -67,42 +67,28 @@ async def execute_async(conn: Any, op: base.Op[T]) -> T:
         return stop.value  # type: ignore[no-any-return]
 
 
-async def ended_within(
-    call: asyncio.Future[Any], returned: asyncio.Future[None], timeout: float
-) -> bool:
+async def ended_within(call: asyncio.Future[Any], timeout: float) -> bool:
     """Wait until ``call`` ends or ``timeout`` seconds pass; True if it ended.
-    ``returned`` is set by the call itself as it returns, which wakes this wait a turn
-    of the event loop sooner than the task's end would; the task's end wakes it too.
 
     Cancelling the caller cancels only its wait and leaves ``call`` running, as
     ``asyncio.wait_for(asyncio.shield(call), timeout)`` does, for less: one future, one
     timer and one callback, where those two make another future, a second task and their
     callbacks on every call (2 to 4 µs more per call, docs/performance.md)."""
     loop = asyncio.get_running_loop()
+    waiter = loop.create_future()
 
     def wake(_: object = None) -> None:
-        if not returned.done():
-            returned.set_result(None)
+        if not waiter.done():
+            waiter.set_result(None)
 
     call.add_done_callback(wake)
     timer = loop.call_later(timeout, wake)
     try:
-        await returned
+        await waiter
     finally:
         timer.cancel()
         call.remove_done_callback(wake)
     return call.done()
-
-
-async def signalling(call: Awaitable[T], returned: asyncio.Future[None]) -> T:
-    """Await ``call``, then set ``returned`` (see :func:`ended_within`): that wakes the
-    caller in the event loop's next turn, where the end of the task running this would
-    wake it a turn later, through the task's callbacks."""
-    try:
-        return await call
-    finally:
-        if not returned.done():
-            returned.set_result(None)
 
 
 def execute_joined(conn: Any, op: base.Op[T]) -> T:
