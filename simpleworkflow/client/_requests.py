@@ -71,8 +71,9 @@ class Requests:
         self, type: str | None
     ) -> contextlib.AbstractContextManager[dict[str, str] | None]:
         """The observers' ``around_start``; gives the trace context to store with the
-        runs (what they inject there), if any. Without observers, nothing to enter."""
-        return self._observed_start(type) if self.observers else _UNOBSERVED
+        runs (what they inject there), if any. Without observers that enclose starts or
+        inject a trace (a metrics observer only counts), nothing to enter."""
+        return self._observed_start(type) if self.observers.watch_starts() else _UNOBSERVED
 
     @contextlib.contextmanager
     def _observed_start(self, type: str | None) -> Iterator[dict[str, str] | None]:

@@ -194,10 +194,16 @@ class Observers(Observer):
             return None
         return carrier
 
+    def watch_starts(self) -> bool:
+        """Whether an observer encloses starts (``around_start``) or injects a trace
+        context to store with the runs: else a start has nothing to enter or ask."""
+        return bool(self._enclosing("around_start") or self._enclosing("inject"))
+
     def _enclosing(self, hook: str) -> list[Observer]:
-        """The observers whose ``hook`` (an ``around_*``) does something. The base class's
-        returns a null context: entering it for every attempt and step was most of what
-        an observer that only counts cost. Worked out again only after an ``add``."""
+        """The observers whose ``hook`` (an ``around_*``, or ``inject``) does something. The
+        base class's returns a null context: entering it for every attempt and step was
+        most of what an observer that only counts cost. Worked out again only after an
+        ``add``."""
         cached = self._enclosers.get(hook)
         if cached is not None and cached[0] == Observers._generation:
             return cached[1]
@@ -250,8 +256,8 @@ class _Around:
 
 
 def _encloses(observer: Observer, hook: str) -> bool:
-    """Whether ``observer``'s ``hook`` (an ``around_*``) is its own, not the base class's
-    null context; for a composite, whether one of its observers' is."""
+    """Whether ``observer``'s ``hook`` (an ``around_*``, or ``inject``) is its own, not the
+    base class's that does nothing; for a composite, whether one of its observers' is."""
     if isinstance(observer, Observers):
         return any(_encloses(inner, hook) for inner in observer)
     return getattr(getattr(observer, hook), "__func__", None) is not getattr(Observer, hook)

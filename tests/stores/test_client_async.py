@@ -5,12 +5,18 @@ keeps running while the client waits. (Every producer behaviour is also checked 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+import pytest
 from conftest import Store
+from psycopg import pq
+from psycopg_pool import AsyncConnectionPool
 
 from simpleworkflow import AsyncClient, RunStatus, errors
+from simpleworkflow.backends.postgres import driving
 
 T = TypeVar("T")
 TYPE = "notify.email.v1"
@@ -99,3 +105,48 @@ def test_a_client_can_be_reopened_on_a_new_loop(store: Store) -> None:
         return [(await client.get(first)).id, (await client.get(second)).id]
 
     assert run_with_client(store, get_both) == [first, second]
+
+
+def test_a_pooled_call_gives_its_connection_back_idle(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The async Postgres calls take a pooled connection with ``getconn`` and give it back
+    with ``putconn``: a call that left a transaction open has it committed, one that
+    failed inside it has it rolled back, as the pool's ``connection()`` would, so the pool
+    logs nothing and the next call finds the connection idle."""
+    if store.kind != "postgres":
+        pytest.skip("SQLite has no connection pool")
+    table = f'"{store.schema}".pooled_probe'
+    store.sql(f"create table {table} (n int)")
+
+    async def left_open(conn: Any, op: Any) -> str:
+        await conn.execute("begin")
+        await conn.execute(f"insert into {table} values (1)")
+        return "written"
+
+    async def failing(conn: Any, op: Any) -> str:
+        await conn.execute("begin")
+        await conn.execute(f"insert into {table} values (2)")
+        raise errors.InvalidArgument("the op failed")
+
+    async def main() -> tuple[str, list[Any]]:
+        pool = AsyncConnectionPool(
+            store.url, min_size=1, max_size=1, open=False, kwargs={"autocommit": True}
+        )
+        async with pool:
+            kwargs: dict[str, Any] = {"watching": lambda conn: contextlib.nullcontext()}
+            kwargs["broke"] = lambda: None
+            written = await driving.execute_pooled(pool, iter(()), left_open, **kwargs)
+            with pytest.raises(errors.InvalidArgument, match="the op failed"):
+                await driving.execute_pooled(pool, iter(()), failing, **kwargs)
+            async with pool.connection() as conn:
+                states = [conn.info.transaction_status]
+                states.append(await (await conn.execute(f"select n from {table}")).fetchall())
+            return written, states
+
+    with caplog.at_level(logging.WARNING, logger="psycopg"):
+        written, (status, rows) = asyncio.run(main())
+    assert written == "written"
+    assert status == pq.TransactionStatus.IDLE
+    assert rows == [(1,)]  # the open transaction committed, the failed one rolled back
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]

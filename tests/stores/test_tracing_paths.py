@@ -5,6 +5,7 @@ no OpenTelemetry at all, in processes where those are missing.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -20,7 +21,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanContext
 
-from simpleworkflow import App, Context, RunStatus, cli, errors
+from simpleworkflow import App, Context, Observer, RunStatus, cli, errors
+from simpleworkflow.observe import RunCreated
 from simpleworkflow.tracing import TracingObserver
 
 PARENT = "trace.parent.v1"
@@ -348,3 +350,48 @@ def test_values_streams_and_forks_are_span_events_and_a_span(
         forked.attributes["workflow.step.name"],
         forked.attributes["messaging.operation.name"],
     ) == (fork.id, run_id, "generate", "fork")
+
+
+class _Injecting(Observer):
+    """Adds a trace context to what is stored, and overrides nothing else."""
+
+    def inject(self, carrier: dict[str, str]) -> None:
+        carrier["traceparent"] = TRACEPARENT
+
+
+class _Counting(Observer):
+    """Counts the runs started, as the metrics observer does; encloses nothing."""
+
+    def __init__(self) -> None:
+        self.created: list[str] = []
+
+    def run_created(self, event: RunCreated) -> None:
+        self.created.append(event.run.id)
+
+
+def test_a_start_stores_what_an_observer_injects_and_counts_with_one_that_only_counts(
+    store: Store,
+) -> None:
+    """A start skips the observers' wrapping when none encloses starts or injects: an
+    observer that only injects still has its trace context stored, one that only counts
+    still sees every run, sync and async; with only the counter, nothing is stored."""
+    counting = _Counting()
+    with store.client(observers=[counting, _Injecting()]) as client:
+        traced = client.start(PLAIN, {})
+    with store.client(observers=[counting]) as client:
+        plain = client.start(PLAIN, {})
+
+    async def start_async() -> list[str]:
+        async with store.async_client(observers=[_Injecting(), counting]) as client:
+            traced = await client.start(PLAIN, {})
+        async with store.async_client(observers=[counting]) as client:
+            plain = await client.start(PLAIN, {})
+        return [traced.id, plain.id]
+
+    traced_async, plain_async = asyncio.run(start_async())
+    with store.client() as client:
+        for run_id in (traced.id, traced_async):
+            assert client.get(run_id).trace_context == {"traceparent": TRACEPARENT}
+        for run_id in (plain.id, plain_async):
+            assert client.get(run_id).trace_context is None
+    assert counting.created == [traced.id, plain.id, traced_async, plain_async]

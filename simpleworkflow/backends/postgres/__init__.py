@@ -271,15 +271,13 @@ class PostgresBackend(base.Backend):
 
     async def _execute_async(self, op: base.Op[T], wait_for_disk: bool = True) -> T:
         pool = await self._async_pool()
-        with _translated("talking to Postgres"):
-            async with pool.connection() as conn:
-                with (
-                    _on_broken(conn, lambda: self._drop_async_pool(pool)),
-                    self._liveness.watching(conn),
-                ):
-                    if wait_for_disk:
-                        return await driving.execute_async(conn, op)
-                    return await unflushed.execute_async(conn, op)
+        run = driving.execute_async if wait_for_disk else unflushed.execute_async
+        try:  # what _translated does, for a generator less on every call
+            return await driving.execute_pooled(
+                pool, op, run, self._liveness.watching, lambda: self._drop_async_pool(pool)
+            )
+        except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+            raise _unavailable("talking to Postgres", exc) from exc
 
     # -- transactions of the caller's, and the store's own for transactional steps -----
 
@@ -486,9 +484,13 @@ def _translated(doing: str) -> Iterator[None]:
     try:
         yield
     except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
-        raise errors.StoreUnavailable(
-            f"lost or could not open the database connection while {doing}: {exc}. "
-            "The operation did not complete (if the connection broke while committing it "
-            "may still have been applied); check that Postgres is up, then retry; starts "
-            "with an idempotency key are safe to retry"
-        ) from exc
+        raise _unavailable(doing, exc) from exc
+
+
+def _unavailable(doing: str, exc: Exception) -> errors.StoreUnavailable:
+    return errors.StoreUnavailable(
+        f"lost or could not open the database connection while {doing}: {exc}. "
+        "The operation did not complete (if the connection broke while committing it "
+        "may still have been applied); check that Postgres is up, then retry; starts "
+        "with an idempotency key are safe to retry"
+    )

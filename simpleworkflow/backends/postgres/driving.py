@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
 import psycopg
@@ -89,6 +90,45 @@ async def ended_within(call: asyncio.Future[Any], timeout: float) -> bool:
         timer.cancel()
         call.remove_done_callback(wake)
     return call.done()
+
+
+async def execute_pooled(
+    pool: Any,
+    op: base.Op[T],
+    run: Callable[[Any, base.Op[T]], Awaitable[T]],
+    watching: Callable[[Any], AbstractContextManager[None]],
+    broke: Callable[[], None],
+) -> T:
+    """``run(conn, op)`` on a connection of the async ``pool``, ``watching`` it; ``broke``
+    is called when the connection broke.
+
+    What ``async with pool.connection()`` does, for about 10 µs less per call: its two
+    context managers, and the commit it asks for at the end (a lock and a wait, with
+    nothing to do on a connection in autocommit mode). As there, a transaction left open
+    is committed, or rolled back after an error, before the pool gets the connection back.
+    """
+    conn = await pool.getconn()
+    try:
+        try:
+            with watching(conn):
+                result = await run(conn, op)
+        except BaseException as exc:
+            if isinstance(exc, psycopg.OperationalError) and (conn.broken or conn.closed):
+                broke()
+            if _open(conn):
+                with contextlib.suppress(Exception):  # a broken one: the pool drops it
+                    await conn.rollback()
+            raise
+        if _open(conn):
+            await conn.commit()
+        return result
+    finally:
+        await pool.putconn(conn)
+
+
+def _open(conn: Any) -> bool:
+    """Whether ``conn`` has a transaction to end (or is in an unknown state)."""
+    return not conn.closed and conn.pgconn.transaction_status != pq.TransactionStatus.IDLE
 
 
 def execute_joined(conn: Any, op: base.Op[T]) -> T:
