@@ -67,7 +67,6 @@ class Runner:
         self.draining: list[Attempt] = []  # at shutdown: attempts that may still run
         self._refusals: set[asyncio.Task[None]] = set()  # runs failed as unreadable
         self._slots = Slots(concurrency)
-        self._in_threads = 0  # slots held by plain def handlers (see handlers_running)
         self._pace = Pace(concurrency, claim_batch)
         self._threads = HandlerThreads(concurrency, name="simpleworkflow-handler")
         self._step_executor = TrackedExecutor(name="simpleworkflow-step")  # sync steps
@@ -90,11 +89,9 @@ class Runner:
         return min(limit - slots.busy - slots.waiting, 2 * limit + ahead - len(self.active))
 
     def handlers_running(self) -> bool:
-        """Whether quick handlers run on the loop now: their outcomes may join those about
-        to be written (see ``groupcommit``). Not plain ``def`` handlers: their outcomes
-        come when a thread gets the interpreter, not within a few turns of the loop, and
-        each turn waited for them would hand the interpreter to a thread and back."""
-        return self._slots.busy > self._in_threads and self._pace.quick()
+        """Whether quick handlers run now: their outcomes may join those about to be
+        written (see ``groupcommit``)."""
+        return self._slots.busy > 0 and self._pace.quick()
 
     def start(self, lease: Lease) -> None:
         """Run ``lease``'s handler once a slot is free (at once, unless it was claimed
@@ -176,15 +173,12 @@ class Runner:
         definition: Definition = self.app.definitions[lease.run.type]
         started = time.monotonic()
         holding = True
-        threaded = not definition.is_async
-        self._in_threads += threaded
         try:
             self._observers.attempt_started(observe.AttemptStarted(lease.run, self.worker_id))
             outcome = await execution.attempt(definition, state, self._threads)
             duration = time.monotonic() - started
             self._pace.handled(duration)
             holding = False
-            self._in_threads -= threaded
             self._slots.give_back()  # to a run waiting for one, or for the next claim
             own = self.own(lease)
             if own is not None:
@@ -211,7 +205,6 @@ class Runner:
             self._observers.attempt_finished(hooks.worker_error(lease, self.worker_id, exc, spent))
         finally:
             if holding:
-                self._in_threads -= threaded
                 self._slots.give_back()
 
     def _refuse(self, lease: Lease) -> None:
