@@ -228,6 +228,7 @@ class IntentPoller:
             step_log=self._outcomes,
         )
         outbox.running = runner.handlers_running
+        outbox.threads = runner.threads_pause
         claims = ClaimLoop(
             backend,
             self.options,
