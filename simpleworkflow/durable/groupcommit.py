@@ -65,11 +65,6 @@ class GroupCommit(abc.ABC, Generic[ItemT]):
         the writer then waits for them, so that they share one transaction."""
         return False
 
-    def pause(self) -> float:
-        """Seconds a batch may wait, once, for items on their way from outside the loop
-        (the results of handler threads), asleep in the selector; 0: none."""
-        return 0.0
-
     async def drained(self) -> None:
         """Return once everything queued so far has been written."""
         await self._idle.wait()
@@ -93,9 +88,6 @@ class GroupCommit(abc.ABC, Generic[ItemT]):
         while turns < GATHER_TURNS and self.more_coming():
             await asyncio.sleep(0)
             turns += 1
-        pause = self.pause()
-        if pause:
-            await asyncio.sleep(pause)
 
     async def _flush(self, batch: list[tuple[ItemT, asyncio.Future[bool]]]) -> None:
         items = [item for item, _ in batch]

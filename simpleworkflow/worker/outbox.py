@@ -39,14 +39,8 @@ class Outbox(GroupCommit[Item]):
     #: Whether handlers are running whose outcomes come next (set by the worker's runner).
     running: Callable[[], bool] = staticmethod(lambda: False)
 
-    #: Seconds to wait for the outcomes of handler threads (set by the worker's runner).
-    threads: Callable[[], float] = staticmethod(lambda: 0.0)
-
     def more_coming(self) -> bool:
         return self.running()
-
-    def pause(self) -> float:
-        return self.threads()
 
     def key(self, item: Item) -> Hashable:
         return item.run_id

@@ -228,7 +228,6 @@ class IntentPoller:
             step_log=self._outcomes,
         )
         outbox.running = runner.handlers_running
-        outbox.threads = runner.threads_pause
         claims = ClaimLoop(
             backend,
             self.options,

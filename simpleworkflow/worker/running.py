@@ -33,8 +33,6 @@ from simpleworkflow.worker.slots import Pace, Slots
 from simpleworkflow.worker.timer import Bell, due_in
 
 _log = logging.getLogger("simpleworkflow.worker")
-#: How long the outbox waits for the outcomes of quick ``def`` handlers (seconds).
-THREADS_PAUSE = 0.001
 
 
 class Runner:
@@ -69,7 +67,6 @@ class Runner:
         self.draining: list[Attempt] = []  # at shutdown: attempts that may still run
         self._refusals: set[asyncio.Task[None]] = set()  # runs failed as unreadable
         self._slots = Slots(concurrency)
-        self._in_threads = 0  # slots held by plain def handlers (see handlers_running)
         self._pace = Pace(concurrency, claim_batch)
         self._threads = HandlerThreads(concurrency, name="simpleworkflow-handler")
         self._step_executor = TrackedExecutor(name="simpleworkflow-step")  # sync steps
@@ -92,15 +89,9 @@ class Runner:
         return min(limit - slots.busy - slots.waiting, 2 * limit + ahead - len(self.active))
 
     def handlers_running(self) -> bool:
-        """Whether quick handlers run on the loop now: their outcomes may join those about
-        to be written (see ``groupcommit``) within a few turns of the loop."""
-        return self._slots.busy > self._in_threads and self._pace.quick()
-
-    def threads_pause(self) -> float:
-        """How long the outbox may wait for quick plain ``def`` handlers' outcomes: asleep
-        in the selector rather than turning the loop, each turn of which would hand the
-        interpreter to a handler thread and back."""
-        return THREADS_PAUSE if self._in_threads and self._pace.quick() else 0.0
+        """Whether quick handlers run now: their outcomes may join those about to be
+        written (see ``groupcommit``)."""
+        return self._slots.busy > 0 and self._pace.quick()
 
     def start(self, lease: Lease) -> None:
         """Run ``lease``'s handler once a slot is free (at once, unless it was claimed
@@ -182,15 +173,12 @@ class Runner:
         definition: Definition = self.app.definitions[lease.run.type]
         started = time.monotonic()
         holding = True
-        threaded = not definition.is_async
-        self._in_threads += threaded
         try:
             self._observers.attempt_started(observe.AttemptStarted(lease.run, self.worker_id))
             outcome = await execution.attempt(definition, state, self._threads)
             duration = time.monotonic() - started
             self._pace.handled(duration)
             holding = False
-            self._in_threads -= threaded
             self._slots.give_back()  # to a run waiting for one, or for the next claim
             own = self.own(lease)
             if own is not None:
@@ -217,7 +205,6 @@ class Runner:
             self._observers.attempt_finished(hooks.worker_error(lease, self.worker_id, exc, spent))
         finally:
             if holding:
-                self._in_threads -= threaded
                 self._slots.give_back()
 
     def _refuse(self, lease: Lease) -> None:
