@@ -113,31 +113,36 @@ class HandlerThreads:
             call.threads.leave()
 
     def _work(self) -> None:
-        calls, lock = self._calls, self._lock
+        calls = self._calls
         while True:
             call = calls.get()
             if call is None:
                 return
-            with lock:
-                taken = call.state == _QUEUED
-                call.state = _RUNNING
-            if taken:
-                try:
-                    result: tuple[_Call, bool, Any] = (call, True, call.fn())
-                except BaseException as exc:  # the handler's, handed back as it raised it
-                    result = (call, False, exc)
-                if call.threads is not None:
-                    call.threads.leave()
-            with lock:
-                self._idle += 1
-                if not taken:
-                    call.future = None
-                    continue
-                self._results.append(result)
-                wake = len(self._results) == 1
-            if wake and self._loop is not None:
-                with contextlib.suppress(RuntimeError):  # the loop has closed
-                    self._loop.call_soon_threadsafe(self._settle)
+            self._take(call)
+            del call  # else it, and what it holds, would live while this thread waits
+
+    def _take(self, call: _Call) -> None:
+        """Run ``call`` unless it was cancelled first; hand its result to the loop."""
+        with self._lock:
+            taken = call.state == _QUEUED
+            call.state = _RUNNING
+        if taken:
+            try:
+                result: tuple[_Call, bool, Any] = (call, True, call.fn())
+            except BaseException as exc:  # the handler's, handed back as it raised it
+                result = (call, False, exc)
+            if call.threads is not None:
+                call.threads.leave()
+        with self._lock:
+            self._idle += 1
+            if not taken:
+                call.future = None
+                return
+            self._results.append(result)
+            wake = len(self._results) == 1
+        if wake and self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop has closed
+                self._loop.call_soon_threadsafe(self._settle)
 
     def _settle(self) -> None:
         """On the loop: settle every result handed back so far."""
