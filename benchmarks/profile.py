@@ -76,9 +76,11 @@ def profile_drain(
         with pool:
             pids = [proc.pid for proc in pool.procs] + _server_pids(store)
             cpu_before, began = _cpu(pids), time.monotonic()
+            switched = _switches(pool.procs[0].pid)
             pool.go()
             workers.wait_for(store, pool, after, runs, "drain")
             wall = time.monotonic() - began
+            switches = [n - m for n, m in zip(_switches(pool.procs[0].pid), switched, strict=True)]
             # Backends that connected during the drain count in full.
             cpu_after = _cpu([proc.pid for proc in pool.procs] + _server_pids(store))
         rate = runs / store.window(after, runs)
@@ -96,6 +98,7 @@ def profile_drain(
             )
             print(f", Postgres server {server_cpu:.2f}s", end="")
         print(f"\n{claims} claim transactions, {completions} completion transactions")
+        print(f"worker context switches: {switches[0]} voluntary, {switches[1]} involuntary")
         if plain:
             return
         pstats.Stats(str(stats_path)).sort_stats("tottime").print_stats(top)
@@ -118,6 +121,20 @@ def _cpu(pids: list[int]) -> dict[int, float]:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             found[pid] = (int(fields[11]) + int(fields[12])) / tick
     return found
+
+
+def _switches(pid: int) -> tuple[int, int]:
+    """Voluntary and involuntary context switches of every thread ``pid`` has now (a
+    thread that ended is not counted: the worker's pools keep theirs until it stops)."""
+    found = [0, 0]
+    for status in Path(f"/proc/{pid}/task").glob("*/status"):
+        with contextlib.suppress(OSError):
+            for line in status.read_text().splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    found[0] += int(line.split()[1])
+                elif line.startswith("nonvoluntary_ctxt_switches:"):
+                    found[1] += int(line.split()[1])
+    return found[0], found[1]
 
 
 @contextlib.contextmanager

@@ -31,7 +31,10 @@ class _Call:
 
     def __init__(self, fn: Callable[[], Any], future: _Pending, threads: Threads | None) -> None:
         self.fn = fn
-        self.future = future
+        # Cleared once the call has ended: a call and its future refer to each other, and
+        # that cycle would keep the attempt's whole state (the handler's arguments) alive
+        # until the cyclic garbage collector came by, for every run.
+        self.future: _Pending | None = future
         self.threads = threads
         self.state = _QUEUED
 
@@ -93,7 +96,7 @@ class HandlerThreads:
         with contextlib.suppress(queue.Empty):
             while True:
                 call = self._calls.get_nowait()
-                if call is not None:
+                if call is not None and call.future is not None:
                     call.future.cancel()
         with self._lock:
             threads = self._threads
@@ -110,37 +113,44 @@ class HandlerThreads:
             call.threads.leave()
 
     def _work(self) -> None:
-        calls, lock = self._calls, self._lock
+        calls = self._calls
         while True:
             call = calls.get()
             if call is None:
                 return
-            with lock:
-                taken = call.state == _QUEUED
-                call.state = _RUNNING
-            if taken:
-                try:
-                    result: tuple[_Call, bool, Any] = (call, True, call.fn())
-                except BaseException as exc:  # the handler's, handed back as it raised it
-                    result = (call, False, exc)
-                if call.threads is not None:
-                    call.threads.leave()
-            with lock:
-                self._idle += 1
-                if taken:
-                    self._results.append(result)
-                    wake = len(self._results) == 1
-            if taken and wake:
-                with contextlib.suppress(RuntimeError):  # the loop has closed
-                    call.future.get_loop().call_soon_threadsafe(self._settle)
+            self._take(call)
+            del call  # else it, and what it holds, would live while this thread waits
+
+    def _take(self, call: _Call) -> None:
+        """Run ``call`` unless it was cancelled first; hand its result to the loop."""
+        with self._lock:
+            taken = call.state == _QUEUED
+            call.state = _RUNNING
+        if taken:
+            try:
+                result: tuple[_Call, bool, Any] = (call, True, call.fn())
+            except BaseException as exc:  # the handler's, handed back as it raised it
+                result = (call, False, exc)
+            if call.threads is not None:
+                call.threads.leave()
+        with self._lock:
+            self._idle += 1
+            if not taken:
+                call.future = None
+                return
+            self._results.append(result)
+            wake = len(self._results) == 1
+        if wake and self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop has closed
+                self._loop.call_soon_threadsafe(self._settle)
 
     def _settle(self) -> None:
         """On the loop: settle every result handed back so far."""
         with self._lock:
             results, self._results = self._results, []
         for call, ok, value in results:
-            future = call.future
-            if future.done():  # cancelled while its thread ran
+            future, call.future = call.future, None
+            if future is None or future.done():  # cancelled while its thread ran
                 continue
             if ok:
                 future.set_result(value)

@@ -23,6 +23,7 @@ from simpleworkflow import App, Client, Context, RunStatus
 QUICK = "test.quick.v1"
 BRIEF = "test.brief.v1"  # QUICK, but it awaits: handlers overlap
 BLOCK = "test.block.v1"
+PLAIN = "test.plain.v1"  # QUICK, as a plain def (run in a thread)
 
 
 class Seen:
@@ -71,6 +72,13 @@ def app(store: Store, seen: Seen, release: threading.Event) -> App:
         seen.enter(ctx.run_id)
         await asyncio.sleep(0.001)
         seen.leave()
+
+    @app.workflow(PLAIN)
+    def plain(payload: Any, ctx: Context) -> None:
+        seen.enter(ctx.run_id)
+        seen.leave()
+        if payload.get("fail"):
+            raise ValueError("plain def handler failed")
 
     @app.workflow(BLOCK)
     def block(payload: Any, ctx: Context) -> None:
@@ -127,6 +135,23 @@ def test_no_more_handlers_run_at_once_than_the_concurrency_while_claiming_ahead(
         settled(client, run_ids, RunStatus.SUCCEEDED, within=60)
     assert sorted(seen.started) == sorted(run_ids)
     assert seen.most == 3
+
+
+def test_quick_def_and_async_handlers_drained_together_all_end_within_the_concurrency(
+    app: App, client: Client, seen: Seen
+) -> None:
+    # The outbox gathers outcomes while quick handlers run, on the loop or in threads: a
+    # mix of both, some def handlers raising, must end every run once.
+    kinds = [(BRIEF, {}), (PLAIN, {}), (PLAIN, {"fail": True}), (QUICK, {})] * 60
+    requests = [{"type": kind, "payload": payload, "max_attempts": 1} for kind, payload in kinds]
+    with poller_thread(app, concurrency=3, poll_interval=0.2):
+        runs = client.start_many(requests)
+        failing = [run.id for run in runs if run.payload == {"fail": True}]
+        others = [run.id for run in runs if run.id not in failing]
+        settled(client, failing, RunStatus.FAILED, within=60)
+        settled(client, others, RunStatus.SUCCEEDED, within=60)
+    assert sorted(seen.started) == sorted(run.id for run in runs)
+    assert seen.most <= 3
 
 
 def test_runs_waiting_for_a_slot_keep_their_leases_and_a_cancelled_one_never_runs(

@@ -9,8 +9,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import threading
 import time
+import weakref
 from typing import Any
 
 import psycopg
@@ -174,6 +176,32 @@ def test_a_failing_handler_is_retried_until_it_succeeds(
     assert [e.data["attempt"] for e in retried] == [1, 2]
     assert all(e.data["retry_at"] for e in retried)
     assert "flaky failure 2" in (run.last_error or "")  # the last failure stays on record
+
+
+def test_a_def_handlers_context_is_freed_when_its_run_ends_not_by_the_garbage_collector(
+    app: App, client: Client
+) -> None:
+    # A def handler's call and its future referred to each other: what the call held (the
+    # handler's arguments) lived on, for every run, until the cyclic collector came by.
+    contexts: list[weakref.ref[Context]] = []
+
+    @app.workflow("test.plain.v1")
+    def plain(payload: Any, ctx: Context) -> None:
+        contexts.append(weakref.ref(ctx))
+
+    def alive() -> int:
+        return sum(ref() is not None for ref in contexts)
+
+    gc.collect()
+    gc.disable()
+    try:
+        with working(app):
+            run_ids = [client.start("test.plain.v1").id for _ in range(5)]
+            for run_id in run_ids:
+                assert wait_terminal(client, run_id).status is RunStatus.SUCCEEDED
+            wait_until(lambda: alive() == 0, 5, lambda: f"{alive()} of 5 contexts alive")
+    finally:
+        gc.enable()
 
 
 def test_a_run_fails_once_its_attempts_are_used_up(
