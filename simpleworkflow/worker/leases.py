@@ -265,13 +265,20 @@ class Holdings:
         for attempt in attempts:
             attempt.state.request_stop("lease lost")
         if attempts:
-            _log.warning(
-                "lease lost: could not renew the lease of %s (%s) in time; stopping %s, "
-                "writing nothing more for %s",
-                plural(len(attempts), "run"),
-                ", ".join(a.lease.run.id for a in attempts),
-                "its handler" if len(attempts) == 1 else "their handlers",
-                "it" if len(attempts) == 1 else "them",
-            )
+            warn_not_renewed([a.lease.run.id for a in attempts])
         for attempt in attempts:
             hooks.lease_lost(self._observers, attempt.state, self._worker_id, hooks.NOT_RENEWED)
+
+
+def warn_not_renewed(run_ids: list[str]) -> None:
+    """The operator's one line for leases given up unrenewed, whoever saw it first: the
+    watch above, or a handler asking ``ctx.is_cancelled()`` just before it (the runner
+    then says it, see ``running``)."""
+    _log.warning(
+        "lease lost: could not renew the lease of %s (%s) in time; stopping %s, "
+        "writing nothing more for %s",
+        plural(len(run_ids), "run"),
+        ", ".join(run_ids),
+        "its handler" if len(run_ids) == 1 else "their handlers",
+        "it" if len(run_ids) == 1 else "them",
+    )

@@ -27,7 +27,7 @@ from simpleworkflow.durable.handler_threads import HandlerThreads
 from simpleworkflow.durable.journal_batches import StepJournal
 from simpleworkflow.handlers import Definition, Handlers
 from simpleworkflow.worker import hooks
-from simpleworkflow.worker.leases import Renewals
+from simpleworkflow.worker.leases import Renewals, warn_not_renewed
 from simpleworkflow.worker.outbox import Outbox
 from simpleworkflow.worker.slots import Pace, Slots
 from simpleworkflow.worker.timer import Bell, due_in
@@ -196,7 +196,7 @@ class Runner:
                     "run %s: lease lost before its outcome was recorded; discarded", lease.run.id
                 )
             if state.stop_reason == "lease lost":  # it may have seen the end before the watch
-                hooks.lease_lost(self._observers, state, self.worker_id, hooks.NOT_RENEWED)
+                self._lease_lost(lease, state)
             end = hooks.Ending(outcome, state.stop_reason, recorded, duration)
             hooks.finished(self._observers, lease, self.worker_id, end)
         except Exception as exc:
@@ -206,6 +206,21 @@ class Runner:
         finally:
             if holding:
                 self._slots.give_back()
+
+    def _lease_lost(self, lease: Lease, state: AttemptState) -> None:
+        """Say once that the attempt stopped for its lease, if nobody has yet: the handler
+        (``ctx.is_cancelled()``) or a step's lease check may see it before the watch."""
+        if state.lease_loss_reported:
+            return  # the watch or a heartbeat's answer said it
+        if self._renewals.ended(lease.token):
+            warn_not_renewed([lease.run.id])
+        else:  # a step's check of the lease found it gone
+            _log.warning(
+                "run %s: its lease was found lost (taken by another worker, or ended in "
+                "the store); its handler stopped, nothing more written",
+                lease.run.id,
+            )
+        hooks.lease_lost(self._observers, state, self.worker_id, hooks.NOT_RENEWED)
 
     def _refuse(self, lease: Lease) -> None:
         """Fail a run claimed with columns this worker cannot read, calling no handler:

@@ -312,6 +312,32 @@ def test_when_the_lease_watch_dies_the_worker_stops_its_handlers_and_gives_their
     assert (run.status, run.result, run.attempt) == (RunStatus.SUCCEEDED, {"worker": "w-next"}, 0)
 
 
+def test_a_handler_that_sees_its_lease_end_before_the_watch_still_gets_it_logged_once(
+    app: App, client: Client, monkeypatch: pytest.MonkeyPatch, logged: pytest.LogCaptureFixture
+) -> None:
+    """``ctx.is_cancelled()`` answers from the worker's own account of its leases, so a
+    handler may stop for a lease about to end before the lease watch looks; the operator
+    still reads the one warning the watch would have written (it once went unsaid)."""
+    witness, seen = Witness(), Seen()
+    app.observe(seen)
+    app.register("sup.tick.v1", ticking_handler(witness, blocks_on="w-first"))
+
+    async def silent(self: leases.Keeper) -> None:
+        await asyncio.Event().wait()  # no heartbeat, and no watch: the handler sees it first
+
+    monkeypatch.setattr(leases.Keeper, "beat", silent)
+    monkeypatch.setattr(leases.Keeper, "watch", silent)
+    run_id = client.start("sup.tick.v1").id
+    with poller_thread(app, lease_duration=1.5, worker_id="w-first"):
+        assert witness.started.wait(15)
+        wait_until(lambda: witness.reasons, 10, "the handler never stopped")
+
+    assert witness.reasons[0] == "lease lost"
+    warning = f"could not renew the lease of 1 run ({run_id}) in time"
+    assert logged.text.count(warning) == 1, logged.text
+    assert [(e.run.id, e.reason) for e in seen.lost][:1] == [(run_id, "not renewed")]
+
+
 # -- a worker process whose heartbeats keep dying ----------------------------------------
 
 
