@@ -142,7 +142,7 @@ def test_every_hook_fires_in_order_for_a_step_a_sleep_a_signal_a_child_and_a_ret
         child_id = child_run.id
 
     # The client's signal_delivered fires after its commit, on the test's thread: the
-    # worker may claim the run before that. So may it the child before the parent's
+    # worker may claim the run, and consume the signal, before that. So may it the child before the parent's
     # attempt, which committed it, fires its run_created. Both are checked apart.
     parent_seen, child_seen = (
         [entry for entry in recorder.seen(run) if not entry.startswith("signal_delivered")]
@@ -154,9 +154,8 @@ def test_every_hook_fires_in_order_for_a_step_a_sleep_a_signal_a_child_and_a_ret
         seen = recorder.seen(run)
         delivered = seen.index(f"signal_delivered:{event}")
         assert seen.count(f"signal_delivered:{event}") == 1
-        assert (
-            seen.index("run_suspended:signal") < delivered < seen.index(f"signal_consumed:{event}")
-        )
+        # after the wait began; before or after the worker consumed it (see above)
+        assert seen.index("run_suspended:signal") < delivered
     assert parent_seen == [
         "run_created",  # by the client, which shares the app's observers
         # attempt 1: the step fails and is retried later, in a new attempt
