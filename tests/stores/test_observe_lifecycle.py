@@ -142,8 +142,9 @@ def test_every_hook_fires_in_order_for_a_step_a_sleep_a_signal_a_child_and_a_ret
         child_id = child_run.id
 
     # The client's signal_delivered fires after its commit, on the test's thread: the
-    # worker may claim the run, and consume the signal, before that. So may it the child before the parent's
-    # attempt, which committed it, fires its run_created. Both are checked apart.
+    # worker may claim the run, and consume the signal, before that. So may it the child
+    # before the parent's attempt, which committed it, fires its run_created. Both are
+    # checked apart.
     parent_seen, child_seen = (
         [entry for entry in recorder.seen(run) if not entry.startswith("signal_delivered")]
         for run in (run_id, child_id)
