@@ -222,6 +222,19 @@ class _Unsealed:
     __slots__ = Run.__slots__
 
 
+def run_draft() -> Any:
+    """A blank object with :class:`Run`'s slots, to fill field by field (every one of
+    them) and hand to :func:`sealed_run`: a sixth of what ``Run(...)`` costs, for the
+    readers of many rows (a claim of a hundred runs)."""
+    return _Unsealed()
+
+
+def sealed_run(draft: Any) -> Run:
+    """The :class:`Run` that ``draft`` (from :func:`run_draft`) becomes, frozen."""
+    draft.__class__ = Run
+    return draft  # type: ignore[no-any-return]  # a Run now (typing.cast is a call)
+
+
 def created_run(
     *,
     id: str,
