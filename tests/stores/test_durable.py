@@ -792,7 +792,10 @@ def test_a_parent_waits_for_its_childs_result(store: Store, app: App, client: Cl
     )
     assert store.count() == 2, "the child was started more than once"
     events = lifecycle(client, run_id)
-    assert "child_started" in events and "resumed" in events
+    assert events.count("child_started") == 1, events
+    # The parent waits for the child (waiting, then resumed), unless the child had
+    # finished when it asked (another slot ran it at once: seen under load in CI).
+    assert ("waiting" in events) == ("resumed" in events), events
 
 
 def test_a_step_whose_output_is_not_json_fails_at_once(
