@@ -269,7 +269,9 @@ def test_a_def_body_runs_the_branches_in_turn_and_replays_finished_ones(
         def branch(source: str) -> Any:
             ledger.note(f"branch-{source}")
             value = ctx.step("fetch", ledger.note, f"fetch-{source}", source.upper())
-            ctx.sleep("pause", 0.05)  # each branch suspends the run once
+            # each branch suspends the run once: long enough that the sleep has not ended by
+            # the time its journal entry is written (0.05 s had, under load)
+            ctx.sleep("pause", 0.3)
             return value
 
         return ctx.join("enrich", {s: (lambda s=s: branch(s)) for s in ("a", "b")})

@@ -52,7 +52,9 @@ def test_a_loop_journals_each_iteration_by_path_commits_and_trims(
             if state["i"] == 6:
                 return Break(state["total"])
             total = await ctx.step("add", ledger.note, f"add-{state['i']}", state["total"] + 1)
-            await ctx.sleep("tick", 0.05)  # every iteration ends in a suspension
+            # every iteration ends in a suspension (long enough not to have ended by the
+            # time its entry is written, under load)
+            await ctx.sleep("tick", 0.25)
             return Continue({"i": state["i"] + 1, "total": total})
 
         return iteration
@@ -63,7 +65,7 @@ def test_a_loop_journals_each_iteration_by_path_commits_and_trims(
             if state["i"] == 6:
                 return Break(state["total"])
             total = ctx.step("add", ledger.note, f"add-{state['i']}", state["total"] + 1)
-            ctx.sleep("tick", 0.05)
+            ctx.sleep("tick", 0.25)
             return Continue({"i": state["i"] + 1, "total": total})
 
         return iteration
