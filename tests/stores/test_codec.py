@@ -200,7 +200,7 @@ def test_a_sync_body_and_a_transactional_step_are_typed_as_well(store: Store) ->
         due = ctx.step("due", due_date, order)
         total = ctx.transaction("total", in_transaction, order)
         seen.append((due, total))  # on the first run, then on the replay after the sleep
-        ctx.sleep("pause", 0.05)
+        ctx.sleep("pause", 0.3)  # long enough to suspend (and replay), under load too
         return {"due": due, "total": total}
 
     with app.client() as client:
