@@ -113,6 +113,40 @@ def targets(medians: Figures, samples: Samples | None = None) -> list[dict[str, 
     return found
 
 
+def against(samples: Samples, reference: str) -> list[dict[str, Any]]:
+    """The working tree against another version of itself, metric by metric, as a speed
+    ratio (above 1 is faster: rates ours over theirs, latencies theirs over ours), the
+    median of the rounds' own ratios; the issue wants none below 1."""
+    found = []
+    for metric, label in LABELS.items():
+        mine = samples.get(OURS, {}).get(metric, [])
+        theirs = samples.get(reference, {}).get(metric, [])
+        if not mine or len(mine) != len(theirs) or not all(mine) or not all(theirs):
+            continue
+        lower = metric.endswith("_ms")
+        rounds = [(b / a) if lower else (a / b) for a, b in zip(mine, theirs, strict=True)]
+        found.append({
+            "work": label, "metric": metric, "reference": reference,
+            "ours": statistics.median(mine), "theirs": statistics.median(theirs),
+            "speed_ratio": statistics.median(rounds), "rounds": rounds,
+        })  # fmt: skip
+    return found
+
+
+def against_markdown(rows: list[dict[str, Any]]) -> str:
+    """``against``'s rows as Markdown: what the issue's first target reads."""
+    name = rows[0]["reference"] if rows else "reference"
+    lines = [f"| work | {name} | {OURS} | speed ratio (median of rounds) | not slower |",
+             "| --- | --- | --- | --- | --- |"]  # fmt: skip
+    for row in rows:
+        digits = 2 if row["metric"].endswith("_ms") else 0
+        verdict = "✓" if row["speed_ratio"] >= 1.0 else "✗"
+        theirs, mine = _num(row["theirs"], digits), _num(row["ours"], digits)
+        ratio = _x(row["speed_ratio"])
+        lines.append(f"| {row['work']} | {theirs} | {mine} | {ratio} | {verdict} |")
+    return "\n".join(lines)
+
+
 #: Each metric of the per-system table, as its row is labelled.
 LABELS = {
     "start_one": "start one at a time /s",

@@ -1,8 +1,8 @@
 """The command line of ``python -m benchmarks.peers``: rounds, medians, table, JSON.
 
 ``python -m benchmarks.peers [--quick] [--jobs N] [--rounds R] [--samples S]
-[--peers procrastinate,dbos,absurd,pgqrs|none] [--cases ...] [--postgres-url URL]
-[--json PATH]``
+[--peers procrastinate,dbos,absurd,pgqrs|none] [--cases ...] [--against REF]
+[--postgres-url URL] [--json PATH]``
 """
 
 from __future__ import annotations
@@ -43,6 +43,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--cases", "--only", dest="cases", default=",".join(CASES),
                         help=f"comma-separated, of {','.join(CASES)}")  # fmt: skip
     parser.add_argument("--no-floor", action="store_true", help="leave out the psycopg floors")
+    parser.add_argument("--against", metavar="REF",
+                        help="also run this git ref of simple-workflow, every case but api, "
+                        "and print the working tree's ratio to it")  # fmt: skip
     parser.add_argument("--postgres-url", help="use this server instead of starting one")
     parser.add_argument("--json", type=Path, help="write every figure here")
     args = parser.parse_args(argv)
@@ -96,9 +99,11 @@ def _one(system: System, case: str, url: str, args: argparse.Namespace) -> dict[
     return measure.measure(system, case, url, args.jobs, args.samples)
 
 
-def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
+def run(args: argparse.Namespace, url: str, workdir: Path) -> dict[str, Any]:
     """Every round: every case, each system in turn (the order reversed every other round)."""
     lineup = [systems.ours()]
+    if args.against:
+        lineup.append(systems.ours_at(args.against, workdir / "against"))
     if not args.no_floor:
         lineup.append(systems.floor())
     for name in args.peers:
@@ -157,6 +162,7 @@ def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
         },
         "table": table,
         "targets": report.targets(medians, samples),
+        "against": report.against(samples, lineup[1].name) if args.against else [],
     }
 
 
@@ -168,8 +174,11 @@ def _postgres_version(url: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    with server.given_or_private(args.postgres_url) as url:
-        result = run(args, url)
+    with (
+        server.given_or_private(args.postgres_url) as url,
+        tempfile.TemporaryDirectory(prefix="simpleworkflow-peers-") as workdir,
+    ):
+        result = run(args, url, Path(workdir))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
     print(f"{args.jobs} jobs per case, {args.rounds} round(s), medians; "
@@ -185,4 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     print(report.per_system(medians, tuned))
     print()
     print(report.markdown(result["table"], result["targets"]))
+    if result["against"]:
+        print()
+        print(report.against_markdown(result["against"]))
     return 0

@@ -92,6 +92,21 @@ def ours() -> System:
     )  # fmt: skip
 
 
+def ours_at(ref: str, workdir: Path) -> System:
+    """Another version of this project, from git ``ref``, driven by the same driver: the
+    regression check of ``--against`` (the driver uses only the public API every version
+    since the first benchmarks has had)."""
+    from benchmarks import compare
+
+    side = compare.installed(ref, workdir)
+    return System(
+        f"simple-workflow {side.name}", "drive_ours.py",
+        (*QUEUE_CASES, "drain_sync", "steps"),
+        tuned="100 slots", python=side.python, env=side.env, version=side.name,
+        done_sql="select count(*) from workflow.workflow_run where status = 'succeeded'",
+    )  # fmt: skip
+
+
 def floor() -> System:
     """The hand-written psycopg references."""
     import psycopg

@@ -70,3 +70,28 @@ def test_a_peer_that_cannot_be_installed_is_reported_not_measured(tmp_path: Path
     prepared = systems.prepare(broken, cache=tmp_path)
     assert prepared.problem.startswith("not measured: could not install"), prepared.problem
     assert prepared.python != str(tmp_path / "broken" / "bin" / "python")
+
+
+def test_against_a_ref_runs_that_version_beside_the_working_tree(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    """``--against REF``: the regression check of the issue's first target, per case."""
+    out = tmp_path / "peers.json"
+    command = [
+        sys.executable, "-m", "benchmarks.peers", "--peers", "none", "--no-floor",
+        "--against", "HEAD", "--cases", "start_one,drain_1,pickup",
+        "--jobs", "20", "--rounds", "2", "--samples", "3",
+        "--postgres-url", postgres_url, "--json", str(out),
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = json.loads(out.read_text())
+
+    reference = next(name for name in doc["systems"] if name.startswith("simple-workflow HEAD"))
+    assert doc["systems"][reference]["errors"] == {}, doc["systems"][reference]
+    rows = {row["metric"]: row for row in doc["against"]}
+    assert set(rows) == {"start_one", "drain_1", "pickup_p50_ms", "pickup_p99_ms"}
+    for row in rows.values():
+        assert row["reference"] == reference and len(row["rounds"]) == 2
+        assert math.isfinite(row["speed_ratio"]) and row["speed_ratio"] > 0, row
+    assert "| start one at a time /s |" in done.stdout and "speed ratio" in done.stdout
