@@ -29,10 +29,10 @@ from benchmarks import server
 
 ROOT = Path(__file__).resolve().parent.parent
 CASE_SCRIPT = Path(__file__).resolve().with_name("compare_case.py")
-CASES = ("start", "start_many", "drain", "api_start", "drain_sync")
+CASES = ("start", "start_many", "drain", "api_start", "drain_sync", "drain_tuned", "steps")
 #: What runs without ``--cases``: ``api_start`` (``POST /api/v1/runs`` one at a time, to a
-#: ``simpleworkflow serve`` of each side) and ``drain_sync`` (the drain with a plain
-#: ``def`` handler) only when asked for.
+#: ``simpleworkflow serve`` of each side), ``drain_sync`` (the drain with a plain ``def``
+#: handler), ``drain_tuned`` (100 slots) and ``steps`` (10-step workflows) only when asked.
 DEFAULT_CASES = CASES[:3]
 
 

@@ -24,9 +24,14 @@ from typing import Any
 
 import psycopg
 
-from simpleworkflow import App, Client, IntentPoller
+from simpleworkflow import App, Client, Context, IntentPoller
 
 NOOP = "compare.noop.v1"
+#: A workflow of ``STEP_COUNT`` durable steps that do nothing (the ``steps`` case).
+STEPS = "compare.steps.v1"
+STEP_COUNT = 10
+#: The ``steps`` case runs this share of ``RUNS`` workflows (each is ten steps' work).
+STEPS_SHARE = 5
 #: Runs per ``start_many`` call when a drain's backlog is loaded (not timed).
 LOAD_BATCH = 1000
 #: Runs per ``start_many`` call in the batched start case.
@@ -69,16 +74,28 @@ def start_many(url: str, schema: str, runs: int) -> float:
         client.close()
 
 
-def drain(url: str, schema: str, runs: int, *, sync: bool = False) -> float:
+def drain(
+    url: str,
+    schema: str,
+    runs: int,
+    *,
+    sync: bool = False,
+    concurrency: int | None = None,
+    steps: bool = False,
+) -> float:
     """Runs of a handler that does nothing, finished per second by one worker at its
     default settings; timed by the database clock from the first run finished to the
-    last, so the worker's start-up is left out. ``sync``: a plain ``def`` handler."""
+    last, so the worker's start-up is left out. ``sync``: a plain ``def`` handler;
+    ``concurrency``: that many slots; ``steps``: workflows of ten no-op durable steps,
+    a fifth as many."""
+    kind = STEPS if steps else NOOP
+    runs = max(10, runs // STEPS_SHARE) if steps else runs
     client = Client(url, schema=schema)
     try:
         _migrate(client)
         for start in range(0, runs, LOAD_BATCH):
             client.start_many(
-                [(NOOP, {"n": n}) for n in range(start, min(start + LOAD_BATCH, runs))]
+                [(kind, {"n": n}) for n in range(start, min(start + LOAD_BATCH, runs))]
             )
     finally:
         client.close()
@@ -100,7 +117,13 @@ def drain(url: str, schema: str, runs: int, *, sync: bool = False) -> float:
         async def noop(payload: Any) -> None:
             return None
 
-    asyncio.run(_work_until_done(IntentPoller(app), url, schema, runs))
+    @app.workflow(STEPS)
+    async def ten_steps(payload: Any, ctx: Context) -> None:
+        for number in range(STEP_COUNT):
+            await ctx.step(f"s{number}", _nothing)
+
+    options: dict[str, Any] = {} if concurrency is None else {"concurrency": concurrency}
+    asyncio.run(_work_until_done(IntentPoller(app, **options), url, schema, runs))
     with psycopg.connect(url) as conn:
         row = conn.execute(
             f"select count(*), extract(epoch from max(updated_at) - min(updated_at))"
@@ -111,6 +134,10 @@ def drain(url: str, schema: str, runs: int, *, sync: bool = False) -> float:
     if finished != runs or span <= 0:
         raise SystemExit(f"drain: {finished} of {runs} runs succeeded in {span} s")
     return (finished - 1) / span
+
+
+async def _nothing() -> None:
+    return None
 
 
 async def _work_until_done(poller: IntentPoller, url: str, schema: str, runs: int) -> None:
@@ -199,6 +226,8 @@ CASES: dict[str, Callable[[str, str, int], float]] = {
     "start_many": start_many,
     "drain": drain,
     "drain_sync": functools.partial(drain, sync=True),
+    "drain_tuned": functools.partial(drain, concurrency=100),
+    "steps": functools.partial(drain, steps=True),
 }
 
 

@@ -158,6 +158,26 @@ def test_compare_measures_the_api_start_of_both_sides(postgres_url: str, tmp_pat
     assert "| api_start |" in done.stdout
 
 
+def test_compare_measures_the_tuned_drain_and_the_step_workflows(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    """``--cases drain_tuned,steps``: the drain at 100 slots and 10-step workflows, both
+    sides (the steps case drains a fifth as many runs)."""
+    out = tmp_path / "compare.json"
+    command = [
+        sys.executable, "-m", "benchmarks.compare", "HEAD", "--cases", "drain_tuned,steps",
+        "--runs", "1000", "--rounds", "1",
+        "--postgres-url", postgres_url, "--json", str(out),
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    document = json.loads(out.read_text())
+    assert list(document["ratios"]) == ["drain_tuned", "steps"]
+    for rates in document["rates"].values():
+        assert list(rates) == ["drain_tuned", "steps"]
+        assert all(rate > 0 for figures in rates.values() for rate in figures), rates
+
+
 def test_the_pick_up_benchmark_measures_the_worker_beside_the_listen_loop(
     postgres_url: str, tmp_path: Path
 ) -> None:
