@@ -28,6 +28,7 @@ import contextlib
 import contextvars
 import functools
 import threading
+import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
@@ -94,9 +95,11 @@ class AttemptState:
         self.lease_loss_reported = False
         #: The attempt's stream writer (``streams.Writer``), made at its first append.
         self.streams: object | None = None
-        self.durable = durable_class(
-            lease, backend, steps, stop=self.request_stop, lease_ended=lease_ended
-        )
+        # The journal asks the attempt to stop through a weak reference: a bound method
+        # would make the two a cycle, which only the cyclic collector frees, and every run
+        # would leave its attempt (with its lease, task and context) to it.
+        stop = functools.partial(_request_stop, weakref.ref(self))
+        self.durable = durable_class(lease, backend, steps, stop=stop, lease_ended=lease_ended)
 
     @property
     def run(self) -> Run:
@@ -175,6 +178,13 @@ class AttemptState:
 
         self.loop.call_soon_threadsafe(start)
         return done.result()
+
+
+def _request_stop(state: weakref.ref[AttemptState], reason: str) -> None:
+    """Ask the attempt to stop, if it is still there (see ``AttemptState.__init__``)."""
+    attempt = state()
+    if attempt is not None:
+        attempt.request_stop(reason)
 
 
 class Threads:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -41,6 +42,13 @@ if TYPE_CHECKING:
     from simpleworkflow.backends import Backend
 
 T = TypeVar("T")
+
+
+def database_time(lease: Lease, started: float) -> datetime:
+    """The database's time: its clock at ``lease``'s claim plus the time elapsed since
+    ``started`` (``time.monotonic()`` then)."""
+    claimed = lease.claimed_at or datetime.now(UTC)
+    return claimed + timedelta(seconds=time.monotonic() - started)
 
 
 class Durable:
@@ -68,7 +76,10 @@ class Durable:
         self._uses: dict[str, int] = {}
         self._order: dict[str, int] = {}  # the order in which the code called each name
         #: The waits the body met, and the suspension they make.
-        self.waits = Waits(lease, self._order, self.db_now)
+        # The clock is not the bound ``self.db_now``: a cycle would leave every attempt's
+        # journal to the cyclic collector instead of freeing it when the run ends.
+        clock = functools.partial(database_time, lease, self._started)
+        self.waits = Waits(lease, self._order, clock)
         self._recordings: list[set[str]] = []
         # The lease was lost, or given up before it could end unrenewed: another worker
         # may hold the run, so this attempt writes nothing more, not even a fenced write.
@@ -126,8 +137,7 @@ class Durable:
 
     def db_now(self) -> datetime:
         """The database's time: its clock at the claim plus the time elapsed since."""
-        claimed = self.lease.claimed_at or datetime.now(UTC)
-        return claimed + timedelta(seconds=time.monotonic() - self._started)
+        return database_time(self.lease, self._started)
 
     async def load(self) -> Replay:
         """Read the journal once, at the first durable call of the attempt.

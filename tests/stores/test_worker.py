@@ -204,6 +204,46 @@ def test_a_def_handlers_context_is_freed_when_its_run_ends_not_by_the_garbage_co
         gc.enable()
 
 
+@pytest.mark.parametrize("kind", ["def", "async def"])
+def test_an_attempts_state_is_freed_when_its_run_ends_not_by_the_garbage_collector(
+    app: App, client: Client, kind: str
+) -> None:
+    # The attempt's state and its journal referred to each other (its stop request, the
+    # journal's clock): every run, of either kind of handler, left them and all they held
+    # (the lease, the task, its context) to the cyclic collector.
+    held: list[weakref.ref[Any]] = []
+
+    def note(ctx: Context) -> None:
+        held.extend([weakref.ref(ctx), weakref.ref(ctx._state)])
+
+    if kind == "def":
+
+        @app.workflow("test.freed.v1")
+        def plain(payload: Any, ctx: Context) -> None:
+            note(ctx)
+
+    else:
+
+        @app.workflow("test.freed.v1")
+        async def coroutine(payload: Any, ctx: Context) -> None:
+            note(ctx)
+
+    def alive() -> int:
+        return sum(ref() is not None for ref in held)
+
+    gc.collect()
+    gc.disable()
+    try:
+        with working(app):
+            run_ids = [client.start("test.freed.v1").id for _ in range(5)]
+            for run_id in run_ids:
+                assert wait_terminal(client, run_id).status is RunStatus.SUCCEEDED
+            wait_until(lambda: alive() == 0, 5, lambda: f"{alive()} of 10 objects alive")
+    finally:
+        gc.enable()
+    assert len(held) == 10
+
+
 def test_a_run_fails_once_its_attempts_are_used_up(
     app: App, client: Client, ledger: Ledger
 ) -> None:
