@@ -187,6 +187,21 @@ def test_the_pick_up_benchmark_measures_the_worker_beside_the_listen_loop(
     assert "LISTEN loop, same work" in done.stdout
 
 
+def test_the_claim_paths_benchmark_claims_each_run_on_every_path(postgres_url: str) -> None:
+    """``python -m benchmarks.claim_paths`` at its smallest: every path leases the one
+    run started for it (else it fails) and has its three medians."""
+    command = [
+        sys.executable, "-m", "benchmarks.claim_paths",
+        "--samples", "3",
+        "--postgres-url", postgres_url,
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [line.split() for line in done.stdout.splitlines()[1:]]
+    assert [row[0] for row in rows] == ["pool", "listener", "same"]
+    assert all(len(row) == 7 or len(row) == 8 for row in rows), done.stdout
+
+
 def test_the_payload_filter_benchmark_lists_through_the_index(postgres_url: str) -> None:
     """``python -m benchmarks.payload_filter --store postgres`` at its smallest: every
     listing timed with the index and without, a selective filter served by the index."""
