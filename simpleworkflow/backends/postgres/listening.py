@@ -6,7 +6,9 @@ One connection per worker listens on the ``simpleworkflow`` channel; the trigger
 connection (``after``), so that an idle worker's claim goes out from the task that read
 the notification: no hop to the claim loop's task, no task for the call, no pool
 checkout (0.15 ms of Python of an idle pick-up), and a server process that has just run
-rather than one idle since the last run.
+rather than one idle since the last run. The connection's session holds the claim's
+settings, so the claim goes alone rather than in a pipeline behind them (a round trip
+and 150 µs of Python less, docs/performance.md); any other op resets them first.
 
 A lost connection is opened again (at most a second apart, so wake-ups come back within
 a second of the server); after every (re)connection a ``wake`` without a type is
