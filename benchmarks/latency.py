@@ -10,9 +10,11 @@ worker notices the producer's commit by checking the file's ``data_version`` eve
 at a random point of that cycle.
 
 ``python -m benchmarks.latency`` measures the idle pick-up on Postgres beside its floor,
-a hand-written LISTEN loop in psycopg (``benchmarks.listen_loop``), and optionally
-beside another git ref's worker (``--against main``), samples interleaved in random
-order on one server, and prints each side's percentiles and the ratios to the floor.
+a hand-written LISTEN loop in psycopg (``benchmarks.listen_loop``), beside the same
+loop doing the contract's work on the project's tables (seed 000's insert and claim, the
+events, the lease: the machine's ceiling for that work), and optionally beside another
+git ref's worker (``--against main``), samples interleaved in random order on one
+server, and prints each side's percentiles and the ratios to both loops.
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ from simpleworkflow.worker.options import WorkerOptions
 SETTLE = 1.0  # seconds for a released worker to reach its idle wait
 ROOT = Path(__file__).resolve().parent.parent
 FLOOR = "LISTEN loop"
+SAME_WORK = "LISTEN loop, same work"
+#: The columns of ratios: to the bare loop, and to the loop doing the contract's work.
+REFERENCES = {FLOOR: "ratio", SAME_WORK: "ratio_same_work"}
 
 
 def _pause() -> None:
@@ -136,12 +141,11 @@ def worker_side(
 
 
 @contextlib.contextmanager
-def listen_loop_side(store: BenchStore) -> Iterator[Side]:
-    """The floor: ``benchmarks.listen_loop`` on ``store``'s schema, and a psycopg producer
-    whose one statement inserts the row and notifies."""
+def _loop_process(store: BenchStore, *args: str) -> Iterator[Echoes]:
+    """``benchmarks.listen_loop`` on ``store``'s schema, once it is listening."""
     path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
     proc = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.listen_loop", store.url, store.schema],
+        [sys.executable, "-m", "benchmarks.listen_loop", store.url, store.schema, *args],
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": path},
@@ -151,18 +155,40 @@ def listen_loop_side(store: BenchStore) -> Iterator[Side]:
         assert proc.stdout is not None
         if proc.stdout.readline().strip() != "ready":
             raise RuntimeError("the LISTEN loop failed to start")
-        insert = store.q["listen_ref_insert"].encode()
-        with psycopg.connect(store.url, autocommit=True) as conn:
-
-            def produce(number: int) -> object:
-                return conn.execute(
-                    insert, {"payload": Jsonb({"n": number}), "channel": store.schema}
-                )
-
-            yield Side(FLOOR, produce, Echoes(proc.stdout))
+        yield Echoes(proc.stdout)
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@contextlib.contextmanager
+def listen_loop_side(store: BenchStore) -> Iterator[Side]:
+    """The floor: the bare loop on its own table, and a psycopg producer whose one
+    statement inserts the row and notifies."""
+    with _loop_process(store) as echoes, psycopg.connect(store.url, autocommit=True) as conn:
+        insert = store.q["listen_ref_insert"].encode()
+
+        def produce(number: int) -> object:
+            return conn.execute(insert, {"payload": Jsonb({"n": number}), "channel": store.schema})
+
+        yield Side(FLOOR, produce, echoes)
+
+
+@contextlib.contextmanager
+def same_work_side(store: BenchStore) -> Iterator[Side]:
+    """The ceiling for the contract's work: the same-work loop on ``store``'s migrated
+    tables, and a psycopg producer running seed 000's plain insert."""
+    with (
+        _loop_process(store, "--same-work", stores.LATENCY) as echoes,
+        psycopg.connect(store.url, autocommit=True) as conn,
+    ):
+        insert = store.q["same_work_insert"].encode()
+
+        def produce(number: int) -> object:
+            params = {"type": stores.LATENCY, "payload": Jsonb({"n": number})}
+            return conn.execute(insert, {**params, "idempotency_key": None})
+
+        yield Side(SAME_WORK, produce, echoes)
 
 
 def idle_pickup(store: BenchStore, samples: int, concurrency: int) -> dict[str, float]:
@@ -237,16 +263,22 @@ def _package_of(ref: str) -> Iterator[str]:
         yield tmp
 
 
-def _summary(side: Side, floor: Side) -> dict[str, float]:
+def _summary(side: Side, references: list[Side]) -> dict[str, float]:
     figures = {
         **_percentiles("before", side.before),
         **_percentiles("after", side.after),
         "call_p50_ms": statistics.median(side.call) * 1000,
     }
-    if side is not floor:
-        for name in ("before_p50_ms", "before_p99_ms", "after_p50_ms", "after_p99_ms"):
-            base = _percentiles(name.split("_")[0], getattr(floor, name.split("_")[0]))[name]
-            figures[f"{name[:-3]}_ratio"] = figures[name] / base
+    for reference in references:
+        if side is reference:
+            continue
+        suffix = REFERENCES[reference.name]
+        for start in ("before", "after"):
+            base = _percentiles(start, getattr(reference, start))
+            for p in ("p50", "p99"):
+                figures[f"{start}_{p}_{suffix}"] = (
+                    figures[f"{start}_{p}_ms"] / base[f"{start}_{p}_ms"]
+                )
     return figures
 
 
@@ -265,11 +297,14 @@ def compare(url: str, samples: int, concurrency: int, against: str | None) -> di
         if against is not None:
             package = stack.enter_context(_package_of(against))
             sides.append(stack.enter_context(worker_side(fresh(), concurrency, against, package)))
-        floor = stack.enter_context(listen_loop_side(fresh()))
-        sides.append(floor)
+        references = [
+            stack.enter_context(same_work_side(fresh())),
+            stack.enter_context(listen_loop_side(fresh())),
+        ]
+        sides += references
         time.sleep(SETTLE)
         interleave(sides, samples)
-        results = {side.name: _summary(side, floor) for side in sides}
+        results = {side.name: _summary(side, references) for side in sides}
     return {
         "samples": samples,
         "concurrency": concurrency,
@@ -280,19 +315,20 @@ def compare(url: str, samples: int, concurrency: int, against: str | None) -> di
 
 def table(doc: dict[str, Any]) -> str:
     """The sides as rows: p50/p99 from before the call and from its return, each with its
-    ratio to the floor's, and the producer's call."""
+    ratios to the bare loop's and to the same-work loop's, and the producer's call."""
     rows = [
-        f"{'':16} {'from before the call':>22} {'ratio':>11} {'from its return':>18} "
-        f"{'ratio':>11} {'call p50':>9}"
+        f"{'':22} {'from before the call':>20} {'/ loop':>13} {'/ same work':>13} "
+        f"{'from its return':>18} {'/ loop':>13} {'/ same work':>13} {'call p50':>9}"
     ]
     for name, figures in doc["results"].items():
-        cells = [f"{name:16}"]
-        for start, width in (("before", 22), ("after", 18)):
+        cells = [f"{name:22}"]
+        for start, width in (("before", 20), ("after", 18)):
             p50, p99 = figures[f"{start}_p50_ms"], figures[f"{start}_p99_ms"]
             cells.append(f"{f'{p50:.2f} / {p99:.2f} ms':>{width}}")
-            ratio = figures.get(f"{start}_p50_ratio")
-            both = f"{ratio:.2f}x / {figures[f'{start}_p99_ratio']:.2f}x" if ratio else "floor"
-            cells.append(f"{both:>11}")
+            for suffix in REFERENCES.values():
+                ratio = figures.get(f"{start}_p50_{suffix}")
+                both = f"{ratio:.2f}x / {figures[f'{start}_p99_{suffix}']:.2f}x" if ratio else "-"
+                cells.append(f"{both:>13}")
         cells.append(f"{figures['call_p50_ms']:>6.2f} ms")
         rows.append(" ".join(cells))
     load = doc["load_average"]

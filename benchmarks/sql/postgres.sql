@@ -107,6 +107,50 @@ where id = (
 )
 returning id, payload
 
+-- name: same_work_insert
+-- The idle pick-up's same-work reference (benchmarks/listen_loop.py --same-work): seed
+-- 000's producer insert, plain SQL; the project's insert trigger writes the created event
+-- and sends the wake-up, as for any insert that is not the library's.
+insert into {schema}workflow_run (type, payload, idempotency_key)
+values (%(type)s, %(payload)s, %(idempotency_key)s)
+on conflict (idempotency_key) do nothing
+returning id
+
+-- name: same_work_claim
+-- Seed 000's claim in one statement: the oldest due pending run of the types, locked
+-- with skip locked, leased (with the lease token every later write of the run is fenced
+-- by, and logged_changes bumped since the statement writes its own events), and its
+-- leased and started events, as the worker's claim writes them.
+with next as (
+    select id from {schema}workflow_run
+    where status = 'pending'
+      and type = any(%(types)s::text[])
+      and run_at <= now()
+      and deleted_at is null
+    order by priority, run_at
+    limit 1
+    for update skip locked
+), claimed as (
+    update {schema}workflow_run r
+    set status = 'leased',
+        logged_changes = r.logged_changes + 1,
+        leased_by = %(worker_id)s,
+        lease_until = now() + make_interval(secs => %(lease)s),
+        lease_token = gen_random_uuid(),
+        updated_at = now()
+    from next
+    where r.id = next.id
+    returning r.id, r.payload, r.attempt, r.leased_by, r.lease_until
+), events as (
+    insert into {schema}workflow_event (workflow_id, event_type, data)
+    select c.id, e.event_type,
+           jsonb_build_object('worker_id', c.leased_by, 'attempt', c.attempt + 1,
+                              'lease_until', c.lease_until)
+    from claimed c cross join (values (1, 'leased'), (2, 'started')) as e(n, event_type)
+    order by e.n
+)
+select id, payload from claimed
+
 -- name: load_payloads
 -- The payload filter's backlog: runs numbered first .. first + count - 1, of 10,000
 -- customers in two regions (one run in ten in "eu"), a fifth of them pending, the rest

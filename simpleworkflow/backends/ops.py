@@ -40,10 +40,15 @@ class Stream(Statement):
     one and let the op build the next and take the rows of the last meanwhile (Postgres
     pipeline mode): the client's Python and the server's work overlap. The op receives
     no rows for the stream itself.
+
+    ``session``, when given, says that the first statement only sets transaction-local
+    settings, and is their form for a connection's whole session: a driver that keeps a
+    connection for such streams alone may run it once and then leave the first out.
     """
 
     statements: Iterator[Statement] = field(kw_only=True)
     take: Callable[[Rows], None] = field(kw_only=True)
+    session: Statement | None = field(default=None, kw_only=True)
 
 
 def stream_in_turn(stream: Stream, run: Callable[[Statement], Rows]) -> None:

@@ -97,9 +97,18 @@ class WorkerOps(StoreCore):
             return rows
         results: list[Rows] = []
         # Waiting for the disk keeps the connection's own setting (on, or stricter).
-        settings = self.stmt("claim_settings", synchronous_commit=None if wait_for_disk else "off")
+        synchronous_commit = None if wait_for_disk else "off"
+        settings = self.stmt("claim_settings", synchronous_commit=synchronous_commit)
         statements = iter([settings, self.stmt(name, **params)])
-        yield Stream("-- the claim, planned once", statements=statements, take=results.append)
+        # The listening connection, which runs nothing but claims, holds the settings for
+        # its session and sends the claim alone (backends/postgres/listening.py).
+        session = self.stmt("claim_settings_session", synchronous_commit=synchronous_commit)
+        yield Stream(
+            "-- the claim, planned once",
+            statements=statements,
+            take=results.append,
+            session=session,
+        )
         return results[-1]
 
     def fail_unparsable(self, types: list[str], worker_id: str) -> Op[list[str]]:

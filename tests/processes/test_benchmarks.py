@@ -182,7 +182,8 @@ def test_the_pick_up_benchmark_measures_the_worker_beside_the_listen_loop(
     postgres_url: str, tmp_path: Path
 ) -> None:
     """``python -m benchmarks.latency`` at its smallest: HEAD's worker, the working
-    tree's and the LISTEN loop, each with its percentiles, the two workers with ratios."""
+    tree's and the two LISTEN loops (the bare one, the one doing the contract's work),
+    each with its percentiles and its ratios to each loop but itself."""
     out = tmp_path / "pickup.json"
     command = [
         sys.executable, "-m", "benchmarks.latency",
@@ -194,14 +195,31 @@ def test_the_pick_up_benchmark_measures_the_worker_beside_the_listen_loop(
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stdout + done.stderr
     results = json.loads(out.read_text())["results"]
-    assert list(results) == ["simple-workflow", "HEAD", "LISTEN loop"]
+    assert list(results) == ["simple-workflow", "HEAD", "LISTEN loop, same work", "LISTEN loop"]
     for name, figures in results.items():
         for start in ("before", "after"):
             assert math.isfinite(figures[f"{start}_p50_ms"]), (name, start)
             assert figures[f"{start}_p50_ms"] <= figures[f"{start}_p99_ms"], (name, start)
-        ratios = {key for key in figures if key.endswith("_ratio")}
-        assert bool(ratios) == (name != "LISTEN loop"), name
-    assert "LISTEN loop" in done.stdout
+        to_bare = {key for key in figures if key.endswith("_ratio")}
+        to_same = {key for key in figures if key.endswith("_ratio_same_work")}
+        assert len(to_bare) == (0 if name == "LISTEN loop" else 4), name
+        assert len(to_same) == (0 if name == "LISTEN loop, same work" else 4), name
+    assert "LISTEN loop, same work" in done.stdout
+
+
+def test_the_claim_paths_benchmark_claims_each_run_on_every_path(postgres_url: str) -> None:
+    """``python -m benchmarks.claim_paths`` at its smallest: every path leases the one
+    run started for it (else it fails) and has its three medians."""
+    command = [
+        sys.executable, "-m", "benchmarks.claim_paths",
+        "--samples", "3",
+        "--postgres-url", postgres_url,
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [line.split() for line in done.stdout.splitlines()[1:]]
+    assert [row[0] for row in rows] == ["pool", "listener", "same"]
+    assert all(len(row) == 7 or len(row) == 8 for row in rows), done.stdout
 
 
 def test_the_payload_filter_benchmark_lists_through_the_index(postgres_url: str) -> None:

@@ -7,6 +7,7 @@ it was woken by a notification or by the worker's own timer for a run it gave ba
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from typing import Any
@@ -16,6 +17,9 @@ import pytest
 from conftest import Store
 
 from simpleworkflow import App, Client, RetryPolicy, RunStatus
+from simpleworkflow.backends import open_backend
+from simpleworkflow.backends.base import Claim, OpRunner
+from simpleworkflow.backends.ops import Op, Rows, Statement, Stream
 
 SLOW_POLL = 60.0
 
@@ -181,3 +185,63 @@ def test_runs_arriving_while_the_worker_claims_never_exceed_its_concurrency(stor
     statuses = asyncio.run(scenario())
     assert statuses == [RunStatus.SUCCEEDED] * 40
     assert running[1] <= 2, running
+
+
+def test_the_listening_connection_keeps_the_claims_settings_to_its_claims(store: Store) -> None:
+    """A worker claims on its listening connection after a wake-up, with that
+    connection's session holding the claim's settings (its commit does not wait for the
+    disk unless the worker says so). The settings follow what each claim asks, and any
+    other statement on that connection runs with the server's own."""
+    if store.kind != "postgres":
+        pytest.skip("a SQLite worker has no listening connection")
+    # Sessions that wait for the disk (the test server's default does not).
+    waits = "&" if "?" in store.url else "?"
+    backend = open_backend(
+        f"{store.url}{waits}options=-c%20synchronous_commit%3Don", schema=store.schema
+    )
+    seen: dict[str, Any] = {}
+
+    def setting(session: bool | None) -> Op[Rows]:
+        """What the connection's session holds, read in a stream that carries the
+        claim's session settings (``session``: the claim's wait for the disk), or alone."""
+        rows: list[Rows] = []
+        read = Statement(
+            "select current_setting('synchronous_commit') as commit,"
+            " current_setting('plan_cache_mode') as plans"
+        )
+        if session is None:
+            got = yield read
+            return got
+        wait = None if session else "off"
+        settings = backend.stmt("claim_settings", synchronous_commit=wait)
+        held = backend.stmt("claim_settings_session", synchronous_commit=wait)
+        yield Stream("-- read", statements=iter([settings, read]), take=rows.append, session=held)
+        return rows[-1]
+
+    async def after(execute: OpRunner) -> None:
+        claim = Claim("w1", ("wake.settings.v1",), 1, 30.0, limited=False, wait_for_disk=False)
+        seen["leases"] = await execute(backend.claim(claim))
+        seen["held"] = await execute(setting(False))
+        seen["waiting"] = await execute(setting(True))
+        await execute(setting(False))
+        seen["other"] = await execute(setting(None))
+        raise asyncio.CancelledError
+
+    async def scenario() -> str:
+        listening = asyncio.create_task(backend.listen(lambda kind, value: None, after))
+        await asyncio.sleep(0.3)  # listening: the start's notification wakes it
+        client = store.async_client()
+        run = await client.start("wake.settings.v1")
+        await client.aclose()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(listening, 10)
+        await backend.aclose()
+        return run.id
+
+    run_id = asyncio.run(scenario())
+    backend.close()
+    assert [lease.run.id for lease in seen["leases"]] == [run_id]
+    assert store.client().get(run_id).status == RunStatus.LEASED
+    assert seen["held"] == [{"commit": "off", "plans": "force_generic_plan"}]
+    assert seen["waiting"] == [{"commit": "on", "plans": "force_generic_plan"}]
+    assert seen["other"] == [{"commit": "on", "plans": "auto"}]

@@ -57,6 +57,7 @@ DIALECT = Dialect(
         "record_steps": "journals many runs' steps in one statement, skipping locked rows",
         "claim_plain": "the claim without the limits' steps, for types without limits",
         "claim_settings": "sent with the claim: it is planned once per connection",
+        "claim_settings_session": "claim_settings held by the listening connection",
         "succeed_runs_plain": "ends leases no claim counted, with no counter to lock",
         "fail_runs_plain": "ends leases no claim counted, with no counter to lock",
         "release_runs_plain": "ends leases no claim counted, with no counter to lock",

@@ -6,7 +6,9 @@ One connection per worker listens on the ``simpleworkflow`` channel; the trigger
 connection (``after``), so that an idle worker's claim goes out from the task that read
 the notification: no hop to the claim loop's task, no task for the call, no pool
 checkout (0.15 ms of Python of an idle pick-up), and a server process that has just run
-rather than one idle since the last run.
+rather than one idle since the last run. The connection's session holds the claim's
+settings, so the claim goes alone rather than in a pipeline behind them (a round trip
+and 150 µs of Python less, docs/performance.md); any other op resets them first.
 
 A lost connection is opened again (at most a second apart, so wake-ups come back within
 a second of the server); after every (re)connection a ``wake`` without a type is
@@ -22,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg.rows import dict_row
 
 from simpleworkflow.backends import base
 from simpleworkflow.backends.postgres import driving, loading
@@ -79,18 +82,59 @@ class _Runner:
     """Runs an op on the listening connection, in autocommit as on the pool's. Past
     ``call_timeout`` its socket is shut down (the op fails, the listener reconnects);
     after the liveness probe's delay the server is asked whether its session still
-    exists, as for the pool's calls."""
+    exists, as for the pool's calls.
+
+    A stream that says which session settings make its first statement redundant (the
+    claim's, ``Stream.session``) runs without it once the connection holds them: the
+    claim goes alone, not in a pipeline whose Sync costs a second round trip and
+    psycopg's pipeline its Python. Any other op first resets them, so that nothing but
+    such streams ever runs with them."""
 
     def __init__(self, conn: psycopg.AsyncConnection[Any], liveness: Liveness, timeout: float):
         self._conn = conn
         self._liveness = liveness
         self._timeout = timeout
+        self._session: base.Statement | None = None  # the settings the session holds
 
     async def __call__(self, op: base.Op[T], /) -> T:
         conn = self._conn
         deadline = asyncio.get_running_loop().call_later(self._timeout, cut, conn)
         try:
             with self._liveness.watching(conn):
-                return await driving.execute_async(conn, op)
+                return await self._drive(op)
         finally:
             deadline.cancel()
+
+    async def _drive(self, op: base.Op[T]) -> T:
+        conn = self._conn
+        try:
+            first = next(op)
+            if not isinstance(first, base.Stream) or first.session is None:
+                if self._session is not None:
+                    self._session = None
+                    await conn.execute(b"reset all")
+                return await driving.execute_async(conn, _then(first, op))
+            if first.session != self._session:
+                self._session = None
+                await conn.execute(first.session.sql, first.session.params)
+                self._session = first.session
+            statements = iter(first.statements)
+            next(statements)  # the settings the session holds
+            for statement in statements:
+                cursor = conn.cursor(row_factory=dict_row)
+                await cursor.execute(statement.sql, statement.params)
+                first.take(await cursor.fetchall() if driving.returned_rows(cursor) else [])
+            return await driving.drive_async(conn, op, op.send([]))
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+
+
+def _then(first: base.Statement, op: base.Op[T]) -> base.Op[T]:
+    """``op`` again, its first statement already taken out."""
+    rows = yield first
+    while True:
+        try:
+            statement = op.send(rows)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        rows = yield statement

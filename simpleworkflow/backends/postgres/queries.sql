@@ -740,6 +740,17 @@ select set_config('plan_cache_mode', 'force_generic_plan', true),
                   coalesce(%(synchronous_commit)s::text, current_setting('synchronous_commit')),
                   true)
 
+-- name: claim_settings_session
+-- claim_settings for a connection's whole session: the worker's listening connection,
+-- which runs nothing but claims, sets them once and then sends each claim alone, without
+-- the pipeline's second round trip (backends/postgres/listening.py). Waiting for the
+-- disk takes the value the session began with, not the one an earlier claim left.
+select set_config('plan_cache_mode', 'force_generic_plan', false),
+       set_config('synchronous_commit',
+                  coalesce(%(synchronous_commit)s::text,
+                           (select reset_val from pg_settings where name = 'synchronous_commit')),
+                  false)
+
 -- name: unknown_versions
 -- Due runs this worker may not replay: their code version is not one it knows.
 select type, code_version, count(*) as runs
