@@ -51,29 +51,19 @@ class RegistryView:
         self._clock = clock
         self._entries: list[RegistryEntry] = []
         self._read_at: float | None = None
-        #: Each type's warnings from the entries as last read, and whether it has a row:
-        #: a start of a type seen since then costs a look-up, not a scan of the registry.
-        self._said: dict[str, tuple[tuple[str, ...], bool]] = {}
 
     async def start_warnings(self, admin: AsyncAdmin, type: str) -> list[str]:
         """:func:`start_warnings` for ``type``, reading the registry only when due."""
-        said = self._said.get(type)
-        if said is None:
-            said = self._said[type] = self._told(type)
-        if self._due(known=said[1]):
+        if self._due(type):
             self._entries = await admin.registry()
             self._read_at = self._clock()
-            said = self._told(type)
-            self._said = {type: said}
-        return list(said[0])
+        return start_warnings(type, self._entries)
 
-    def _told(self, type: str) -> tuple[tuple[str, ...], bool]:
-        """``type``'s warnings from the entries as last read, and whether it has a row."""
-        known = any(entry.workflow_name == type for entry in self._entries)
-        return tuple(start_warnings(type, self._entries)), known
-
-    def _due(self, *, known: bool) -> bool:
+    def _due(self, type: str) -> bool:
         if self._read_at is None:
             return True
         age = self._clock() - self._read_at
-        return age >= self._max_age or (not known and age >= self._recheck)
+        if age >= self._max_age:
+            return True
+        known = any(entry.workflow_name == type for entry in self._entries)
+        return not known and age >= self._recheck
