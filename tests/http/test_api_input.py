@@ -357,7 +357,7 @@ def test_answers_are_written_as_the_standard_encoder_writes_them() -> None:
     from simpleworkflow.server import bodies
 
     values: list[Any] = [
-        {"a": [1, 2.5, None, True, False], "é": "\u2028\"\\", "n": 10**30, "": {}},
+        {"a": [1, 2.5, None, True, False], "é": '\u2028"\\', "n": 10**30, "": {}},
         "text",
         [],
         {1: "integer key", 1.5: "float key", None: "null key"},
