@@ -9,6 +9,7 @@ schemas still say what each body holds; the tests check the bodies against them.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -29,8 +30,27 @@ from simpleworkflow.models import (
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
+def _encoder() -> Callable[[Any], str]:
+    """``_ENCODER.encode``, with the C encoder it builds on every call built once (about
+    1.5 µs a body). Without the check for circular values, which a body read from JSON
+    or from the database cannot hold (one would fail on the depth instead)."""
+    make = json.encoder.c_make_encoder  # type: ignore[attr-defined]
+    if make is None:  # an interpreter without the C accelerator
+        return _ENCODER.encode
+    encode = make(None, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",",
+                  False, False, False)  # fmt: skip
+
+    def encoded(content: Any) -> str:
+        return "".join(encode(content, 0))
+
+    return encoded
+
+
+_encode = _encoder()
+
+
 def respond(content: Any, status: int = 200) -> Response:
-    return Response(_ENCODER.encode(content), status_code=status, media_type="application/json")
+    return Response(_encode(content), status_code=status, media_type="application/json")
 
 
 def run(run: Run) -> dict[str, Any]:

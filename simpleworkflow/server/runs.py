@@ -63,13 +63,16 @@ def router(source: ClientSource, auth: Auth, route_class: type[routing.GuardedRo
     return api
 
 
-async def start_one(source: ClientSource, request: StartRun) -> Response:
-    """Start the run ``request`` asks for: the answer of ``POST /runs``, whether its
-    route or :mod:`~simpleworkflow.server.start_lane` took the request."""
+async def start_one(
+    source: ClientSource, type: str, payload: Any, options: dict[str, Any]
+) -> Response:
+    """Start a run of ``type`` (a :class:`StartRun`'s fields): the answer of ``POST
+    /runs``, whether its route or :mod:`~simpleworkflow.server.start_lane` took the
+    request."""
     # Read before the start: a registry that cannot be read fails the request with
     # nothing written, rather than a run committed and the request answered 503.
-    warnings = await source.registry.start_warnings(source.client.admin, request.type)
-    run = await source.client.start(request.type, request.payload, **request.options())
+    warnings = await source.registry.start_warnings(source.client.admin, type)
+    run = await source.client.start(type, payload, **options)
     return bodies.respond(bodies.started(run, warnings), 201 if run.created else 200)
 
 
@@ -91,7 +94,7 @@ def _add_starts(api: APIRouter, source: ClientSource, writer: list[Any]) -> None
     async def start_run(request: StartRun) -> Response:
         """Start a run; a known idempotency key returns the run that holds it (200), as
         does a debounced start that joins the pending run of its key."""
-        return await start_one(source, request)
+        return await start_one(source, request.type, request.payload, request.options())
 
     @api.post(
         "/batch",

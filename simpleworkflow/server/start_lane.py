@@ -41,7 +41,7 @@ class StartLane:
             scope["type"] != "http"
             or scope["method"] != "POST"
             or guard.route_path(scope) != self.path
-            or not self._may_write(guard.headers_of(scope))
+            or not self._may_write(guard.request_headers(scope))
         ):
             await self.app(scope, receive, send)
             return
@@ -52,8 +52,10 @@ class StartLane:
         if request is None:
             await self.app(scope, _replay(body, receive), send)
             return
+        run_type, payload, model = request
         try:
-            response = await runs.start_one(self.source, request)
+            options = {} if model is None else model.options()
+            response = await runs.start_one(self.source, run_type, payload, options)
         except Exception as exc:
             response = routing.answer(exc, f"POST {scope.get('path', '')}")
         await response(scope, receive, send)
@@ -83,13 +85,26 @@ async def _body(receive: Receive) -> bytes | None:
             return b"".join(chunks)
 
 
-def _start_request(body: bytes) -> StartRun | None:
-    """The start the body asks for, or ``None`` for a body the route must refuse."""
+def _start_request(body: bytes) -> tuple[str, Any, StartRun | None] | None:
+    """The start the body asks for (its type, its payload, and the model that holds its
+    options, if any), or ``None`` for a body the route must refuse. A body of only a type
+    (a string) and a payload, what most starts send, is read as :class:`StartRun` would
+    read it, without building one."""
     try:
         document: Any = routing.parse_json(body)
-        return StartRun.model_validate(document)
-    except (problems.ApiProblem, ValidationError):
+    except problems.ApiProblem:
         return None
+    if type(document) is dict and type(document.get("type")) is str and document.keys() <= _PLAIN:
+        return document["type"], document.get("payload"), None
+    try:
+        request = StartRun.model_validate(document)
+    except ValidationError:
+        return None
+    return request.type, request.payload, request
+
+
+#: The keys of a start with no options.
+_PLAIN = frozenset({"type", "payload"})
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

@@ -50,7 +50,7 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = headers_of(scope)
+        headers = scope[HEADERS] = headers_of(scope)
         limit = self._limit(scope)
         refusal = self._refusal(scope, headers, limit)
         if refusal is not None:
@@ -154,6 +154,11 @@ _PAGE_HEADERS = {
 }
 
 
+#: Where the guard leaves the request's headers (:func:`headers_of`) in its scope, for
+#: what runs behind it to read rather than decode them again.
+HEADERS = "simpleworkflow.headers"
+
+
 def headers_of(scope: Scope) -> dict[str, str]:
     """The request's headers by name, the first of each name as Starlette's ``Headers``
     reads them: a dict, read several times per request at a fraction of the cost."""
@@ -161,6 +166,12 @@ def headers_of(scope: Scope) -> dict[str, str]:
         name.decode("latin-1"): value.decode("latin-1")
         for name, value in reversed(scope["headers"])
     }
+
+
+def request_headers(scope: Scope) -> Mapping[str, str]:
+    """The headers the guard read (:data:`HEADERS`), else :func:`headers_of`."""
+    headers: Mapping[str, str] | None = scope.get(HEADERS)
+    return headers_of(scope) if headers is None else headers
 
 
 def route_path(scope: Scope) -> str:

@@ -297,6 +297,13 @@ def _starts_to_compare() -> list[tuple[str, dict[str, Any]]]:
         ("created", {"content": body, "headers": JSON}),
         ("the key held", {"content": body, "headers": JSON}),
         ("in chunks, no Content-Length", {"content": chunks(), "headers": JSON}),
+        # A body of only a type and a payload is read without the request's model.
+        ("a plain start", {"json": {"type": TYPE, "payload": [1, {"a": None, "é": "ü"}]}}),
+        ("a type alone", {"json": {"type": TYPE}}),
+        ("a null payload", {"json": {"type": TYPE, "payload": None}}),
+        ("a payload and no type", {"json": {"payload": {}}}),
+        ("a type not text", {"json": {"type": 5, "payload": {}}}),
+        ("a bad type with a payload", {"json": {"type": "Bad Type", "payload": {}}}),
         ("an unknown field", {"json": {"type": TYPE, "colour": "red"}}),
         ("a string priority", {"json": {"type": TYPE, "priority": "5"}}),
         ("not an object", {"json": [TYPE]}),
@@ -342,3 +349,25 @@ def test_a_start_gets_the_same_answer_from_the_app_as_from_the_router(store: Sto
     assert [answers[case][0][0] for case in ("created", "the key held", "a bad type")] == [
         201, 200, 422,
     ]  # fmt: skip
+
+
+def test_answers_are_written_as_the_standard_encoder_writes_them() -> None:
+    """The answers' encoder, built once, writes what ``json.dumps`` does with the API's
+    settings, and refuses what that refuses."""
+    from simpleworkflow.server import bodies
+
+    values: list[Any] = [
+        {"a": [1, 2.5, None, True, False], "é": '\u2028"\\', "n": 10**30, "": {}},
+        "text",
+        [],
+        {1: "integer key", 1.5: "float key", None: "null key"},
+        json.loads("[" * 900 + "]" * 900),
+    ]
+    for value in values:
+        expected = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+        assert bodies.respond(value).body == expected
+    for bad in (float("nan"), {"x": float("inf")}, {(1,): 2}, {"x": object()}):
+        with pytest.raises((ValueError, TypeError)):
+            json.dumps(bad, allow_nan=False)
+        with pytest.raises((ValueError, TypeError)):
+            bodies.respond(bad)

@@ -318,6 +318,22 @@ def test_start_cpu_measures_each_call_on_both_sides(postgres_url: str) -> None:
     assert done.stderr.count("round ") == 4
 
 
+def test_api_cpu_pairs_the_servers_cpu_per_request_of_both_sides(postgres_url: str) -> None:
+    """``python -m benchmarks.api_cpu HEAD``: a ``serve`` of the ref and one of the working
+    tree, alternated; each side's server CPU per request and the paired difference."""
+    command = [
+        sys.executable, "-m", "benchmarks.api_cpu", "HEAD",
+        "--rounds", "2", "--requests", "50", "--postgres-url", postgres_url,
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    [row] = [line.split("|")[1:-1] for line in done.stdout.splitlines()[2:]]
+    assert row[0].strip() == "postgres"
+    assert float(row[1]) > 0 and float(row[2]) > 0
+    assert row[4].strip().endswith("/2")
+    assert done.stderr.count("round ") == 2
+
+
 def test_the_loops_benchmark_counts_rows_and_times_a_replay(postgres_url: str) -> None:
     """``python -m benchmarks.loops`` at its smallest: on both stores, the trimmed loop's
     journal keeps the last 100 iterations while the untrimmed one keeps them all."""
