@@ -174,7 +174,7 @@ class Runner:
         started = time.monotonic()
         holding = True
         try:
-            self._observers.attempt_started(observe.AttemptStarted(lease.run, self.worker_id))
+            hooks.started(self._observers, lease, self.worker_id)
             outcome = await execution.attempt(definition, state, self._threads)
             duration = time.monotonic() - started
             self._pace.handled(duration)
