@@ -79,7 +79,12 @@ class Observers(Observer):
         return bool(self._listeners(hook))
 
     def _each(self, hook: str, event: object) -> None:
-        for observer in self._listeners(hook):
+        cached = self._listening.get(hook)  # ``_listeners`` inlined: once per event
+        if cached is not None and cached[0] == Observers._generation:
+            listeners = cached[1]
+        else:
+            listeners = self._listeners(hook)
+        for observer in listeners:
             try:
                 getattr(observer, hook)(event)
             except Exception:
@@ -266,6 +271,9 @@ def listens(observer: Observer, hook: str) -> bool:
     for a hook someone listens to: most runs are watched by an observer or two that each
     override a hook or two. (A composite asks again only after an ``add``: a hook set on
     an instance later is not seen.)"""
-    if isinstance(observer, Observers):
-        return observer.listens(hook)
+    if isinstance(observer, Observers):  # asked for every run: the cache read inlined
+        cached = observer._listening.get(hook)
+        if cached is not None and cached[0] == Observers._generation:
+            return bool(cached[1])
+        return bool(observer._listeners(hook))
     return getattr(getattr(observer, hook), "__func__", None) is not getattr(Observer, hook)
