@@ -111,6 +111,9 @@ class Runner:
             observers=self.app.observers,  # the step hooks: the outcome log needs none
             step_log=self._step_log,  # but for the steps that fail
         )
+        claimed = self._renewals.claimed(lease.token)
+        if claimed is not None:  # the claim found the run held: its first step need not read
+            state.durable.holding.held_since(claimed)
         threads = Threads()
         # Counted at once: the claim loop may ask for free slots before the task runs.
         waiter = None if self._slots.take_now() else self._slots.waiter()
