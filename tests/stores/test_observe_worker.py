@@ -219,13 +219,18 @@ def test_an_observer_of_one_hook_gets_it_and_no_other_event_is_built(
     """Events are built only for the hooks an observer overrides: the claims, starts,
     suspension and steps of this run make none (the outcome log still hears each end)."""
     built: list[str] = []
+
+    def counted(name: str) -> Any:
+        made = getattr(observe, name)
+
+        def build(*args: Any) -> Any:
+            built.append(name)
+            return made(*args)
+
+        return build
+
     for name in ("RunClaimed", "AttemptStarted", "RunSuspended", "StepStarted", "StepCompleted"):
-
-        def counted(*args: Any, _name: str = name, _made: Any = getattr(observe, name)) -> Any:
-            built.append(_name)
-            return _made(*args)
-
-        monkeypatch.setattr(observe, name, counted)
+        monkeypatch.setattr(observe, name, counted(name))
     only = ResumedOnly()
     app = App(store.url, schema=store.schema, observers=[only])
 
