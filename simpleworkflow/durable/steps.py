@@ -404,9 +404,10 @@ def beginning(state: AttemptState, fn: Callable[..., T]) -> Callable[..., T]:
 def enclosed(
     state: AttemptState, name: str, attempt: int, fn: Callable[..., Any]
 ) -> Callable[..., Any]:
-    """``fn`` inside the observers' ``around_step``, entered on the thread that calls it."""
+    """``fn`` inside the observers' ``around_step``, entered on the thread that calls it
+    (``fn`` itself when no observer encloses steps)."""
     observers = state.observers
-    if not observers:
+    if not observers.listens("around_step"):
         return fn
 
     def call(*args: Any, **kwargs: Any) -> Any:
