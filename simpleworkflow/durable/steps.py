@@ -404,9 +404,10 @@ def beginning(state: AttemptState, fn: Callable[..., T]) -> Callable[..., T]:
 def enclosed(
     state: AttemptState, name: str, attempt: int, fn: Callable[..., Any]
 ) -> Callable[..., Any]:
-    """``fn`` inside the observers' ``around_step``, entered on the thread that calls it."""
+    """``fn`` inside the observers' ``around_step``, entered on the thread that calls it
+    (``fn`` itself when no observer encloses steps)."""
     observers = state.observers
-    if not observers:
+    if not observers.listens("around_step"):
         return fn
 
     def call(*args: Any, **kwargs: Any) -> Any:
@@ -416,18 +417,19 @@ def enclosed(
     return call
 
 
-# The hooks below cost nothing without observers: the events are made only for them.
+# The hooks below cost nothing without observers of them: an event is made only for a
+# hook an observer overrides (see ``observe.listens``).
 
 
 def notify_started(state: AttemptState, name: str, attempt: int) -> float:
     """Fire ``step_started``; return the monotonic time the step's code starts."""
-    if state.observers:
+    if state.observers.listens("step_started"):
         state.observers.step_started(observe.StepStarted(state.run, name, attempt))
     return time.monotonic()
 
 
 def notify_completed(state: AttemptState, name: str, attempt: int, took: float) -> None:
-    if state.observers:
+    if state.observers.listens("step_completed"):
         state.observers.step_completed(observe.StepCompleted(state.run, name, attempt, took))
 
 
@@ -442,14 +444,13 @@ def notify_failed(
     """Fire ``step_failed`` (the step log's too), then ``step_retried`` when ``outcome``
     is a retry's wait."""
     observers = state.observers
-    if not observers and state.step_log is None:
-        return
-    retrying = isinstance(outcome, errors.Suspend)
-    event = observe.StepFailed(state.run, name, attempt, took, exc, retrying)
-    if state.step_log is not None:
-        state.step_log.step_failed(event)
-    if not observers:
-        return
-    observers.step_failed(event)
-    if isinstance(outcome, errors.Suspend):
+    failed = observers.listens("step_failed")
+    if failed or state.step_log is not None:
+        retrying = isinstance(outcome, errors.Suspend)
+        event = observe.StepFailed(state.run, name, attempt, took, exc, retrying)
+        if state.step_log is not None:
+            state.step_log.step_failed(event)
+        if failed:
+            observers.step_failed(event)
+    if isinstance(outcome, errors.Suspend) and observers.listens("step_retried"):
         observers.step_retried(observe.StepRetried(state.run, name, attempt, outcome.delay))

@@ -43,8 +43,10 @@ class Waits:
 
     @property
     def suspended(self) -> bool:
-        """True when the body waits for something (in a branch that has not lost a race)."""
-        return bool(self._live())
+        """True when the body waits for something (in a branch that has not lost a race).
+        Asked of every attempt that returns: one that met no wait sorts nothing."""
+        waits = self._waits
+        return bool(waits) and any(clock is None or not clock.given_up() for _, clock in waits)
 
     def _live(self) -> list[errors.Suspend]:
         live = [exc for exc, clock in self._waits if clock is None or not clock.given_up()]

@@ -65,6 +65,8 @@ class Calls:
     def check(self) -> None:
         """Raise :class:`~simpleworkflow.errors.NotAwaited` if a call was never started
         (closing those calls, so that Python does not warn of them again)."""
+        if not self._made:  # most bodies make no durable call: nothing to check
+            return
         left = [made for made in self._made if _unstarted(made[0])]
         self._made = []
         if not left:

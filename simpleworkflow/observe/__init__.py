@@ -21,7 +21,7 @@ and ``around_signal`` enclose a client's writes likewise. Inside ``around_start`
 claims it, in any process, continues that trace.
 """
 
-from simpleworkflow.observe.composite import MAX_TRACE_CONTEXT_BYTES, Observers
+from simpleworkflow.observe.composite import MAX_TRACE_CONTEXT_BYTES, Observers, listens
 from simpleworkflow.observe.events import (
     ANY,
     CANCELLED,
@@ -96,4 +96,5 @@ __all__ = [
     "StreamAppended",
     "StreamClosed",
     "ValueSet",
+    "listens",
 ]

@@ -48,13 +48,13 @@ class Observers(Observer):
     ignores what one raises. The engine holds one of these (empty: nothing is called)."""
 
     #: Bumped by every ``add`` anywhere: composites nest, so a cache of which observers
-    #: enclose (``_enclosing``) is good only while no composite has changed.
+    #: override a hook (``_listeners``) is good only while no composite has changed.
     _generation: ClassVar[int] = 0
 
     def __init__(self, observers: Iterable[Observer] = ()) -> None:
         self._observers: list[Observer] = []
         self._complained: set[tuple[int, str]] = set()
-        self._enclosers: dict[str, tuple[int, list[Observer]]] = {}
+        self._listening: dict[str, tuple[int, list[Observer]]] = {}
         for observer in observers:
             self.add(observer)
 
@@ -73,8 +73,18 @@ class Observers(Observer):
     def __iter__(self) -> Iterator[Observer]:
         return iter(self._observers)
 
+    def listens(self, hook: str) -> bool:
+        """Whether an observer (in a nested composite too) overrides ``hook``: else the
+        engine need not build the event it would be given (see :func:`listens`)."""
+        return bool(self._listeners(hook))
+
     def _each(self, hook: str, event: object) -> None:
-        for observer in self._observers:
+        cached = self._listening.get(hook)  # ``_listeners`` inlined: once per event
+        if cached is not None and cached[0] == Observers._generation:
+            listeners = cached[1]
+        else:
+            listeners = self._listeners(hook)
+        for observer in listeners:
             try:
                 getattr(observer, hook)(event)
             except Exception:
@@ -146,25 +156,25 @@ class Observers(Observer):
         self._each("run_forked", event)
 
     def around_attempt(self, run: Run, worker_id: str) -> ContextManager[None]:
-        enclosing = self._enclosing("around_attempt")
+        enclosing = self._listeners("around_attempt")
         if not enclosing:
             return contextlib.nullcontext()
         return self._around("around_attempt", enclosing, lambda o: o.around_attempt(run, worker_id))
 
     def around_step(self, run: Run, step: str, attempt: int) -> ContextManager[None]:
-        enclosing = self._enclosing("around_step")
+        enclosing = self._listeners("around_step")
         if not enclosing:
             return contextlib.nullcontext()
         return self._around("around_step", enclosing, lambda o: o.around_step(run, step, attempt))
 
     def around_start(self, type: str | None, parent: Run | None = None) -> ContextManager[None]:
-        enclosing = self._enclosing("around_start")
+        enclosing = self._listeners("around_start")
         if not enclosing:
             return contextlib.nullcontext()
         return self._around("around_start", enclosing, lambda o: o.around_start(type, parent))
 
     def around_signal(self, run_id: str, event: str) -> ContextManager[None]:
-        enclosing = self._enclosing("around_signal")
+        enclosing = self._listeners("around_signal")
         if not enclosing:
             return contextlib.nullcontext()
         return self._around("around_signal", enclosing, lambda o: o.around_signal(run_id, event))
@@ -197,18 +207,18 @@ class Observers(Observer):
     def watch_starts(self) -> bool:
         """Whether an observer encloses starts (``around_start``) or injects a trace
         context to store with the runs: else a start has nothing to enter or ask."""
-        return bool(self._enclosing("around_start") or self._enclosing("inject"))
+        return bool(self._listeners("around_start") or self._listeners("inject"))
 
-    def _enclosing(self, hook: str) -> list[Observer]:
-        """The observers whose ``hook`` (an ``around_*``, or ``inject``) does something. The
-        base class's returns a null context: entering it for every attempt and step was
-        most of what an observer that only counts cost. Worked out again only after an
-        ``add``."""
-        cached = self._enclosers.get(hook)
+    def _listeners(self, hook: str) -> list[Observer]:
+        """The observers whose ``hook`` does something: the base class's does nothing (an
+        ``around_*`` returns a null context), and calling it, or entering its context, for
+        every attempt and step was most of what an observer that only counts cost. Worked
+        out again only after an ``add``."""
+        cached = self._listening.get(hook)
         if cached is not None and cached[0] == Observers._generation:
             return cached[1]
-        found = [o for o in self._observers if _encloses(o, hook)]
-        self._enclosers[hook] = (Observers._generation, found)
+        found = [o for o in self._observers if listens(o, hook)]
+        self._listening[hook] = (Observers._generation, found)
         return found
 
     def _around(
@@ -255,9 +265,15 @@ class _Around:
                 self._owner._complain(observer, self._hook)
 
 
-def _encloses(observer: Observer, hook: str) -> bool:
-    """Whether ``observer``'s ``hook`` (an ``around_*``, or ``inject``) is its own, not the
-    base class's that does nothing; for a composite, whether one of its observers' is."""
-    if isinstance(observer, Observers):
-        return any(_encloses(inner, hook) for inner in observer)
+def listens(observer: Observer, hook: str) -> bool:
+    """Whether ``observer``'s ``hook`` is its own, not the base class's that does nothing;
+    for a composite, whether one of its observers' is. The engine builds an event only
+    for a hook someone listens to: most runs are watched by an observer or two that each
+    override a hook or two. (A composite asks again only after an ``add``: a hook set on
+    an instance later is not seen.)"""
+    if isinstance(observer, Observers):  # asked for every run: the cache read inlined
+        cached = observer._listening.get(hook)
+        if cached is not None and cached[0] == Observers._generation:
+            return bool(cached[1])
+        return bool(observer._listeners(hook))
     return getattr(getattr(observer, hook), "__func__", None) is not getattr(Observer, hook)

@@ -28,14 +28,22 @@ _STOPPED = {"cancelled": observe.CANCELLED, "shutdown": observe.STOPPED}
 
 
 def claimed(observers: observe.Observer, lease: Lease, worker_id: str) -> None:
-    """``run_claimed``, then ``run_resumed`` if the run had been suspended."""
+    """``run_claimed``, then ``run_resumed`` if the run had been suspended. Each event is
+    built only if an observer overrides its hook (see ``observe.listens``), as below."""
     run = lease.run
-    queued_for = 0.0
-    if lease.claimed_at is not None:
-        queued_for = max((lease.claimed_at - run.run_at).total_seconds(), 0.0)
-    observers.run_claimed(observe.RunClaimed(run, worker_id, queued_for))
-    if lease.was_waiting_for is not None:
+    if observe.listens(observers, "run_claimed"):
+        queued_for = 0.0
+        if lease.claimed_at is not None:
+            queued_for = max((lease.claimed_at - run.run_at).total_seconds(), 0.0)
+        observers.run_claimed(observe.RunClaimed(run, worker_id, queued_for))
+    if lease.was_waiting_for is not None and observe.listens(observers, "run_resumed"):
         observers.run_resumed(observe.RunResumed(run, wait_kind(lease.was_waiting_for)))
+
+
+def started(observers: observe.Observer, lease: Lease, worker_id: str) -> None:
+    """``attempt_started``: the handler is about to be called."""
+    if observe.listens(observers, "attempt_started"):
+        observers.attempt_started(observe.AttemptStarted(lease.run, worker_id))
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,8 +58,14 @@ class Ending:
 
 def finished(observers: observe.Observer, lease: Lease, worker_id: str, end: Ending) -> None:
     """``attempt_finished``, then ``run_suspended`` if the run now waits."""
-    observers.attempt_finished(attempt_finished(lease, worker_id, end))
-    if isinstance(end.outcome, Suspension) and end.recorded and not _stopped(end):
+    if observe.listens(observers, "attempt_finished"):
+        observers.attempt_finished(attempt_finished(lease, worker_id, end))
+    if (
+        isinstance(end.outcome, Suspension)
+        and end.recorded
+        and not _stopped(end)
+        and observe.listens(observers, "run_suspended")
+    ):
         suspension = end.outcome
         kind = wait_kind(suspension.waiting_for)
         observers.run_suspended(
@@ -126,9 +140,10 @@ def lease_lost(
     if state.lease_loss_reported:
         return
     state.lease_loss_reported = True
-    observers.lease_lost(observe.LeaseLost(state.lease.run, worker_id, reason))
+    if observe.listens(observers, "lease_lost"):
+        observers.lease_lost(observe.LeaseLost(state.lease.run, worker_id, reason))
 
 
 def reaped(observers: observe.Observer, run_ids: list[str]) -> None:
-    if run_ids:
+    if run_ids and observe.listens(observers, "leases_reaped"):
         observers.leases_reaped(observe.LeasesReaped(tuple(run_ids)))

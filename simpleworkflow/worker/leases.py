@@ -53,11 +53,19 @@ class Renewals:
         self.lease_seconds = lease_seconds
         self.margin = margin(lease_seconds)
         self._until: dict[str, float] = {}
+        self._claims: dict[str, float] = {}  # when the claim of each lease was sent
 
     def granted(self, tokens: Iterable[str], sent_at: float) -> None:
         """The store granted these leases by a claim sent at ``sent_at``."""
+        until = sent_at + self.lease_seconds
         for token in tokens:
-            self._until[token] = sent_at + self.lease_seconds
+            self._until[token] = until
+            self._claims[token] = sent_at
+
+    def claimed(self, token: str) -> float | None:
+        """When the claim that granted the lease was sent: it found the run held then, as
+        a read of it would have (see ``durable.holding``)."""
+        return self._claims.get(token)
 
     def renewed(self, tokens: Iterable[str], sent_at: float) -> None:
         """The store extended these leases by a heartbeat sent at ``sent_at``. A lease
@@ -69,6 +77,7 @@ class Renewals:
 
     def forget(self, token: str) -> None:
         self._until.pop(token, None)
+        self._claims.pop(token, None)
 
     def until(self, token: str) -> float | None:
         return self._until.get(token)

@@ -111,6 +111,9 @@ class Runner:
             observers=self.app.observers,  # the step hooks: the outcome log needs none
             step_log=self._step_log,  # but for the steps that fail
         )
+        claimed = self._renewals.claimed(lease.token)
+        if claimed is not None:  # the claim found the run held: its first step need not read
+            state.durable.holding.held_since(claimed)
         threads = Threads()
         # Counted at once: the claim loop may ask for free slots before the task runs.
         waiter = None if self._slots.take_now() else self._slots.waiter()
@@ -174,7 +177,7 @@ class Runner:
         started = time.monotonic()
         holding = True
         try:
-            self._observers.attempt_started(observe.AttemptStarted(lease.run, self.worker_id))
+            hooks.started(self._observers, lease, self.worker_id)
             outcome = await execution.attempt(definition, state, self._threads)
             duration = time.monotonic() - started
             self._pace.handled(duration)
@@ -186,18 +189,24 @@ class Runner:
             if not self._slots.waiting:  # a slot is free for the next claim
                 self._bell.ring()
             # Stopped from outside (cancelled, lease lost, shutdown): nothing to record.
-            # A timeout stops the handler too, but its failure is the outcome.
-            stopped = state.stop_reason not in (None, execution.TIMED_OUT)
-            recorded = outcome is None or stopped or await self._outbox.deliver(outcome)
+            # A timeout stops the handler too, but its failure is the outcome. (The stop
+            # reason is read once before the write and once after: each read looks at
+            # the lease's end, and the lease may end while the outcome is written.)
+            reason = state.stop_reason
+            stopped = reason not in (None, execution.TIMED_OUT)
+            recorded = True
+            if outcome is not None and not stopped:
+                recorded = await self._outbox.deliver(outcome)
+                reason = state.stop_reason
             if recorded and not stopped:
                 self._bell.wake_in(due_in(outcome, self._backend.now))
             if not recorded:
                 _log.warning(
                     "run %s: lease lost before its outcome was recorded; discarded", lease.run.id
                 )
-            if state.stop_reason == "lease lost":  # it may have seen the end before the watch
+            if reason == "lease lost":  # it may have seen the end before the watch
                 self._lease_lost(lease, state)
-            end = hooks.Ending(outcome, state.stop_reason, recorded, duration)
+            end = hooks.Ending(outcome, reason, recorded, duration)
             hooks.finished(self._observers, lease, self.worker_id, end)
         except Exception as exc:
             _log.exception("run %s: worker error while running it", lease.run.id)

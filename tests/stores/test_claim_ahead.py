@@ -19,6 +19,7 @@ from conftest import Store, poller_thread
 from worker_app import wait_until
 
 from simpleworkflow import App, Client, Context, RunStatus
+from simpleworkflow.durable import holding
 
 QUICK = "test.quick.v1"
 BRIEF = "test.brief.v1"  # QUICK, but it awaits: handlers overlap
@@ -227,3 +228,30 @@ def test_a_free_slot_takes_a_due_run_while_the_others_hold_long_handlers(
         assert statuses(client, blockers) == {RunStatus.LEASED}
         release.set()
         settled(client, blockers, RunStatus.SUCCEEDED)
+
+
+def test_a_freshly_claimed_run_begins_its_first_step_without_reading_its_lease_again(
+    store: Store, client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim found the run held, as a read would have: while that is fresh enough to
+    begin a step on (see ``durable.holding``), the first step reads nothing more."""
+    monkeypatch.setattr(holding, "HOLD_FRESH_FOR", 60.0)  # what the claim knew stays fresh
+    reads: list[str] = []
+    read = holding.Holding._read
+
+    async def counted(self: holding.Holding) -> None:
+        reads.append("read")
+        await read(self)
+
+    monkeypatch.setattr(holding.Holding, "_read", counted)
+    app = App(store.url, schema=store.schema)
+
+    @app.workflow("test.one.step.v1")
+    async def one_step(payload: Any, ctx: Context) -> int:
+        return int(await ctx.step("one", lambda: 1))
+
+    run_id = client.start("test.one.step.v1").id
+    with poller_thread(app):
+        assert client.wait(run_id, timeout=20).status is RunStatus.SUCCEEDED
+    assert [s.step_name for s in client.steps(run_id)] == ["one"]
+    assert reads == []

@@ -201,3 +201,47 @@ def test_runs_of_a_dead_worker_are_reported_reaped(
     reaped = [e for h, e in recorder.seen if h == "reaped"]
     assert [e.run_ids for e in reaped] == [(run_id,)]
     assert recorder.names()[0] == "reaped"
+
+
+class ResumedOnly(observe.Observer):
+    """Overrides one hook: the resumption of a run that slept."""
+
+    def __init__(self) -> None:
+        self.resumed: list[observe.RunResumed] = []
+
+    def run_resumed(self, event: observe.RunResumed) -> None:
+        self.resumed.append(event)
+
+
+def test_an_observer_of_one_hook_gets_it_and_no_other_event_is_built(
+    store: Store, client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Events are built only for the hooks an observer overrides: the claims, starts,
+    suspension and steps of this run make none (the outcome log still hears each end)."""
+    built: list[str] = []
+
+    def counted(name: str) -> Any:
+        made = getattr(observe, name)
+
+        def build(*args: Any) -> Any:
+            built.append(name)
+            return made(*args)
+
+        return build
+
+    for name in ("RunClaimed", "AttemptStarted", "RunSuspended", "StepStarted", "StepCompleted"):
+        monkeypatch.setattr(observe, name, counted(name))
+    only = ResumedOnly()
+    app = App(store.url, schema=store.schema, observers=[only])
+
+    @app.workflow(FLOW)
+    async def flow(payload: Any, ctx: Context) -> str:
+        await ctx.step("one", lambda: 1)
+        await ctx.sleep("nap", 0.3)
+        return "done"
+
+    run_id = client.start(FLOW).id
+    with poller_thread(app, worker_id="w-one", poll_interval=0.1):
+        assert client.wait(run_id, timeout=20).status is RunStatus.SUCCEEDED
+    assert [(e.run.id, e.kind) for e in only.resumed] == [(run_id, "sleep")]
+    assert built == []

@@ -35,3 +35,13 @@ def test_a_renewal_never_brings_back_a_lease_given_up_or_shortens_one() -> None:
     renewals.renewed(["a"], sent_at=101.0)  # sent before it was given up
     assert renewals.until("a") is None
     assert renewals.next_end() is None
+
+
+def test_the_claim_of_a_lease_is_remembered_until_it_is_forgotten() -> None:
+    """When the claim was sent: it found the run held, so the first step needs no read."""
+    renewals = leases.Renewals(lease_seconds=10)
+    renewals.granted(["a"], sent_at=100.0)
+    renewals.renewed(["a"], sent_at=105.0)
+    assert renewals.claimed("a") == 100.0  # a renewal is not a claim
+    renewals.forget("a")
+    assert renewals.claimed("a") is None

@@ -108,3 +108,20 @@ def test_observers_that_only_count_are_not_entered_around_attempts_and_steps() -
     with nested.around_step(RUN, "charge", 1):
         seen.append("body")
     assert seen == ["a enter charge", "b enter charge", "body", "b leave charge", "a leave charge"]
+
+
+def test_a_composite_listens_to_the_hooks_its_observers_override_nested_too() -> None:
+    """What the engine asks before it builds an event: an observer that overrides no hook
+    is never called, and one added later, in a nested composite too, is heard."""
+    seen: list[str] = []
+    inner = observe.Observers([observe.Observer()])
+    outer = observe.Observers([observe.Observer(), inner])
+    assert not outer.listens("run_claimed") and not observe.listens(outer, "attempt_started")
+    outer.run_claimed(observe.RunClaimed(RUN, "w", 0.0))  # nobody to call: nothing happens
+    inner.add(Recorder("a", seen))
+    assert outer.listens("run_claimed") and observe.listens(inner, "around_step")
+    assert not outer.listens("attempt_started")
+    assert observe.listens(Recorder("b", seen), "run_claimed")
+    assert not observe.listens(Recorder("b", seen), "run_created")
+    outer.run_claimed(observe.RunClaimed(RUN, "w", 0.0))
+    assert seen == ["a claimed r1"]
