@@ -404,6 +404,41 @@ def test_parallel_first_durable_calls_share_one_read_of_the_journal() -> None:
     assert all(replay is first for replay in others)
 
 
+def test_settling_waits_for_every_durable_call_under_way_even_one_begun_meanwhile() -> None:
+    """The attempt settles (its suspension is then complete) only once no call is under
+    way: also when the next call begins as the last one ends, before the settle wakes."""
+    seen: list[str] = []
+
+    async def main() -> None:
+        lease = Lease(run=cast(Run, types.SimpleNamespace(id="r1")), token="t")
+        durable = Durable(lease, cast(Backend, None))
+        await durable.settle()  # none under way: at once
+        first, second = asyncio.Event(), asyncio.Event()
+
+        async def calls() -> None:
+            with durable.calling():
+                await first.wait()
+            with durable.calling():  # begun in the same step as the first ended
+                await second.wait()
+            seen.append("calls done")
+
+        task = asyncio.ensure_future(calls())
+        await asyncio.sleep(0)
+        settling = asyncio.ensure_future(durable.settle())
+        await asyncio.sleep(0.01)
+        assert not settling.done()
+        first.set()
+        await asyncio.sleep(0.01)
+        assert not settling.done()  # the second call is under way
+        second.set()
+        await asyncio.wait_for(settling, 1)
+        seen.append("settled")
+        await task
+
+    asyncio.run(main())
+    assert seen == ["calls done", "settled"]
+
+
 def test_a_signal_sent_while_the_run_is_leased_wakes_it_once_it_suspends(
     store: Store, app: App, client: Client
 ) -> None:
