@@ -7,7 +7,7 @@ import concurrent.futures
 import contextvars
 import dataclasses
 import functools
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
 from simpleworkflow import errors, payloads
@@ -157,9 +157,10 @@ async def call(
     """Call the handler with a :class:`Context` over ``state``: ``async def`` on the loop,
     ``def`` in one of ``executor``'s threads; apply its timeout.
 
-    The observers' ``around_attempt`` encloses the call, entered before the handler's
-    task or thread copies the context, so that a tracer's span is current inside it;
-    what they inject there is the attempt's trace context."""
+    The observers' ``around_attempt`` encloses the call, entered before the handler
+    runs (in the attempt's task, or in a task or thread that copies the context), so
+    that a tracer's span is current inside it; what they inject there is the attempt's
+    trace context."""
     codec = state.durable.codec = definition.codec
     if codec is not None:  # the payload as the handler's annotation types it
         try:
@@ -170,6 +171,8 @@ async def call(
     with state.observers.around_attempt(state.run, state.worker_id):
         state.trace_context = state.observers.trace_context()
         if definition.is_async:
+            if definition.timeout is None:
+                return await _in_this_task(definition.fn(*args), state)
             task = asyncio.ensure_future(definition.fn(*args))
             state.on_stop(task.cancel)
             pending: asyncio.Future[Any] = task
@@ -182,6 +185,48 @@ async def call(
         if definition.timeout is None:
             return await pending
         return await _timed(definition, state, pending)
+
+
+async def _in_this_task(body: Awaitable[Any], state: AttemptState) -> Any:
+    """Await an ``async def`` handler's ``body`` in the attempt's own task: a task of its
+    own would cost each run a task's creation, scheduling and wake-up (see
+    docs/performance.md, the worker's Python per run). A stop cancels the attempt's task
+    only while the body runs in it (:class:`_Stopping`), never what follows."""
+    task = asyncio.current_task()
+    assert task is not None
+    stopping = _Stopping(task)
+    state.on_stop(stopping)
+    try:
+        return await body
+    finally:
+        stopping.task = None  # a stop from now on cancels nothing
+        if stopping.cancelled:
+            task.uncancel()  # the body's stop is handled: the worker's code goes on
+
+
+class _Stopping:
+    """The stop callback of a handler awaited in the attempt's task: cancels the task
+    while the handler runs. A stop asked from inside the handler's own code (a lease
+    check that found the run cancelled) cancels it at the loop's next turn, if the
+    handler is still running then: cancelling the running task at once would cancel
+    the worker's code after the handler if the handler returned before its next
+    ``await``."""
+
+    __slots__ = ("cancelled", "task")
+
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        self.task: asyncio.Task[Any] | None = task
+        self.cancelled = False
+
+    def __call__(self) -> None:
+        task = self.task
+        if task is None:
+            return
+        if asyncio.current_task() is task:
+            task.get_loop().call_soon(self)
+            return
+        self.cancelled = True
+        task.cancel()
 
 
 async def _timed(definition: Definition, state: AttemptState, pending: asyncio.Future[Any]) -> Any:
