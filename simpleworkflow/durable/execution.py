@@ -7,7 +7,7 @@ import concurrent.futures
 import contextvars
 import dataclasses
 import functools
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
 from simpleworkflow import errors, payloads
@@ -32,46 +32,68 @@ async def attempt(
 ) -> Success | Failure | Suspension | Continuation | None:
     """Run the handler once. ``None`` means there is nothing to record: it was asked to
     stop, or lost its lease. An outcome that gives the run back carries the attempt's
-    trace context, for the next attempt to link to."""
-    outcome = await _outcome(definition, state, executor, max_result_bytes)
+    trace context, for the next attempt to link to.
+
+    The handler is awaited here, through :func:`call` alone: every level of coroutines
+    between the worker and the handler costs each run."""
+    lease = state.lease
+    deadline = lease.run.deadline
+    if deadline is not None and lease.claimed_at is not None and lease.claimed_at >= deadline:
+        exc = errors.DeadlineExceeded(f"the run's deadline ({deadline.isoformat()}) has passed")
+        return failure(definition, lease, exc, state.worker_id)  # no journal read, no trace
+    outcome: Success | Failure | Suspension | Continuation | None
+    try:
+        value = await call(definition, lease.run.payload, state, executor)
+    except _INTERRUPTED as exc:
+        outcome = await _interrupted(definition, state, exc)
+    else:
+        if compensations.rolling_back(state) or state.durable.waits.suspended:
+            outcome = await _finished(definition, state, value, max_result_bytes)
+        else:  # the usual end, with no coroutine more
+            outcome = _returned(definition, state, value, max_result_bytes)
+    if outcome is None:
+        return None
     unreadable = state.durable.unreadable
-    if unreadable is not None and outcome is not None:  # whatever the body made of it
-        outcome = unreadable_failure(state.lease, unreadable, state.worker_id)
+    if unreadable is not None:  # whatever the body made of it
+        outcome = unreadable_failure(lease, unreadable, state.worker_id)
     if state.trace_context is not None and isinstance(outcome, Failure | Suspension):
         outcome = dataclasses.replace(outcome, trace=state.trace_context)
     return outcome
 
 
-async def _outcome(
-    definition: Definition,
-    state: AttemptState,
-    executor: HandlerThreads | concurrent.futures.Executor,
-    max_result_bytes: int,
+#: What a body may raise that :func:`_interrupted` makes an outcome of (else it propagates).
+_INTERRUPTED = (
+    errors.Suspend,
+    errors.ContinueAsNew,
+    asyncio.CancelledError,
+    errors.Cancelled,
+    errors.LeaseLost,
+    errors.RollingBack,
+    Exception,
+)
+
+
+async def _interrupted(
+    definition: Definition, state: AttemptState, exc: BaseException
 ) -> Success | Failure | Suspension | Continuation | None:
-    lease = state.lease
-    deadline = lease.run.deadline
-    if deadline is not None and lease.claimed_at is not None and lease.claimed_at >= deadline:
-        exc = errors.DeadlineExceeded(f"the run's deadline ({deadline.isoformat()}) has passed")
-        return failure(definition, lease, exc, state.worker_id)
-    try:
-        value = await call(definition, lease.run.payload, state, executor)
-    except errors.Suspend:
+    """The outcome of a body that raised ``exc`` (one of :data:`_INTERRUPTED`): it waits,
+    goes on as a new run, stopped, rolls back or failed."""
+    if isinstance(exc, errors.Suspend):
         if compensations.rolling_back(state):
             return await compensations.roll_back(state, None)
         return await _suspended(state)
-    except errors.ContinueAsNew as exc:
+    if isinstance(exc, errors.ContinueAsNew):
         return await continuation.outcome(state, exc)
-    except asyncio.CancelledError:
+    if isinstance(exc, asyncio.CancelledError):
         if state.is_cancelled():
             return None
-        raise
-    except (errors.Cancelled, errors.LeaseLost):
+        raise exc  # the worker's own task is cancelled (shutdown)
+    if isinstance(exc, errors.Cancelled | errors.LeaseLost):
         return None
-    except errors.RollingBack:
+    if isinstance(exc, errors.RollingBack):
         return await compensations.roll_back(state, None)
-    except Exception as exc:
-        return await _raised(definition, state, exc)
-    return await _finished(definition, state, value, max_result_bytes)
+    assert isinstance(exc, Exception)
+    return await _raised(definition, state, exc)
 
 
 async def _raised(
@@ -135,9 +157,10 @@ async def call(
     """Call the handler with a :class:`Context` over ``state``: ``async def`` on the loop,
     ``def`` in one of ``executor``'s threads; apply its timeout.
 
-    The observers' ``around_attempt`` encloses the call, entered before the handler's
-    task or thread copies the context, so that a tracer's span is current inside it;
-    what they inject there is the attempt's trace context."""
+    The observers' ``around_attempt`` encloses the call, entered before the handler
+    runs (in the attempt's task, or in a task or thread that copies the context), so
+    that a tracer's span is current inside it; what they inject there is the attempt's
+    trace context."""
     codec = state.durable.codec = definition.codec
     if codec is not None:  # the payload as the handler's annotation types it
         try:
@@ -148,6 +171,8 @@ async def call(
     with state.observers.around_attempt(state.run, state.worker_id):
         state.trace_context = state.observers.trace_context()
         if definition.is_async:
+            if definition.timeout is None:
+                return await _in_this_task(definition.fn(*args), state)
             task = asyncio.ensure_future(definition.fn(*args))
             state.on_stop(task.cancel)
             pending: asyncio.Future[Any] = task
@@ -157,12 +182,57 @@ async def call(
                 pending = executor.run(call)
             else:
                 pending = asyncio.get_running_loop().run_in_executor(executor, call)
+        if definition.timeout is None:
+            return await pending
         return await _timed(definition, state, pending)
 
 
+async def _in_this_task(body: Awaitable[Any], state: AttemptState) -> Any:
+    """Await an ``async def`` handler's ``body`` in the attempt's own task: a task of its
+    own would cost each run a task's creation, scheduling and wake-up (see
+    docs/performance.md, the worker's Python per run). A stop cancels the attempt's task
+    only while the body runs in it (:class:`_Stopping`), never what follows."""
+    task = asyncio.current_task()
+    assert task is not None
+    stopping = _Stopping(task)
+    state.on_stop(stopping)
+    try:
+        return await body
+    finally:
+        stopping.task = None  # a stop from now on cancels nothing
+        if stopping.cancelled:
+            task.uncancel()  # the body's stop is handled: the worker's code goes on
+
+
+class _Stopping:
+    """The stop callback of a handler awaited in the attempt's task: cancels the task
+    while the handler runs. A stop asked from inside the handler's own code (a lease
+    check that found the run cancelled) cancels it at the loop's next turn, if the
+    handler is still running then: cancelling the running task at once would cancel
+    the worker's code after the handler if the handler returned before its next
+    ``await``."""
+
+    __slots__ = ("cancelled", "task")
+
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        self.task: asyncio.Task[Any] | None = task
+        self.cancelled = False
+
+    def __call__(self) -> None:
+        task = self.task
+        if task is None:
+            return
+        if asyncio.current_task() is task:
+            task.get_loop().call_soon(self)
+            return
+        self.cancelled = True
+        task.cancel()
+
+
 async def _timed(definition: Definition, state: AttemptState, pending: asyncio.Future[Any]) -> Any:
-    if definition.timeout is None:
-        return await pending
+    """``pending``'s result, or :class:`~simpleworkflow.errors.HandlerTimeout` once the
+    handler's timeout has passed (only a handler that has one pays for this level)."""
+    assert definition.timeout is not None
     try:
         return await asyncio.wait_for(pending, definition.timeout)
     except TimeoutError:

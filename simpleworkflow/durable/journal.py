@@ -71,8 +71,9 @@ class Durable:
         self._loading: asyncio.Future[Replay] | None = None
         self._started = time.monotonic()
         self._inflight = 0
-        self._settled = asyncio.Event()
-        self._settled.set()
+        # Made only when :meth:`settle` must wait: nearly every attempt ends with none
+        # of its durable calls under way, and an Event made and set costs each run.
+        self._settled: asyncio.Event | None = None
         self._uses: dict[str, int] = {}
         self._order: dict[str, int] = {}  # the order in which the code called each name
         #: The waits the body met, and the suspension they make.
@@ -214,17 +215,20 @@ class Durable:
 
     def _enter(self) -> None:
         self._inflight += 1
-        self._settled.clear()
 
     def _exit(self) -> None:
         self._inflight -= 1
-        if self._inflight == 0:
-            self._settled.set()
+        settled = self._settled
+        if self._inflight == 0 and settled is not None:
+            self._settled = None  # the next wait, if any, makes its own
+            settled.set()
 
     async def settle(self) -> None:
         """Wait until no durable call of this attempt is under way (parallel branches):
         a branch still reading the store may yet suspend, and its wait must be recorded."""
         while self._inflight:
+            if self._settled is None:
+                self._settled = asyncio.Event()
             await self._settled.wait()
 
     async def journal(

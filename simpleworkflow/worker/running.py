@@ -119,7 +119,7 @@ class Runner:
         waiter = None if self._slots.take_now() else self._slots.waiter()
         if waiter is not None:
             state.on_stop(functools.partial(self._slots.stop, waiter))
-        work = self._execute(lease, state, threads, waiter)
+        work = self._execute(lease, definition, state, threads, waiter)
         task = asyncio.create_task(work, name=f"run-{lease.run.id}")
         self.active[lease.run.id] = Attempt(lease, state, task, threads)
 
@@ -149,13 +149,14 @@ class Runner:
     async def _execute(
         self,
         lease: Lease,
+        definition: Definition,
         state: AttemptState,
         threads: Threads,
         waiter: asyncio.Future[bool] | None,
     ) -> None:
         try:
             if await self._slot(state, waiter):
-                await self._attempt(lease, state, threads)
+                await self._attempt(lease, definition, state, threads)
         finally:
             self._renewals.forget(lease.token)
             if self.own(lease) is not None:
@@ -165,7 +166,9 @@ class Runner:
             if not self._slots.waiting:  # else the claim loop has nothing to do yet
                 self._bell.ring()
 
-    async def _attempt(self, lease: Lease, state: AttemptState, threads: Threads) -> None:
+    async def _attempt(
+        self, lease: Lease, definition: Definition, state: AttemptState, threads: Threads
+    ) -> None:
         """Run the handler in the slot it holds, give the slot back, record the outcome."""
         own = self.own(lease)
         if own is not None:
@@ -173,7 +176,6 @@ class Runner:
         charge_to(threads)
         hooks.claimed(self._observers, lease, self.worker_id)
         logs.enter_attempt(lease.run.id, lease.run.type, lease.run.attempt + 1)
-        definition: Definition = self.app.definitions[lease.run.type]
         started = time.monotonic()
         holding = True
         try:

@@ -27,6 +27,8 @@ from simpleworkflow.admin import replaycheck
 from simpleworkflow.app import App
 from simpleworkflow.backends import Backend
 from simpleworkflow.backends.records import Claim, Lease, StepRecord
+from simpleworkflow.durable import execution
+from simpleworkflow.durable.attempt import AttemptState
 from simpleworkflow.durable.journal import Durable
 from simpleworkflow.models import Run
 from simpleworkflow.retry import RetryPolicy
@@ -402,6 +404,127 @@ def test_parallel_first_durable_calls_share_one_read_of_the_journal() -> None:
 
     first, *others = asyncio.run(main())
     assert all(replay is first for replay in others)
+
+
+def test_settling_waits_for_every_durable_call_under_way_even_one_begun_meanwhile() -> None:
+    """The attempt settles (its suspension is then complete) only once no call is under
+    way: also when the next call begins as the last one ends, before the settle wakes."""
+    seen: list[str] = []
+
+    async def main() -> None:
+        lease = Lease(run=cast(Run, types.SimpleNamespace(id="r1")), token="t")
+        durable = Durable(lease, cast(Backend, None))
+        await durable.settle()  # none under way: at once
+        first, second = asyncio.Event(), asyncio.Event()
+
+        async def calls() -> None:
+            with durable.calling():
+                await first.wait()
+            with durable.calling():  # begun in the same step as the first ended
+                await second.wait()
+            seen.append("calls done")
+
+        task = asyncio.ensure_future(calls())
+        await asyncio.sleep(0)
+        settling = asyncio.ensure_future(durable.settle())
+        await asyncio.sleep(0.01)
+        assert not settling.done()
+        first.set()
+        await asyncio.sleep(0.01)
+        assert not settling.done()  # the second call is under way
+        second.set()
+        await asyncio.wait_for(settling, 1)
+        seen.append("settled")
+        await task
+
+    asyncio.run(main())
+    assert seen == ["calls done", "settled"]
+
+
+def _attempt_of(app: App, run_type: str) -> tuple[Any, AttemptState]:
+    """A definition and an attempt of a run of ``run_type`` that needs no store."""
+    run = types.SimpleNamespace(
+        id="r1", type=run_type, deadline=None, payload=None, attempt=0, max_attempts=1
+    )
+    lease = Lease(run=cast(Run, run), token="t")
+    return app.definitions[run_type], AttemptState(lease, "w", cast(Backend, None))
+
+
+def test_an_async_handler_stopped_while_it_awaits_is_cancelled_and_the_worker_goes_on() -> None:
+    """The handler is awaited in the attempt's own task: a stop cancels the handler, and
+    what the worker does after it (writing the outcome) is not cancelled."""
+    app = App()  # no store: the attempt alone
+    seen: list[str] = []
+
+    @app.workflow("test.durable.stopped.v1")
+    async def stopped(payload: Any, ctx: Context) -> str:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+        return "slept"
+
+    async def main() -> None:
+        definition, state = _attempt_of(app, "test.durable.stopped.v1")
+
+        async def run() -> Any:
+            outcome = await execution.attempt(definition, state, cast(Any, None))
+            await asyncio.sleep(0.01)  # the worker's code after the handler still awaits
+            seen.append("after")
+            return outcome
+
+        task = asyncio.ensure_future(run())
+        await asyncio.sleep(0.01)
+        state.request_stop("cancelled")
+        assert await asyncio.wait_for(task, 5) is None
+        assert not task.cancelled() and task.cancelling() == 0
+
+    asyncio.run(main())
+    assert seen == ["cancelled", "after"]
+
+
+def test_a_stop_asked_inside_an_async_handler_cancels_it_at_its_next_await_only() -> None:
+    """A stop asked from the handler's own code (a durable call that finds the run
+    cancelled) cancels the handler at its next ``await``; if it returns first, nothing
+    of the worker's code after it is cancelled."""
+    app = App()  # no store: the attempt alone
+    seen: list[str] = []
+    states: list[AttemptState] = []
+
+    @app.workflow("test.durable.self.stopped.v1")
+    async def awaits(payload: Any, ctx: Context) -> str:
+        states[0].request_stop("cancelled")
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+        return "slept"
+
+    @app.workflow("test.durable.self.returns.v1")
+    async def returns(payload: Any, ctx: Context) -> str:
+        states[0].request_stop("cancelled")
+        return "returned"
+
+    async def run(definition: Any, state: AttemptState) -> Any:
+        outcome = await execution.attempt(definition, state, cast(Any, None))
+        await asyncio.sleep(0.01)
+        seen.append("after")
+        return outcome
+
+    async def main() -> None:
+        for run_type in ("test.durable.self.stopped.v1", "test.durable.self.returns.v1"):
+            definition, state = _attempt_of(app, run_type)
+            states[:] = [state]
+            task = asyncio.ensure_future(run(definition, state))
+            outcome = await asyncio.wait_for(task, 5)
+            assert not task.cancelled() and task.cancelling() == 0
+            seen.append("stopped" if outcome is None else type(outcome).__name__)
+            assert state.stop_reason == "cancelled"  # the worker records nothing for it
+
+    asyncio.run(main())
+    assert seen == ["cancelled", "after", "stopped", "after", "Success"]
 
 
 def test_a_signal_sent_while_the_run_is_leased_wakes_it_once_it_suspends(
