@@ -200,7 +200,9 @@ def test_runs_of_a_dead_worker_are_reported_reaped(
         assert client.wait(run_id, timeout=20).status is RunStatus.SUCCEEDED
     reaped = [e for h, e in recorder.seen if h == "reaped"]
     assert [e.run_ids for e in reaped] == [(run_id,)]
-    assert recorder.names()[0] == "reaped"
+    # Not ordered against the claim: the reaper's commit wakes the listener, whose claim
+    # may be heard before the reaper's own task resumes to report (it did, under load).
+    assert "claimed" in recorder.names()
 
 
 class ResumedOnly(observe.Observer):
