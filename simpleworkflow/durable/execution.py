@@ -46,9 +46,13 @@ async def attempt(
         value = await call(definition, lease.run.payload, state, executor)
     except _INTERRUPTED as exc:
         outcome = await _interrupted(definition, state, exc)
-    else:
-        if compensations.rolling_back(state) or state.durable.waits.suspended:
-            outcome = await _finished(definition, state, value, max_result_bytes)
+    else:  # the body returned
+        if compensations.rolling_back(state):
+            outcome = await compensations.roll_back(state, None)
+        elif state.durable.waits.suspended:
+            # The body swallowed a suspension (gather(return_exceptions=True) ...): it has
+            # not really finished, so it waits and replays like any other.
+            outcome = await _suspended(state)
         else:  # the usual end, with no coroutine more
             outcome = _returned(definition, state, value, max_result_bytes)
     if outcome is None:
@@ -111,19 +115,6 @@ async def _raised(
     if outcome.final and compensations.pending(state):
         return await compensations.roll_back(state, outcome)
     return outcome
-
-
-async def _finished(
-    definition: Definition, state: AttemptState, value: Any, max_result_bytes: int
-) -> Success | Failure | Suspension | None:
-    """The outcome of a body that returned ``value``."""
-    if compensations.rolling_back(state):
-        return await compensations.roll_back(state, None)
-    if state.durable.waits.suspended:
-        # The body swallowed a suspension (gather(return_exceptions=True) ...): it has
-        # not really finished, so it waits and replays like any other.
-        return await _suspended(state)
-    return _returned(definition, state, value, max_result_bytes)
 
 
 def _returned(
