@@ -3,6 +3,7 @@ a batch reads every run."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import re
@@ -15,6 +16,7 @@ import pytest
 from conftest import Store
 
 from simpleworkflow import config
+from simpleworkflow.backends.ops import Op, Rows, Statement, Stream
 from simpleworkflow.backends.sqlite import matching
 
 TYPE = "bench.noop.v1"
@@ -251,3 +253,49 @@ def test_a_claim_under_concurrency_limits_walks_the_claim_index_at_a_million_run
     assert "Index Scan using idx_workflow_run_claim" in plan, plan
     assert "Seq Scan on workflow_run" not in plan, plan
     assert "hashed SubPlan" in plan, plan  # full keys and types: looked up, not probed per run
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 7])
+@pytest.mark.parametrize("wait_for_disk", [True, False])
+def test_a_stream_gives_each_statement_s_rows_in_order_and_fails_as_a_whole(
+    store: Store, count: int, wait_for_disk: bool
+) -> None:
+    """The pipelined driver reads the last statements' rows after the pipeline's Sync
+    (one round trip for the claim and its settings): every statement's rows still reach
+    ``take`` in order, and a statement that fails undoes those before it."""
+    if store.kind != "postgres":
+        pytest.skip("SQLite runs a stream's statements one at a time")
+    table = f'"{store.schema}".stream_probe'
+    with psycopg.connect(store.url, autocommit=True) as conn:
+        conn.execute(f"create table {table} (n int)".encode())
+
+    def numbers(fail: bool) -> Op[list[Rows]]:
+        taken: list[Rows] = []
+        statements = [
+            Statement(f"insert into {table} values (%(n)s) returning n, 'x' as tag", {"n": n})
+            for n in range(count)
+        ]
+        if fail:
+            statements.append(Statement("select 1 / (%(zero)s::int) as never", {"zero": 0}))
+        yield Stream("-- numbers", statements=iter(statements), take=taken.append)
+        return taken
+
+    backend = store.backend()
+    expected = [[{"n": n, "tag": "x"}] for n in range(count)]
+
+    async def twice_async() -> list[Rows]:
+        try:
+            with pytest.raises(psycopg.errors.DivisionByZero):
+                await backend.execute_async(numbers(True), wait_for_disk=wait_for_disk)
+            return await backend.execute_async(numbers(False), wait_for_disk=wait_for_disk)
+        finally:
+            await backend.aclose()
+
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        backend.execute(numbers(True), wait_for_disk=wait_for_disk)
+    assert backend.execute(numbers(False), wait_for_disk=wait_for_disk) == expected
+    assert asyncio.run(twice_async()) == expected
+    backend.close()
+    with psycopg.connect(store.url) as conn:
+        kept = conn.execute(f"select n from {table} order by n".encode()).fetchall()
+    assert kept == sorted([(n,) for n in range(count)] * 2)

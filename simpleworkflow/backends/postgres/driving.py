@@ -18,6 +18,7 @@ caller's connection needs no setting of ours.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractContextManager
@@ -39,6 +40,12 @@ T = TypeVar("T")
 #: and the op's savepoint goes inside it. A transaction block of psycopg's own would
 #: commit at its end instead.
 _OPEN = b"select 1"
+
+#: Statements of a stream (``base.Stream``) queued before the rows of the first of them
+#: are read (the server runs them meanwhile). The last ones are read after the pipeline's
+#: Sync, which brings them in with the implicit transaction's commit: a stream of two
+#: (the claim and its settings) costs one round trip, not a flush's and then the Sync's.
+AHEAD = 2
 
 #: The status of a statement's result that holds rows (a ``select``, a ``returning``).
 _ROWS = pq.ExecStatus.TUPLES_OK
@@ -231,27 +238,23 @@ def drive(
         return sent.fetchall() if returned_rows(sent) else []
 
     def stream(batch: base.Stream) -> None:
+        sent: collections.deque[Any] = collections.deque()
         with conn.pipeline():
-            sent: Any = None
             for statement in batch.statements:  # the op builds it meanwhile
                 ahead = cursor(conn)
                 ahead.execute(statement.sql, statement.params)  # queued behind the last
-                rows = _rows(sent)
-                sent = ahead
-                if rows is not None:
-                    batch.take(rows)  # while the server runs the next one
-            last = _rows(sent)
-            if last is not None:
-                batch.take(last)
+                sent.append(ahead)
+                if len(sent) > AHEAD:
+                    batch.take(_rows(sent.popleft()))  # while the server runs the next
+        for last in sent:  # in by the pipeline's Sync: no round trip of their own
+            batch.take(_rows(last))
 
     return base.drive(op, run, first, stream)
 
 
-def _rows(cursor: Any) -> base.Rows | None:
-    """The rows of a statement sent in pipeline mode (None for no statement). Its
-    description is known only once its results are in, so fetch first."""
-    if cursor is None:
-        return None
+def _rows(cursor: Any) -> base.Rows:
+    """The rows of a statement sent in pipeline mode. Its description is known only once
+    its results are in, so fetch first."""
     try:
         return cursor.fetchall()  # type: ignore[no-any-return]
     except psycopg.ProgrammingError:  # a statement that returns no rows
@@ -284,23 +287,19 @@ async def drive_async(
 
 async def _stream_async(conn: Any, batch: base.Stream, cursor: Callable[[Any], Any]) -> None:
     """The async twin of the pipelined ``stream`` in :func:`drive`."""
+    sent: collections.deque[Any] = collections.deque()
     async with conn.pipeline():
-        sent: Any = None
         for statement in batch.statements:
             ahead = cursor(conn)
             await ahead.execute(statement.sql, statement.params)
-            rows = await _rows_async(sent)
-            sent = ahead
-            if rows is not None:
-                batch.take(rows)
-        last = await _rows_async(sent)
-        if last is not None:
-            batch.take(last)
+            sent.append(ahead)
+            if len(sent) > AHEAD:
+                batch.take(await _rows_async(sent.popleft()))
+    for last in sent:
+        batch.take(await _rows_async(last))
 
 
-async def _rows_async(cursor: Any) -> base.Rows | None:
-    if cursor is None:
-        return None
+async def _rows_async(cursor: Any) -> base.Rows:
     try:
         return await cursor.fetchall()  # type: ignore[no-any-return]
     except psycopg.ProgrammingError:
