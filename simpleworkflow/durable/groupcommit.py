@@ -105,6 +105,17 @@ class GroupCommit(abc.ABC, Generic[ItemT]):
             if not batch[0][1].done():
                 batch[0][1].set_exception(exc)
             return
-        for item, future in batch:
-            if not future.done():
-                future.set_result(self.key(item) in accepted)
+        answers = [(future, self.key(item) in accepted) for item, future in batch]
+        if self._queue:
+            # The next batch is queued: its write is sent first (the writer goes on to it
+            # in this turn of the loop), then the callers of this one go on, rather than
+            # that write waiting behind what they do next (their next steps, say).
+            asyncio.get_running_loop().call_soon(_answer, answers)
+        else:
+            _answer(answers)
+
+
+def _answer(answers: list[tuple[asyncio.Future[bool], bool]]) -> None:
+    for future, counted in answers:
+        if not future.done():
+            future.set_result(counted)

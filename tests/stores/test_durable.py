@@ -30,6 +30,7 @@ from simpleworkflow.backends.records import Claim, Lease, StepRecord
 from simpleworkflow.durable import execution
 from simpleworkflow.durable.attempt import AttemptState
 from simpleworkflow.durable.journal import Durable
+from simpleworkflow.durable.journal_batches import StepJournal
 from simpleworkflow.models import Run
 from simpleworkflow.retry import RetryPolicy
 from simpleworkflow.worker import IntentPoller
@@ -221,6 +222,60 @@ def test_steps_of_many_runs_are_journaled_together_each_fenced_by_its_lease(
     completed = [e.data["step"] for e in client.events(ids[0]) if e.event_type == "step_completed"]
     assert completed == ["a", "b", "b"]
     assert [e.event_type for e in client.events(ids[2])] == ["created", "leased", "started"]
+
+
+def test_a_batch_queued_behind_a_write_is_sent_before_the_first_batch_s_callers_go_on(
+    store: Store, client: Client
+) -> None:
+    """Group commit: callers whose entries were written go on only after the writer has
+    started the next batch's write (a store call yields to the loop before it sends, as
+    the ``sleep(0)`` below does), so that the next batch does not wait behind what those
+    callers do next. Every caller still learns that its entry counted."""
+    for n in range(3):
+        client.start("test.batch.v1", {"n": n})
+    backend: Backend = store.backend()
+    log: list[tuple[str, int]] = []
+    first_run: list[str] = []
+
+    class Journal(StepJournal):
+        async def write(self, items: list[StepRecord]) -> set[Any]:
+            await asyncio.sleep(0)  # as a store call's own task does before it sends
+            log.append(("sent", len(items)))
+            return await super().write(items)
+
+    async def scenario() -> list[bool]:
+        journal = Journal(backend)
+        writer = asyncio.create_task(journal.run())
+        claim = Claim(worker_id="w", types=("test.batch.v1",), limit=3, lease_seconds=30)
+        leases = await backend.execute_async(backend.claim(claim))
+
+        async def step(lease: Lease, name: str) -> bool:
+            entry = StepRecord(lease.run.id, lease.token, name, "step", 0, '"x"', 1, events=[])
+            counted = await journal.record(entry)
+            log.append(("answered", len(log)))
+            return counted
+
+        first_run.append(leases[0].run.id)
+        try:
+            first = asyncio.create_task(step(leases[0], "a"))
+            while not log:  # the first batch is being written
+                await asyncio.sleep(0)
+            rest = [asyncio.create_task(step(lease, "b")) for lease in leases]
+            return await asyncio.gather(first, *rest)
+        finally:
+            writer.cancel()
+            await backend.aclose()
+
+    try:
+        answers = asyncio.run(scenario())
+    finally:
+        backend.close()
+    assert answers == [True, True, True, True]
+    assert [kind for kind, _ in log[:3]] == ["sent", "sent", "answered"]
+    assert [(s.step_name, s.status) for s in client.steps(first_run[0])] == [
+        ("a", "completed"),
+        ("b", "completed"),
+    ]
 
 
 # -- parallel steps: gather and race -----------------------------------------------------
