@@ -67,6 +67,8 @@ class ClaimLoop:
         #: each claim heeds limits (see ``Claim.limited``).
         self._limited = True
         self._claiming = False  # a claim is in flight (the loop's or the listener's)
+        #: The loop has decided to claim and its claim is not sent yet (see ``sending``).
+        self._about_to_send = False
         self._after_wake: asyncio.Future[None] | None = None  # the listener's, in flight
 
     async def run(self) -> None:
@@ -77,7 +79,7 @@ class ClaimLoop:
             free = self._runner.free_slots()
             if free > 0 and (claim_more or bell.woken) and not self._claiming:
                 bell.woken = False
-                self._claiming = True
+                self._claiming = self._about_to_send = True
                 try:
                     leases = await self._claim_unless_stopping(free)
                 except errors.StoreUnavailable as exc:
@@ -95,7 +97,7 @@ class ClaimLoop:
                         await bell.rest(max(pause, self._options.poll_interval))
                     continue
                 finally:
-                    self._claiming = False
+                    self._claiming = self._about_to_send = False
                 self._outage.ended()
                 pause = 0.0
                 for lease in leases:
@@ -107,6 +109,12 @@ class ClaimLoop:
         if self._after_wake is not None:
             await asyncio.wait({self._after_wake}, timeout=LAST_CLAIM_WAIT)
             self._after_wake = None  # one still in flight leaves its runs to expire
+
+    def sending(self) -> bool:
+        """Whether the loop's claim is about to be sent (a turn or two of the event loop
+        from now): the outbox lets it go first, since its rows start the next handlers and
+        the outcomes' commit starts nothing."""
+        return self._about_to_send
 
     async def claim_after_wake(self, execute: OpRunner) -> None:
         """Right after a notification woke the worker: claim with ``execute`` (on the
@@ -185,6 +193,7 @@ class ClaimLoop:
         request = self.request(limit)
         op = self._backend.claim_runs(request)
         sent_at = time.monotonic()
+        self._about_to_send = False  # sent in this turn, before the outbox's next write
         # Unless told otherwise, the claim does not wait for the disk (request's
         # wait_for_disk): lost in a database crash, its runs are due again
         # (docs/performance.md).

@@ -38,9 +38,12 @@ class Outbox(GroupCommit[Item]):
 
     #: Whether handlers are running whose outcomes come next (set by the worker's runner).
     running: Callable[[], bool] = staticmethod(lambda: False)
+    #: Whether the claim loop's next claim is about to be sent (``ClaimLoop.sending``):
+    #: the write waits the turn or two it takes, so that the claim goes first.
+    claim_sending: Callable[[], bool] = staticmethod(lambda: False)
 
     def more_coming(self) -> bool:
-        return self.running()
+        return self.running() or self.claim_sending()
 
     def key(self, item: Item) -> Hashable:
         return item.run_id

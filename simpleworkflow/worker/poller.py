@@ -238,6 +238,7 @@ class IntentPoller:
             renewals=self._renewals,
             unavailable=self._outage,
         )
+        outbox.claim_sending = claims.sending
         supervisor = Supervisor(self._failed)
         for service, critical in self._services(runner, claims, outbox, steps, observers):
             supervisor.add(service, critical=critical)

@@ -19,7 +19,9 @@ from conftest import Store, poller_thread
 from worker_app import wait_until
 
 from simpleworkflow import App, Client, Context, RunStatus
+from simpleworkflow.backends.base import Claim, Success
 from simpleworkflow.durable import holding
+from simpleworkflow.worker import outbox
 
 QUICK = "test.quick.v1"
 BRIEF = "test.brief.v1"  # QUICK, but it awaits: handlers overlap
@@ -255,3 +257,48 @@ def test_a_freshly_claimed_run_begins_its_first_step_without_reading_its_lease_a
         assert client.wait(run_id, timeout=20).status is RunStatus.SUCCEEDED
     assert [s.step_name for s in client.steps(run_id)] == ["one"]
     assert reads == []
+
+
+def test_the_outbox_lets_a_claim_about_to_be_sent_go_before_its_write(
+    store: Store, client: Client
+) -> None:
+    """A claim the loop has decided on goes out before the outcomes queued meanwhile: its
+    rows start the next handlers, their commit starts nothing. The outcome still counts."""
+    run_id = client.start("test.ahead.outbox.v1").id
+    backend = store.backend()
+    log: list[str] = []
+
+    class Outbox(outbox.Outbox):
+        async def write(self, items: list[outbox.Item]) -> set[Any]:
+            log.append("outcome written")
+            return await super().write(items)
+
+    async def scenario() -> bool:
+        box = Outbox(backend, "w")
+        writer = asyncio.create_task(box.run())
+        claim = Claim(worker_id="w", types=("test.ahead.outbox.v1",), limit=1, lease_seconds=30)
+        (lease,) = await backend.execute_async(backend.claim(claim))
+        about_to_send = [True]
+        box.claim_sending = lambda: about_to_send[0]
+
+        async def send_claim() -> None:
+            log.append("claim sent")
+            about_to_send[0] = False
+
+        try:
+            recording = asyncio.create_task(box.deliver(Success(run_id, lease.token, "null")))
+            await asyncio.sleep(0)  # the outcome is queued, the writer woken
+            sending = asyncio.create_task(send_claim())
+            counted = await recording
+            await sending
+            return counted
+        finally:
+            writer.cancel()
+            await backend.aclose()
+
+    try:
+        assert asyncio.run(scenario()) is True
+    finally:
+        backend.close()
+    assert log == ["claim sent", "outcome written"]
+    assert client.get(run_id).status is RunStatus.SUCCEEDED
