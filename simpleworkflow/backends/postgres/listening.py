@@ -7,8 +7,8 @@ connection (``after``), so that an idle worker's claim goes out from the task th
 the notification: no hop to the claim loop's task, no task for the call, no pool
 checkout (0.15 ms of Python of an idle pick-up), and a server process that has just run
 rather than one idle since the last run. The connection's session holds the claim's
-settings, so the claim goes alone rather than in a pipeline behind them (a round trip
-and 150 µs of Python less, docs/performance.md); any other op resets them first.
+settings, so the claim goes alone rather than in a pipeline behind them (psycopg's
+pipeline costs Python on every call, docs/performance.md); any other op resets them first.
 
 A lost connection is opened again (at most a second apart, so wake-ups come back within
 a second of the server); after every (re)connection a ``wake`` without a type is
@@ -86,9 +86,8 @@ class _Runner:
 
     A stream that says which session settings make its first statement redundant (the
     claim's, ``Stream.session``) runs without it once the connection holds them: the
-    claim goes alone, not in a pipeline whose Sync costs a second round trip and
-    psycopg's pipeline its Python. Any other op first resets them, so that nothing but
-    such streams ever runs with them."""
+    claim goes alone, not in a pipeline, whose Python psycopg spends on every call. Any
+    other op first resets them, so that nothing but such streams ever runs with them."""
 
     def __init__(self, conn: psycopg.AsyncConnection[Any], liveness: Liveness, timeout: float):
         self._conn = conn
