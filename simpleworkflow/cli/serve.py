@@ -88,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
         import uvicorn
 
         from simpleworkflow import server
+        from simpleworkflow.server import one_write
     except ImportError as exc:
         raise errors.ConfigurationError(
             f"`simpleworkflow serve` needs the server extra ({exc.name} is missing): "
@@ -127,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
         app,
         log_level=args.log_level,
         access_log=not args.no_access_log,
+        http=one_write.OneWriteProtocol,
         lifespan="on",
         proxy_headers=proxies is not None,
         forwarded_allow_ips=proxies,

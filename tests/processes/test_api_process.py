@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -87,6 +88,31 @@ def sse_events(response: httpx.Response) -> Iterator[dict[str, str]]:
             fields = {}
         else:
             fields = {}
+
+
+def test_a_start_is_answered_in_one_write(store: Store) -> None:
+    """The answer's head and body leave the server together (``server.one_write``): the
+    first read on the client's socket holds all of it, as a packet capture would show."""
+    with served(store) as base:
+        host, port = base.removeprefix("http://").rsplit(":", 1)
+        body = json.dumps({"type": TYPE, "payload": {"order": 9}}).encode()
+        head = (
+            f"POST {PREFIX}/runs HTTP/1.1\r\nHost: {host}:{port}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        )
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            for _ in range(3):  # the connection kept alive: each answer in one write
+                sock.sendall(head.encode() + body)
+                first = sock.recv(1 << 20)
+                answer_head, _, answer = first.partition(b"\r\n\r\n")
+                assert answer_head.startswith(b"HTTP/1.1 201"), first
+                length = next(
+                    int(line.split(b":")[1])
+                    for line in answer_head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                )
+                assert len(answer) == length, "the body came in a second write"
+                assert json.loads(answer)["type"] == TYPE
 
 
 def test_a_stream_is_read_live_over_sse_from_a_server_process(store: Store) -> None:
