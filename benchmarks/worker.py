@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import cProfile
+import json
 import logging
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from benchmarks import stores
@@ -36,6 +38,12 @@ ECHO_ENV = "SIMPLEWORKFLOW_BENCH_ECHO"
 #: Milliseconds each run of ``stores.NOOP`` and ``stores.SYNC`` waits (``asyncio.sleep``,
 #: ``time.sleep``), standing in for a handler's I/O; unset or 0: none.
 HANDLER_MS_ENV = "SIMPLEWORKFLOW_BENCH_HANDLER_MS"
+#: A path: the no-op handlers note when each call began and returned
+#: (``time.perf_counter``), written there as JSON when the worker stops
+#: (``benchmarks.slot_gaps``).
+GAPS_ENV = "SIMPLEWORKFLOW_BENCH_GAPS"
+#: The ``(began, returned)`` pairs of the handlers' calls, when ``GAPS_ENV`` is set.
+_calls: list[tuple[float, float]] = []
 
 
 async def _nothing() -> None:
@@ -81,6 +89,16 @@ def _plain_handlers(app: App, wait: float) -> None:
         @app.workflow(stores.SYNC)
         def blocking(payload: Any) -> None:
             time.sleep(wait)
+
+    elif os.environ.get(GAPS_ENV):
+
+        @app.workflow(stores.NOOP)
+        async def noted(payload: Any) -> None:
+            _calls.append((time.perf_counter(), time.perf_counter()))
+
+        @app.workflow(stores.SYNC)
+        def plain_noted(payload: Any) -> None:
+            _calls.append((time.perf_counter(), time.perf_counter()))
 
     else:
 
@@ -132,6 +150,9 @@ def main(argv: list[str]) -> None:
     profile_to = os.environ.get(PROFILE_ENV)
     if not profile_to:
         poller.run()
+        gaps_to = os.environ.get(GAPS_ENV)
+        if gaps_to:
+            Path(gaps_to).write_text(json.dumps(_calls))
         return
     profiler = cProfile.Profile()
     profiler.runcall(poller.run)
