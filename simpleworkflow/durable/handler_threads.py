@@ -27,17 +27,10 @@ _QUEUED, _RUNNING, _CANCELLED = 0, 1, 2
 
 
 class _Call:
-    __slots__ = ("fn", "future", "returned", "state", "threads")
+    __slots__ = ("fn", "future", "state", "threads")
 
-    def __init__(
-        self,
-        fn: Callable[[], Any],
-        future: _Pending,
-        threads: Threads | None,
-        returned: Callable[[], None] | None,
-    ) -> None:
+    def __init__(self, fn: Callable[[], Any], future: _Pending, threads: Threads | None) -> None:
         self.fn = fn
-        self.returned = returned
         # Cleared once the call has ended: a call and its future refer to each other, and
         # that cycle would keep the attempt's whole state (the handler's arguments) alive
         # until the cyclic garbage collector came by, for every run.
@@ -76,20 +69,13 @@ class HandlerThreads:
         self._idle = 0  # threads waiting for a call, less the calls promised to them
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def run(
-        self, fn: Callable[[], Any], returned: Callable[[], None] | None = None
-    ) -> asyncio.Future[Any]:
-        """Call ``fn()`` in a thread; its result (or exception) settles the future.
-
-        ``returned``, if given, is called on the loop once ``fn`` has returned (or raised),
-        before the future is settled: the worker gives the handler's slot back there, so
-        that the next run's handler starts a loop turn sooner than the awaiting task
-        could give it (see docs/performance.md, plain def handlers, sixth pass)."""
+    def run(self, fn: Callable[[], Any]) -> asyncio.Future[Any]:
+        """Call ``fn()`` in a thread; its result (or exception) settles the future."""
         loop = self._loop
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
         future = _Pending(loop=loop)
-        call = _Call(fn, future, charged(), returned)
+        call = _Call(fn, future, charged())
         future.call, future.pool = call, self
         if call.threads is not None:
             call.threads.enter()
@@ -150,7 +136,7 @@ class HandlerThreads:
         with self._lock:
             self._idle += 1
             if not taken:
-                call.future = call.returned = None
+                call.future = None
                 return
             self._results.append(result)
             wake = len(self._results) == 1
@@ -164,9 +150,6 @@ class HandlerThreads:
             results, self._results = self._results, []
         for call, ok, value in results:
             future, call.future = call.future, None
-            returned, call.returned = call.returned, None
-            if returned is not None:
-                returned()
             if future is None or future.done():  # cancelled while its thread ran
                 continue
             if ok:

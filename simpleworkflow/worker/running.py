@@ -29,7 +29,7 @@ from simpleworkflow.handlers import Definition, Handlers
 from simpleworkflow.worker import hooks
 from simpleworkflow.worker.leases import Renewals, warn_not_renewed
 from simpleworkflow.worker.outbox import Outbox
-from simpleworkflow.worker.slots import Hold, Pace, Slots
+from simpleworkflow.worker.slots import Pace, Slots
 from simpleworkflow.worker.timer import Bell, due_in
 
 _log = logging.getLogger("simpleworkflow.worker")
@@ -177,16 +177,14 @@ class Runner:
         hooks.claimed(self._observers, lease, self.worker_id)
         logs.enter_attempt(lease.run.id, lease.run.type, lease.run.attempt + 1)
         started = time.monotonic()
-        hold = Hold(self._slots)
-        # A def handler's slot goes back as soon as its thread has returned, a loop turn
-        # before this task resumes (see docs/performance.md, plain def handlers, sixth pass).
-        returned = None if definition.is_async else functools.partial(self._returned, hold)
+        holding = True
         try:
             hooks.started(self._observers, lease, self.worker_id)
-            outcome = await execution.attempt(definition, state, self._threads, returned=returned)
+            outcome = await execution.attempt(definition, state, self._threads)
             duration = time.monotonic() - started
             self._pace.handled(duration)
-            hold.release()  # to a run waiting for one, or for the next claim
+            holding = False
+            self._slots.give_back()  # to a run waiting for one, or for the next claim
             own = self.own(lease)
             if own is not None:
                 own.finishing = True
@@ -217,12 +215,8 @@ class Runner:
             spent = time.monotonic() - started
             self._observers.attempt_finished(hooks.worker_error(lease, self.worker_id, exc, spent))
         finally:
-            hold.release()
-
-    def _returned(self, hold: Hold) -> None:
-        """On the loop: a def handler returned in its thread; its slot goes back now."""
-        if hold.release() and not self._slots.waiting:
-            self._bell.ring()
+            if holding:
+                self._slots.give_back()
 
     def _lease_lost(self, lease: Lease, state: AttemptState) -> None:
         """Say once that the attempt stopped for its lease, if nobody has yet: the handler

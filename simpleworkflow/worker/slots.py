@@ -86,26 +86,6 @@ class Slots:
             self.stop(self._waiters.popleft())
 
 
-class Hold:
-    """The slot one attempt holds, given back once: as soon as its ``def`` handler has
-    returned in its thread (``HandlerThreads`` calls :meth:`release` on the loop), or
-    else when the attempt's task is done with the handler."""
-
-    __slots__ = ("_slots",)
-
-    def __init__(self, slots: Slots) -> None:
-        self._slots: Slots | None = slots
-
-    def release(self) -> bool:
-        """Give the slot back, unless that was done already; whether this did."""
-        slots = self._slots
-        if slots is None:
-            return False
-        self._slots = None
-        slots.give_back()
-        return True
-
-
 class Pace:
     """How many runs to claim ahead of the free slots, from recent handler durations."""
 
