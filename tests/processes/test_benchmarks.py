@@ -403,10 +403,12 @@ def test_the_payload_codec_benchmark_reports_each_row() -> None:
 
 
 def test_slot_gaps_lays_each_call_on_the_slot_that_freed_first() -> None:
-    """Two slots: the third call takes the slot freed at 1, the fourth the one at 2."""
+    """Two slots: the third call takes the slot freed at 1, the fourth the one at 2;
+    each gap is split where the worker reached the call."""
     from benchmarks.slot_gaps import gaps
 
-    assert gaps([(5, 6), (0, 1), (3, 4), (0, 2)], 2) == [2, 3]
+    calls = [(4.5, 5, 6), (0, 0, 1), (2.5, 3, 4), (0, 0, 2)]  # (entered, began, returned)
+    assert gaps(calls, 2) == [(1.5, 0.5), (2.5, 0.5)]
 
 
 @pytest.mark.parametrize("store", STORES)
@@ -426,4 +428,4 @@ def test_the_slot_gaps_benchmark_drains_both_kinds_of_handler(
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert [line.split(":")[0].split()[2:] for line in lines] == [["async", "def"], ["def"]]
-    assert all("gap median" in line and "hand-overs" in line for line in lines), done.stdout
+    assert all("gaps median" in line and "wait to begin" in line for line in lines), done.stdout
