@@ -229,6 +229,7 @@ class HandlerThreads:
                 call.future = None
             return
         following: _Call | None = call
+        passes = 0
         while following is not None:
             call = following
             try:
@@ -239,7 +240,8 @@ class HandlerThreads:
                 call.threads.leave()
             with self._lock:
                 following = None
-                if call.holder is not None and self._parked and self._parking:
+                if call.holder is not None and self._parked and self._parking and passes < 1:
+                    passes += 1
                     following = call.passed = self._parked.popleft()
                     following.state = _RUNNING
                     if following.threads is not None:
