@@ -7,7 +7,7 @@ import concurrent.futures
 import contextvars
 import dataclasses
 import functools
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
 from simpleworkflow import errors, payloads
@@ -21,8 +21,6 @@ from simpleworkflow.handlers import Definition
 from simpleworkflow.models import Unreadable
 
 MAX_ERROR_CHARS = 16_000
-#: How a plain ``def`` handler's call is handed to a thread, when not ``executor``'s way.
-Submit = Callable[[Callable[[], Any]], asyncio.Future[Any]]
 TIMED_OUT = "timeout"  # the stop reason of an attempt that ran past its timeout
 
 
@@ -31,13 +29,10 @@ async def attempt(
     state: AttemptState,
     executor: HandlerThreads | concurrent.futures.Executor,
     max_result_bytes: int = payloads.DEFAULT_MAX_BYTES,
-    *,
-    submit: Submit | None = None,
 ) -> Success | Failure | Suspension | Continuation | None:
-    """Run the handler once (a plain ``def`` one through ``submit``, if given). ``None``
-    means there is nothing to record: it was asked to stop, or lost its lease. An outcome
-    that gives the run back carries the attempt's trace context, for the next attempt to
-    link to.
+    """Run the handler once. ``None`` means there is nothing to record: it was asked to
+    stop, or lost its lease. An outcome that gives the run back carries the attempt's
+    trace context, for the next attempt to link to.
 
     The handler is awaited here, through :func:`call` alone: every level of coroutines
     between the worker and the handler costs each run."""
@@ -48,7 +43,7 @@ async def attempt(
         return failure(definition, lease, exc, state.worker_id)  # no journal read, no trace
     outcome: Success | Failure | Suspension | Continuation | None
     try:
-        value = await call(definition, lease.run.payload, state, executor, submit)
+        value = await call(definition, lease.run.payload, state, executor)
     except _INTERRUPTED as exc:
         outcome = await _interrupted(definition, state, exc)
     else:  # the body returned
@@ -149,7 +144,6 @@ async def call(
     payload: Any,
     state: AttemptState,
     executor: HandlerThreads | concurrent.futures.Executor,
-    submit: Submit | None = None,
 ) -> Any:
     """Call the handler with a :class:`Context` over ``state``: ``async def`` on the loop,
     ``def`` in one of ``executor``'s threads; apply its timeout.
@@ -175,9 +169,7 @@ async def call(
             pending: asyncio.Future[Any] = task
         else:
             call = functools.partial(contextvars.copy_context().run, definition.fn, *args)
-            if submit is not None:  # the worker's slot, see worker.slots.Seat
-                pending = submit(call)
-            elif isinstance(executor, HandlerThreads):
+            if isinstance(executor, HandlerThreads):
                 pending = executor.run(call)
             else:
                 pending = asyncio.get_running_loop().run_in_executor(executor, call)

@@ -10,14 +10,6 @@ results cost one wake-up.
 Each call is charged to the submitting attempt's :class:`~simpleworkflow.durable.attempt.Threads`
 from its submission until it returns, or is cancelled before a thread took it: the worker
 must know which attempts still run code (see ``attempt``).
-
-A call may also be *parked* (:meth:`HandlerThreads.park`): prepared while its run waits
-for a slot. A thread whose call returned, and whose call held a slot (a :class:`Holder`),
-takes the oldest parked call at once and runs it in that slot, with no wake-up of
-another thread and no turn of the loop; the loop learns of the hand-over when it
-settles the returned call (``Holder.passed_to``). A slot the loop frees first queues a
-parked call as usual (:meth:`HandlerThreads.unpark`). See docs/performance.md, plain def
-handlers, sixth pass.
 """
 
 from __future__ import annotations
@@ -26,38 +18,19 @@ import asyncio
 import contextlib
 import queue
 import threading
-from collections import deque
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from simpleworkflow.durable.attempt import Threads, charged
 
-_QUEUED, _RUNNING, _CANCELLED, _PARKED = 0, 1, 2, 3
-
-
-class Holder(Protocol):
-    """The slot of the run a call belongs to, as the worker keeps it (``worker.slots``)."""
-
-    def taken(self) -> None:
-        """In a handler thread, under the pool's lock: the run's handler starts now."""
-
-    def passed_to(self, other: Any) -> None:
-        """On the loop: this run's slot went to ``other``'s (its thread took that call)."""
+_QUEUED, _RUNNING, _CANCELLED = 0, 1, 2
 
 
 class _Call:
-    __slots__ = ("fn", "future", "holder", "passed", "state", "threads")
+    __slots__ = ("fn", "future", "state", "threads")
 
-    def __init__(
-        self,
-        fn: Callable[[], Any],
-        future: _Pending,
-        threads: Threads | None,
-        holder: Holder | None = None,
-    ) -> None:
+    def __init__(self, fn: Callable[[], Any], future: _Pending, threads: Threads | None) -> None:
         self.fn = fn
-        self.holder = holder  # None: the call holds no slot to pass on
-        self.passed: _Call | None = None  # the parked call its thread took next
         # Cleared once the call has ended: a call and its future refer to each other, and
         # that cycle would keep the attempt's whole state (the handler's arguments) alive
         # until the cyclic garbage collector came by, for every run.
@@ -95,73 +68,17 @@ class HandlerThreads:
         self._threads = 0
         self._idle = 0  # threads waiting for a call, less the calls promised to them
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._parked: deque[_Call] = deque()
-        self._parking = True  # False once shutting down: no parked call starts any more
 
-    def run(self, fn: Callable[[], Any], holder: Holder | None = None) -> asyncio.Future[Any]:
-        """Call ``fn()`` in a thread; its result (or exception) settles the future.
-        ``holder``: the slot the call holds, which its thread may pass on."""
-        call = self._call(fn, holder)
-        assert call.future is not None
-        if call.threads is not None:
-            call.threads.enter()
-        self._queue(call)
-        return call.future
-
-    def park(self, fn: Callable[[], Any], holder: Holder) -> asyncio.Future[Any]:
-        """Keep the call of a run waiting for a slot: a thread whose call returns takes
-        it (:meth:`Holder.passed_to`), or :meth:`unpark` queues it."""
-        call = self._call(fn, holder)
-        assert call.future is not None
-        call.state = _PARKED
-        with self._lock:
-            self._parked.append(call)
-        return call.future
-
-    def unpark(self, future: asyncio.Future[Any]) -> bool:
-        """On the loop: the parked call of ``future`` has a slot; queue it. False if a
-        thread took it first (it runs already)."""
-        call = _pending(future).call
-        with self._lock:
-            if call.state != _PARKED:
-                return False
-            self._parked.remove(call)
-            call.state = _QUEUED
-        if call.threads is not None:
-            call.threads.enter()
-        self._queue(call)
-        return True
-
-    def withdraw(self, future: asyncio.Future[Any]) -> bool:
-        """On the loop: drop the parked call of ``future`` unless a thread took it; True
-        if it never ran and never will (its future is then cancelled)."""
-        call = _pending(future).call
-        with self._lock:
-            if call.state == _PARKED:
-                self._parked.remove(call)
-                call.state = _CANCELLED
-            elif call.state != _CANCELLED:
-                return False
-        future.cancel()
-        return True
-
-    def stop_parking(self) -> None:
-        """At shutdown, on the loop: no parked call starts from now on (see
-        :meth:`withdraw`); once this returns, every call that started has said so
-        (``Holder.taken``)."""
-        with self._lock:
-            self._parking = False
-
-    def _call(self, fn: Callable[[], Any], holder: Holder | None) -> _Call:
+    def run(self, fn: Callable[[], Any]) -> asyncio.Future[Any]:
+        """Call ``fn()`` in a thread; its result (or exception) settles the future."""
         loop = self._loop
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
         future = _Pending(loop=loop)
-        call = _Call(fn, future, charged(), holder)
+        call = _Call(fn, future, charged())
         future.call, future.pool = call, self
-        return call
-
-    def _queue(self, call: _Call) -> None:
+        if call.threads is not None:
+            call.threads.enter()
         with self._lock:
             start = self._idle == 0 and self._threads < self._size
             if start:
@@ -172,17 +89,10 @@ class HandlerThreads:
         if start:
             name = f"{self._name}_{self._threads - 1}"
             threading.Thread(target=self._work, name=name, daemon=False).start()
+        return future
 
     def close(self) -> None:
         """Drop the calls no thread took, and let every thread end once its call returns."""
-        with self._lock:
-            self._parking = False
-            parked, self._parked = list(self._parked), deque()
-            for dropped in parked:
-                dropped.state = _CANCELLED
-        for dropped in parked:
-            if dropped.future is not None:
-                dropped.future.cancel()
         with contextlib.suppress(queue.Empty):
             while True:
                 call = self._calls.get_nowait()
@@ -196,10 +106,6 @@ class HandlerThreads:
     def _dropped(self, call: _Call) -> None:
         """On the loop: ``call``'s future was cancelled. Not taken yet: it never runs."""
         with self._lock:
-            if call.state == _PARKED:  # never charged
-                self._parked.remove(call)
-                call.state = _CANCELLED
-                return
             if call.state != _QUEUED:
                 return
             call.state = _CANCELLED
@@ -216,46 +122,27 @@ class HandlerThreads:
             del call  # else it, and what it holds, would live while this thread waits
 
     def _take(self, call: _Call) -> None:
-        """Run ``call`` unless it was cancelled first; hand its result to the loop. Then
-        run the oldest parked call in its slot, if it held one, and so on."""
+        """Run ``call`` unless it was cancelled first; hand its result to the loop."""
         with self._lock:
             taken = call.state == _QUEUED
             call.state = _RUNNING
-            if taken and call.holder is not None:
-                call.holder.taken()
-        if not taken:
-            with self._lock:
-                self._idle += 1
-                call.future = None
-            return
-        following: _Call | None = call
-        passes = 0
-        while following is not None:
-            call = following
+        if taken:
             try:
                 result: tuple[_Call, bool, Any] = (call, True, call.fn())
             except BaseException as exc:  # the handler's, handed back as it raised it
                 result = (call, False, exc)
             if call.threads is not None:
                 call.threads.leave()
-            with self._lock:
-                following = None
-                if call.holder is not None and self._parked and self._parking and passes < 1:
-                    passes += 1
-                    following = call.passed = self._parked.popleft()
-                    following.state = _RUNNING
-                    if following.threads is not None:
-                        following.threads.enter()
-                    assert following.holder is not None
-                    following.holder.taken()
-                else:
-                    self._idle += 1
-                self._results.append(result)
-                wake = len(self._results) == 1
-            del call, result
-            if wake and self._loop is not None:
-                with contextlib.suppress(RuntimeError):  # the loop has closed
-                    self._loop.call_soon_threadsafe(self._settle)
+        with self._lock:
+            self._idle += 1
+            if not taken:
+                call.future = None
+                return
+            self._results.append(result)
+            wake = len(self._results) == 1
+        if wake and self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop has closed
+                self._loop.call_soon_threadsafe(self._settle)
 
     def _settle(self) -> None:
         """On the loop: settle every result handed back so far."""
@@ -263,10 +150,6 @@ class HandlerThreads:
             results, self._results = self._results, []
         for call, ok, value in results:
             future, call.future = call.future, None
-            passed, call.passed = call.passed, None
-            if passed is not None:
-                assert call.holder is not None
-                call.holder.passed_to(passed.holder)
             if future is None or future.done():  # cancelled while its thread ran
                 continue
             if ok:
@@ -275,8 +158,3 @@ class HandlerThreads:
                 future.set_exception(RuntimeError(f"handler raised {value!r}"))
             else:
                 future.set_exception(value)
-
-
-def _pending(future: asyncio.Future[Any]) -> _Pending:
-    assert isinstance(future, _Pending)
-    return future

@@ -29,7 +29,7 @@ from simpleworkflow.handlers import Definition, Handlers
 from simpleworkflow.worker import hooks
 from simpleworkflow.worker.leases import Renewals, warn_not_renewed
 from simpleworkflow.worker.outbox import Outbox
-from simpleworkflow.worker.slots import DONE, HELD, Pace, Seat, Slots
+from simpleworkflow.worker.slots import Pace, Slots
 from simpleworkflow.worker.timer import Bell, due_in
 
 _log = logging.getLogger("simpleworkflow.worker")
@@ -116,34 +116,18 @@ class Runner:
             state.durable.holding.held_since(claimed)
         threads = Threads()
         # Counted at once: the claim loop may ask for free slots before the task runs.
-        held = self._slots.take_now()
-        waiter = seat = None
-        if not definition.is_async and definition.timeout is None:
-            # A plain def handler: its call may wait parked in the handler threads, where
-            # a returning thread starts it (see slots.Seat); one with a timeout does not,
-            # for its clock starts when it is called.
-            seat = Seat(self._slots, self._threads, held=held)
-            if not held:
-                self._slots.queue(seat)
-                state.on_stop(seat.stop)
-        elif not held:
-            waiter = self._slots.waiter()
+        waiter = None if self._slots.take_now() else self._slots.waiter()
+        if waiter is not None:
             state.on_stop(functools.partial(self._slots.stop, waiter))
-        work = self._execute(lease, definition, state, threads, waiter, seat)
+        work = self._execute(lease, definition, state, threads, waiter)
         task = asyncio.create_task(work, name=f"run-{lease.run.id}")
-        attempt = self.active[lease.run.id] = Attempt(lease, state, task, threads)
-        if seat is not None:
-            seat.started = functools.partial(_mark_started, attempt)
+        self.active[lease.run.id] = Attempt(lease, state, task, threads)
 
     def stop_waiting(self) -> list[Attempt]:
         """At shutdown: start no more handlers; return the attempts whose handler never
         started (claimed ahead), whose runs are to be given back at once."""
-        self._threads.stop_parking()  # from now on, a handler that has not started won't
-        unstarted = [attempt for attempt in self.active.values() if not attempt.started]
-        for attempt in unstarted:  # a parked call is dropped; its attempt ends as stopped
-            attempt.state.request_stop("shutdown")
         self._slots.close()
-        return unstarted
+        return [attempt for attempt in self.active.values() if not attempt.started]
 
     async def _slot(self, state: AttemptState, waiter: asyncio.Future[bool] | None) -> bool:
         """Whether the attempt holds a slot: the one it took when it was started, or the
@@ -169,16 +153,10 @@ class Runner:
         state: AttemptState,
         threads: Threads,
         waiter: asyncio.Future[bool] | None,
-        seat: Seat | None,
     ) -> None:
         try:
-            if seat is not None:
-                if seat.state != DONE and not self._slots.closed and state.stop_reason is None:
-                    await self._attempt(lease, definition, state, threads, seat)
-                else:
-                    seat.release()  # stopped before its handler was called
-            elif await self._slot(state, waiter):
-                await self._attempt(lease, definition, state, threads, None)
+            if await self._slot(state, waiter):
+                await self._attempt(lease, definition, state, threads)
         finally:
             self._renewals.forget(lease.token)
             if self.own(lease) is not None:
@@ -189,17 +167,11 @@ class Runner:
                 self._bell.ring()
 
     async def _attempt(
-        self,
-        lease: Lease,
-        definition: Definition,
-        state: AttemptState,
-        threads: Threads,
-        seat: Seat | None,
+        self, lease: Lease, definition: Definition, state: AttemptState, threads: Threads
     ) -> None:
-        """Run the handler in the slot it holds (or, a def handler's call parked, in the
-        slot it will have), give the slot back, record the outcome."""
+        """Run the handler in the slot it holds, give the slot back, record the outcome."""
         own = self.own(lease)
-        if own is not None and (seat is None or seat.state == HELD):
+        if own is not None:
             own.started = True
         charge_to(threads)
         hooks.claimed(self._observers, lease, self.worker_id)
@@ -208,13 +180,11 @@ class Runner:
         holding = True
         try:
             hooks.started(self._observers, lease, self.worker_id)
-            submit = None if seat is None else seat.submit
-            outcome = await execution.attempt(definition, state, self._threads, submit=submit)
-            # A parked call's wait for its slot is not the handler's time.
-            duration = time.monotonic() - (started if seat is None else seat.since(started))
+            outcome = await execution.attempt(definition, state, self._threads)
+            duration = time.monotonic() - started
             self._pace.handled(duration)
             holding = False
-            self._give_back(seat)  # to a run waiting for one, or for the next claim
+            self._slots.give_back()  # to a run waiting for one, or for the next claim
             own = self.own(lease)
             if own is not None:
                 own.finishing = True
@@ -246,15 +216,7 @@ class Runner:
             self._observers.attempt_finished(hooks.worker_error(lease, self.worker_id, exc, spent))
         finally:
             if holding:
-                self._give_back(seat)
-
-    def _give_back(self, seat: Seat | None) -> None:
-        """The attempt's slot goes back; a parked call no thread took is dropped."""
-        if seat is None:
-            self._slots.give_back()
-        else:
-            seat.release()
-            seat.stop()
+                self._slots.give_back()
 
     def _lease_lost(self, lease: Lease, state: AttemptState) -> None:
         """Say once that the attempt stopped for its lease, if nobody has yet: the handler
@@ -304,8 +266,3 @@ class Runner:
         """Let the pools' idle threads go; threads still running are left to end."""
         self._threads.close()
         self._step_executor.shutdown(wait=False, cancel_futures=True)
-
-
-def _mark_started(attempt: Attempt) -> None:
-    """Its handler starts (in the thread that took its parked call, or on the loop)."""
-    attempt.started = True

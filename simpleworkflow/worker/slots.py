@@ -16,12 +16,7 @@ once when the worker shuts down, or dropped when cancelled (see ``running``).
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import deque
-from collections.abc import Callable
-from typing import Any
-
-from simpleworkflow.durable.handler_threads import HandlerThreads
 
 #: How soon a run claimed ahead is expected to start, at the most (seconds).
 AHEAD_WAIT = 0.05
@@ -40,7 +35,7 @@ class Slots:
         self.busy = 0  # slots held by running handlers (or handed to a waiter)
         self.waiting = 0  # waiters still waiting
         self.closed = False  # no slot is handed out any more (shutdown)
-        self._waiters: deque[asyncio.Future[bool] | Seat] = deque()
+        self._waiters: deque[asyncio.Future[bool]] = deque()
 
     def take_now(self) -> bool:
         """Take a slot if one is free and no one waits for it."""
@@ -74,121 +69,21 @@ class Slots:
         elif waiter.result():
             self.give_back()
 
-    def queue(self, seat: Seat) -> None:
-        """A place in the queue for a def run whose call waits parked in the handler
-        threads (see ``durable.handler_threads``)."""
-        self._waiters.append(seat)
-        self.waiting += 1
-
     def give_back(self) -> None:
         """A handler returned: its slot goes to the next waiter, if any."""
         while self._waiters and not self.closed:
             waiter = self._waiters.popleft()
-            if isinstance(waiter, Seat):
-                if waiter.grant():  # the slot changes hands: busy stays
-                    return
-            elif not waiter.done():
+            if not waiter.done():
                 waiter.set_result(True)  # the slot changes hands: busy stays
                 self.waiting -= 1
                 return
         self.busy -= 1
 
     def close(self) -> None:
-        """Hand out no more slots; every waiter is told False (a seat whose call no
-        thread took is withdrawn, see :meth:`Seat.stop`)."""
+        """Hand out no more slots; every waiter is told False."""
         self.closed = True
         while self._waiters:
-            waiter = self._waiters.popleft()
-            if isinstance(waiter, Seat):
-                waiter.stop()
-            else:
-                self.stop(waiter)
-
-
-#: A :class:`Seat`'s states, as the loop knows them.
-WAITING, HELD, DONE = 0, 1, 2
-
-
-class Seat:
-    """The slot of one plain ``def`` run (``durable.handler_threads.Holder``): held at
-    once, or waited for with its call parked in the handler threads, where a thread whose
-    call returned may take it before the loop hears of that return. The loop's books
-    (``Slots.busy``, ``waiting``) follow in :meth:`grant`, :meth:`passed_to` and
-    :meth:`release`.
-    """
-
-    __slots__ = ("_pool", "_slots", "began", "call", "started", "state")
-
-    def __init__(self, slots: Slots, pool: HandlerThreads, *, held: bool) -> None:
-        self._slots = slots
-        self._pool = pool
-        self.state = HELD if held else WAITING
-        #: When its handler began (``time.monotonic``, set in the handler's thread).
-        self.began: float | None = None
-        #: Called in the thread that takes its call, as the handler starts.
-        self.started: Callable[[], None] | None = None
-        #: Its parked call's future, once parked.
-        self.call: asyncio.Future[Any] | None = None
-
-    def submit(self, fn: Callable[[], Any]) -> asyncio.Future[Any]:
-        """On the loop: the run's handler call, run in the slot it holds or parked until
-        it has one."""
-        if self.state != WAITING:
-            return self._pool.run(fn, self)
-        self.call = self._pool.park(fn, self)
-        return self.call
-
-    def since(self, prepared: float) -> float:
-        """When its handler began, or ``prepared`` if it was not seen."""
-        return prepared if self.began is None else self.began
-
-    def taken(self) -> None:
-        """In the handler thread that takes the call: it starts now."""
-        self.began = time.monotonic()
-        if self.started is not None:
-            self.started()
-
-    def grant(self) -> bool:
-        """On the loop, from :meth:`Slots.give_back`: the freed slot is this run's,
-        unless it stopped waiting. Its parked call is queued; one a thread already took
-        keeps this slot, and the slot its thread passed goes back when that is heard of."""
-        if self.state != WAITING:
-            return False
-        self.state = HELD
-        self._slots.waiting -= 1
-        if self.call is not None and self._pool.unpark(self.call) and self.started is not None:
-            self.started()  # queued: it will run (shutdown's stop_waiting reads this)
-        return True
-
-    def passed_to(self, other: Any) -> None:
-        """On the loop: this run's handler returned and its thread took ``other``'s call,
-        in this slot, unless the loop had given ``other`` a slot of its own already."""
-        assert isinstance(other, Seat)
-        if other.state != WAITING:  # other holds a slot the loop gave it: this one goes back
-            self.release()
-            return
-        other.state = HELD
-        self._slots.waiting -= 1
-        if self.state == HELD:
-            self.state = DONE  # the slot is other's now: busy stays
-        else:  # this run's task gave its slot back already (cancelled at shutdown)
-            self._slots.busy += 1
-
-    def stop(self) -> None:
-        """On the loop: the run stopped waiting (cancelled, lease lost, shutdown). Its
-        call is dropped unless a thread took it (then :meth:`passed_to` follows)."""
-        if self.state != WAITING:
-            return
-        if self.call is not None and not self._pool.withdraw(self.call):
-            return  # running: the thread that took it passed its slot
-        self.state = DONE
-        self._slots.waiting -= 1
-
-    def release(self) -> None:
-        """The run is done with its slot, if it holds one."""
-        if self.state == HELD:
-            self.state = DONE
-            self._slots.give_back()
+            self.stop(self._waiters.popleft())
 
 
 class Pace:
