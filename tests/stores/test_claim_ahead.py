@@ -25,7 +25,7 @@ QUICK = "test.quick.v1"
 BRIEF = "test.brief.v1"  # QUICK, but it awaits: handlers overlap
 BLOCK = "test.block.v1"
 PLAIN = "test.plain.v1"  # QUICK, as a plain def (run in a thread)
-TIMED = "test.timed.v1"  # PLAIN, with a timeout: its call is not parked while it waits
+TIMED = "test.timed.v1"  # PLAIN, with a timeout
 
 
 class Seen:
@@ -122,8 +122,7 @@ def waiting_behind_a_blocked_slot(
     """With one slot: quick runs first (the worker learns its handlers are quick), then a
     run that blocks the slot, then quick runs of ``kind``, some claimed ahead to wait
     behind it (as many as the handlers' pace allows, at least ``least``; no more are
-    claimed while any wait): a plain def one's call waits parked in the handler threads.
-    Returns the blocking run and those claimed ahead."""
+    claimed while any wait). Returns the blocking run and those claimed ahead."""
     settled(client, quick_runs(client, 30), RunStatus.SUCCEEDED)
     blocker = client.start(BLOCK).id
     wait_until(lambda: blocker in seen.started, 15, "the blocking run never started")
@@ -192,8 +191,8 @@ def test_runs_waiting_for_a_slot_keep_their_leases_and_a_cancelled_one_never_run
 def test_shutdown_gives_runs_waiting_for_a_slot_back_at_once(
     app: App, client: Client, seen: Seen, release: threading.Event, kind: str
 ) -> None:
-    # A plain def run's parked call is dropped: the blocked handler's thread, returning
-    # after the shutdown began, does not take it.
+    # Plain def runs too: the blocked handler's thread, returning after the shutdown
+    # began, starts none of them.
     with poller_thread(app, concurrency=1, shutdown_grace=30, poll_interval=0.2) as poller:
         blocker, waiting = waiting_behind_a_blocked_slot(client, seen, least=1, kind=kind)
         poller.stop()
@@ -225,11 +224,9 @@ def test_a_def_handler_waiting_for_a_slot_is_timed_from_its_start(
         assert client.get(run_id).attempt == 0
 
 
-def test_a_plain_def_drain_passes_slots_from_thread_to_thread_within_the_concurrency(
+def test_a_plain_def_drain_claiming_ahead_runs_each_handler_once_within_the_concurrency(
     app: App, client: Client, seen: Seen
 ) -> None:
-    # Returning handler threads start the runs claimed ahead themselves: every run once,
-    # never more at once than the slots, however the loop hears of it.
     with poller_thread(app, concurrency=3, poll_interval=0.2):
         run_ids = quick_runs(client, 300, PLAIN)
         settled(client, run_ids, RunStatus.SUCCEEDED, within=60)
