@@ -18,16 +18,22 @@ it rather than polling the store (``benchmarks.latency``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import cProfile
+import json
 import logging
 import os
 import sys
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from benchmarks import stores
 from simpleworkflow import App, Context, Observer
 from simpleworkflow.cli.worker import serve_metrics
+from simpleworkflow.models import Run
 
 PROFILE_ENV = "SIMPLEWORKFLOW_BENCH_PROFILE"
 TRACING_ENV = "SIMPLEWORKFLOW_BENCH_TRACING"
@@ -36,6 +42,23 @@ ECHO_ENV = "SIMPLEWORKFLOW_BENCH_ECHO"
 #: Milliseconds each run of ``stores.NOOP`` and ``stores.SYNC`` waits (``asyncio.sleep``,
 #: ``time.sleep``), standing in for a handler's I/O; unset or 0: none.
 HANDLER_MS_ENV = "SIMPLEWORKFLOW_BENCH_HANDLER_MS"
+#: A path: the no-op handlers note when the worker entered ``around_attempt`` for each
+#: call (just before it calls the handler, or queues it to a handler thread), when the
+#: call began and when it returned (``time.perf_counter``), written there as JSON when
+#: the worker stops (``benchmarks.slot_gaps``).
+GAPS_ENV = "SIMPLEWORKFLOW_BENCH_GAPS"
+#: The ``(entered, began, returned)`` of the handlers' calls, when ``GAPS_ENV`` is set.
+_calls: list[tuple[float, float, float]] = []
+_entered: contextvars.ContextVar[float] = contextvars.ContextVar("bench_entered", default=0.0)
+
+
+class _NoteEntered(Observer):
+    """Notes, for the handler to read, when the worker entered ``around_attempt``."""
+
+    @contextlib.contextmanager
+    def around_attempt(self, run: Run, worker_id: str) -> Iterator[None]:
+        _entered.set(time.perf_counter())
+        yield
 
 
 async def _nothing() -> None:
@@ -82,6 +105,18 @@ def _plain_handlers(app: App, wait: float) -> None:
         def blocking(payload: Any) -> None:
             time.sleep(wait)
 
+    elif os.environ.get(GAPS_ENV):
+
+        @app.workflow(stores.NOOP)
+        async def noted(payload: Any) -> None:
+            began = time.perf_counter()
+            _calls.append((_entered.get(), began, time.perf_counter()))
+
+        @app.workflow(stores.SYNC)
+        def plain_noted(payload: Any) -> None:
+            began = time.perf_counter()
+            _calls.append((_entered.get(), began, time.perf_counter()))
+
     else:
 
         @app.workflow(stores.NOOP)
@@ -98,7 +133,7 @@ def _observers(tracing: str) -> list[Observer]:
     if tracing not in ("", "api", "sdk"):
         raise SystemExit(f"{TRACING_ENV}={tracing!r}: use api or sdk")
     if not tracing:
-        return []
+        return [_NoteEntered()] if os.environ.get(GAPS_ENV) else []
     from simpleworkflow.tracing import TracingObserver
 
     if tracing == "sdk":
@@ -132,6 +167,9 @@ def main(argv: list[str]) -> None:
     profile_to = os.environ.get(PROFILE_ENV)
     if not profile_to:
         poller.run()
+        gaps_to = os.environ.get(GAPS_ENV)
+        if gaps_to:
+            Path(gaps_to).write_text(json.dumps(_calls))
         return
     profiler = cProfile.Profile()
     profiler.runcall(poller.run)

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 STORES = ["postgres", "sqlite"]
 BACKLOGS = [200, 400]
@@ -398,3 +400,32 @@ def test_the_payload_codec_benchmark_reports_each_row() -> None:
     assert {"encode, no codec (default)", "decode, codec, into the dataclass"} <= set(doc["micros"])
     assert all(math.isfinite(us) and us >= 0 for us in doc["micros"].values())
     assert doc["orjson"] == "not installed" or doc["orjson"]["NaN"].startswith("writes")
+
+
+def test_slot_gaps_lays_each_call_on_the_slot_that_freed_first() -> None:
+    """Two slots: the third call takes the slot freed at 1, the fourth the one at 2;
+    each gap is split where the worker reached the call."""
+    from benchmarks.slot_gaps import gaps
+
+    calls = [(4.5, 5, 6), (0, 0, 1), (2.5, 3, 4), (0, 0, 2)]  # (entered, began, returned)
+    assert gaps(calls, 2) == [(1.5, 0.5), (2.5, 0.5)]
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_the_slot_gaps_benchmark_drains_both_kinds_of_handler(
+    postgres_url: str, store: str
+) -> None:
+    """``python -m benchmarks.slot_gaps`` at its smallest: one drain of each kind, each
+    reported with its gaps."""
+    command = [
+        sys.executable, "-m", "benchmarks.slot_gaps",
+        "--store", store,
+        "--runs", "200",
+        "--rounds", "1",
+        "--postgres-url", postgres_url,
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split(":")[0].split()[2:] for line in lines] == [["async", "def"], ["def"]]
+    assert all("gaps median" in line and "wait to begin" in line for line in lines), done.stdout

@@ -27,6 +27,7 @@ QUICK = "test.quick.v1"
 BRIEF = "test.brief.v1"  # QUICK, but it awaits: handlers overlap
 BLOCK = "test.block.v1"
 PLAIN = "test.plain.v1"  # QUICK, as a plain def (run in a thread)
+TIMED = "test.timed.v1"  # PLAIN, with a timeout
 
 
 class Seen:
@@ -83,6 +84,11 @@ def app(store: Store, seen: Seen, release: threading.Event) -> App:
         if payload.get("fail"):
             raise ValueError("plain def handler failed")
 
+    @app.workflow(TIMED, timeout=1)
+    def timed(payload: Any, ctx: Context) -> None:
+        seen.enter(ctx.run_id)
+        seen.leave()
+
     @app.workflow(BLOCK)
     def block(payload: Any, ctx: Context) -> None:
         seen.enter(ctx.run_id)
@@ -108,19 +114,21 @@ def lifecycle(client: Client, run_id: str) -> list[str]:
     return [e.event_type for e in client.events(run_id) if e.event_type != "heartbeat"]
 
 
-def quick_runs(client: Client, count: int) -> list[str]:
-    return [run.id for run in client.start_many([(QUICK, {})] * count)]
+def quick_runs(client: Client, count: int, kind: str = QUICK) -> list[str]:
+    return [run.id for run in client.start_many([(kind, {})] * count)]
 
 
-def waiting_behind_a_blocked_slot(client: Client, seen: Seen, least: int) -> tuple[str, list[str]]:
+def waiting_behind_a_blocked_slot(
+    client: Client, seen: Seen, least: int, kind: str = QUICK
+) -> tuple[str, list[str]]:
     """With one slot: quick runs first (the worker learns its handlers are quick), then a
-    run that blocks the slot, then quick runs, some claimed ahead to wait behind it (as
-    many as the handlers' pace allows, at least ``least``; no more are claimed while any
-    wait). Returns the blocking run and those claimed ahead."""
+    run that blocks the slot, then quick runs of ``kind``, some claimed ahead to wait
+    behind it (as many as the handlers' pace allows, at least ``least``; no more are
+    claimed while any wait). Returns the blocking run and those claimed ahead."""
     settled(client, quick_runs(client, 30), RunStatus.SUCCEEDED)
     blocker = client.start(BLOCK).id
     wait_until(lambda: blocker in seen.started, 15, "the blocking run never started")
-    later = quick_runs(client, 10)
+    later = quick_runs(client, 10, kind)
 
     def claimed_ahead() -> list[str]:
         return [run_id for run_id in later if client.get(run_id).status is RunStatus.LEASED]
@@ -157,13 +165,14 @@ def test_quick_def_and_async_handlers_drained_together_all_end_within_the_concur
     assert seen.most <= 3
 
 
+@pytest.mark.parametrize("kind", [QUICK, PLAIN])
 def test_runs_waiting_for_a_slot_keep_their_leases_and_a_cancelled_one_never_runs(
-    app: App, client: Client, seen: Seen, release: threading.Event
+    app: App, client: Client, seen: Seen, release: threading.Event, kind: str
 ) -> None:
     # A lease of 3 s, renewed every second: short enough to outlive in the test, long
     # enough that a heartbeat late by a loaded machine's second does not lose it.
     with poller_thread(app, concurrency=1, lease_duration=3, poll_interval=0.2):
-        blocker, waiting = waiting_behind_a_blocked_slot(client, seen, least=2)
+        blocker, waiting = waiting_behind_a_blocked_slot(client, seen, least=2, kind=kind)
         dropped, *kept = waiting
         assert client.cancel(dropped)
         settled(client, [dropped], RunStatus.CANCELLED)
@@ -180,11 +189,14 @@ def test_runs_waiting_for_a_slot_keep_their_leases_and_a_cancelled_one_never_run
         assert lifecycle(client, run_id) == ["created", "leased", "started", "succeeded"]
 
 
+@pytest.mark.parametrize("kind", [QUICK, PLAIN])
 def test_shutdown_gives_runs_waiting_for_a_slot_back_at_once(
-    app: App, client: Client, seen: Seen, release: threading.Event
+    app: App, client: Client, seen: Seen, release: threading.Event, kind: str
 ) -> None:
+    # Plain def runs too: the blocked handler's thread, returning after the shutdown
+    # began, starts none of them.
     with poller_thread(app, concurrency=1, shutdown_grace=30, poll_interval=0.2) as poller:
-        blocker, waiting = waiting_behind_a_blocked_slot(client, seen, least=1)
+        blocker, waiting = waiting_behind_a_blocked_slot(client, seen, least=1, kind=kind)
         poller.stop()
         # Given back while the blocked handler still has its grace period to finish.
         settled(client, waiting, RunStatus.PENDING, within=10)
@@ -198,6 +210,30 @@ def test_shutdown_gives_runs_waiting_for_a_slot_back_at_once(
         assert lifecycle(client, run_id) == ["created", "leased", "started", "released"]
     with poller_thread(app, concurrency=1, poll_interval=0.2):
         settled(client, waiting, RunStatus.SUCCEEDED)
+
+
+def test_a_def_handler_waiting_for_a_slot_is_timed_from_its_start(
+    app: App, client: Client, seen: Seen, release: threading.Event
+) -> None:
+    # Claimed ahead behind a handler that holds the one slot for longer than their
+    # timeout (1 s): counted from their claim, they would all time out.
+    with poller_thread(app, concurrency=1, poll_interval=0.2):
+        blocker, waiting = waiting_behind_a_blocked_slot(client, seen, least=1, kind=TIMED)
+        threading.Event().wait(1.5)
+        release.set()
+        settled(client, [blocker, *waiting], RunStatus.SUCCEEDED)
+    for run_id in waiting:
+        assert client.get(run_id).attempt == 0
+
+
+def test_a_plain_def_drain_claiming_ahead_runs_each_handler_once_within_the_concurrency(
+    app: App, client: Client, seen: Seen
+) -> None:
+    with poller_thread(app, concurrency=3, poll_interval=0.2):
+        run_ids = quick_runs(client, 300, PLAIN)
+        settled(client, run_ids, RunStatus.SUCCEEDED, within=60)
+    assert sorted(seen.started) == sorted(run_ids)
+    assert seen.most <= 3
 
 
 def test_a_worker_whose_handlers_have_not_returned_claims_only_for_its_free_slots(
