@@ -24,7 +24,7 @@ def test_values_listed_read_and_waited_for(store: Store) -> None:
     @app.workflow("orders.stages.v1")
     async def stages(payload: Any, ctx: Context) -> Any:
         await ctx.set_value("stage", "priced")
-        await ctx.sleep("shipping", 0.5)
+        await ctx.wait_for_event("shipping", event="shipped")  # the first value holds till then
         await ctx.set_value("stage", {"shipped": True})
         return "done"
 
@@ -36,6 +36,8 @@ def test_values_listed_read_and_waited_for(store: Store) -> None:
             assert first.status_code == 200, first.text
             TypeAdapter(RunValueOut).validate_python(first.json())
             assert (first.json()["value"], first.json()["version"]) == ("priced", 1)
+            sent = api.post(f"{RUNS}/{run_id}/signals", json={"event": "shipped", "payload": {}})
+            assert sent.status_code == 201, sent.text
             params = {"wait": 20, "after": first.json()["version"]}
             second = api.get(f"{RUNS}/{run_id}/values/stage", params=params)
             assert second.status_code == 200, second.text
@@ -48,7 +50,7 @@ def test_values_listed_read_and_waited_for(store: Store) -> None:
         steps = api.get(f"{RUNS}/{run_id}/steps").json()
         assert [(s["step_name"], s["kind"], s["status"]) for s in steps] == [
             ("value:stage", "value", "completed"),
-            ("shipping", "sleep", "completed"),
+            ("shipping", "wait", "completed"),
             ("value:stage#2", "value", "completed"),
         ]
         none = api.get(f"{RUNS}/{run_id}/values/other")
