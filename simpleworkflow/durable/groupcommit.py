@@ -15,6 +15,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import logging
+import time
 from collections.abc import Hashable
 from typing import Generic, TypeVar
 
@@ -25,6 +26,10 @@ ItemT = TypeVar("ItemT")
 #: Turns of the event loop a batch may wait for the items :meth:`GroupCommit.more_coming`
 #: announces (each a few microseconds when there is nothing else to do).
 GATHER_TURNS = 48
+#: How long (seconds) a batch may wait for items that :meth:`GroupCommit.trickling`
+#: announces: for the next one, and for all of them.
+GATHER_GAP = 0.001
+GATHER_TIME = 0.005
 
 
 class GroupCommit(abc.ABC, Generic[ItemT]):
@@ -37,6 +42,7 @@ class GroupCommit(abc.ABC, Generic[ItemT]):
         self._ready = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
+        self._arrival: asyncio.Future[bool] | None = None  # the gather's, for the next item
 
     @abc.abstractmethod
     def key(self, item: ItemT) -> Hashable:
@@ -58,11 +64,18 @@ class GroupCommit(abc.ABC, Generic[ItemT]):
         self._queue.append((item, future))
         self._idle.clear()
         self._ready.set()
+        if self._arrival is not None and not self._arrival.done():
+            self._arrival.set_result(True)
         return await future
 
     def more_coming(self) -> bool:
         """Whether more items are about to be queued (a few turns of the loop from now):
         the writer then waits for them, so that they share one transaction."""
+        return False
+
+    def trickling(self) -> bool:
+        """Whether the items announced come from other threads (a few at a time, as each
+        gets the interpreter): the writer then waits for them in the loop's selector."""
         return False
 
     async def drained(self) -> None:
@@ -83,11 +96,36 @@ class GroupCommit(abc.ABC, Generic[ItemT]):
 
     async def _gather(self) -> None:
         """While :meth:`more_coming`, give the loop up to :data:`GATHER_TURNS` turns:
-        handlers that run on the loop finish within them."""
-        turns = 0
-        while turns < GATHER_TURNS and self.more_coming():
-            await asyncio.sleep(0)
-            turns += 1
+        handlers that run on the loop finish within them. Turning the loop keeps the
+        interpreter from other threads (each turn takes it back before a waiting thread
+        wakes), so items that come from them (:meth:`trickling`) are waited for in the
+        selector instead: each within :data:`GATHER_GAP` of the last, all within
+        :data:`GATHER_TIME`."""
+        turns, began = 0, 0.0
+        while self.more_coming():
+            if self.trickling():
+                now = time.monotonic()
+                began = began or now
+                left = GATHER_TIME - (now - began)
+                if left <= 0 or not await self._next_item(min(left, GATHER_GAP)):
+                    return
+            elif turns < GATHER_TURNS:
+                await asyncio.sleep(0)
+                turns += 1
+            else:
+                return
+
+    async def _next_item(self, within: float) -> bool:
+        """Whether an item is queued within ``within`` seconds."""
+        loop = asyncio.get_running_loop()
+        arrival: asyncio.Future[bool] = loop.create_future()
+        self._arrival = arrival
+        timer = loop.call_later(within, _answer, [(arrival, False)])
+        try:
+            return await arrival
+        finally:
+            timer.cancel()
+            self._arrival = None
 
     async def _flush(self, batch: list[tuple[ItemT, asyncio.Future[bool]]]) -> None:
         items = [item for item, _ in batch]

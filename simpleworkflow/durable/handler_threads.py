@@ -67,6 +67,7 @@ class HandlerThreads:
         self._results: list[tuple[_Call, bool, Any]] = []
         self._threads = 0
         self._idle = 0  # threads waiting for a call, less the calls promised to them
+        self._unsettled = 0  # calls whose result the loop has not settled (nor dropped)
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def run(self, fn: Callable[[], Any]) -> asyncio.Future[Any]:
@@ -77,6 +78,7 @@ class HandlerThreads:
         future = _Pending(loop=loop)
         call = _Call(fn, future, charged())
         future.call, future.pool = call, self
+        self._unsettled += 1
         if call.threads is not None:
             call.threads.enter()
         with self._lock:
@@ -90,6 +92,10 @@ class HandlerThreads:
             name = f"{self._name}_{self._threads - 1}"
             threading.Thread(target=self._work, name=name, daemon=False).start()
         return future
+
+    def busy(self) -> bool:
+        """On the loop: whether calls are queued or running whose results are to come."""
+        return self._unsettled > 0
 
     def close(self) -> None:
         """Drop the calls no thread took, and let every thread end once its call returns."""
@@ -109,6 +115,7 @@ class HandlerThreads:
             if call.state != _QUEUED:
                 return
             call.state = _CANCELLED
+        self._unsettled -= 1
         if call.threads is not None:
             call.threads.leave()
 
@@ -148,6 +155,7 @@ class HandlerThreads:
         """On the loop: settle every result handed back so far."""
         with self._lock:
             results, self._results = self._results, []
+        self._unsettled -= len(results)
         for call, ok, value in results:
             future, call.future = call.future, None
             if future is None or future.done():  # cancelled while its thread ran

@@ -41,9 +41,14 @@ class Outbox(GroupCommit[Item]):
     #: Whether the claim loop's next claim is about to be sent (``ClaimLoop.sending``):
     #: the write waits the turn or two it takes, so that the claim goes first.
     claim_sending: Callable[[], bool] = staticmethod(lambda: False)
+    #: Whether plain ``def`` handlers run in the handler threads (``HandlerThreads.busy``).
+    in_threads: Callable[[], bool] = staticmethod(lambda: False)
 
     def more_coming(self) -> bool:
         return self.running() or self.claim_sending()
+
+    def trickling(self) -> bool:
+        return self.in_threads()
 
     def key(self, item: Item) -> Hashable:
         return item.run_id

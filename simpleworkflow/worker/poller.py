@@ -228,6 +228,7 @@ class IntentPoller:
             step_log=self._outcomes,
         )
         outbox.running = runner.handlers_running
+        outbox.in_threads = runner.handlers_in_threads
         claims = ClaimLoop(
             backend,
             self.options,

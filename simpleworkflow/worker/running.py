@@ -93,6 +93,11 @@ class Runner:
         written (see ``groupcommit``)."""
         return self._slots.busy > 0 and self._pace.quick()
 
+    def handlers_in_threads(self) -> bool:
+        """Whether plain ``def`` handlers run (or are about to) in the handler threads:
+        their outcomes reach the loop a few at a time (see ``groupcommit``)."""
+        return self._threads.busy()
+
     def start(self, lease: Lease) -> None:
         """Run ``lease``'s handler once a slot is free (at once, unless it was claimed
         ahead)."""

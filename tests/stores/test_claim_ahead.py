@@ -28,6 +28,7 @@ BRIEF = "test.brief.v1"  # QUICK, but it awaits: handlers overlap
 BLOCK = "test.block.v1"
 PLAIN = "test.plain.v1"  # QUICK, as a plain def (run in a thread)
 TIMED = "test.timed.v1"  # PLAIN, with a timeout
+SLOW = "test.slow.v1"  # a plain def that takes a while
 
 
 class Seen:
@@ -87,6 +88,12 @@ def app(store: Store, seen: Seen, release: threading.Event) -> App:
     @app.workflow(TIMED, timeout=1)
     def timed(payload: Any, ctx: Context) -> None:
         seen.enter(ctx.run_id)
+        seen.leave()
+
+    @app.workflow(SLOW)
+    def slow(payload: Any, ctx: Context) -> None:
+        seen.enter(ctx.run_id)
+        threading.Event().wait(0.2)
         seen.leave()
 
     @app.workflow(BLOCK)
@@ -251,17 +258,20 @@ def test_a_worker_whose_handlers_have_not_returned_claims_only_for_its_free_slot
         settled(client, run_ids, RunStatus.SUCCEEDED)
 
 
+@pytest.mark.parametrize("late_kind", [BRIEF, PLAIN, SLOW])
 def test_a_free_slot_takes_a_due_run_while_the_others_hold_long_handlers(
-    app: App, client: Client, seen: Seen, release: threading.Event
+    app: App, client: Client, seen: Seen, release: threading.Event, late_kind: str
 ) -> None:
     """After quick runs (the worker has learnt its handlers are quick), three of four
     slots fill with handlers that block: the fourth still takes the next due run at once,
-    whatever the pace says of handlers that have not returned yet."""
+    whatever the pace says of handlers that have not returned yet, and its outcome is
+    written without waiting for them (the outbox waits for the outcomes of handlers
+    still running in threads, but not for ever)."""
     with poller_thread(app, concurrency=4, claim_batch=4, poll_interval=0.2):
         settled(client, quick_runs(client, 30), RunStatus.SUCCEEDED)
         blockers = [client.start(BLOCK).id for _ in range(3)]
         wait_until(lambda: set(blockers) <= set(seen.started), 15, "the blockers never started")
-        late = client.start(BRIEF).id
+        late = client.start(late_kind).id
         settled(client, [late], RunStatus.SUCCEEDED)
         assert statuses(client, blockers) == {RunStatus.LEASED}
         release.set()
