@@ -314,7 +314,7 @@ def test_a_claimed_run_is_the_run_read_back_field_for_field(store: Store, driven
         parent = client.start(TYPE, {"parent": True})
         run = client.start(
             TYPE,
-            {"n": [1, "two", {"three": None}]},
+            {"n": [1, "two", {"three": None}], "text": "naïve ✓ \u00e9", "f": 1.5},
             idempotency_key="key-1",
             priority=7,
             max_attempts=5,
@@ -363,4 +363,5 @@ def test_a_claimed_run_is_the_run_read_back_field_for_field(store: Store, driven
         assert (leased.parent_id, leased.continued_from) == (parent.id, parent.id)
         assert leased.retention == timedelta(days=2) and leased.payload["n"][2] == {"three": None}
         assert leased.trace_context == {"traceparent": "00-abc-def-01"}
+        assert leased.payload["text"] == "naïve ✓ é" and leased.payload["f"] == 1.5
         backend.close()

@@ -9,13 +9,14 @@ reads them as they are, the same :class:`~simpleworkflow.models.Run` for less.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg.adapt import Transformer
+from psycopg.adapt import Loader, Transformer
 from psycopg.pq import ExecStatus, Format
 from psycopg.types.string import TextLoader
 
@@ -89,9 +90,20 @@ class Read(Statement):
         return cursor
 
 
+class _JsonbText(Loader):
+    """``jsonb`` in the text format, parsed as text: ``json.loads`` of bytes first looks
+    for their encoding (Python code), where Postgres sends UTF-8."""
+
+    def load(self, data: Any) -> Any:
+        return _decode(str(data, "utf-8"))
+
+
+_decode = json.JSONDecoder().decode  # what json.loads(text) calls
+
 #: Loaders of a :class:`Read`: ids as the text Postgres writes them, which is
-#: ``str(UUID)`` (what a Run holds), and the times unguarded (C where installed).
-_PLAIN: list[tuple[str, Any]] = [("uuid", TextLoader)] + [
+#: ``str(UUID)`` (what a Run holds), ``jsonb`` parsed from text, and the times
+#: unguarded (C where installed).
+_PLAIN: list[tuple[str, Any]] = [("uuid", TextLoader), ("jsonb", _JsonbText)] + [
     (name, psycopg.adapters.get_loader(psycopg.adapters.types[name].oid, Format.TEXT))
     for name in loading.TYPES
 ]
