@@ -75,6 +75,10 @@ class WorkerOps(StoreCore):
         ]
         return Claimed(leases, min(waits) if waits else None, limited=bool(limited))
 
+    def ids_stmt(self, query: str, /, **params: Any) -> Statement:
+        """:meth:`stmt` of a query whose rows name runs by ``id``, read as text."""
+        return self.stmt(query, **params)
+
     def claim_call(self, claim: Claim) -> tuple[str, dict[str, Any]]:
         """The claim's query and its parameters: the plain claim when the last found none
         of these types limited (a store without one has the full claim only)."""
@@ -254,7 +258,7 @@ class WorkerOps(StoreCore):
 
     def _fenced(self, name: str, items: list[dict[str, Any]], **extra: Any) -> Op[set[str]]:
         encoded = json.dumps(items)
-        rows = yield self.stmt(name, items=encoded, **extra)
+        rows = yield self.ids_stmt(name, items=encoded, **extra)
         done = [str(row["id"]) for row in rows]
         if done:
             yield from self.then(name, ids=done, items=encoded, **extra)
