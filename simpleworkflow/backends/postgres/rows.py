@@ -104,7 +104,8 @@ _decode = json.JSONDecoder().decode  # what json.loads(text) calls
 #: Loaders of a :class:`Read`: ids as the text Postgres writes them, which is
 #: ``str(UUID)`` (what a Run holds), ``jsonb`` parsed from text, and the times
 #: unguarded (C where installed).
-_PLAIN: list[tuple[str, Any]] = [("uuid", TextLoader), ("jsonb", _JsonbText)] + [
+_AS_TEXT: list[tuple[str, Any]] = [("uuid", TextLoader), ("jsonb", _JsonbText)]
+_PLAIN = _AS_TEXT + [
     (name, psycopg.adapters.get_loader(psycopg.adapters.types[name].oid, Format.TEXT))
     for name in loading.TYPES
 ]
@@ -138,8 +139,9 @@ def _guarded_rows(cursor: Any) -> list[Any]:
     loaders."""
     result = cursor.pgresult
     guarded = cursor.connection.cursor()  # for its adapters and timezone: nothing is sent
+    for name, loader in _AS_TEXT:  # as the first reading: ids as text, jsonb parsed
+        guarded.adapters.register_loader(name, loader)
     loading.guard(guarded)
-    guarded.adapters.register_loader("uuid", TextLoader)
     transformer = Transformer(guarded)
     transformer.set_pgresult(result)
     return transformer.load_rows(0, result.ntuples, cursor.row_factory(cursor))
