@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from simpleworkflow.backends.core import StoreCore
-from simpleworkflow.backends.ops import ATOMIC, Op, Rows, Stream
+from simpleworkflow.backends.ops import ATOMIC, Op, Rows, Statement, Stream
 from simpleworkflow.backends.records import (
     CANCELLED,
     HELD,
@@ -41,21 +41,8 @@ class WorkerOps(StoreCore):
 
     def claim_runs(self, claim: Claim) -> Op[Claimed]:
         """:meth:`claim`, also saying when the earliest run it throttled is due."""
-        # The plain claim, when the last found none of these types limited (a store
-        # without one has the full claim only).
-        name = "claim" if claim.limited or "claim_plain" not in self.q else "claim_plain"
-        rows = yield from self._claim_rows(
-            name,
-            worker_id=claim.worker_id,
-            types=list(claim.types),
-            runtime=claim.runtime,
-            limit=claim.limit,
-            lease=float(claim.lease_seconds),
-            versions=json.dumps(dict(claim.versions)),
-            known=list(claim.known),
-            alone=claim.alone,
-            wait_for_disk=claim.wait_for_disk,
-        )
+        name, params = self.claim_call(claim)
+        rows = yield from self._claim_rows(self.stmt(name, **params), claim.wait_for_disk)
         # Postgres's claim returns leased runs only, with throttled_for when it throttled
         # runs and limited (a row of nulls but these if it leased none); runs over a rate
         # limit come back from SQLite's still pending, due again when the next window opens.
@@ -88,18 +75,37 @@ class WorkerOps(StoreCore):
         ]
         return Claimed(leases, min(waits) if waits else None, limited=bool(limited))
 
-    def _claim_rows(self, name: str, *, wait_for_disk: bool, **params: Any) -> Op[Rows]:
+    def ids_stmt(self, query: str, /, **params: Any) -> Statement:
+        """:meth:`stmt` of a query whose rows name runs by ``id``, read as text."""
+        return self.stmt(query, **params)
+
+    def claim_call(self, claim: Claim) -> tuple[str, dict[str, Any]]:
+        """The claim's query and its parameters: the plain claim when the last found none
+        of these types limited (a store without one has the full claim only)."""
+        name = "claim" if claim.limited or "claim_plain" not in self.q else "claim_plain"
+        return name, {
+            "worker_id": claim.worker_id,
+            "types": list(claim.types),
+            "runtime": claim.runtime,
+            "limit": claim.limit,
+            "lease": float(claim.lease_seconds),
+            "versions": json.dumps(dict(claim.versions)),
+            "known": list(claim.known),
+            "alone": claim.alone,
+        }
+
+    def _claim_rows(self, claim: Statement, wait_for_disk: bool) -> Op[Rows]:
         """The claim's rows; on Postgres sent in one pipeline (one implicit transaction)
         after ``claim_settings``, which has it planned once per connection and, unless
         ``wait_for_disk``, committed without waiting for the disk."""
         if "claim_settings" not in self.q:
-            rows = yield self.stmt(name, **params)
+            rows = yield claim
             return rows
         results: list[Rows] = []
         # Waiting for the disk keeps the connection's own setting (on, or stricter).
         synchronous_commit = None if wait_for_disk else "off"
         settings = self.stmt("claim_settings", synchronous_commit=synchronous_commit)
-        statements = iter([settings, self.stmt(name, **params)])
+        statements = iter([settings, claim])
         # The listening connection, which runs nothing but claims, holds the settings for
         # its session and sends the claim alone (backends/postgres/listening.py).
         session = self.stmt("claim_settings_session", synchronous_commit=synchronous_commit)
@@ -252,7 +258,7 @@ class WorkerOps(StoreCore):
 
     def _fenced(self, name: str, items: list[dict[str, Any]], **extra: Any) -> Op[set[str]]:
         encoded = json.dumps(items)
-        rows = yield self.stmt(name, items=encoded, **extra)
+        rows = yield self.ids_stmt(name, items=encoded, **extra)
         done = [str(row["id"]) for row in rows]
         if done:
             yield from self.then(name, ids=done, items=encoded, **extra)

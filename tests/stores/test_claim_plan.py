@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import re
 import sqlite3
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -17,7 +19,9 @@ from conftest import Store
 
 from simpleworkflow import config
 from simpleworkflow.backends.ops import Op, Rows, Statement, Stream
+from simpleworkflow.backends.records import Claim
 from simpleworkflow.backends.sqlite import matching
+from simpleworkflow.models import RunStatus
 
 TYPE = "bench.noop.v1"
 
@@ -299,3 +303,65 @@ def test_a_stream_gives_each_statement_s_rows_in_order_and_fails_as_a_whole(
     with psycopg.connect(store.url) as conn:
         kept = conn.execute(f"select n from {table} order by n".encode()).fetchall()
     assert kept == sorted([(n,) for n in range(count)] * 2)
+
+
+@pytest.mark.parametrize("driven", ["sync", "async"])
+def test_a_claimed_run_is_the_run_read_back_field_for_field(store: Store, driven: str) -> None:
+    """The claim reads its rows its own way on Postgres (no dicts, times unguarded unless
+    one cannot be read): every field of the leased run, ids and times included, and a
+    time Python cannot hold, is what a read of the run gives."""
+    with store.client() as client:
+        parent = client.start(TYPE, {"parent": True})
+        run = client.start(
+            TYPE,
+            {"n": [1, "two", {"three": None}], "text": "naïve ✓ \u00e9", "f": 1.5},
+            idempotency_key="key-1",
+            priority=7,
+            max_attempts=5,
+            deadline=timedelta(hours=1),
+            retention=timedelta(days=2),
+            concurrency_key="customer-9",
+        )
+        plain = client.start(TYPE)
+        store.sql(
+            "update workflow_run set parent_id = ?, continued_from = ?, forked_from = ?, "
+            "forked_at_step = 'step-2', trace_context = ? where id = ?",
+            parent.id,
+            parent.id,
+            parent.id,
+            json.dumps({"traceparent": "00-abc-def-01"}),
+            run.id,
+        )
+        # a time Python cannot hold, written by plain SQL: read, marked, not raised
+        spoiled = {"postgres": "294000-01-01 00:00+00", "sqlite": "garbage"}[store.kind]
+        store.sql("update workflow_run set deadline = ? where id = ?", spoiled, plain.id)
+        backend = store.backend()
+        request = Claim(
+            worker_id="w-1",
+            types=(TYPE,),
+            limit=10,
+            lease_seconds=30,
+            versions={TYPE: "v1"},
+            known=(f"{TYPE}@v1",),
+        )
+        if driven == "sync":
+            leases = backend.execute(backend.claim(request))
+        else:
+            leases = asyncio.run(backend.execute_async(backend.claim(request)))
+        assert {lease.run.id for lease in leases} == {parent.id, run.id, plain.id}
+        for lease in leases:
+            again = client.get(lease.run.id)
+            assert dataclasses.asdict(lease.run) == dataclasses.asdict(again)
+            assert lease.run == again and isinstance(lease.token, str)
+            assert isinstance(lease.claimed_at, datetime)
+            assert lease.claimed_at.utcoffset() == timedelta(0)
+            assert lease.run.run_at.utcoffset() == timedelta(0)
+            assert lease.run.code_version == "v1" and lease.run.status is RunStatus.LEASED
+        unreadable = {lease.run.id: set(lease.run.unreadable) for lease in leases}
+        assert unreadable == {parent.id: set(), run.id: set(), plain.id: {"deadline"}}
+        leased = next(lease.run for lease in leases if lease.run.id == run.id)
+        assert (leased.parent_id, leased.continued_from) == (parent.id, parent.id)
+        assert leased.retention == timedelta(days=2) and leased.payload["n"][2] == {"three": None}
+        assert leased.trace_context == {"traceparent": "00-abc-def-01"}
+        assert leased.payload["text"] == "naïve ✓ é" and leased.payload["f"] == 1.5
+        backend.close()

@@ -26,7 +26,7 @@ from simpleworkflow.backends.postgres import (
 )
 from simpleworkflow.backends.postgres.deadline import Deadline
 from simpleworkflow.backends.postgres.liveness import PROBE_AFTER, Liveness
-from simpleworkflow.backends.postgres.rows import run_from_row
+from simpleworkflow.backends.postgres.rows import ClaimReading, run_from_row
 from simpleworkflow.models import PayloadIndex, Run
 
 try:
@@ -70,7 +70,7 @@ DIALECT = Dialect(
 )
 
 
-class PostgresBackend(base.Backend):
+class PostgresBackend(ClaimReading, base.Backend):
     """Runs live in schema ``schema`` (default ``workflow``) of the database at ``url``."""
 
     name = "postgres"

@@ -32,6 +32,7 @@ from psycopg.types.json import JsonbLoader, JsonLoader
 from simpleworkflow import errors
 from simpleworkflow.backends import base
 from simpleworkflow.backends.postgres import loading
+from simpleworkflow.backends.postgres.rows import Read
 
 T = TypeVar("T")
 
@@ -215,6 +216,14 @@ def _pool_cursor(conn: Any) -> Any:
     return conn.cursor(row_factory=dict_row)
 
 
+def cursor_for(
+    conn: Any, statement: base.Statement, cursor: Callable[[Any], Any] = _pool_cursor
+) -> Any:
+    """The cursor ``statement`` is read on: its own (a :class:`~.rows.Read`), else
+    ``cursor(conn)``."""
+    return statement.cursor(conn) if isinstance(statement, Read) else cursor(conn)
+
+
 def _caller_cursor(conn: Any) -> Any:
     cursor = conn.cursor(row_factory=dict_row)
     cursor.adapters.register_loader("jsonb", JsonbLoader)  # the cursor's copy only
@@ -233,7 +242,7 @@ def drive(
     a ``cursor(conn)``."""
 
     def run(statement: base.Statement) -> base.Rows:
-        sent = cursor(conn)
+        sent = cursor_for(conn, statement, cursor)
         sent.execute(statement.sql, statement.params)
         return sent.fetchall() if returned_rows(sent) else []
 
@@ -241,7 +250,7 @@ def drive(
         sent: collections.deque[Any] = collections.deque()
         with conn.pipeline():
             for statement in batch.statements:  # the op builds it meanwhile
-                ahead = cursor(conn)
+                ahead = cursor_for(conn, statement, cursor)
                 ahead.execute(statement.sql, statement.params)  # queued behind the last
                 sent.append(ahead)
                 if len(sent) > AHEAD:
@@ -277,7 +286,7 @@ async def drive_async(
                 await _stream_async(conn, statement, cursor)
                 statement = op.send([])
                 continue
-            sent = cursor(conn)
+            sent = cursor_for(conn, statement, cursor)
             await sent.execute(statement.sql, statement.params)
             rows = await sent.fetchall() if returned_rows(sent) else []
             statement = op.send(rows)
@@ -290,7 +299,7 @@ async def _stream_async(conn: Any, batch: base.Stream, cursor: Callable[[Any], A
     sent: collections.deque[Any] = collections.deque()
     async with conn.pipeline():
         for statement in batch.statements:
-            ahead = cursor(conn)
+            ahead = cursor_for(conn, statement, cursor)
             await ahead.execute(statement.sql, statement.params)
             sent.append(ahead)
             if len(sent) > AHEAD:

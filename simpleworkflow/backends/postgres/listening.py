@@ -24,7 +24,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg.rows import dict_row
 
 from simpleworkflow.backends import base
 from simpleworkflow.backends.postgres import driving, loading
@@ -120,7 +119,7 @@ class _Runner:
             statements = iter(first.statements)
             next(statements)  # the settings the session holds
             for statement in statements:
-                cursor = conn.cursor(row_factory=dict_row)
+                cursor = driving.cursor_for(conn, statement)
                 await cursor.execute(statement.sql, statement.params)
                 first.take(await cursor.fetchall() if driving.returned_rows(cursor) else [])
             return await driving.drive_async(conn, op, op.send([]))

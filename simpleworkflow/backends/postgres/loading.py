@@ -21,7 +21,8 @@ from psycopg.pq import Format
 
 from simpleworkflow.models import Unreadable
 
-_TYPES = ("timestamptz", "timestamp", "date", "interval")
+#: The types whose values may lie out of Python's range.
+TYPES = ("timestamptz", "timestamp", "date", "interval")
 
 
 def _guarded(name: str, format: Format) -> type[Loader]:
@@ -47,7 +48,7 @@ def _guarded(name: str, format: Format) -> type[Loader]:
     return Guarded
 
 
-_LOADERS = [(name, _guarded(name, f)) for name in _TYPES for f in (Format.TEXT, Format.BINARY)]
+_LOADERS = [(name, _guarded(name, f)) for name in TYPES for f in (Format.TEXT, Format.BINARY)]
 
 
 def guard(target: Any) -> None:

@@ -63,7 +63,7 @@ async def execute_async(conn: Any, op: base.Op[T]) -> T:
 def _run(conn: Any, statement: base.Statement) -> base.Rows:
     with conn.pipeline():
         conn.execute(NO_WAIT)
-        cursor = driving._pool_cursor(conn)  # the cursor the op would get otherwise
+        cursor = driving.cursor_for(conn, statement)  # the one the op would get otherwise
         cursor.execute(statement.sql, statement.params)
     return cursor.fetchall() if driving.returned_rows(cursor) else []
 
@@ -71,6 +71,6 @@ def _run(conn: Any, statement: base.Statement) -> base.Rows:
 async def _run_async(conn: Any, statement: base.Statement) -> base.Rows:
     async with conn.pipeline():
         await conn.execute(NO_WAIT)
-        cursor = driving._pool_cursor(conn)
+        cursor = driving.cursor_for(conn, statement)
         await cursor.execute(statement.sql, statement.params)
     return await cursor.fetchall() if driving.returned_rows(cursor) else []
