@@ -15,6 +15,7 @@ import json
 import threading
 import time
 import types
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -327,11 +328,7 @@ def test_race_winner_is_journaled_and_replayed_without_running_branches(
 
     async def slow() -> str:
         ledger.note("slow")
-        try:
-            await asyncio.sleep(30)
-        except asyncio.CancelledError:
-            ledger.note("slow cancelled")
-            raise
+        await _sleep_until_cancelled(ledger.note, "slow cancelled")
         return "slow won"
 
     @app.workflow("test.durable.race.v1")
@@ -496,6 +493,15 @@ def test_settling_waits_for_every_durable_call_under_way_even_one_begun_meanwhil
     assert seen == ["calls done", "settled"]
 
 
+async def _sleep_until_cancelled(note: Callable[[str], object], cancelled: str) -> None:
+    """Sleep far longer than any test waits; ``note(cancelled)`` if the sleep is cancelled."""
+    try:
+        await asyncio.sleep(30)
+    except asyncio.CancelledError:
+        note(cancelled)
+        raise
+
+
 def _attempt_of(app: App, run_type: str) -> tuple[Any, AttemptState]:
     """A definition and an attempt of a run of ``run_type`` that needs no store."""
     run = types.SimpleNamespace(
@@ -513,11 +519,7 @@ def test_an_async_handler_stopped_while_it_awaits_is_cancelled_and_the_worker_go
 
     @app.workflow("test.durable.stopped.v1")
     async def stopped(payload: Any, ctx: Context) -> str:
-        try:
-            await asyncio.sleep(30)
-        except asyncio.CancelledError:
-            seen.append("cancelled")
-            raise
+        await _sleep_until_cancelled(seen.append, "cancelled")
         return "slept"
 
     async def main() -> None:
@@ -550,11 +552,7 @@ def test_a_stop_asked_inside_an_async_handler_cancels_it_at_its_next_await_only(
     @app.workflow("test.durable.self.stopped.v1")
     async def awaits(payload: Any, ctx: Context) -> str:
         states[0].request_stop("cancelled")
-        try:
-            await asyncio.sleep(30)
-        except asyncio.CancelledError:
-            seen.append("cancelled")
-            raise
+        await _sleep_until_cancelled(seen.append, "cancelled")
         return "slept"
 
     @app.workflow("test.durable.self.returns.v1")
@@ -1192,11 +1190,7 @@ def test_an_async_step_sees_cancelled_error_when_its_run_is_cancelled(
 ) -> None:
     async def long_call() -> None:
         ledger.note("started")
-        try:
-            await asyncio.sleep(30)
-        except asyncio.CancelledError:
-            ledger.note("saw CancelledError")
-            raise
+        await _sleep_until_cancelled(ledger.note, "saw CancelledError")
 
     @app.workflow("test.durable.longstep.v1")
     async def body(payload: Any, ctx: Context) -> Any:
