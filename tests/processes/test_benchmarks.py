@@ -47,7 +47,7 @@ METRICS = [
 DIFFERENCES = {"step_overhead_ms"}
 
 
-def _ran(command: list[str], *, timeout: float) -> subprocess.CompletedProcess[str]:
+def ran(command: list[str], *, timeout: float) -> subprocess.CompletedProcess[str]:
     """``command`` run from the project's root; it must exit 0 (else its output says why)."""
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -69,7 +69,7 @@ def test_smallest_run_reports_every_metric(postgres_url: str, tmp_path: Path) ->
         "--out", str(out),
         "--plot", str(picture),
     ]  # fmt: skip
-    done = _ran(command, timeout=120)
+    done = ran(command, timeout=120)
     doc = json.loads(out.read_text())
 
     assert list(doc["metrics"]) == METRICS
@@ -109,7 +109,7 @@ def test_the_recovery_benchmark_runs_and_reports_its_figures(postgres_url: str) 
         "--postgres-url", postgres_url,
         "--json",
     ]  # fmt: skip
-    done = _ran(command, timeout=120)
+    done = ran(command, timeout=120)
     doc = json.loads(done.stdout)
     assert list(doc) == STORES
     for store in STORES:
@@ -132,7 +132,7 @@ def test_the_api_benchmark_runs_and_reports_its_figures(postgres_url: str) -> No
         "--postgres-url", postgres_url,
         "--json",
     ]  # fmt: skip
-    done = _ran(command, timeout=120)
+    done = ran(command, timeout=120)
     doc = json.loads(done.stdout)
     assert list(doc) == STORES
     for store in STORES:
@@ -156,7 +156,7 @@ def test_compare_measures_the_api_start_of_both_sides(postgres_url: str, tmp_pat
         "--runs", "20", "--rounds", "1",
         "--postgres-url", postgres_url, "--json", str(out),
     ]  # fmt: skip
-    done = _ran(command, timeout=240)
+    done = ran(command, timeout=240)
     document = json.loads(out.read_text())
     assert list(document["ratios"]) == ["api_start"]
     assert [list(rates) for rates in document["rates"].values()] == [["api_start"]] * 2
@@ -174,7 +174,7 @@ def test_compare_measures_the_tuned_drain_and_the_step_workflows(
         "--runs", "1000", "--rounds", "1",
         "--postgres-url", postgres_url, "--json", str(out),
     ]  # fmt: skip
-    _ran(command, timeout=240)
+    ran(command, timeout=240)
     document = json.loads(out.read_text())
     assert list(document["ratios"]) == ["drain_tuned", "steps"]
     for rates in document["rates"].values():
@@ -196,7 +196,7 @@ def test_the_pick_up_benchmark_measures_the_worker_beside_the_listen_loop(
         "--postgres-url", postgres_url,
         "--json", str(out),
     ]  # fmt: skip
-    done = _ran(command, timeout=180)
+    done = ran(command, timeout=180)
     results = json.loads(out.read_text())["results"]
     assert list(results) == ["simple-workflow", "HEAD", "LISTEN loop, same work", "LISTEN loop"]
     for name, figures in results.items():
@@ -218,7 +218,7 @@ def test_the_claim_paths_benchmark_claims_each_run_on_every_path(postgres_url: s
         "--samples", "3",
         "--postgres-url", postgres_url,
     ]  # fmt: skip
-    done = _ran(command, timeout=120)
+    done = ran(command, timeout=120)
     rows = [line.split() for line in done.stdout.splitlines()[1:]]
     assert [row[0] for row in rows] == ["pool", "listener", "same"]
     assert all(len(row) == 7 or len(row) == 8 for row in rows), done.stdout
@@ -234,7 +234,7 @@ def test_the_payload_filter_benchmark_lists_through_the_index(postgres_url: str)
         "--repeat", "1",
         "--postgres-url", postgres_url,
     ]  # fmt: skip
-    done = _ran(command, timeout=120)
+    done = ran(command, timeout=120)
     doc = json.loads(done.stdout)
     assert doc["backlog"] == 20000 and doc["payload_index_mb"] > 0
     assert doc["index_build_seconds"] >= 0
@@ -254,7 +254,7 @@ def test_the_payload_index_benchmark_prices_every_variant(postgres_url: str) -> 
         "--repeat", "1",
         "--postgres-url", postgres_url,
     ]  # fmt: skip
-    done = _ran(command, timeout=120)
+    done = ran(command, timeout=120)
     lines = done.stdout.splitlines()
     assert [line.split("  ")[0] for line in lines[1:]] == [
         "none",
@@ -275,7 +275,7 @@ def test_compare_measures_both_sides_of_every_case(postgres_url: str, tmp_path: 
         "--runs", "60", "--rounds", "2",
         "--postgres-url", postgres_url, "--json", str(out),
     ]  # fmt: skip
-    done = _ran(command, timeout=240)
+    done = ran(command, timeout=240)
     document = json.loads(out.read_text())
     assert sorted(document["ratios"]) == ["drain", "start", "start_many"]
     assert all(math.isfinite(ratio) and ratio > 0 for ratio in document["ratios"].values())
@@ -294,7 +294,7 @@ def test_floors_measure_each_start_case_beside_its_psycopg_floor(postgres_url: s
         sys.executable, "-m", "benchmarks.floors",
         "--runs", "200", "--rounds", "2", "--postgres-url", postgres_url,
     ]  # fmt: skip
-    done = _ran(command, timeout=240)
+    done = ran(command, timeout=240)
     rows = [line for line in done.stdout.splitlines() if line.startswith("| start")]
     assert [row.split("|")[1].strip() for row in rows] == ["start", "start_many"]
     assert all("≥ 0." in row and ("✓" in row or "✗" in row) for row in rows)
@@ -308,7 +308,7 @@ def test_start_cpu_measures_each_call_on_both_sides(postgres_url: str) -> None:
         sys.executable, "-m", "benchmarks.start_cpu", "HEAD",
         "--starts", "100", "--rounds", "2", "--postgres-url", postgres_url,
     ]  # fmt: skip
-    done = _ran(command, timeout=240)
+    done = ran(command, timeout=240)
     rows = [line.split("|")[1:-1] for line in done.stdout.splitlines()[2:]]
     assert [row[0].strip() for row in rows] == ["start", "start_many", "async_start"]
     assert all(float(cell) > 0 for row in rows for cell in row[1:])
@@ -322,7 +322,7 @@ def test_api_cpu_pairs_the_servers_cpu_per_request_of_both_sides(postgres_url: s
         sys.executable, "-m", "benchmarks.api_cpu", "HEAD",
         "--rounds", "2", "--requests", "50", "--postgres-url", postgres_url,
     ]  # fmt: skip
-    done = _ran(command, timeout=240)
+    done = ran(command, timeout=240)
     [row] = [line.split("|")[1:-1] for line in done.stdout.splitlines()[2:]]
     assert row[0].strip() == "postgres"
     assert float(row[1]) > 0 and float(row[2]) > 0
@@ -339,7 +339,7 @@ def test_the_loops_benchmark_counts_rows_and_times_a_replay(postgres_url: str) -
         "--repeat", "1",
         "--postgres-url", postgres_url,
     ]  # fmt: skip
-    done = _ran(command, timeout=180)
+    done = ran(command, timeout=180)
     doc = json.loads(done.stdout)
     assert doc["iterations"] == 250 and sorted(doc["results"]) == STORES
     for kind, figures in doc["results"].items():
@@ -362,7 +362,7 @@ def test_the_streams_benchmark_delivers_every_item_and_reports_rates_and_latency
         "--pace-ms", "2",
         "--postgres-url", postgres_url,
     ]  # fmt: skip
-    done = _ran(command, timeout=180)
+    done = ran(command, timeout=180)
     doc = json.loads(done.stdout)
     assert sorted(doc["results"]) == STORES
     for kind, cases in doc["results"].items():
@@ -385,7 +385,7 @@ def test_the_payload_codec_benchmark_reports_each_row() -> None:
         "1",
         "--json",
     ]
-    done = _ran(command, timeout=120)
+    done = ran(command, timeout=120)
     doc = json.loads(done.stdout)
     assert doc["bytes"] > 300
     assert {"encode, no codec (default)", "decode, codec, into the dataclass"} <= set(doc["micros"])
@@ -415,7 +415,7 @@ def test_the_slot_gaps_benchmark_drains_both_kinds_of_handler(
         "--rounds", "1",
         "--postgres-url", postgres_url,
     ]  # fmt: skip
-    done = _ran(command, timeout=120)
+    done = ran(command, timeout=120)
     lines = done.stdout.splitlines()
     assert [line.split(":")[0].split()[2:] for line in lines] == [["async", "def"], ["def"]]
     assert all("gaps median" in line and "wait to begin" in line for line in lines), done.stdout

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 import sys
 from pathlib import Path
+
+from test_benchmarks import ran
 
 from benchmarks.peers import report, systems
 from benchmarks.peers.measure import database_url
 
-ROOT = Path(__file__).resolve().parents[2]
 OURS_METRICS = {
     "start_one", "start_batch", "drain_1", "drain_2", "drain_tuned", "drain_sync", "steps",
     "pickup_p50_ms", "pickup_p99_ms", "client_start", "api_start",
@@ -32,8 +32,7 @@ def test_the_peers_runner_without_peers_reports_ours_and_the_floors(
         "--jobs", "20", "--rounds", "1", "--samples", "3",
         "--postgres-url", postgres_url, "--json", str(out),
     ]  # fmt: skip
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = ran(command, timeout=300)
     doc = json.loads(out.read_text())
 
     assert doc["settings"]["jobs"] == 20 and doc["settings"]["rounds"] == 1
@@ -83,8 +82,7 @@ def test_against_a_ref_runs_that_version_beside_the_working_tree(
         "--jobs", "20", "--rounds", "2", "--samples", "3",
         "--postgres-url", postgres_url, "--json", str(out),
     ]  # fmt: skip
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = ran(command, timeout=300)
     doc = json.loads(out.read_text())
 
     reference = next(name for name in doc["systems"] if name.startswith("simple-workflow HEAD"))
