@@ -14,7 +14,11 @@ after the other (the order turns each round):
   process spent per request;
 - ``api_start_httpx``: the same from an ``httpx.Client``, a client that costs several
   times more CPU per request than ``http.client`` (which the figure includes: client,
-  server and Postgres take their turns, one request at a time).
+  server and Postgres take their turns, one request at a time);
+- ``api_start_bare`` (Postgres): the same posts to :mod:`benchmarks.api_bare`, the same
+  insert under the same uvicorn with nothing else, and its server's CPU per request: the
+  ceiling of a start over HTTP on this stack. Printed as bare over ``Client.start`` and
+  ``serve`` over bare.
 
 The table gives the medians and the median of the rounds' ratios (API over client): the
 two are measured minutes, not days, apart, so the ratio holds while the machine's speed
@@ -74,9 +78,11 @@ def _thread_cpu(task: Path) -> float:
 
 
 @contextlib.contextmanager
-def server(store: BenchStore, profile: str | None = None) -> Iterator[Server]:
+def server(
+    store: BenchStore, profile: str | None = None, *, bare: bool = False
+) -> Iterator[Server]:
     """``simpleworkflow serve`` on ``store``, on a free port (under cProfile writing to
-    ``profile`` if given)."""
+    ``profile`` if given); ``bare``: :mod:`benchmarks.api_bare` instead."""
     env = {
         **os.environ,
         "SIMPLEWORKFLOW_DATABASE_URL": store.url,
@@ -89,6 +95,8 @@ def server(store: BenchStore, profile: str | None = None) -> Iterator[Server]:
         sys.executable, *profiler, "-m", "simpleworkflow", "serve", "--port", "0",
         "--no-access-log", "--log-level", "warning",
     ]  # fmt: skip
+    if bare:
+        command = [sys.executable, *profiler, "-m", "benchmarks.api_bare"]
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
@@ -225,12 +233,12 @@ def measure(
     load_before = os.getloadavg()[0]
     names = ("client_start", "client_cpu_us", "api_start", "api_server_cpu_us")
     found: dict[str, list[float]] = {k: [] for k in (*names, "api_start_httpx", "unused")}
-    with (
-        server(store, profile) as srv,
-        store.client() as client,
-        contextlib.closing(Poster(srv)) as poster,
-        contextlib.closing(Poster(srv, use_httpx=True)) as httpx_poster,
-    ):
+    bare = store.kind == "postgres"  # benchmarks.api_bare speaks to Postgres only
+    with contextlib.ExitStack() as stack:
+        srv = stack.enter_context(server(store, profile))
+        client = stack.enter_context(store.client())
+        poster = stack.enter_context(contextlib.closing(Poster(srv)))
+        httpx_poster = stack.enter_context(contextlib.closing(Poster(srv, use_httpx=True)))
         client_start(client, warm_up)
         api_start(poster, warm_up)
         api_start(httpx_poster, warm_up // 5)
@@ -239,15 +247,38 @@ def measure(
             lambda: _add(found, "api_start", "api_server_cpu_us", api_start(poster, requests)),
             lambda: _add(found, "api_start_httpx", "unused", api_start(httpx_poster, requests)),
         ]
+        if bare:
+            bare_srv = stack.enter_context(server(store, bare=True))
+            bare_poster = stack.enter_context(contextlib.closing(Poster(bare_srv)))
+            api_start(bare_poster, warm_up)
+            found["api_start_bare"], found["api_bare_server_cpu_us"] = [], []
+            steps.append(
+                lambda: _add(
+                    found,
+                    "api_start_bare",
+                    "api_bare_server_cpu_us",
+                    api_start(bare_poster, requests),
+                )
+            )
         for number in range(rounds):
-            for step in steps[number % 3 :] + steps[: number % 3]:
+            turn = number % len(steps)
+            for step in steps[turn:] + steps[:turn]:
                 step()
         if concurrency:
             concurrent = asyncio.run(_api_start_concurrent(srv.base, requests, concurrency))
     del found["unused"]
     figures = {name: statistics.median(values) for name, values in found.items()}
-    for api, ratio in (("api_start", "api_vs_client"), ("api_start_httpx", "httpx_vs_client")):
-        ratios = [a / own for a, own in zip(found[api], found["client_start"], strict=True)]
+    pairs = [
+        ("api_start", "client_start", "api_vs_client"),
+        ("api_start_httpx", "client_start", "httpx_vs_client"),
+    ]
+    if bare:
+        pairs += [
+            ("api_start_bare", "client_start", "bare_vs_client"),
+            ("api_start", "api_start_bare", "api_vs_bare"),
+        ]
+    for api, over, ratio in pairs:
+        ratios = [a / own for a, own in zip(found[api], found[over], strict=True)]
         figures[ratio] = statistics.median(ratios)
         figures[f"{ratio}_lowest"] = min(ratios)
         figures[f"{ratio}_highest"] = max(ratios)
@@ -279,6 +310,16 @@ def show(results: dict[str, dict[str, float]], requests: int, rounds: int) -> No
             f" {f['api_vs_client']:6.2f} {spread:>10}"
             f" {f['api_start_httpx']:9.0f} {f['httpx_vs_client']:6.2f}"
         )
+    for kind, f in results.items():
+        if "api_start_bare" in f:
+            print(
+                f"{kind}: bare start (benchmarks.api_bare) {f['api_start_bare']:.0f}/s, server "
+                f"{f['api_bare_server_cpu_us']:.0f} µs; serve / Client.start "
+                f"{f['api_vs_client']:.2f}, bare / Client.start {f['bare_vs_client']:.2f} "
+                f"({f['bare_vs_client_lowest']:.2f}-{f['bare_vs_client_highest']:.2f}), "
+                f"serve / bare {f['api_vs_bare']:.2f} "
+                f"({f['api_vs_bare_lowest']:.2f}-{f['api_vs_bare_highest']:.2f})"
+            )
     for kind, f in results.items():
         if "api_start_concurrent" in f:
             print(

@@ -145,6 +145,27 @@ def test_the_api_benchmark_runs_and_reports_its_figures(postgres_url: str) -> No
             assert math.isfinite(figures[name]) and figures[name] > 0, (store, name)
         lowest, highest = figures["api_vs_client_lowest"], figures["api_vs_client_highest"]
         assert lowest <= figures["api_vs_client"] <= highest, store
+    # The bare reference server (benchmarks.api_bare) speaks to Postgres only.
+    for name in ("api_start_bare", "api_bare_server_cpu_us", "bare_vs_client", "api_vs_bare"):
+        assert math.isfinite(doc["postgres"][name]) and doc["postgres"][name] > 0, name
+    assert "api_start_bare" not in doc["sqlite"]
+
+
+def test_the_api_benchmark_prints_serve_and_the_bare_server_against_client_start(
+    postgres_url: str,
+) -> None:
+    """Its table, and the line that sets ``serve`` beside the bare reference server."""
+    command = [
+        sys.executable, "-m", "benchmarks.api", "--stores", "postgres",
+        "--requests", "10", "--rounds", "1", "--warm-up", "5", "--concurrency", "0",
+        "--postgres-url", postgres_url,
+    ]  # fmt: skip
+    done = ran(command, timeout=120)
+    [row] = [line for line in done.stdout.splitlines() if line.startswith("postgres ")]
+    assert float(row.split()[3]) > 0  # API /s
+    [bare] = [line for line in done.stdout.splitlines() if "bare start" in line]
+    for part in ("serve / Client.start", "bare / Client.start", "serve / bare"):
+        assert part in bare
 
 
 def test_compare_measures_the_api_start_of_both_sides(postgres_url: str, tmp_path: Path) -> None:
