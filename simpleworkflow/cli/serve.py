@@ -9,6 +9,7 @@ than the loopback interface it refuses to serve without a token unless ``--insec
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import os
 import socket
@@ -114,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
         metrics=None if metrics is None else metrics.asgi_app(),
         observers=[] if metrics is None else [metrics.observer],
         allowed_hosts=hosts,
+        telemetry=None if opentelemetry_records() else NO_TELEMETRY,
     )
     proxies = _forwarded_allow_ips(args.forwarded_allow_ips)
     host, port = sock.getsockname()[:2]
@@ -135,6 +137,40 @@ def run(args: argparse.Namespace) -> int:
     )
     uvicorn.Server(config).run(sockets=[sock])
     return 0
+
+
+#: FastAPI's own OpenTelemetry (0.165 and later) switched off: FastAPI otherwise asks
+#: OpenTelemetry for its three global providers on every request, about 11 µs of a start's
+#: CPU (docs/performance.md, "The API's start, eighth pass"), to find them unset.
+NO_TELEMETRY = {"tracing": False, "metrics": False, "logs": False}
+
+#: The modules of the OpenTelemetry API's own providers (the proxies that stand in until
+#: an SDK's are set, and the no-ops): they record nothing.
+_API_PROVIDERS = frozenset(
+    {
+        "opentelemetry.trace",
+        "opentelemetry.metrics",
+        "opentelemetry.metrics._internal",
+        "opentelemetry._logs",
+        "opentelemetry._logs._internal",
+    }
+)
+
+
+def opentelemetry_records() -> bool:
+    """Whether OpenTelemetry may record the server's requests: a FastAPI with telemetry of
+    its own, and as ``serve`` starts either a global provider that is not the API's own
+    (``opentelemetry-instrument``, ``OTEL_PYTHON_TRACER_PROVIDER``, any SDK's) or
+    ``FASTAPI_OTEL_AUTO_CONFIGURE=true`` (FastAPI then sets them up as the app starts).
+    ``serve`` runs no code of the user's that could set one later."""
+    if importlib.util.find_spec("fastapi.telemetry") is None:
+        return False  # an older FastAPI, without telemetry of its own
+    if os.environ.get("FASTAPI_OTEL_AUTO_CONFIGURE", "").strip().lower() == "true":
+        return True
+    from opentelemetry import _logs, metrics, trace  # FastAPI's telemetry needs the API
+
+    found = (trace.get_tracer_provider(), metrics.get_meter_provider(), _logs.get_logger_provider())
+    return any(type(provider).__module__ not in _API_PROVIDERS for provider in found)
 
 
 def _forwarded_allow_ips(given: str | None) -> str | None:

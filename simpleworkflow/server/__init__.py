@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any
 
 from fastapi import APIRouter, FastAPI
@@ -144,6 +144,7 @@ def create_app(
     observers: Iterable[observe.Observer] = (),
     dashboard: bool = True,
     allowed_hosts: AllowedHosts | Iterable[str] | None = None,
+    telemetry: Mapping[str, Any] | None = None,
 ) -> FastAPI:
     """A FastAPI application serving :func:`router`, its OpenAPI document at
     ``/openapi.json`` and interactive docs at ``/docs``; ``metrics``, an ASGI app (the
@@ -156,12 +157,16 @@ def create_app(
     ``allowed_hosts`` (the loopback names, and those given; ``["*"]`` for any), refuses
     writes from other sites, limits every body and turns any error into a problem.
     Behind it, :mod:`~simpleworkflow.server.start_lane` answers ``POST /api/v1/runs``
-    as its route does, by a shorter way."""
+    as its route does, by a shorter way. ``telemetry`` is FastAPI's own OpenTelemetry
+    settings (``FastAPI(telemetry=...)``, FastAPI 0.165 and later), its defaults if not
+    given."""
     hosts = (
         allowed_hosts
         if isinstance(allowed_hosts, AllowedHosts)
         else AllowedHosts.of(allowed_hosts or ())
     )
+    # Passed only when given: FastAPI before 0.165 takes no telemetry.
+    options: dict[str, Any] = {} if telemetry is None else {"telemetry": dict(telemetry)}
     app = FastAPI(
         title="simpleworkflow",
         version=simpleworkflow.__version__,
@@ -170,6 +175,7 @@ def create_app(
         "server was given one. Errors are RFC 9457 problem details. See docs/api.md.",
         redoc_url=None,
         docs_url=None,
+        **options,
     )
     problems.install(app)
     source = ClientSource(client, database_url=database_url, schema=schema, observers=observers)
