@@ -525,3 +525,54 @@ def test_only_the_server_package_imports_the_server_libraries() -> None:
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+#: A start through ``create_app`` as ``serve`` builds it (FastAPI's telemetry decided by
+#: ``serve.opentelemetry_records``), with an SDK tracer provider set first if asked: what
+#: the decision was, the answer's status and the spans recorded.
+_SERVE_TELEMETRY = """
+import json, sys
+from fastapi.testclient import TestClient
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from simpleworkflow.cli import serve
+from simpleworkflow.server import create_app
+
+spans = InMemorySpanExporter()
+if sys.argv[2] == "sdk":
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    trace.set_tracer_provider(provider)
+records = serve.opentelemetry_records()
+app = create_app(database_url=sys.argv[1], telemetry=None if records else serve.NO_TELEMETRY)
+with TestClient(app, base_url="http://127.0.0.1") as http:
+    status = http.post("/api/v1/runs", json={"type": "tests.noop.v1", "payload": {}}).status_code
+print(json.dumps([records, status, sorted(s.name for s in spans.get_finished_spans())]))
+"""
+
+
+@pytest.mark.parametrize(
+    ("provider", "env", "records", "spans"),
+    [
+        ("none", {}, False, []),
+        ("sdk", {}, True, ["POST"]),  # an SDK's provider set before serve builds the app
+        ("none", {"OTEL_PYTHON_TRACER_PROVIDER": "sdk_tracer_provider"}, True, []),
+        ("none", {"FASTAPI_OTEL_AUTO_CONFIGURE": "true"}, True, []),
+    ],
+)
+def test_serve_leaves_fastapis_tracing_on_whenever_opentelemetry_could_record(
+    tmp_path: Any, provider: str, env: dict[str, str], records: bool, spans: list[str]
+) -> None:
+    """``serve`` switches FastAPI's own telemetry off only when nothing could record it:
+    with an SDK's provider set, a start through the start lane is still traced."""
+    import os
+
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "FASTAPI_"))}
+    environ |= env | {"OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none"}
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    command = [sys.executable, "-c", _SERVE_TELEMETRY, url, provider]
+    out = subprocess.run(command, capture_output=True, text=True, env=environ, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.splitlines()[-1]) == [records, 201, spans]
