@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import subprocess
 import sys
 import time
@@ -567,8 +568,6 @@ def test_serve_leaves_fastapis_tracing_on_whenever_opentelemetry_could_record(
 ) -> None:
     """``serve`` switches FastAPI's own telemetry off only when nothing could record it:
     with an SDK's provider set, a start through the start lane is still traced."""
-    import os
-
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "FASTAPI_"))}
     environ |= env | {"OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none"}
     url = f"sqlite:///{tmp_path / 'runs.db'}"
