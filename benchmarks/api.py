@@ -1,7 +1,7 @@
 """Starting runs through the HTTP API against ``Client.start`` on the same store.
 
 ``python -m benchmarks.api [--stores postgres,sqlite] [--requests 1000] [--rounds 5]
-[--warm-up 1000] [--concurrency 8] [--profile FILE] [--json]``
+[--warm-up 1000] [--concurrency 8] [--profile FILE] [--bare-client] [--json]``
 
 On a fresh store of each kind, after a warm-up, ``--rounds`` rounds each measure, one
 after the other (the order turns each round):
@@ -18,7 +18,9 @@ after the other (the order turns each round):
 - ``api_start_bare`` (Postgres): the same posts to :mod:`benchmarks.api_bare`, the same
   insert under the same uvicorn with nothing else, and its server's CPU per request: the
   ceiling of a start over HTTP on this stack. Printed as bare over ``Client.start`` and
-  ``serve`` over bare.
+  ``serve`` over bare; ``--bare-client`` adds ``api_start_bare_client``, a bare server
+  that starts through ``AsyncClient.start`` and answers as ``serve`` does (what is left
+  between it and ``serve`` is the app's).
 
 The table gives the medians and the median of the rounds' ratios (API over client): the
 two are measured minutes, not days, apart, so the ratio holds while the machine's speed
@@ -79,10 +81,11 @@ def _thread_cpu(task: Path) -> float:
 
 @contextlib.contextmanager
 def server(
-    store: BenchStore, profile: str | None = None, *, bare: bool = False
+    store: BenchStore, profile: str | None = None, *, bare: str | None = None
 ) -> Iterator[Server]:
     """``simpleworkflow serve`` on ``store``, on a free port (under cProfile writing to
-    ``profile`` if given); ``bare``: :mod:`benchmarks.api_bare` instead."""
+    ``profile`` if given); ``bare``: :mod:`benchmarks.api_bare` instead, with these
+    options (``""`` for none)."""
     env = {
         **os.environ,
         "SIMPLEWORKFLOW_DATABASE_URL": store.url,
@@ -95,8 +98,8 @@ def server(
         sys.executable, *profiler, "-m", "simpleworkflow", "serve", "--port", "0",
         "--no-access-log", "--log-level", "warning",
     ]  # fmt: skip
-    if bare:
-        command = [sys.executable, *profiler, "-m", "benchmarks.api_bare"]
+    if bare is not None:
+        command = [sys.executable, *profiler, "-m", "benchmarks.api_bare", *bare.split()]
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
@@ -228,12 +231,16 @@ def measure(
     concurrency: int,
     profile: str | None,
     warm_up: int = WARM_UP,
+    bare_client: bool = False,
 ) -> dict[str, float]:
     """The medians of ``rounds`` interleaved rounds, and the concurrent figures."""
     load_before = os.getloadavg()[0]
     names = ("client_start", "client_cpu_us", "api_start", "api_server_cpu_us")
     found: dict[str, list[float]] = {k: [] for k in (*names, "api_start_httpx", "unused")}
-    bare = store.kind == "postgres"  # benchmarks.api_bare speaks to Postgres only
+    # benchmarks.api_bare speaks to Postgres only
+    bares = {"bare": "", "bare_client": "--through-client"} if store.kind == "postgres" else {}
+    if not bare_client:
+        bares.pop("bare_client", None)
     with contextlib.ExitStack() as stack:
         srv = stack.enter_context(server(store, profile))
         client = stack.enter_context(store.client())
@@ -247,19 +254,13 @@ def measure(
             lambda: _add(found, "api_start", "api_server_cpu_us", api_start(poster, requests)),
             lambda: _add(found, "api_start_httpx", "unused", api_start(httpx_poster, requests)),
         ]
-        if bare:
-            bare_srv = stack.enter_context(server(store, bare=True))
+        for name, options in bares.items():
+            bare_srv = stack.enter_context(server(store, bare=options))
             bare_poster = stack.enter_context(contextlib.closing(Poster(bare_srv)))
             api_start(bare_poster, warm_up)
-            found["api_start_bare"], found["api_bare_server_cpu_us"] = [], []
-            steps.append(
-                lambda: _add(
-                    found,
-                    "api_start_bare",
-                    "api_bare_server_cpu_us",
-                    api_start(bare_poster, requests),
-                )
-            )
+            rate, cpu = f"api_start_{name}", f"api_{name}_server_cpu_us"
+            found[rate], found[cpu] = [], []
+            steps.append(_posting(found, rate, cpu, bare_poster, requests))
         for number in range(rounds):
             turn = number % len(steps)
             for step in steps[turn:] + steps[:turn]:
@@ -272,10 +273,10 @@ def measure(
         ("api_start", "client_start", "api_vs_client"),
         ("api_start_httpx", "client_start", "httpx_vs_client"),
     ]
-    if bare:
+    for name in bares:
         pairs += [
-            ("api_start_bare", "client_start", "bare_vs_client"),
-            ("api_start", "api_start_bare", "api_vs_bare"),
+            (f"api_start_{name}", "client_start", f"{name}_vs_client"),
+            ("api_start", f"api_start_{name}", f"api_vs_{name}"),
         ]
     for api, over, ratio in pairs:
         ratios = [a / own for a, own in zip(found[api], found[over], strict=True)]
@@ -291,6 +292,13 @@ def measure(
     figures["load_average_before"] = load_before
     figures["load_average_after"] = os.getloadavg()[0]
     return figures
+
+
+def _posting(
+    found: dict[str, list[float]], rate: str, cpu: str, poster: Poster, requests: int
+) -> Callable[[], None]:
+    """A round of ``requests`` posts, its figures added to ``found`` under ``rate``, ``cpu``."""
+    return lambda: _add(found, rate, cpu, api_start(poster, requests))
 
 
 def _add(found: dict[str, list[float]], rate: str, cpu: str, got: tuple[float, float]) -> None:
@@ -311,14 +319,16 @@ def show(results: dict[str, dict[str, float]], requests: int, rounds: int) -> No
             f" {f['api_start_httpx']:9.0f} {f['httpx_vs_client']:6.2f}"
         )
     for kind, f in results.items():
-        if "api_start_bare" in f:
+        for name, what in (("bare", "bare"), ("bare_client", "bare + AsyncClient.start")):
+            if f"api_start_{name}" not in f:
+                continue
             print(
-                f"{kind}: bare start (benchmarks.api_bare) {f['api_start_bare']:.0f}/s, server "
-                f"{f['api_bare_server_cpu_us']:.0f} µs; serve / Client.start "
-                f"{f['api_vs_client']:.2f}, bare / Client.start {f['bare_vs_client']:.2f} "
-                f"({f['bare_vs_client_lowest']:.2f}-{f['bare_vs_client_highest']:.2f}), "
-                f"serve / bare {f['api_vs_bare']:.2f} "
-                f"({f['api_vs_bare_lowest']:.2f}-{f['api_vs_bare_highest']:.2f})"
+                f"{kind}: {what} (benchmarks.api_bare) {f[f'api_start_{name}']:.0f}/s, server "
+                f"{f[f'api_{name}_server_cpu_us']:.0f} µs; serve / Client.start "
+                f"{f['api_vs_client']:.2f}, {what} / Client.start {f[f'{name}_vs_client']:.2f} "
+                f"({f[f'{name}_vs_client_lowest']:.2f}-{f[f'{name}_vs_client_highest']:.2f}), "
+                f"serve / {what} {f[f'api_vs_{name}']:.2f} "
+                f"({f[f'api_vs_{name}_lowest']:.2f}-{f[f'api_vs_{name}_highest']:.2f})"
             )
     for kind, f in results.items():
         if "api_start_concurrent" in f:
@@ -349,6 +359,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--postgres-url", help="use this server instead of starting one")
     parser.add_argument("--profile", metavar="FILE", help="cProfile the server into FILE.<store>")
+    parser.add_argument(
+        "--bare-client",
+        action="store_true",
+        help="also a bare server that starts through AsyncClient.start (Postgres)",
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
     kinds = [kind for kind in args.stores.split(",") if kind]
@@ -363,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
             args.concurrency,
             None if args.profile is None else _per_store(args.profile, store.kind),
             args.warm_up,
+            args.bare_client,
         ),
     )
     if args.json:

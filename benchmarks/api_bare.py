@@ -11,27 +11,30 @@ encoded by the backend) on a connection of a psycopg ``AsyncConnectionPool``, an
 answer is 201 with a JSON body of the keys ``serve`` answers with. Nothing is checked:
 no auth, hosts, body limit, validation, idempotency or deadline, which is the point.
 ``GET /readyz`` answers 200 once the pool is open.
+
+``--through-client``: the run is started by ``AsyncClient.start`` instead (its task and
+deadline, the op, the ``Run``), answered by ``bodies.started`` as ``serve`` answers it:
+what ``serve`` spends beyond that is its app's (FastAPI, the guard, the start lane, the
+registry's warnings).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import socket
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg_pool
 import uvicorn
 from psycopg.rows import dict_row
+from starlette.types import Receive, Scope, Send
 
 from simpleworkflow import AsyncClient, names
 from simpleworkflow.backends.records import NewRun
 from simpleworkflow.models import iso
-from simpleworkflow.server import one_write
-
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
+from simpleworkflow.server import bodies, one_write
 
 #: The keys of ``serve``'s answer to a start (``bodies.started``), in its order; the
 #: values a fresh run has that the request and the row do not give.
@@ -52,16 +55,17 @@ class BareStart:
     """The ASGI app: ``POST`` inserts a run, ``GET /readyz`` says whether the pool is
     open, anything else 404."""
 
-    def __init__(self, url: str, schema: str) -> None:
+    def __init__(self, url: str, schema: str, *, through_client: bool = False) -> None:
         self.client = AsyncClient(url, schema=schema)
+        self.through_client = through_client
         self.url = url
         self.pool: psycopg_pool.AsyncConnectionPool[Any] | None = None
 
-    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await self.lifespan(receive, send)
         elif scope["method"] == "POST":
-            await self.start(receive, send)
+            await self.start(scope, receive, send)
         else:
             ready = scope["path"] == "/readyz" and self.pool is not None
             await _answer(send, 200 if ready else 404, b"{}")
@@ -81,7 +85,7 @@ class BareStart:
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
-    async def start(self, receive: Receive, send: Send) -> None:
+    async def start(self, scope: Scope, receive: Receive, send: Send) -> None:
         body = b""
         while True:
             message = await receive()
@@ -89,6 +93,10 @@ class BareStart:
             if not message.get("more_body"):
                 break
         asked = json.loads(body)
+        if self.through_client:
+            run = await self.client.start(asked["type"], asked.get("payload"))
+            await bodies.respond(bodies.started(run, []), 201)(scope, receive, send)
+            return
         new = NewRun(asked["type"], json.dumps(asked.get("payload")))
         run_id = names.new_run_id()
         statement = self.client.backend.stmt("create_run", id=run_id, **new.params())
@@ -122,7 +130,10 @@ async def _answer(send: Send, status: int, body: bytes) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.api_bare", description=__doc__)
+    parser.add_argument("--through-client", action="store_true", help="AsyncClient.start")
+    args = parser.parse_args(argv)
     url, schema = os.environ["SIMPLEWORKFLOW_DATABASE_URL"], os.environ["SIMPLEWORKFLOW_SCHEMA"]
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -131,7 +142,7 @@ def main() -> int:
     port = sock.getsockname()[1]
     print(f"serving the API on http://127.0.0.1:{port}/api/v1 (bare start)", flush=True)
     config = uvicorn.Config(
-        BareStart(url, schema),
+        BareStart(url, schema, through_client=args.through_client),
         log_level="warning",
         access_log=False,
         http=one_write.OneWriteProtocol,

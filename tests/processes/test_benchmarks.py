@@ -151,21 +151,24 @@ def test_the_api_benchmark_runs_and_reports_its_figures(postgres_url: str) -> No
     assert "api_start_bare" not in doc["sqlite"]
 
 
-def test_the_api_benchmark_prints_serve_and_the_bare_server_against_client_start(
+def test_the_api_benchmark_prints_serve_and_the_bare_servers_against_client_start(
     postgres_url: str,
 ) -> None:
-    """Its table, and the line that sets ``serve`` beside the bare reference server."""
+    """Its table, and the lines that set ``serve`` beside the bare reference server, and
+    beside the bare server starting through ``AsyncClient.start`` (``--bare-client``)."""
     command = [
         sys.executable, "-m", "benchmarks.api", "--stores", "postgres",
         "--requests", "10", "--rounds", "1", "--warm-up", "5", "--concurrency", "0",
-        "--postgres-url", postgres_url,
+        "--bare-client", "--postgres-url", postgres_url,
     ]  # fmt: skip
     done = ran(command, timeout=120)
     [row] = [line for line in done.stdout.splitlines() if line.startswith("postgres ")]
     assert float(row.split()[3]) > 0  # API /s
-    [bare] = [line for line in done.stdout.splitlines() if "bare start" in line]
-    for part in ("serve / Client.start", "bare / Client.start", "serve / bare"):
+    [bare, through_client] = [line for line in done.stdout.splitlines() if "api_bare)" in line]
+    for part in ("serve / Client.start", "bare / Client.start", "serve / bare "):
         assert part in bare
+    for part in ("bare + AsyncClient.start / Client.start", "serve / bare + AsyncClient.start"):
+        assert part in through_client
 
 
 def test_compare_measures_the_api_start_of_both_sides(postgres_url: str, tmp_path: Path) -> None:
