@@ -130,14 +130,15 @@ def _cpu(pids: list[int]) -> dict[int, float]:
 
 
 def _thread_cpu(pid: int) -> tuple[float, float]:
-    """User plus system CPU seconds of ``pid``'s main thread (the worker's event loop),
-    and of its other threads now (one that ended is not counted, as in :func:`_switches`)."""
-    tick = os.sysconf("SC_CLK_TCK")
+    """CPU seconds of ``pid``'s main thread (the worker's event loop), and of its other
+    threads now (one that ended is not counted, as in :func:`_switches`); from
+    ``schedstat``, in nanoseconds: ``stat``'s clock ticks would round each of ten
+    handler threads' few milliseconds down to nothing."""
     found = [0.0, 0.0]
     for task in Path(f"/proc/{pid}/task").iterdir():
         with contextlib.suppress(OSError):
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-            found[task.name != str(pid)] += (int(fields[11]) + int(fields[12])) / tick
+            ran = int((task / "schedstat").read_text().split()[0]) / 1e9
+            found[task.name != str(pid)] += ran
     return found[0], found[1]
 
 
