@@ -4,7 +4,9 @@
 one worker process under cProfile (see ``benchmarks.worker``) while it drains runs, and
 adds what a profile of one process cannot show: the CPU seconds the worker and the
 Postgres server each spent (read from ``/proc``, so only for a server on this machine),
-and how many claim and completion transactions the drain took. cProfile slows Python
+how the worker's CPU splits between its event loop's thread and the others (the handler
+threads of plain ``def`` handlers, the pools'), its threads' context switches, and how
+many claim and completion transactions the drain took. cProfile slows Python
 down, so read its output for the ranking of costs, not for the rates.
 """
 
@@ -77,9 +79,11 @@ def profile_drain(
             pids = [proc.pid for proc in pool.procs] + _server_pids(store)
             cpu_before, began = _cpu(pids), time.monotonic()
             switched = _switches(pool.procs[0].pid)
+            threads_before = _thread_cpu(pool.procs[0].pid)
             pool.go()
             workers.wait_for(store, pool, after, runs, "drain")
             wall = time.monotonic() - began
+            threads_after = _thread_cpu(pool.procs[0].pid)
             switches = [n - m for n, m in zip(_switches(pool.procs[0].pid), switched, strict=True)]
             # Backends that connected during the drain count in full.
             cpu_after = _cpu([proc.pid for proc in pool.procs] + _server_pids(store))
@@ -99,6 +103,8 @@ def profile_drain(
             print(f", Postgres server {server_cpu:.2f}s", end="")
         print(f"\n{claims} claim transactions, {completions} completion transactions")
         print(f"worker context switches: {switches[0]} voluntary, {switches[1]} involuntary")
+        loop, others = (a - b for a, b in zip(threads_after, threads_before, strict=True))
+        print(f"worker CPU by thread: event loop {loop:.2f}s, other threads {others:.2f}s")
         if plain:
             return
         pstats.Stats(str(stats_path)).sort_stats("tottime").print_stats(top)
@@ -121,6 +127,19 @@ def _cpu(pids: list[int]) -> dict[int, float]:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             found[pid] = (int(fields[11]) + int(fields[12])) / tick
     return found
+
+
+def _thread_cpu(pid: int) -> tuple[float, float]:
+    """CPU seconds of ``pid``'s main thread (the worker's event loop), and of its other
+    threads now (one that ended is not counted, as in :func:`_switches`); from
+    ``schedstat``, in nanoseconds: ``stat``'s clock ticks would round each of ten
+    handler threads' few milliseconds down to nothing."""
+    found = [0.0, 0.0]
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            ran = int((task / "schedstat").read_text().split()[0]) / 1e9
+            found[task.name != str(pid)] += ran
+    return found[0], found[1]
 
 
 def _switches(pid: int) -> tuple[int, int]:
