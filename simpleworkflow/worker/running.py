@@ -87,7 +87,7 @@ class Runner:
         if slots.waiting:
             return 0
         limit = self.concurrency + ahead
-        return min(limit - slots.busy - slots.waiting, 2 * limit - len(self.active))
+        return min(limit - slots.busy - slots.waiting, 2 * limit + ahead - len(self.active))
 
     def handlers_running(self) -> bool:
         """Whether quick handlers run now: their outcomes may join those about to be
