@@ -139,11 +139,14 @@ class Runner:
         lost) or the worker began to shut down first."""
         slots = self._slots
         if queued:
-            if slots.closed or state.stop_reason is not None:
+            if slots.closed:
                 slots.leave()
                 return False
-            waiter = slots.ask()
+            waiter = slots.ask()  # None: it holds a slot, and is checked below
             if waiter is not None:  # no slot yet: wait for one, unless stopped first
+                if state.stop_reason is not None:
+                    slots.stop(waiter)
+                    return False
                 state.on_stop(functools.partial(slots.stop, waiter))
                 try:
                     if not await waiter:
