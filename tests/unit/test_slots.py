@@ -90,6 +90,8 @@ class Model:
             if run.state == "sleeping" and run.waiter is not None and run.waiter.done():
                 granted, run.waiter = run.waiter.result(), None
                 if granted:
+                    if not run.held:  # granted by a give_back in this same turn
+                        self.given(run)
                     self.go_on(run)
                 else:
                     run.state = "done"
