@@ -2,7 +2,8 @@
 
 A slot counts as busy while a handler runs. Once it returns, its outcome is still being
 written, but the next claim need not wait for that: see :meth:`Runner.free_slots`. A run
-claimed ahead of the free slots waits in its task for one (see ``slots``).
+claimed ahead of the free slots waits in its task for one (see ``slots``: in the
+common case the slot is handed over before its task first runs, and it waits on nothing).
 """
 
 from __future__ import annotations
@@ -121,10 +122,8 @@ class Runner:
             state.durable.holding.held_since(claimed)
         threads = Threads()
         # Counted at once: the claim loop may ask for free slots before the task runs.
-        waiter = None if self._slots.take_now() else self._slots.waiter()
-        if waiter is not None:
-            state.on_stop(functools.partial(self._slots.stop, waiter))
-        work = self._execute(lease, definition, state, threads, waiter)
+        queued = not self._slots.take_now()
+        work = self._execute(lease, definition, state, threads, queued)
         task = asyncio.create_task(work, name=f"run-{lease.run.id}")
         self.active[lease.run.id] = Attempt(lease, state, task, threads)
 
@@ -134,18 +133,27 @@ class Runner:
         self._slots.close()
         return [attempt for attempt in self.active.values() if not attempt.started]
 
-    async def _slot(self, state: AttemptState, waiter: asyncio.Future[bool] | None) -> bool:
+    async def _slot(self, state: AttemptState, queued: bool) -> bool:
         """Whether the attempt holds a slot: the one it took when it was started, or the
-        one it waits for (``waiter``); False if it was stopped (cancelled, its lease lost)
-        or the worker began to shut down first."""
+        one it was queued for (``queued``); False if it was stopped (cancelled, its lease
+        lost) or the worker began to shut down first."""
         slots = self._slots
-        if waiter is not None:
-            try:
-                if not await waiter:
+        if queued:
+            if slots.closed:
+                slots.leave()
+                return False
+            waiter = slots.ask()  # None: it holds a slot, and is checked below
+            if waiter is not None:  # no slot yet: wait for one, unless stopped first
+                if state.stop_reason is not None:
+                    slots.stop(waiter)
                     return False
-            except asyncio.CancelledError:
-                slots.abandon(waiter)
-                raise
+                state.on_stop(functools.partial(slots.stop, waiter))
+                try:
+                    if not await waiter:
+                        return False
+                except asyncio.CancelledError:
+                    slots.abandon(waiter)
+                    raise
         if slots.closed or state.stop_reason is not None:
             slots.give_back()  # stopped before its handler was called
             return False
@@ -157,10 +165,10 @@ class Runner:
         definition: Definition,
         state: AttemptState,
         threads: Threads,
-        waiter: asyncio.Future[bool] | None,
+        queued: bool,
     ) -> None:
         try:
-            if await self._slot(state, waiter):
+            if await self._slot(state, queued):
                 await self._attempt(lease, definition, state, threads)
         finally:
             self._renewals.forget(lease.token)

@@ -28,32 +28,54 @@ SMOOTHING = 0.1
 
 
 class Slots:
-    """``size`` slots; waiters take them in turn, unless stopped first."""
+    """``size`` slots; runs queued for one (claimed ahead) take them in turn, unless
+    stopped first.
+
+    A queued run holds no future unless it must wait: the attempts of one claim start
+    in one turn of the event loop, in claim order, and a slot given back to the queue
+    before the next queued run asks (:meth:`ask`) is simply held for it (``_handed``).
+    Only a run that asks and finds none waits on a future of its own."""
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self.busy = 0  # slots held by running handlers (or handed to a waiter)
-        self.waiting = 0  # waiters still waiting
+        self.busy = 0  # slots held by running handlers (or handed to a queued run)
+        self.waiting = 0  # queued runs with no slot yet
         self.closed = False  # no slot is handed out any more (shutdown)
-        self._waiters: deque[asyncio.Future[bool]] = deque()
+        self._unasked = 0  # queued runs that have not asked for their slot yet
+        self._handed = 0  # slots given back for those (never more than them)
+        self._waiters: deque[asyncio.Future[bool]] = deque()  # queued runs that asked
 
     def take_now(self) -> bool:
-        """Take a slot if one is free and no one waits for it."""
+        """Take a slot if one is free and no one waits for it; else queue for one (the
+        run's task then asks for it, :meth:`ask`)."""
         if self.busy < self.size and not self.waiting and not self.closed:
             self.busy += 1
             return True
+        self._unasked += 1
+        self.waiting += 1
         return False
 
-    def waiter(self) -> asyncio.Future[bool]:
-        """A place in the queue: True once a slot is this waiter's, False if it was
-        stopped (see :meth:`stop`) or the slots closed first."""
+    def ask(self) -> asyncio.Future[bool] | None:
+        """A queued run asks for its slot (once, first thing in its task, the slots not
+        closed): None if one was handed to it, else a future that is True once a slot is
+        its own, False if it was stopped (see :meth:`stop`) or the slots closed first."""
+        self._unasked -= 1
+        if self._handed:
+            self._handed -= 1
+            return None
         waiter = asyncio.get_running_loop().create_future()
-        if self.closed:
-            waiter.set_result(False)
-            return waiter
         self._waiters.append(waiter)
-        self.waiting += 1
         return waiter
+
+    def leave(self) -> None:
+        """A queued run that has not asked will not (stopped, or the slots closed): a slot
+        held for it goes to the next in turn."""
+        self._unasked -= 1
+        if self._handed > self._unasked:
+            self._handed -= 1
+            self.give_back()
+        else:
+            self.waiting -= 1
 
     def stop(self, waiter: asyncio.Future[bool]) -> None:
         """Give up ``waiter``'s place (it was cancelled, or its lease lost)."""
@@ -70,17 +92,25 @@ class Slots:
             self.give_back()
 
     def give_back(self) -> None:
-        """A handler returned: its slot goes to the next waiter, if any."""
-        while self._waiters and not self.closed:
+        """A handler returned: its slot goes to the next queued run, if any."""
+        if self.closed:
+            self.busy -= 1
+            return
+        while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
                 waiter.set_result(True)  # the slot changes hands: busy stays
                 self.waiting -= 1
                 return
+        if self._unasked > self._handed:  # held for the next run to ask
+            self._handed += 1
+            self.waiting -= 1
+            return
         self.busy -= 1
 
     def close(self) -> None:
-        """Hand out no more slots; every waiter is told False."""
+        """Hand out no more slots; every waiter is told False (queued runs that have not
+        asked find the slots closed, and :meth:`leave`)."""
         self.closed = True
         while self._waiters:
             self.stop(self._waiters.popleft())
