@@ -21,7 +21,8 @@ completion (``finish``). Its variants differ only in how a handler is called:
 ``worker, async`` and ``worker, def`` are the worker's own drains of the same handlers
 (``benchmarks.concurrency``'s ``async`` and ``def``). Printed per variant: the median
 rate (runs/s, by the database's clock) and the draining process's CPU per run (from
-``/proc``); then the hand-written ``def`` over ``async def`` (the ceiling of handler
+``/proc``: its event loop's thread and its other threads) and voluntary context switches
+per run; then the hand-written ``def`` over ``async def`` (the ceiling of handler
 threads on this machine), the worker's, and the worker over the hand-written drain for
 each kind of handler: each a ratio of the medians, and the median of the rounds' ratios.
 """
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import concurrent.futures
 import dataclasses
 import functools
@@ -42,7 +44,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from benchmarks import profile, stores, variants
+from benchmarks import profile, stores, variants, workers
 from benchmarks.stores import BenchStore
 from simpleworkflow.backends import Backend, open_backend
 from simpleworkflow.backends.base import Claim, Lease, Outcomes, Success
@@ -233,8 +235,28 @@ def drain_main(argv: list[str]) -> None:
     backend.close()
 
 
-def hand_drain(store: BenchStore, runs: int, call: str) -> tuple[float, float]:
+#: Per variant, each drain's CPU µs per run of the event loop's thread and of the other
+#: threads, and its voluntary context switches per run (every thread alive at the end).
+SPLITS: dict[str, list[tuple[float, float, float]]] = collections.defaultdict(list)
+
+
+def _reading(pid: int) -> tuple[float, float, float]:
+    """CPU seconds of ``pid``'s main thread and of its others, and its voluntary
+    context switches (``schedstat`` and ``status`` of each thread, as ``profile``)."""
+    loop, others = profile._thread_cpu(pid)
+    return loop, others, float(profile._switches(pid)[0])
+
+
+def _spent(variant: str, runs: int, before: tuple[float, ...], after: tuple[float, ...]) -> float:
+    """Note the drain's split in ``SPLITS``; its CPU µs per run."""
+    loop, others, switches = (b - a for a, b in zip(before, after, strict=True))
+    SPLITS[variant].append((loop / runs * 1e6, others / runs * 1e6, switches / runs))
+    return (loop + others) / runs * 1e6
+
+
+def hand_drain(store: BenchStore, runs: int, variant: str) -> tuple[float, float]:
     """(runs/s by the database's clock, CPU µs per run) of one hand-written drain."""
+    call = CALLS[variant]
     store.load_runs(runs, stores.NOOP if call == "async" else stores.SYNC)
     after = store.last_event()
     path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
@@ -253,26 +275,37 @@ def hand_drain(store: BenchStore, runs: int, call: str) -> tuple[float, float]:
             assert proc.stdin is not None and proc.stdout is not None
             if proc.stdout.readline().strip() != "ready":
                 raise RuntimeError(f"the {call} drain did not start")
-            before = profile._cpu([proc.pid])[proc.pid]
+            before = _reading(proc.pid)
             proc.stdin.write("go\n")
             proc.stdin.flush()
             if proc.stdout.readline().strip() != "done":
                 raise RuntimeError(f"the {call} drain failed or stalled (its stderr is above)")
-            spent = profile._cpu([proc.pid])[proc.pid] - before
+            spent = _spent(variant, runs, before, _reading(proc.pid))
             proc.stdin.close()
             if proc.wait() != 0:
                 raise RuntimeError(f"the {call} drain exited with {proc.returncode}")
         finally:
             stalled.cancel()
-    return runs / store.window(after, runs), spent / runs * 1e6
+    return runs / store.window(after, runs), spent
+
+
+def worker_drain(store: BenchStore, runs: int, variant: str) -> tuple[float, float]:
+    """The same of one worker process at its defaults (``variants.timed_drain``, its CPU
+    read by thread)."""
+    store.load_runs(runs, stores.SYNC if variant == "worker, def" else stores.NOOP)
+    after = store.last_event()
+    with workers.WorkerPool(store, 1, 0) as pool:
+        pid = pool.procs[0].pid
+        before = _reading(pid)
+        pool.go()
+        workers.wait_for(store, pool, after, runs, f"drain, {variant}")
+        spent = _spent(variant, runs, before, _reading(pid))
+    return runs / store.window(after, runs), spent
 
 
 def drain_once(store: BenchStore, runs: int, _: int, variant: str) -> tuple[float, float]:
-    if variant in CALLS:
-        return hand_drain(store, runs, CALLS[variant])
-    kind = variant.removeprefix("worker, ")
-    store.load_runs(runs, stores.SYNC if kind == "def" else stores.NOOP)
-    return variants.timed_drain(store, runs, 0, f"drain, {variant}")
+    drain = hand_drain if variant in CALLS else worker_drain
+    return drain(store, runs, variant)
 
 
 def ratios(found: dict[str, Any], figure: str) -> dict[str, tuple[float, float]]:
@@ -299,10 +332,14 @@ def main(argv: list[str]) -> None:
     found = variants.measure(
         "postgres", args.postgres_url, args.runs, args.rounds, 0, VARIANTS, drain_once
     )
+    SPLITS[VARIANTS[0]].pop(0)  # the warm-up drain's, which ``measure`` leaves out
     for variant, figures in found.items():
+        split = [statistics.median(column) for column in zip(*SPLITS[variant], strict=True)]
+        figures["loop_us"], figures["others_us"], figures["switches"] = split
         print(
             f"{variant:18} {figures['rate']:>8,.0f} runs/s  "
-            f"CPU {figures['cpu_us_per_run']:6.1f} µs/run"
+            f"CPU {figures['cpu_us_per_run']:5.1f} µs/run (loop {split[0]:4.1f}, "
+            f"other threads {split[1]:4.1f})  {split[2]:.2f} voluntary switches/run"
         )
     rates, cpu = ratios(found, "rate"), ratios(found, "cpu_us")
     for name, _variant, _reference in RATIOS:

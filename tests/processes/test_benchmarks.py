@@ -450,7 +450,7 @@ def test_the_handler_floor_drains_by_hand_and_by_the_worker_with_each_kind(
 ) -> None:
     """``python -m benchmarks.handler_floor`` at its smallest: every hand-written drain
     and the worker's, of 250 runs (claims of 100 and one of 50), each with its rate and
-    CPU, then every ratio."""
+    CPU (split by thread), then every ratio."""
     out = tmp_path / "floor.json"
     command = [
         sys.executable, "-m", "benchmarks.handler_floor",
@@ -465,5 +465,7 @@ def test_the_handler_floor_drains_by_hand_and_by_the_worker_with_each_kind(
     assert named == [name for name, _variant, _reference in RATIOS], done.stdout
     document = json.loads(out.read_text())
     for variant in VARIANTS:
-        assert document[variant]["rate"] > 0 and document[variant]["cpu_us_per_run"] > 0
+        figures = document[variant]
+        assert figures["rate"] > 0 and figures["cpu_us_per_run"] > 0 and figures["loop_us"] > 0
+        assert figures["others_us"] >= 0 and figures["switches"] >= 0
     assert sorted(document["ratios"]["rate"]) == sorted(name for name, _, _ in RATIOS)
