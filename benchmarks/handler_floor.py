@@ -21,10 +21,11 @@ completion (``finish``). Its variants differ only in how a handler is called:
 ``worker, async`` and ``worker, def`` are the worker's own drains of the same handlers
 (``benchmarks.concurrency``'s ``async`` and ``def``). Printed per variant: the median
 rate (runs/s, by the database's clock) and the draining process's CPU per run (from
-``/proc``: its event loop's thread and its other threads) and voluntary context switches
-per run; then the hand-written ``def`` over ``async def`` (the ceiling of handler
-threads on this machine), the worker's, and the worker over the hand-written drain for
-each kind of handler: each a ratio of the medians, and the median of the rounds' ratios.
+``/proc``: its event loop's thread and its other threads), voluntary context switches
+and the Postgres server's CPU per run, and the claim and completion transactions; then
+the hand-written ``def`` over ``async def`` (the ceiling of handler threads on this
+machine), the worker's, and the worker over the hand-written drain for each kind of
+handler: each a ratio of the medians, and the median of the rounds' ratios.
 """
 
 from __future__ import annotations
@@ -235,22 +236,34 @@ def drain_main(argv: list[str]) -> None:
     backend.close()
 
 
-#: Per variant, each drain's CPU µs per run of the event loop's thread and of the other
-#: threads, and its voluntary context switches per run (every thread alive at the end).
-SPLITS: dict[str, list[tuple[float, float, float]]] = collections.defaultdict(list)
+#: Per variant, each drain's figures beside its rate and CPU (``FIGURES``).
+SPLITS: dict[str, list[tuple[float, ...]]] = collections.defaultdict(list)
+FIGURES = ("loop_us", "others_us", "switches", "postgres_us", "claims", "completions")
+_Reading = tuple[float, float, float, dict[int, float]]
 
 
-def _reading(pid: int) -> tuple[float, float, float]:
-    """CPU seconds of ``pid``'s main thread and of its others, and its voluntary
-    context switches (``schedstat`` and ``status`` of each thread, as ``profile``)."""
+def _reading(store: BenchStore, pid: int) -> _Reading:
+    """CPU seconds of ``pid``'s main thread and of its others, its voluntary context
+    switches (``schedstat`` and ``status`` of each thread, as ``profile``), and the CPU
+    seconds of each process of the Postgres server."""
     loop, others = profile._thread_cpu(pid)
-    return loop, others, float(profile._switches(pid)[0])
+    server = profile._cpu(profile._server_pids(store))
+    return loop, others, float(profile._switches(pid)[0]), server
 
 
-def _spent(variant: str, runs: int, before: tuple[float, ...], after: tuple[float, ...]) -> float:
-    """Note the drain's split in ``SPLITS``; its CPU µs per run."""
-    loop, others, switches = (b - a for a, b in zip(before, after, strict=True))
-    SPLITS[variant].append((loop / runs * 1e6, others / runs * 1e6, switches / runs))
+def _spent(
+    store: BenchStore, pid: int, variant: str, runs: int, after: int, began: _Reading
+) -> float:
+    """Note the drain's figures in ``SPLITS``: per run, CPU µs of the event loop's thread
+    and of the others, voluntary switches, the Postgres server's CPU µs (a backend that
+    connected meanwhile counts in full); its claim and completion transactions. Its
+    CPU µs per run."""
+    ended = _reading(store, pid)
+    loop, others, switches = (b - a for a, b in zip(began[:3], ended[:3], strict=True))
+    server = sum(cpu - began[3].get(other, 0.0) for other, cpu in ended[3].items())
+    claims, completions = store.execute("batches", after=after)[0]
+    per_run = [loop / runs * 1e6, others / runs * 1e6, switches / runs, server / runs * 1e6]
+    SPLITS[variant].append((*per_run, float(claims), float(completions)))
     return (loop + others) / runs * 1e6
 
 
@@ -275,12 +288,12 @@ def hand_drain(store: BenchStore, runs: int, variant: str) -> tuple[float, float
             assert proc.stdin is not None and proc.stdout is not None
             if proc.stdout.readline().strip() != "ready":
                 raise RuntimeError(f"the {call} drain did not start")
-            before = _reading(proc.pid)
+            before = _reading(store, proc.pid)
             proc.stdin.write("go\n")
             proc.stdin.flush()
             if proc.stdout.readline().strip() != "done":
                 raise RuntimeError(f"the {call} drain failed or stalled (its stderr is above)")
-            spent = _spent(variant, runs, before, _reading(proc.pid))
+            spent = _spent(store, proc.pid, variant, runs, after, before)
             proc.stdin.close()
             if proc.wait() != 0:
                 raise RuntimeError(f"the {call} drain exited with {proc.returncode}")
@@ -296,10 +309,10 @@ def worker_drain(store: BenchStore, runs: int, variant: str) -> tuple[float, flo
     after = store.last_event()
     with workers.WorkerPool(store, 1, 0) as pool:
         pid = pool.procs[0].pid
-        before = _reading(pid)
+        before = _reading(store, pid)
         pool.go()
         workers.wait_for(store, pool, after, runs, f"drain, {variant}")
-        spent = _spent(variant, runs, before, _reading(pid))
+        spent = _spent(store, pid, variant, runs, after, before)
     return runs / store.window(after, runs), spent
 
 
@@ -334,12 +347,15 @@ def main(argv: list[str]) -> None:
     )
     SPLITS[VARIANTS[0]].pop(0)  # the warm-up drain's, which ``measure`` leaves out
     for variant, figures in found.items():
-        split = [statistics.median(column) for column in zip(*SPLITS[variant], strict=True)]
-        figures["loop_us"], figures["others_us"], figures["switches"] = split
+        columns = zip(*SPLITS[variant], strict=True)
+        figures.update(zip(FIGURES, map(statistics.median, columns), strict=True))
         print(
             f"{variant:18} {figures['rate']:>8,.0f} runs/s  "
-            f"CPU {figures['cpu_us_per_run']:5.1f} µs/run (loop {split[0]:4.1f}, "
-            f"other threads {split[1]:4.1f})  {split[2]:.2f} voluntary switches/run"
+            f"CPU {figures['cpu_us_per_run']:5.1f} µs/run (loop {figures['loop_us']:4.1f}, "
+            f"other threads {figures['others_us']:4.1f})  "
+            f"{figures['switches']:.2f} voluntary switches/run  "
+            f"Postgres {figures['postgres_us']:4.1f} µs/run  "
+            f"{figures['claims']:.0f} claims, {figures['completions']:.0f} completions"
         )
     rates, cpu = ratios(found, "rate"), ratios(found, "cpu_us")
     for name, _variant, _reference in RATIOS:

@@ -468,4 +468,5 @@ def test_the_handler_floor_drains_by_hand_and_by_the_worker_with_each_kind(
         figures = document[variant]
         assert figures["rate"] > 0 and figures["cpu_us_per_run"] > 0 and figures["loop_us"] > 0
         assert figures["others_us"] >= 0 and figures["switches"] >= 0
+        assert figures["postgres_us"] > 0 and figures["claims"] >= 3 and figures["completions"] >= 3
     assert sorted(document["ratios"]["rate"]) == sorted(name for name, _, _ in RATIOS)
