@@ -443,3 +443,30 @@ def test_the_slot_gaps_benchmark_drains_both_kinds_of_handler(
     lines = done.stdout.splitlines()
     assert [line.split(":")[0].split()[2:] for line in lines] == [["async", "def"], ["def"]]
     assert all("gaps median" in line and "wait to begin" in line for line in lines), done.stdout
+
+
+def test_the_handler_floor_drains_by_hand_and_by_the_worker_with_each_kind(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    """``python -m benchmarks.handler_floor`` at its smallest: every hand-written drain
+    and the worker's, of 250 runs (claims of 100 and one of 50), each with its rate and
+    CPU (split by thread), then every ratio."""
+    out = tmp_path / "floor.json"
+    command = [
+        sys.executable, "-m", "benchmarks.handler_floor",
+        "--runs", "250", "--rounds", "1", "--postgres-url", postgres_url, "--out", str(out),
+    ]  # fmt: skip
+    done = ran(command, timeout=240)
+    from benchmarks.handler_floor import RATIOS, VARIANTS
+
+    rows = [line for line in done.stdout.splitlines() if "runs/s" in line]
+    assert [row.split("  ")[0].strip() for row in rows] == list(VARIANTS), done.stdout
+    named = [line.split(" rate ")[0].strip() for line in done.stdout.splitlines()[len(rows) :]]
+    assert named == [name for name, _variant, _reference in RATIOS], done.stdout
+    document = json.loads(out.read_text())
+    for variant in VARIANTS:
+        figures = document[variant]
+        assert figures["rate"] > 0 and figures["cpu_us_per_run"] > 0 and figures["loop_us"] > 0
+        assert figures["others_us"] >= 0 and figures["switches"] >= 0
+        assert figures["postgres_us"] > 0 and figures["claims"] >= 3 and figures["completions"] >= 3
+    assert sorted(document["ratios"]["rate"]) == sorted(name for name, _, _ in RATIOS)
