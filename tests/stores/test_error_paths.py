@@ -154,7 +154,8 @@ def test_an_outcome_the_store_refuses_fails_the_run_instead_of_waiting_for_the_l
 
 @contextlib.contextmanager
 def outbox_of(backend: Backend) -> Iterator[tuple[Outbox, asyncio.AbstractEventLoop]]:
-    """An outbox with its writer task, on an event loop of its own."""
+    """An outbox with its writer task, on an event loop of its own; the backend's async
+    side (its pool's tasks live on this loop) is closed on it before the loop is."""
     loop = asyncio.new_event_loop()
     outbox = loop.run_until_complete(_made(backend))
     writer = loop.create_task(outbox.run())
@@ -164,6 +165,7 @@ def outbox_of(backend: Backend) -> Iterator[tuple[Outbox, asyncio.AbstractEventL
         writer.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             loop.run_until_complete(writer)
+        loop.run_until_complete(backend.aclose())
         loop.close()
 
 
