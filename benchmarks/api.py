@@ -52,6 +52,7 @@ from pathlib import Path
 
 import httpx
 
+from benchmarks import profile
 from benchmarks.stores import NOOP, BenchStore, each_store
 from simpleworkflow import AsyncClient, Client
 
@@ -70,13 +71,7 @@ class Server:
 
     def cpu(self) -> float:
         """Seconds the server process has spent on the CPU, all its threads."""
-        return sum(_thread_cpu(task) for task in Path(f"/proc/{self.pid}/task").iterdir())
-
-
-def _thread_cpu(task: Path) -> float:
-    with contextlib.suppress(OSError):
-        return int((task / "schedstat").read_text().split()[0]) / 1e9
-    return 0.0  # a thread that ended meanwhile
+        return sum(profile._thread_cpu(self.pid))
 
 
 @contextlib.contextmanager

@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks import server
+from benchmarks import profile, server
 from benchmarks.stores import NOOP, BenchStore
 from benchmarks.workers import WorkerPool, wait_for
 
@@ -53,13 +53,7 @@ def cpu_seconds(pid: int) -> float:
     """CPU time of the threads of process ``pid`` so far, in nanoseconds' precision (the
     scheduler's, ``/proc/<pid>/task/*/schedstat``), where ``/proc/<pid>/stat`` counts in
     ticks of 10 ms: a drain of a few thousand runs is a handful of ticks."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            total += int((task / "schedstat").read_text().split()[0])
-        except (FileNotFoundError, ProcessLookupError):
-            continue  # a thread that ended meanwhile
-    return total / 1e9
+    return sum(profile._thread_cpu(pid))
 
 
 class GoPool(WorkerPool):

@@ -130,7 +130,7 @@ def _cpu(pids: list[int]) -> dict[int, float]:
 
 
 def _thread_cpu(pid: int) -> tuple[float, float]:
-    """CPU seconds of ``pid``'s main thread (the worker's event loop), and of its other
+    """CPU seconds of ``pid``'s main thread (a worker's event loop), and of its other
     threads now (one that ended is not counted, as in :func:`_switches`); from
     ``schedstat``, in nanoseconds: ``stat``'s clock ticks would round each of ten
     handler threads' few milliseconds down to nothing."""
