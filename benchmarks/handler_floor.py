@@ -34,6 +34,7 @@ import argparse
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import dataclasses
 import functools
 import json
@@ -247,8 +248,18 @@ def _reading(store: BenchStore, pid: int) -> _Reading:
     switches (``schedstat`` and ``status`` of each thread, as ``profile``), and the CPU
     seconds of each process of the Postgres server."""
     loop, others = profile._thread_cpu(pid)
-    server = profile._cpu(profile._server_pids(store))
-    return loop, others, float(profile._switches(pid)[0]), server
+    return loop, others, float(profile._switches(pid)[0]), _server_cpu(store)
+
+
+def _server_cpu(store: BenchStore) -> dict[int, float]:
+    """CPU seconds of each process of the Postgres server, from ``schedstat`` (to the
+    nanosecond): ``profile._cpu``'s clock ticks of 10 ms round a short drain's share of a
+    backend down to nothing."""
+    found = {}
+    for pid in profile._server_pids(store):
+        with contextlib.suppress(OSError):  # a backend that ended meanwhile
+            found[pid] = sum(profile._thread_cpu(pid))
+    return found
 
 
 def _spent(
