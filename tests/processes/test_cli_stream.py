@@ -87,6 +87,9 @@ def test_items_are_printed_as_they_are_written_until_the_close(store: Store, fol
 
     with app.client() as client, poller_thread(app, poll_interval=0.05):
         run_id = client.start(LIVE).id
+        # Followed once the stream is written: before that the command says on stderr
+        # that it waits for it (test_ctrl_c_stops_following_with_status_130).
+        assert next(client.read_stream(run_id, "tokens")).value == "first"
         proc, out, err = follow(run_id, "tokens")
         assert out.next() == '0\t"first"', err.seen
         assert proc.poll() is None  # still following: the run waits for its signal
